@@ -1,0 +1,116 @@
+//! Composition root: builds the concrete backends a [`Config`] names. The only module that does.
+
+use std::sync::Arc;
+
+use candle_core::Device;
+use serde::Serialize;
+
+use crate::config::Config;
+use crate::embed::{load_embedder, EmbedOptions, Embedder};
+use crate::error::Result;
+use crate::model::batch::BatchLimits;
+use crate::model::store::ModelStatus;
+use crate::model::{device, ModelStore};
+use crate::rerank::{load_reranker, RerankOptions, Reranker};
+
+/// The assembled application.
+pub struct App {
+    /// Validated configuration.
+    pub config: Config,
+    /// The models folder.
+    pub models: ModelStore,
+    device: Device,
+}
+
+/// Everything `doctor` reports.
+#[derive(Debug, Serialize)]
+pub struct DoctorReport {
+    /// ragbox version.
+    pub version: &'static str,
+    /// candle version the build uses.
+    pub candle: &'static str,
+    /// Compiled features.
+    pub features: Vec<&'static str>,
+    /// Device in use.
+    pub device: String,
+    /// Config file read, if any.
+    pub config_file: Option<std::path::PathBuf>,
+    /// Data folder.
+    pub data_dir: std::path::PathBuf,
+    /// Models folder.
+    pub models_dir: std::path::PathBuf,
+    /// Configured embedder.
+    pub embed_model: String,
+    /// Configured reranker, and whether it can run.
+    pub rerank_model: String,
+    /// What retrieval will do about reranking.
+    pub rerank_status: String,
+    /// Every model in the manifest.
+    pub models: Vec<ModelStatus>,
+}
+
+impl App {
+    /// Opens the device and the models folder.
+    pub fn new(config: Config) -> Result<App> {
+        let device = device(config.device)?;
+        let models = ModelStore::new(&config.models_dir);
+        Ok(App { config, models, device })
+    }
+
+    /// The device models run on.
+    pub fn device(&self) -> &Device {
+        &self.device
+    }
+
+    /// The embedder named (or the configured one), loaded and verified.
+    pub fn embedder(&self, name: Option<&str>) -> Result<Arc<dyn Embedder>> {
+        let spec = self.models.manifest().get(name.unwrap_or(&self.config.embed.model))?;
+        let options = EmbedOptions {
+            device: self.device.clone(),
+            batch: BatchLimits { max_items: self.config.embed.batch_size, max_tokens: self.config.embed.max_batch_tokens },
+        };
+        load_embedder(&self.models, spec, &options)
+    }
+
+    /// The configured reranker, or `None` when its files are not in the models folder.
+    /// Files present but corrupt are an error, not a silent fallback.
+    pub fn reranker(&self) -> Result<Option<Arc<dyn Reranker>>> {
+        let spec = self.models.manifest().get(&self.config.rerank.model)?;
+        let status = self.models.status(spec);
+        if status.files.iter().all(|f| f.state == "missing") || status.files.iter().any(|f| f.state == "missing") && !status.files.iter().any(|f| f.state == "corrupt") {
+            return Ok(None);
+        }
+        let options = RerankOptions {
+            device: self.device.clone(),
+            batch: BatchLimits { max_items: self.config.rerank.batch_size, ..BatchLimits::default() },
+        };
+        load_reranker(&self.models, spec, &options).map(Some)
+    }
+
+    /// Features, device, and every model's files verified.
+    pub fn doctor(&self) -> DoctorReport {
+        let models: Vec<ModelStatus> = self.models.manifest().models.iter().map(|m| self.models.status(m)).collect();
+        let rerank = models.iter().find(|m| m.name == self.config.rerank.model);
+        let rerank_status = match rerank {
+            Some(m) if m.ready => "ready: retrieval reranks with the cross-encoder".to_string(),
+            Some(m) => format!(
+                "absent: retrieval runs without a reranker until it arrives (`{}`)",
+                m.fix.clone().unwrap_or_default()
+            ),
+            None => "not configured".to_string(),
+        };
+        DoctorReport {
+            version: env!("CARGO_PKG_VERSION"),
+            candle: "0.10.2",
+            features: crate::model::device::compiled_features(),
+            device: crate::model::device::describe(&self.device),
+            config_file: self.config.config_file.clone(),
+            data_dir: self.config.data_dir.clone(),
+            models_dir: self.config.models_dir.clone(),
+            embed_model: self.config.embed.model.clone(),
+            rerank_model: self.config.rerank.model.clone(),
+            rerank_status,
+            models,
+        }
+    }
+}

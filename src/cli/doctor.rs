@@ -1,0 +1,33 @@
+//! `ragbox doctor`: build features, device, every model present and verified, versions.
+
+use super::{print_json, GlobalArgs};
+
+pub fn run(g: &GlobalArgs) -> anyhow::Result<()> {
+    let app = g.app()?;
+    let report = app.doctor();
+    if g.json {
+        return print_json(&report);
+    }
+    println!("ragbox {} (candle {})", report.version, report.candle);
+    println!("features:   {}", report.features.join(", "));
+    println!("device:     {}", report.device);
+    if let Some(f) = &report.config_file {
+        println!("config:     {}", f.display());
+    }
+    println!("data dir:   {}", report.data_dir.display());
+    println!("models dir: {}", report.models_dir.display());
+    println!("embedder:   {}", report.embed_model);
+    println!("reranker:   {} ({})", report.rerank_model, report.rerank_status);
+    println!("models:");
+    for m in &report.models {
+        let state = if m.ready { "ok" } else if m.files.iter().any(|f| f.state == "corrupt") { "CORRUPT" } else { "missing" };
+        println!("  {:<30} {:<9} {}", m.name, m.role, state);
+        for f in m.files.iter().filter(|f| f.state != "ok") {
+            println!("    {} {}{}", f.name, f.state, f.detail.as_deref().map(|d| format!(": {d}")).unwrap_or_default());
+        }
+        if let Some(fix) = &m.fix {
+            println!("    fix: {fix}");
+        }
+    }
+    Ok(())
+}

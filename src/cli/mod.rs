@@ -1,0 +1,99 @@
+//! The command line: global options, then one file per subcommand. Builds an [`App`] and prints
+//! results on stdout (`--json` for machines); logs and progress go to stderr.
+
+mod bench;
+mod doctor;
+mod embed;
+mod models;
+
+use std::path::PathBuf;
+
+use clap::{Args, Parser, Subcommand};
+
+use ragbox::app::App;
+use ragbox::config::{Config, Overrides};
+use ragbox::model::DeviceChoice;
+
+/// Options every command honours.
+#[derive(Debug, Clone, Args)]
+pub struct GlobalArgs {
+    /// Where catalogs and indexes live.
+    #[arg(long, global = true, env = "RAGBOX_DATA_DIR", value_name = "DIR")]
+    pub data_dir: Option<PathBuf>,
+    /// A TOML configuration file (see config/default.toml).
+    #[arg(long, global = true, env = "RAGBOX_CONFIG", value_name = "FILE")]
+    pub config: Option<PathBuf>,
+    /// The models folder (hub cache layout).
+    #[arg(long, global = true, env = "RAGBOX_MODELS_DIR", value_name = "DIR")]
+    pub models_dir: Option<PathBuf>,
+    /// Where models run.
+    #[arg(long, global = true, value_enum)]
+    pub device: Option<DeviceChoice>,
+    /// Machine-readable output on stdout.
+    #[arg(long, global = true)]
+    pub json: bool,
+    /// More log output on stderr (repeat for more).
+    #[arg(short, long, global = true, action = clap::ArgAction::Count)]
+    pub verbose: u8,
+    /// Only errors on stderr.
+    #[arg(short, long, global = true)]
+    pub quiet: bool,
+}
+
+/// ragbox: answers from your documents, offline.
+#[derive(Debug, Parser)]
+#[command(name = "ragbox", version, about, propagate_version = true)]
+pub struct Cli {
+    #[command(flatten)]
+    pub global: GlobalArgs,
+    #[command(subcommand)]
+    pub cmd: Command,
+}
+
+/// The subcommands.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Print embedding vectors of texts.
+    Embed(embed::EmbedArgs),
+    /// List, verify, import or pull models.
+    #[command(subcommand)]
+    Models(models::ModelsCmd),
+    /// Features, device, models and their checksums.
+    Doctor,
+    /// Measure throughput.
+    #[command(subcommand)]
+    Bench(bench::BenchCmd),
+}
+
+impl GlobalArgs {
+    /// Loads the configuration with these options as the strongest layer.
+    pub fn config(&self) -> anyhow::Result<Config> {
+        Ok(Config::load(&Overrides {
+            config_file: self.config.clone(),
+            data_dir: self.data_dir.clone(),
+            models_dir: self.models_dir.clone(),
+            device: self.device,
+        })?)
+    }
+
+    /// Builds the application.
+    pub fn app(&self) -> anyhow::Result<App> {
+        Ok(App::new(self.config()?)?)
+    }
+}
+
+/// Runs the parsed command line.
+pub fn run(cli: Cli) -> anyhow::Result<()> {
+    match cli.cmd {
+        Command::Embed(args) => embed::run(&cli.global, args),
+        Command::Models(cmd) => models::run(&cli.global, cmd),
+        Command::Doctor => doctor::run(&cli.global),
+        Command::Bench(cmd) => bench::run(&cli.global, cmd),
+    }
+}
+
+/// Prints a value as one line of JSON on stdout.
+pub fn print_json(value: &impl serde::Serialize) -> anyhow::Result<()> {
+    println!("{}", serde_json::to_string(value)?);
+    Ok(())
+}

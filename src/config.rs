@@ -1,0 +1,260 @@
+//! Configuration: `config/default.toml` < `--config FILE` < `RAGBOX_*` environment < flags.
+//!
+//! [`RawConfig`] is what the files say (unknown keys are refused); [`Config`] is it validated,
+//! with paths resolved. Only `app` reads `Config`; library constructors take typed options.
+
+use std::path::{Path, PathBuf};
+
+use serde::Deserialize;
+
+use crate::error::{Error, Result};
+use crate::model::{DeviceChoice, Manifest};
+use crate::types::ModelRole;
+
+/// The shipped defaults.
+pub const DEFAULT_TOML: &str = include_str!("../config/default.toml");
+
+/// `[embed]`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct EmbedSection {
+    /// Model name.
+    pub model: String,
+    /// Most texts per batch.
+    pub batch_size: usize,
+    /// Most padded tokens per batch.
+    pub max_batch_tokens: usize,
+}
+
+/// `[rerank]`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RerankSection {
+    /// Model name.
+    pub model: String,
+    /// Most pairs per batch.
+    pub batch_size: usize,
+}
+
+/// The configuration as written.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawConfig {
+    /// Data folder; empty for the default.
+    pub data_dir: String,
+    /// Models folder; empty for the default.
+    pub models_dir: String,
+    /// Device.
+    pub device: DeviceChoice,
+    /// Embedding settings.
+    pub embed: EmbedSection,
+    /// Reranking settings.
+    pub rerank: RerankSection,
+}
+
+/// Values from the command line, the strongest layer.
+#[derive(Debug, Clone, Default)]
+pub struct Overrides {
+    /// `--config FILE`.
+    pub config_file: Option<PathBuf>,
+    /// `--data-dir`.
+    pub data_dir: Option<PathBuf>,
+    /// `--models-dir`.
+    pub models_dir: Option<PathBuf>,
+    /// `--device`.
+    pub device: Option<DeviceChoice>,
+}
+
+/// Validated configuration.
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// Data folder, absolute.
+    pub data_dir: PathBuf,
+    /// Models folder, absolute.
+    pub models_dir: PathBuf,
+    /// Device.
+    pub device: DeviceChoice,
+    /// Embedding settings.
+    pub embed: EmbedSection,
+    /// Reranking settings.
+    pub rerank: RerankSection,
+    /// The file read, if any.
+    pub config_file: Option<PathBuf>,
+}
+
+fn merge(base: &mut toml::Value, top: toml::Value) {
+    match (base, top) {
+        (toml::Value::Table(b), toml::Value::Table(t)) => {
+            for (k, v) in t {
+                match b.get_mut(&k) {
+                    Some(slot) => merge(slot, v),
+                    None => {
+                        b.insert(k, v);
+                    }
+                }
+            }
+        }
+        (slot, v) => *slot = v,
+    }
+}
+
+fn env_layer(env: &dyn Fn(&str) -> Option<String>) -> toml::Value {
+    let mut t = toml::Table::new();
+    let mut embed = toml::Table::new();
+    for (var, key) in [("RAGBOX_DATA_DIR", "data_dir"), ("RAGBOX_MODELS_DIR", "models_dir"), ("RAGBOX_DEVICE", "device")] {
+        if let Some(v) = env(var).filter(|v| !v.is_empty()) {
+            t.insert(key.into(), toml::Value::String(v));
+        }
+    }
+    if let Some(v) = env("RAGBOX_EMBED_MODEL").filter(|v| !v.is_empty()) {
+        embed.insert("model".into(), toml::Value::String(v));
+    }
+    if !embed.is_empty() {
+        t.insert("embed".into(), toml::Value::Table(embed));
+    }
+    toml::Value::Table(t)
+}
+
+fn absolute(p: &Path) -> PathBuf {
+    if p.is_absolute() {
+        p.to_path_buf()
+    } else {
+        std::env::current_dir().map(|d| d.join(p)).unwrap_or_else(|_| p.to_path_buf())
+    }
+}
+
+/// The default models folder: `./models`, else the nearest `models/manifest.toml` above the binary.
+fn default_models_dir() -> PathBuf {
+    let here = PathBuf::from("models");
+    if here.is_dir() {
+        return absolute(&here);
+    }
+    if let Ok(exe) = std::env::current_exe() {
+        for dir in exe.ancestors().skip(1) {
+            if dir.join("models").join("manifest.toml").is_file() {
+                return dir.join("models");
+            }
+        }
+    }
+    absolute(&here)
+}
+
+fn default_data_dir(env: &dyn Fn(&str) -> Option<String>) -> PathBuf {
+    if let Some(x) = env("XDG_DATA_HOME").filter(|v| !v.is_empty()) {
+        return PathBuf::from(x).join("ragbox");
+    }
+    match env("HOME") {
+        Some(h) => PathBuf::from(h).join(".local/share/ragbox"),
+        None => absolute(Path::new(".ragbox")),
+    }
+}
+
+impl Config {
+    /// Loads the configuration from every layer, reading the process environment.
+    pub fn load(overrides: &Overrides) -> Result<Config> {
+        Config::load_with_env(overrides, &|k| std::env::var(k).ok())
+    }
+
+    /// Loads the configuration with an explicit environment (for tests).
+    pub fn load_with_env(overrides: &Overrides, env: &dyn Fn(&str) -> Option<String>) -> Result<Config> {
+        let mut value: toml::Value = toml::from_str(DEFAULT_TOML).expect("shipped defaults parse (tested)");
+        let mut file_dir = None;
+        if let Some(path) = &overrides.config_file {
+            let text = std::fs::read_to_string(path).map_err(|e| {
+                Error::Config(format!("cannot read config file {path:?}: {e}; check the --config path"))
+            })?;
+            let file: toml::Value =
+                toml::from_str(&text).map_err(|e| Error::Config(format!("{path:?}: {e}")))?;
+            merge(&mut value, file);
+            file_dir = path.parent().map(absolute);
+        }
+        merge(&mut value, env_layer(env));
+        let raw: RawConfig = value
+            .try_into()
+            .map_err(|e| Error::Config(format!("{e}; see config/default.toml for the keys")))?;
+        Config::validate(raw, overrides, file_dir, env)
+    }
+
+    fn validate(raw: RawConfig, o: &Overrides, file_dir: Option<PathBuf>, env: &dyn Fn(&str) -> Option<String>) -> Result<Config> {
+        let relative_to_file = |s: &str| {
+            let p = PathBuf::from(s);
+            match (&file_dir, p.is_relative()) {
+                (Some(d), true) => d.join(p),
+                _ => absolute(&p),
+            }
+        };
+        let data_dir = match &o.data_dir {
+            Some(p) => absolute(p),
+            None if raw.data_dir.is_empty() => default_data_dir(env),
+            None => relative_to_file(&raw.data_dir),
+        };
+        let models_dir = match &o.models_dir {
+            Some(p) => absolute(p),
+            None if raw.models_dir.is_empty() => default_models_dir(),
+            None => relative_to_file(&raw.models_dir),
+        };
+        let manifest = Manifest::builtin();
+        let embed_spec = manifest.get(&raw.embed.model)?;
+        if embed_spec.role != ModelRole::Embed {
+            return Err(Error::Config(format!("embed.model = `{}` is a {} model, not an embedder", raw.embed.model, embed_spec.role)));
+        }
+        let rerank_spec = manifest.get(&raw.rerank.model)?;
+        if rerank_spec.role != ModelRole::Rerank {
+            return Err(Error::Config(format!("rerank.model = `{}` is a {} model, not a reranker", raw.rerank.model, rerank_spec.role)));
+        }
+        if raw.embed.batch_size == 0 || raw.embed.max_batch_tokens == 0 || raw.rerank.batch_size == 0 {
+            return Err(Error::Config("batch sizes must be at least 1".into()));
+        }
+        Ok(Config {
+            data_dir,
+            models_dir,
+            device: o.device.unwrap_or(raw.device),
+            embed: raw.embed,
+            rerank: raw.rerank,
+            config_file: o.config_file.clone(),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn no_env(_: &str) -> Option<String> {
+        None
+    }
+
+    #[test]
+    fn defaults_load() {
+        let c = Config::load_with_env(&Overrides::default(), &no_env).unwrap();
+        assert_eq!(c.embed.model, "all-minilm-l6-v2");
+        assert_eq!(c.device, DeviceChoice::Cpu);
+    }
+
+    #[test]
+    fn layers_apply_in_order() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("c.toml");
+        std::fs::write(&file, "data_dir = \"d\"\n[embed]\nmodel = \"nomic-embed-text-v1.5\"\n").unwrap();
+        let o = Overrides { config_file: Some(file), ..Default::default() };
+        let c = Config::load_with_env(&o, &no_env).unwrap();
+        assert_eq!(c.data_dir, dir.path().join("d"), "relative paths resolve against the file");
+        assert_eq!(c.embed.model, "nomic-embed-text-v1.5");
+        assert_eq!(c.embed.batch_size, 32, "unset keys keep their defaults");
+        let env = |k: &str| (k == "RAGBOX_EMBED_MODEL").then(|| "all-minilm-l6-v2".to_string());
+        assert_eq!(Config::load_with_env(&o, &env).unwrap().embed.model, "all-minilm-l6-v2");
+        let o = Overrides { data_dir: Some("/x".into()), ..o };
+        assert_eq!(Config::load_with_env(&o, &env).unwrap().data_dir, PathBuf::from("/x"));
+    }
+
+    #[test]
+    fn unknown_keys_and_models_are_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("c.toml");
+        std::fs::write(&file, "[embed]\nmodle = \"x\"\n").unwrap();
+        let o = Overrides { config_file: Some(file.clone()), ..Default::default() };
+        assert!(Config::load_with_env(&o, &no_env).unwrap_err().to_string().contains("modle"));
+        std::fs::write(&file, "[embed]\nmodel = \"qwen2.5-coder-0.5b-instruct\"\n").unwrap();
+        assert!(Config::load_with_env(&o, &no_env).unwrap_err().to_string().contains("not an embedder"));
+    }
+}

@@ -1,0 +1,114 @@
+//! The embedder shared by every BERT-family encoder: prefix, tokenise, batch by length, encode,
+//! pool, normalise. Each architecture only supplies its [`TokenEncoder`].
+
+use candle_core::{Device, Tensor};
+use rayon::prelude::*;
+
+use crate::embed::pooling::{l2_normalize, pool};
+use crate::embed::{check_texts, Embedder};
+use crate::error::{Error, Result};
+use crate::model::batch::{batch_tensors, plan_batches, BatchLimits, BatchTensors};
+use crate::model::{Pooling, TextTokenizer};
+use crate::types::{Embedding, TextKind};
+
+/// How an embedder runs.
+#[derive(Debug, Clone)]
+pub struct EmbedOptions {
+    /// Where the model runs (see `model::device`).
+    pub device: Device,
+    /// Batch limits.
+    pub batch: BatchLimits,
+}
+
+impl Default for EmbedOptions {
+    fn default() -> Self {
+        EmbedOptions { device: Device::Cpu, batch: BatchLimits::default() }
+    }
+}
+
+/// An encoder body: input tensors in, `(batch, seq, hidden)` token states out.
+pub(crate) trait TokenEncoder: Send + Sync {
+    fn forward(&self, batch: &BatchTensors) -> candle_core::Result<Tensor>;
+}
+
+/// A transformer embedder: tokenizer + encoder + pooling, as the manifest describes it.
+pub struct TransformerEmbedder {
+    pub(crate) model_id: String,
+    pub(crate) dims: usize,
+    pub(crate) pooling: Pooling,
+    pub(crate) query_prefix: String,
+    pub(crate) passage_prefix: String,
+    pub(crate) tokenizer: TextTokenizer,
+    pub(crate) encoder: Box<dyn TokenEncoder>,
+    pub(crate) device: Device,
+    pub(crate) limits: BatchLimits,
+    pub(crate) pad_id: u32,
+}
+
+impl TransformerEmbedder {
+    /// Token ids exactly as the model sees them (prefix applied, truncated), for tests and `trace`.
+    pub fn token_ids(&self, text: &str, kind: TextKind) -> Result<Vec<u32>> {
+        let text = format!("{}{text}", self.prefix(kind));
+        Ok(self.tokenizer.encode_texts(&[&text])?.remove(0).ids)
+    }
+
+    fn prefix(&self, kind: TextKind) -> &str {
+        match kind {
+            TextKind::Query => &self.query_prefix,
+            TextKind::Passage => &self.passage_prefix,
+        }
+    }
+
+    fn embed_batch(&self, tokens: &[crate::model::Tokens], indices: &[usize]) -> Result<Vec<Vec<f32>>> {
+        let _span = tracing::trace_span!("embed_batch", n = indices.len()).entered();
+        let batch = batch_tensors(tokens, indices, self.pad_id, &self.device)?;
+        let states = self.encoder.forward(&batch)?;
+        let pooled = pool(&states, &batch.mask, self.pooling)?;
+        Ok(l2_normalize(&pooled)?.to_vec2::<f32>()?)
+    }
+}
+
+impl Embedder for TransformerEmbedder {
+    fn model_id(&self) -> &str {
+        &self.model_id
+    }
+
+    fn dims(&self) -> usize {
+        self.dims
+    }
+
+    fn max_tokens(&self) -> usize {
+        self.tokenizer.max_tokens()
+    }
+
+    #[tracing::instrument(skip_all, fields(model = %self.model_id, n = texts.len()))]
+    fn embed(&self, texts: &[&str], kind: TextKind) -> Result<Vec<Embedding>> {
+        check_texts(texts)?;
+        let prefix = self.prefix(kind);
+        let prefixed: Vec<String> = texts.iter().map(|t| format!("{prefix}{t}")).collect();
+        let refs: Vec<&str> = prefixed.iter().map(String::as_str).collect();
+        let tokens = self.tokenizer.encode_texts(&refs)?;
+        let lengths: Vec<usize> = tokens.iter().map(|t| t.ids.len()).collect();
+        let plan = plan_batches(&lengths, self.limits);
+        // On the CPU, batches run side by side: the matmuls use every core, but the element-wise
+        // work between them is single-threaded, so two batches in flight keep all cores busy.
+        let vectors: Vec<Vec<Vec<f32>>> = if self.device.is_cpu() {
+            plan.par_iter().map(|b| self.embed_batch(&tokens, b)).collect::<Result<_>>()?
+        } else {
+            plan.iter().map(|b| self.embed_batch(&tokens, b)).collect::<Result<_>>()?
+        };
+        let mut out: Vec<Option<Embedding>> = vec![None; texts.len()];
+        for (batch, rows) in plan.iter().zip(vectors) {
+            for (&i, vector) in batch.iter().zip(rows) {
+                let t = &tokens[i];
+                if let Some(full) = t.truncated_from {
+                    tracing::warn!(text = i, tokens = full, limit = self.max_tokens(), "text truncated");
+                }
+                out[i] = Some(Embedding { vector, tokens: t.ids.len(), truncated_from: t.truncated_from });
+            }
+        }
+        out.into_iter()
+            .map(|e| e.ok_or_else(|| Error::Bug("a text was left out of every batch".into())))
+            .collect()
+    }
+}

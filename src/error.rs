@@ -1,0 +1,188 @@
+//! The library's one error type, and the kind of fault each error is.
+//!
+//! `Fault` picks the process exit code (and later the HTTP status): a user error says what to do
+//! next, a runtime error is the environment's (disk, model files, devices), a bug is ours.
+
+use std::path::PathBuf;
+
+/// Result with the crate's error.
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// Who is at fault, which picks the exit code.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Fault {
+    /// Bad input or usage; the message says what to do next. Exit code 2.
+    User,
+    /// The environment failed: I/O, a model file, a device. Exit code 3.
+    Runtime,
+    /// An invariant broke: a bug in ragbox. Exit code 4.
+    Bug,
+}
+
+impl Fault {
+    /// The process exit code for this kind of fault.
+    pub fn exit_code(self) -> i32 {
+        match self {
+            Fault::User => 2,
+            Fault::Runtime => 3,
+            Fault::Bug => 4,
+        }
+    }
+}
+
+/// Everything that can go wrong in the library.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// The request itself is wrong.
+    #[error("invalid request: {0}")]
+    Invalid(String),
+    /// A configuration file or value is wrong.
+    #[error("configuration: {0}")]
+    Config(String),
+    /// A model name that the manifest does not list.
+    #[error("unknown model `{name}`; known models: {}", known.join(", "))]
+    UnknownModel {
+        /// The name asked for.
+        name: String,
+        /// The names the manifest lists.
+        known: Vec<String>,
+    },
+    /// A model file is not in the models folder.
+    #[error("model `{model}`: file {file} is missing from {dir}; run `{fix}`")]
+    ModelMissing {
+        /// Manifest name of the model.
+        model: String,
+        /// File name inside the model.
+        file: String,
+        /// The models folder searched.
+        dir: PathBuf,
+        /// The command that provides it.
+        fix: String,
+    },
+    /// A model file is present but is not the pinned file.
+    #[error("model `{model}`: {path:?} failed its checksum ({what}: expected {expected}, found {found}); run `{fix}` to replace it")]
+    ModelChecksum {
+        /// Manifest name of the model.
+        model: String,
+        /// The file that failed.
+        path: PathBuf,
+        /// Which check failed (sha256, size, git blob id).
+        what: &'static str,
+        /// The pinned value.
+        expected: String,
+        /// The value of the file on disk.
+        found: String,
+        /// The command that provides a good copy.
+        fix: String,
+    },
+    /// A model file is the wrong kind of model.
+    #[error("model `{model}`: {reason}")]
+    ModelFormat {
+        /// Manifest name (or path) of the model.
+        model: String,
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// An index built by one model was opened for another.
+    #[error("index {path:?} built with {found}, expected {expected}")]
+    IndexMismatch {
+        /// The index file.
+        path: PathBuf,
+        /// The model that built it.
+        found: String,
+        /// The model asked for.
+        expected: String,
+    },
+    /// The tensor library failed while running a model.
+    #[error("model computation failed")]
+    Candle(#[source] candle_core::Error),
+    /// The tokenizer failed.
+    #[error("tokenizer failed")]
+    Tokenizer(#[source] tokenizers::Error),
+    /// Downloading a model failed (only `models pull` downloads).
+    #[error("download of {what} failed")]
+    Download {
+        /// Repository and file.
+        what: String,
+        /// The hub client's error.
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
+    /// A feature needed for this was not compiled in.
+    #[error("`{0}` not compiled in; rebuild with --features {0}")]
+    NotCompiled(&'static str),
+    /// File-system failure, with the path involved.
+    #[error("{path:?}: {source}")]
+    Path {
+        /// The file or folder.
+        path: PathBuf,
+        /// The underlying error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// File-system failure without a path.
+    #[error(transparent)]
+    Io(#[from] std::io::Error),
+    /// An invariant broke.
+    #[error("internal error (a bug in ragbox): {0}")]
+    Bug(String),
+}
+
+impl Error {
+    /// Who is at fault.
+    pub fn fault(&self) -> Fault {
+        match self {
+            Error::Invalid(_)
+            | Error::Config(_)
+            | Error::UnknownModel { .. }
+            | Error::ModelMissing { .. }
+            | Error::IndexMismatch { .. }
+            | Error::NotCompiled(_) => Fault::User,
+            Error::ModelChecksum { .. }
+            | Error::ModelFormat { .. }
+            | Error::Candle(_)
+            | Error::Tokenizer(_)
+            | Error::Download { .. }
+            | Error::Path { .. }
+            | Error::Io(_) => Fault::Runtime,
+            Error::Bug(_) => Fault::Bug,
+        }
+    }
+
+    /// Wraps an I/O error with the path it concerns.
+    pub fn path(path: impl Into<PathBuf>) -> impl FnOnce(std::io::Error) -> Error {
+        let path = path.into();
+        move |source| Error::Path { path, source }
+    }
+}
+
+impl From<candle_core::Error> for Error {
+    fn from(e: candle_core::Error) -> Self {
+        Error::Candle(e)
+    }
+}
+
+impl From<tokenizers::Error> for Error {
+    fn from(e: tokenizers::Error) -> Self {
+        Error::Tokenizer(e)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn faults_pick_distinct_exit_codes() {
+        assert_eq!(Error::Invalid("x".into()).fault().exit_code(), 2);
+        assert_eq!(Error::Io(std::io::Error::other("x")).fault().exit_code(), 3);
+        assert_eq!(Error::Bug("x".into()).fault().exit_code(), 4);
+    }
+
+    #[test]
+    fn unknown_model_lists_the_known_ones() {
+        let e = Error::UnknownModel { name: "foo".into(), known: vec!["a".into(), "b".into()] };
+        assert_eq!(e.to_string(), "unknown model `foo`; known models: a, b");
+    }
+}

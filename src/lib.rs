@@ -1,0 +1,34 @@
+//! ragbox: a local-first, fully offline retrieval-augmented answering appliance.
+//!
+//! # Architecture
+//!
+//! One crate; modules play the part crates play elsewhere, and depend in one direction:
+//!
+//! ```text
+//! types <- error <- config
+//! model (manifest, models folder, checksums, device, tokenizer, batching)
+//!   <- embed (Embedder: BERT / nomic-bert on candle)
+//!   <- rerank (Reranker: BERT cross-encoder on candle)
+//! app (composition root: the only place that names concrete backends)
+//!   <- cli (one file per subcommand)
+//! ```
+//!
+//! Nothing imports `app` or `cli`; `scripts/check-layers.sh` enforces the edges. Models load only
+//! from the models folder, verified against the sha256 pins of the manifest compiled into the
+//! binary; nothing at run time opens a network connection except `models pull`, which a person
+//! asks for.
+
+#![warn(missing_docs)]
+
+pub mod app;
+pub mod config;
+pub mod embed;
+pub mod error;
+pub mod model;
+pub mod rerank;
+pub mod types;
+
+#[cfg(any(test, feature = "testing"))]
+pub mod testing;
+
+pub use error::{Error, Fault, Result};

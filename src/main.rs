@@ -1,0 +1,50 @@
+//! The `ragbox` binary: parse arguments, install logging, run, map errors to exit codes.
+
+mod cli;
+
+use std::process::ExitCode;
+
+use clap::Parser;
+
+fn install_logging(g: &cli::GlobalArgs) {
+    let default = match (g.quiet, g.verbose) {
+        (true, _) => "error",
+        (false, 0) => "warn",
+        (false, 1) => "info",
+        (false, 2) => "debug",
+        _ => "trace",
+    };
+    let filter = tracing_subscriber::EnvFilter::try_from_env("RAGBOX_LOG")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(format!("ragbox={default},warn")));
+    tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).with_target(false).init();
+}
+
+fn exit_code(err: &anyhow::Error) -> u8 {
+    for cause in err.chain() {
+        if let Some(e) = cause.downcast_ref::<ragbox::Error>() {
+            return e.fault().exit_code() as u8;
+        }
+        if let Some(e) = cause.downcast_ref::<std::io::Error>() {
+            if e.kind() == std::io::ErrorKind::BrokenPipe {
+                return 0;
+            }
+        }
+    }
+    // Errors that are not ragbox's own come from the environment (I/O, malformed data files).
+    ragbox::Fault::Runtime.exit_code() as u8
+}
+
+fn main() -> ExitCode {
+    let cli = cli::Cli::parse();
+    install_logging(&cli.global);
+    match cli::run(cli) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(err) => {
+            let code = exit_code(&err);
+            if code != 0 {
+                eprintln!("error: {err:#}");
+            }
+            ExitCode::from(code)
+        }
+    }
+}

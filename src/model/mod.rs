@@ -1,0 +1,19 @@
+//! Models on disk: the manifest, the models folder and its verification, device choice, tokenizer
+//! and weight loading, and the three ways models arrive (fetch script, import, pull).
+//!
+//! May import `types` and `error` only.
+
+pub mod batch;
+pub mod checksum;
+pub mod device;
+pub mod gguf;
+pub mod import;
+pub mod manifest;
+pub mod pull;
+pub mod store;
+pub mod tokenizer;
+
+pub use device::{device, DeviceChoice};
+pub use manifest::{Architecture, Manifest, ModelFile, ModelSpec, Pooling};
+pub use store::ModelStore;
+pub use tokenizer::{TextTokenizer, Tokens};
