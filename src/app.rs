@@ -94,7 +94,7 @@ impl App {
         let rerank_status = match rerank {
             Some(m) if m.ready => "ready: retrieval reranks with the cross-encoder".to_string(),
             Some(m) => format!(
-                "absent: retrieval runs without a reranker until it arrives (`{}`)",
+                "absent: retrieval runs without a reranker until it arrives: `{}`",
                 m.fix.clone().unwrap_or_default()
             ),
             None => "not configured".to_string(),

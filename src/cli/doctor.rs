@@ -26,7 +26,7 @@ pub fn run(g: &GlobalArgs) -> anyhow::Result<()> {
             println!("    {} {}{}", f.name, f.state, f.detail.as_deref().map(|d| format!(": {d}")).unwrap_or_default());
         }
         if let Some(fix) = &m.fix {
-            println!("    fix: {fix}");
+            println!("    fix: `{fix}`");
         }
     }
     Ok(())

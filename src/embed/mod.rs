@@ -13,7 +13,7 @@
 //! assert_eq!(v[0].vector.len(), e.dims());
 //! ```
 
-mod bert;
+pub mod bert;
 mod nomic;
 pub mod pooling;
 mod transformer;
@@ -47,7 +47,12 @@ pub trait Embedder: Send + Sync {
 
 /// Loads the embedder a manifest entry describes, verifying its files first.
 pub fn load_embedder(store: &ModelStore, spec: &ModelSpec, options: &EmbedOptions) -> Result<Arc<dyn Embedder>> {
-    let embedder = match spec.architecture {
+    Ok(Arc::new(load_transformer(store, spec, options)?))
+}
+
+/// Like [`load_embedder`], keeping the concrete type (for token-level inspection).
+pub fn load_transformer(store: &ModelStore, spec: &ModelSpec, options: &EmbedOptions) -> Result<TransformerEmbedder> {
+    Ok(match spec.architecture {
         Architecture::Bert => bert::load(store, spec, options)?,
         Architecture::NomicBert => nomic::load(store, spec, options)?,
         other => {
@@ -62,8 +67,7 @@ pub fn load_embedder(store: &ModelStore, spec: &ModelSpec, options: &EmbedOption
                     .join(", ")
             )))
         }
-    };
-    Ok(Arc::new(embedder))
+    })
 }
 
 /// Rejects empty or blank texts, naming the first.

@@ -112,3 +112,76 @@ impl Embedder for TransformerEmbedder {
             .collect()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::embed::bert;
+    use crate::testing::{tiny_embed_spec, write_tiny_bert};
+    use crate::types::cosine;
+
+    fn tiny(max_tokens: usize, max_items: usize) -> (tempfile::TempDir, TransformerEmbedder) {
+        let dir = tempfile::tempdir().unwrap();
+        let files = write_tiny_bert(dir.path(), 7, false).unwrap();
+        let options = EmbedOptions { device: Device::Cpu, batch: BatchLimits { max_items, max_tokens: 10_000 } };
+        let e = bert::from_files(&tiny_embed_spec(max_tokens), &files.config, &files.tokenizer, &files.weights, &options).unwrap();
+        (dir, e)
+    }
+
+    const TEXTS: &[&str] = &[
+        "the cat sat on the mat .",
+        "policy",
+        "how long must we keep the travel insurance claim records ?",
+        "data retention policy for security reports and records",
+        "a dog",
+    ];
+
+    #[test]
+    fn padding_and_batching_do_not_change_vectors() {
+        let (_d, batched) = tiny(64, 4);
+        let (_d2, single) = tiny(64, 1);
+        let a = batched.embed(TEXTS, TextKind::Passage).unwrap();
+        for (i, text) in TEXTS.iter().enumerate() {
+            let b = single.embed(&[text], TextKind::Passage).unwrap();
+            let c = cosine(&a[i].vector, &b[0].vector);
+            assert!(c > 0.99999, "text {i}: cosine {c} between batched and alone");
+            assert_eq!(a[i].tokens, b[0].tokens);
+        }
+    }
+
+    #[test]
+    fn vectors_are_unit_length_and_in_input_order() {
+        let (_d, e) = tiny(64, 2);
+        let out = e.embed(TEXTS, TextKind::Passage).unwrap();
+        assert_eq!(out.len(), TEXTS.len());
+        for (i, v) in out.iter().enumerate() {
+            let norm: f32 = v.vector.iter().map(|x| x * x).sum::<f32>().sqrt();
+            assert!((norm - 1.0).abs() < 1e-5, "norm {norm}");
+            assert_eq!(v.vector.len(), 16);
+            assert_eq!(v.tokens, e.token_ids(TEXTS[i], TextKind::Passage).unwrap().len());
+        }
+        let reversed: Vec<&str> = TEXTS.iter().rev().copied().collect();
+        let back = e.embed(&reversed, TextKind::Passage).unwrap();
+        assert!(cosine(&back[0].vector, &out[TEXTS.len() - 1].vector) > 0.99999);
+    }
+
+    #[test]
+    fn truncation_is_reported_with_the_full_length() {
+        let (_d, e) = tiny(8, 4);
+        let long = "the policy of the travel insurance claim records is long";
+        let out = e.embed(&[long, "policy"], TextKind::Passage).unwrap();
+        assert_eq!(out[0].tokens, 8);
+        assert_eq!(out[0].truncated_from, Some(12), "10 words + [CLS] + [SEP]");
+        assert_eq!(out[1].truncated_from, None);
+    }
+
+    #[test]
+    fn query_prefix_is_applied_and_empty_text_refused() {
+        let (_d, e) = tiny(64, 4);
+        let q = e.token_ids("policy", TextKind::Query).unwrap();
+        let p = e.token_ids("policy", TextKind::Passage).unwrap();
+        assert_eq!(q.len(), p.len() + 1, "the tiny spec's query prefix is one word");
+        let err = e.embed(&["policy", "  "], TextKind::Passage).unwrap_err().to_string();
+        assert!(err.contains("text 2 of 2 is empty"), "{err}");
+    }
+}
