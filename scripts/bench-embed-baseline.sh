@@ -12,7 +12,8 @@
 # and reused afterwards. The model is read from the hub-cache layout under --models-dir (what
 # scripts/fetch-models.sh produces). Nothing is downloaded at run time besides the venv.
 #
-# Output: a markdown table on stdout, the raw JSON lines in ${OUT:-target/bench}/embed-baseline.jsonl.
+# Output: a markdown table on stdout, the raw JSON lines in ${OUT:-target/bench}/embed-baseline.jsonl
+# (ragbox's stderr in embed-baseline.ragbox.log beside it).
 # Exits non-zero if either side failed (the other side's result is still printed).
 # Throughput figures are only comparable when taken side by side on a quiet machine.
 set -euo pipefail
@@ -20,7 +21,7 @@ set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 
 usage() {
-  sed -n '2,17p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'
+  sed -n '2,18p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'
 }
 
 DATA=""
@@ -171,7 +172,9 @@ done
 OUT_DIR="${OUT:-$ROOT/target/bench}"
 mkdir -p "$OUT_DIR"
 JSONL="$OUT_DIR/embed-baseline.jsonl"
+RB_LOG="$OUT_DIR/embed-baseline.ragbox.log"
 : >"$JSONL"
+: >"$RB_LOG"
 
 export OMP_NUM_THREADS="$THREADS" MKL_NUM_THREADS="$THREADS" RAYON_NUM_THREADS="$THREADS"
 export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 HF_HUB_DISABLE_TELEMETRY=1
@@ -222,9 +225,12 @@ RB_WHY=""
 if [[ ! -x "$RAGBOX" ]]; then
   RB_WHY="binary not found or not executable: $RAGBOX (build it, or pass --ragbox BIN)"
 else
-  log "ragbox: running $RAGBOX bench embed"
+  case "$RAGBOX" in
+    */debug/*) log "WARNING: $RAGBOX looks like a debug build; measure with --ragbox target/release/ragbox" ;;
+  esac
+  log "ragbox: running $RAGBOX bench embed (its stderr goes to $RB_LOG)"
   if rb_out="$("$RAGBOX" bench embed --data "$DATA" --model all-minilm-l6-v2 --threads "$THREADS" \
-        --batch-size "$BATCH" "${limit_args[@]}" --json)"; then
+        --batch-size "$BATCH" "${limit_args[@]}" --json 2>"$RB_LOG")"; then
     RB_LINE="$(printf '%s\n' "$rb_out" | last_json)"
     [[ -n "$RB_LINE" ]] || RB_WHY="'$RAGBOX bench embed --json' printed no JSON line"
   else
@@ -236,6 +242,10 @@ if [[ -n "$RB_LINE" ]]; then
 else
   RB_OK=0
   log "ragbox side FAILED: $RB_WHY"
+  if [[ -s "$RB_LOG" ]]; then
+    log "last lines of $RB_LOG:"
+    tail -n 20 "$RB_LOG" >&2
+  fi
 fi
 
 # ---------------------------------------------------------------------------------------------

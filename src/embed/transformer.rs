@@ -97,13 +97,14 @@ impl Embedder for TransformerEmbedder {
         } else {
             plan.iter().map(|b| self.embed_batch(&tokens, b)).collect::<Result<_>>()?
         };
+        let truncated = tokens.iter().filter(|t| t.truncated_from.is_some()).count();
+        if truncated > 0 {
+            tracing::info!(truncated, of = texts.len(), limit = self.max_tokens(), "texts truncated to the model's limit");
+        }
         let mut out: Vec<Option<Embedding>> = vec![None; texts.len()];
         for (batch, rows) in plan.iter().zip(vectors) {
             for (&i, vector) in batch.iter().zip(rows) {
                 let t = &tokens[i];
-                if let Some(full) = t.truncated_from {
-                    tracing::warn!(text = i, tokens = full, limit = self.max_tokens(), "text truncated");
-                }
                 out[i] = Some(Embedding { vector, tokens: t.ids.len(), truncated_from: t.truncated_from });
             }
         }

@@ -61,6 +61,11 @@ impl ModelStore {
         ModelStore { dir: dir.into(), manifest: Manifest::builtin() }
     }
 
+    /// A store checked against another manifest (tests, and tools that ship their own).
+    pub fn with_manifest(dir: impl Into<PathBuf>, manifest: &'static Manifest) -> ModelStore {
+        ModelStore { dir: dir.into(), manifest }
+    }
+
     /// The folder.
     pub fn dir(&self) -> &Path {
         &self.dir
