@@ -37,11 +37,14 @@ pub fn pull_model(store: &ModelStore, spec: &ModelSpec, endpoint: &str, progress
             .repo(Repo::new(repo.to_string(), RepoType::Model))
             .download(&file.name)
             .map_err(|e| Error::Download { what, source: Box::new(e) })?;
+        let blob = std::fs::canonicalize(&path).unwrap_or_else(|_| path.clone());
+        // hf-hub leaves an empty `<blob>.lock` beside each blob it wrote.
+        let mut lock = blob.clone().into_os_string();
+        lock.push(".lock");
+        let _ = std::fs::remove_file(lock);
         if let Err(e) = verify_file(spec, file, &path) {
-            // The snapshot entry is a link to a blob: remove both so nothing unverified remains.
-            if let Ok(blob) = std::fs::canonicalize(&path) {
-                let _ = std::fs::remove_file(blob);
-            }
+            // The snapshot entry is a link to the blob: remove both so nothing unverified remains.
+            let _ = std::fs::remove_file(&blob);
             let _ = std::fs::remove_file(&path);
             return Err(e);
         }
