@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# Enforces the module dependency direction of STYLE.md: each module may import only the modules
+# listed for it. A `use crate::X` (or `crate::X::` path) outside the allowed set fails the check.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+declare -A allowed=(
+  [types]=""
+  [error]="types"
+  [config]="types error model"
+  [model]="types error"
+  [embed]="types error model"
+  [rerank]="types error model"
+  [app]="types error config model embed rerank"
+  [testing]="types error model embed"
+)
+
+status=0
+for module in "${!allowed[@]}"; do
+  files=$(ls "src/$module.rs" 2>/dev/null; find "src/$module" -name '*.rs' 2>/dev/null || true)
+  for f in $files; do
+    for used in $(grep -oE 'crate::[a-z_]+' "$f" | sort -u | sed 's/crate:://'); do
+      [ "$used" = "$module" ] && continue
+      [ "$used" = testing ] && continue  # test-only fakes, compiled under cfg(test)
+      if ! [[ " ${allowed[$module]} " == *" $used "* ]]; then
+        echo "layer violation: $f uses crate::$used (allowed for $module: ${allowed[$module]:-nothing})" >&2
+        status=1
+      fi
+    done
+  done
+done
+# Nothing in the library imports the binary's modules.
+if grep -rnE 'crate::(cli|server)' src --include=*.rs | grep -v '^src/main.rs' | grep -v '^src/cli/'; then
+  echo "layer violation: the library imports cli/server" >&2
+  status=1
+fi
+[ $status = 0 ] && echo "layers ok" >&2
+exit $status

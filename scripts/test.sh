@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# The whole test suite, on a fresh machine or a warm one:
+#   1. fetch the pinned models into ~/.cache/ragbox and lay out models/ (seconds when cached);
+#   2. build everything once (tests, benches, the binary they drive) with the tuned dev profile,
+#      target dir kept outside the clone so repeated runs stay incremental;
+#   3. check the module layering;
+#   4. run every test inside a network namespace that has nothing but loopback: proof that nothing
+#      after set-up needs the network.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+export RAGBOX_CACHE_DIR="${RAGBOX_CACHE_DIR:-$HOME/.cache/ragbox}"
+export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$RAGBOX_CACHE_DIR/target}"
+export CARGO_BUILD_JOBS="${CARGO_BUILD_JOBS:-$(nproc)}"
+FEATURES="${RAGBOX_TEST_FEATURES:-testing}"
+
+need() { command -v "$1" >/dev/null 2>&1; }
+if ! need unshare || ! need ip || ! need python3; then
+  echo "installing util-linux, iproute2, python3" >&2
+  apt-get update -qq && apt-get install -y -qq util-linux iproute2 python3 python3-pip >/dev/null
+fi
+if ! need cargo; then
+  echo "error: cargo is not installed; install a Rust toolchain (rustup) first" >&2
+  exit 2
+fi
+
+step() { printf '\n== %s (%s)\n' "$1" "$(date +%T)" >&2; }
+
+step "models"
+scripts/fetch-models.sh
+
+step "build"
+cargo fetch --locked
+time cargo build --locked --offline --all-targets --features "$FEATURES"
+
+step "layers"
+scripts/check-layers.sh
+
+step "tests, network namespace with loopback only"
+run_tests="ip link set lo up && cargo test --locked --offline --features $FEATURES --all-targets && cargo test --locked --offline --features $FEATURES --doc"
+if [ "$(id -u)" = 0 ]; then
+  unshare --net bash -c "$run_tests"
+else
+  unshare --map-root-user --net bash -c "$run_tests"
+fi
