@@ -225,9 +225,7 @@ RB_WHY=""
 if [[ ! -x "$RAGBOX" ]]; then
   RB_WHY="binary not found or not executable: $RAGBOX (build it, or pass --ragbox BIN)"
 else
-  case "$RAGBOX" in
-    */debug/*) log "WARNING: $RAGBOX looks like a debug build; measure with --ragbox target/release/ragbox" ;;
-  esac
+  # target/debug is fine: the dev profile optimises every dependency (candle, gemm, libm...).
   log "ragbox: running $RAGBOX bench embed (its stderr goes to $RB_LOG)"
   if rb_out="$("$RAGBOX" bench embed --data "$DATA" --model all-minilm-l6-v2 --threads "$THREADS" \
         --batch-size "$BATCH" "${limit_args[@]}" --json 2>"$RB_LOG")"; then

@@ -76,8 +76,11 @@ impl App {
     /// Files present but corrupt are an error, not a silent fallback.
     pub fn reranker(&self) -> Result<Option<Arc<dyn Reranker>>> {
         let spec = self.models.manifest().get(&self.config.rerank.model)?;
+        // Absent (some file missing, none corrupt): run without the stage. Corrupt: an error.
         let status = self.models.status(spec);
-        if status.files.iter().all(|f| f.state == "missing") || status.files.iter().any(|f| f.state == "missing") && !status.files.iter().any(|f| f.state == "corrupt") {
+        let missing = status.files.iter().any(|f| f.state == "missing");
+        let corrupt = status.files.iter().any(|f| f.state == "corrupt");
+        if missing && !corrupt {
             return Ok(None);
         }
         let options = RerankOptions {

@@ -2,6 +2,11 @@
 
 mod cli;
 
+/// mimalloc keeps freed tensor buffers for reuse; glibc's malloc returns every large buffer to
+/// the kernel and page-faults it back in on the next forward pass.
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 use std::process::ExitCode;
 
 use clap::Parser;

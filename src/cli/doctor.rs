@@ -20,8 +20,7 @@ pub fn run(g: &GlobalArgs) -> anyhow::Result<()> {
     println!("reranker:   {} ({})", report.rerank_model, report.rerank_status);
     println!("models:");
     for m in &report.models {
-        let state = if m.ready { "ok" } else if m.files.iter().any(|f| f.state == "corrupt") { "CORRUPT" } else { "missing" };
-        println!("  {:<30} {:<9} {}", m.name, m.role, state);
+        println!("  {:<30} {:<9} {}", m.name, m.role, m.summary());
         for f in m.files.iter().filter(|f| f.state != "ok") {
             println!("    {} {}{}", f.name, f.state, f.detail.as_deref().map(|d| format!(": {d}")).unwrap_or_default());
         }

@@ -47,8 +47,7 @@ pub fn run(g: &GlobalArgs, cmd: ModelsCmd) -> anyhow::Result<()> {
                 print_json(&statuses)?;
             } else {
                 for s in &statuses {
-                    let state = if s.ready { "ok" } else if s.files.iter().any(|f| f.state == "corrupt") { "CORRUPT" } else { "missing" };
-                    println!("{:<30} {:<9} {}", s.name, s.role, state);
+                    println!("{:<30} {:<9} {}", s.name, s.role, s.summary());
                     for f in s.files.iter().filter(|f| f.state == "corrupt") {
                         println!("  {}: {}", f.name, f.detail.as_deref().unwrap_or(""));
                     }
@@ -56,7 +55,7 @@ pub fn run(g: &GlobalArgs, cmd: ModelsCmd) -> anyhow::Result<()> {
             }
             let corrupt: Vec<&str> = statuses
                 .iter()
-                .filter(|s| s.files.iter().any(|f| f.state == "corrupt"))
+                .filter(|s| s.summary() == "CORRUPT")
                 .map(|s| s.name.as_str())
                 .collect();
             if verify && !corrupt.is_empty() {

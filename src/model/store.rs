@@ -55,6 +55,19 @@ pub struct ModelStatus {
     pub fix: Option<String>,
 }
 
+impl ModelStatus {
+    /// `ok`, `CORRUPT` (a file failed its checksum) or `missing`.
+    pub fn summary(&self) -> &'static str {
+        if self.ready {
+            "ok"
+        } else if self.files.iter().any(|f| f.state == "corrupt") {
+            "CORRUPT"
+        } else {
+            "missing"
+        }
+    }
+}
+
 impl ModelStore {
     /// A store over `dir`, checked against the built-in manifest.
     pub fn new(dir: impl Into<PathBuf>) -> ModelStore {
