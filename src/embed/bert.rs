@@ -2,18 +2,19 @@
 
 use candle_core::{DType, Tensor};
 use candle_nn::VarBuilder;
-use candle_transformers::models::bert::{BertModel, Config};
+use candle_transformers::models::bert::Config;
 
 use crate::embed::transformer::{EmbedOptions, TokenEncoder, TransformerEmbedder};
 use crate::error::{Error, Result};
 use crate::model::batch::BatchTensors;
+use crate::model::bert::BertBody;
 use crate::model::{ModelSpec, ModelStore, Pooling, TextTokenizer};
 
-struct BertEncoder(BertModel);
+struct BertEncoder(BertBody);
 
 impl TokenEncoder for BertEncoder {
     fn forward(&self, batch: &BatchTensors) -> candle_core::Result<Tensor> {
-        self.0.forward(&batch.ids, &batch.type_ids, Some(&batch.mask))
+        self.0.forward(&batch.ids, &batch.type_ids, &batch.mask)
     }
 }
 
@@ -24,17 +25,16 @@ pub(crate) fn read_config(path: &std::path::Path, model: &str) -> Result<Config>
         .map_err(|e| Error::ModelFormat { model: model.to_string(), reason: format!("config.json: {e}") })
 }
 
-/// Loads the body of a BERT model, memory-mapping its safetensors. `prefix` is the weight-name
-/// prefix (`""` for sentence-transformers exports, `"bert"` for classification models).
-pub(crate) fn load_body(weights: &std::path::Path, config: &Config, options: &EmbedOptions, model: &str) -> Result<(BertModel, VarBuilder<'static>)> {
+/// Loads the body of a BERT model, memory-mapping its safetensors. Sentence-transformers exports
+/// name the body's weights bare, classification models under `bert.`: both are tried.
+pub(crate) fn load_body(weights: &std::path::Path, config: &Config, options: &EmbedOptions, model: &str) -> Result<BertBody> {
     // SAFETY: the file was verified against its sha256 just before, and model files are only ever
     // replaced (written to a temporary name, then renamed), never changed in place.
     let vb = unsafe { VarBuilder::from_mmaped_safetensors(&[weights], DType::F32, &options.device)? };
-    let body = BertModel::load(vb.clone(), config).map_err(|e| Error::ModelFormat {
+    BertBody::load(vb.clone(), config).or_else(|_| BertBody::load(vb.pp("bert"), config)).map_err(|e| Error::ModelFormat {
         model: model.to_string(),
         reason: format!("not a BERT model: {e}"),
-    })?;
-    Ok((body, vb))
+    })
 }
 
 pub(crate) fn load(store: &ModelStore, spec: &ModelSpec, options: &EmbedOptions) -> Result<TransformerEmbedder> {
@@ -54,7 +54,7 @@ pub fn from_files(
 ) -> Result<TransformerEmbedder> {
     let config = read_config(config_path, &spec.name)?;
     let tokenizer = TextTokenizer::load(tokenizer_path, spec.max_tokens.min(config.max_position_embeddings))?;
-    let (body, _) = load_body(weights, &config, options, &spec.name)?;
+    let body = load_body(weights, &config, options, &spec.name)?;
     let dims = spec.dims.unwrap_or(config.hidden_size);
     if dims != config.hidden_size {
         return Err(Error::ModelFormat {

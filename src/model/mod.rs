@@ -4,6 +4,7 @@
 //! May import `types` and `error` only.
 
 pub mod batch;
+pub mod bert;
 pub mod checksum;
 pub mod device;
 pub mod gguf;

@@ -6,11 +6,12 @@ use std::path::Path;
 
 use candle_core::{DType, Device, Module, Tensor};
 use candle_nn::{linear, Linear, VarBuilder};
-use candle_transformers::models::bert::{BertModel, Config};
+use candle_transformers::models::bert::Config;
 use rayon::prelude::*;
 
 use crate::error::{Error, Result};
 use crate::model::batch::{batch_tensors, plan_batches, BatchLimits};
+use crate::model::bert::BertBody;
 use crate::model::{ModelSpec, ModelStore, TextTokenizer, Tokens};
 use crate::rerank::Reranker;
 
@@ -49,7 +50,7 @@ impl Pooler {
 pub struct CrossEncoder {
     model_id: String,
     tokenizer: TextTokenizer,
-    body: BertModel,
+    body: BertBody,
     pooler: Pooler,
     classifier: Linear,
     device: Device,
@@ -84,7 +85,7 @@ impl CrossEncoder {
         };
         // SAFETY: verified just before; model files are replaced by rename, never edited in place.
         let vb = unsafe { VarBuilder::from_mmaped_safetensors(&[weights], DType::F32, &options.device)? };
-        let body = BertModel::load(vb.pp("bert"), &cfg).map_err(format_err)?;
+        let body = BertBody::load(vb.pp("bert"), &cfg).map_err(format_err)?;
         let pooler = Pooler::load(vb.pp("bert").pp("pooler"), &cfg).map_err(format_err)?;
         let classifier = linear(cfg.hidden_size, 1, vb.pp("classifier")).map_err(format_err)?;
         let tokenizer = TextTokenizer::load(tokenizer_path, max_tokens.min(cfg.max_position_embeddings))?;
@@ -108,7 +109,7 @@ impl CrossEncoder {
     fn score_batch(&self, tokens: &[Tokens], indices: &[usize]) -> Result<Vec<f32>> {
         let _span = tracing::trace_span!("rerank_batch", n = indices.len()).entered();
         let b = batch_tensors(tokens, indices, self.pad_id, &self.device)?;
-        let states = self.body.forward(&b.ids, &b.type_ids, Some(&b.mask))?;
+        let states = self.body.forward(&b.ids, &b.type_ids, &b.mask)?;
         let logits = self.classifier.forward(&self.pooler.forward(&states)?)?;
         Ok(logits.squeeze(1)?.to_dtype(DType::F32)?.to_vec1::<f32>()?)
     }
