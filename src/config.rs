@@ -240,7 +240,7 @@ mod tests {
         let c = Config::load_with_env(&o, &no_env).unwrap();
         assert_eq!(c.data_dir, dir.path().join("d"), "relative paths resolve against the file");
         assert_eq!(c.embed.model, "nomic-embed-text-v1.5");
-        assert_eq!(c.embed.batch_size, 32, "unset keys keep their defaults");
+        assert_eq!(c.embed.batch_size, 8, "unset keys keep their defaults");
         let env = |k: &str| (k == "RAGBOX_EMBED_MODEL").then(|| "all-minilm-l6-v2".to_string());
         assert_eq!(Config::load_with_env(&o, &env).unwrap().embed.model, "all-minilm-l6-v2");
         let o = Overrides { data_dir: Some("/x".into()), ..o };
