@@ -11,6 +11,10 @@ declare -A allowed=(
   [model]="types error"
   [embed]="types error model"
   [rerank]="types error model"
+  [source]="types error"
+  [chunk]="types error"
+  [store]="types error"
+  [ingest]="types error source chunk embed store"
   [app]="types error config model embed rerank"
   [testing]="types error model embed"
 )

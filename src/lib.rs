@@ -21,11 +21,13 @@
 #![warn(missing_docs)]
 
 pub mod app;
+pub mod chunk;
 pub mod config;
 pub mod embed;
 pub mod error;
 pub mod model;
 pub mod rerank;
+pub mod source;
 pub mod types;
 
 #[cfg(any(test, feature = "testing"))]

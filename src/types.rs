@@ -1,6 +1,9 @@
-//! Plain data shared by every layer: text kinds, embeddings, model roles.
+//! Plain data shared by every layer: text kinds, embeddings, model roles, parsed documents and
+//! their blocks, chunks, ids and spans.
 //!
 //! Imports nothing from the crate; everything else may import it.
+
+use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
@@ -46,6 +49,163 @@ impl std::fmt::Display for ModelRole {
             ModelRole::Generate => "generate",
         })
     }
+}
+
+/// A document's id in the catalog.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct DocId(pub u64);
+
+/// A chunk's id in the catalog; also its key in the vector and lexical indexes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct ChunkId(pub u64);
+
+/// A half-open byte range `start..end` into a document's normalised text (UTF-8; both ends lie on
+/// character boundaries). `&text[span.range()]` gives the spanned text back exactly.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct Span {
+    /// First byte.
+    pub start: usize,
+    /// One past the last byte.
+    pub end: usize,
+}
+
+impl Span {
+    /// The span `start..end`.
+    pub fn new(start: usize, end: usize) -> Self {
+        debug_assert!(start <= end, "span {start}..{end} runs backwards");
+        Span { start, end }
+    }
+
+    /// As a range, for slicing.
+    pub fn range(&self) -> std::ops::Range<usize> {
+        self.start..self.end
+    }
+
+    /// Length in bytes.
+    pub fn len(&self) -> usize {
+        self.end - self.start
+    }
+
+    /// Whether the span covers nothing.
+    pub fn is_empty(&self) -> bool {
+        self.start == self.end
+    }
+
+    /// The smallest span covering both.
+    pub fn cover(&self, other: Span) -> Span {
+        Span::new(self.start.min(other.start), self.end.max(other.end))
+    }
+}
+
+/// An inclusive, 1-based range of lines in the normalised text.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Lines {
+    /// First line (1-based).
+    pub first: u32,
+    /// Last line (inclusive).
+    pub last: u32,
+}
+
+/// What a block of a document is. Tables, lists, code and definitions are atomic: a chunker never
+/// splits one unless it alone exceeds the chunk budget.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "lowercase")]
+pub enum BlockKind {
+    /// A heading; `level` 1 is the top. `title` is its text without markup.
+    Heading {
+        /// 1 (top) to 6.
+        level: u8,
+        /// The heading text, markup removed.
+        title: String,
+    },
+    /// Running text.
+    Paragraph,
+    /// A whole list (one unit).
+    List,
+    /// A table, header row included in its span.
+    Table,
+    /// Source code: a fenced block, or one syntax unit (function, class...) of a code file.
+    Code {
+        /// Language, when known.
+        language: Option<String>,
+        /// The unit's name (function, class...), for code files.
+        symbol: Option<String>,
+    },
+    /// Quoted text (block quote, a quoted e-mail reply).
+    Quote,
+    /// A term and its definition.
+    Definition,
+}
+
+impl BlockKind {
+    /// Whether chunkers must keep the block whole.
+    pub fn is_atomic(&self) -> bool {
+        matches!(self, BlockKind::List | BlockKind::Table | BlockKind::Code { .. } | BlockKind::Definition)
+    }
+}
+
+/// One structural unit of a parsed document.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Block {
+    /// What it is.
+    #[serde(flatten)]
+    pub kind: BlockKind,
+    /// Where it lies in the normalised text.
+    pub span: Span,
+    /// Page number (1-based), for paged formats.
+    pub page: Option<u32>,
+    /// Lines of the normalised text it covers.
+    pub lines: Lines,
+}
+
+/// A document as a parser leaves it: normalised text (what citations point into) and its blocks in
+/// reading order. Blocks never overlap and lie inside `text`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ParsedDocument {
+    /// The format's parser name (`markdown`, `text`, `html`, `email`, `pdf`, `code`...).
+    pub parser: String,
+    /// Title: front matter, first heading, `<title>`, e-mail subject, or the file name.
+    pub title: String,
+    /// Normalised text: LF line ends, no NULs, valid UTF-8.
+    pub text: String,
+    /// Blocks in reading order.
+    pub blocks: Vec<Block>,
+    /// Format metadata (front matter keys, e-mail From/To/Date/Subject...).
+    pub metadata: BTreeMap<String, String>,
+}
+
+/// Whether a chunk is a parent (a whole section, given to the LLM) or a child (retrieved).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ChunkRole {
+    /// A whole section (up to the parent budget), for generation.
+    Parent,
+    /// A retrieval unit.
+    Child,
+}
+
+/// A chunk of a document before it is stored: everything but its ids. Its text is
+/// `&document.text[span.range()]`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Chunk {
+    /// Position among the document's chunks (0-based, parents and children in one sequence).
+    pub ordinal: u32,
+    /// Parent or child.
+    pub role: ChunkRole,
+    /// For a child: the ordinal of its parent chunk, when it has one.
+    pub parent: Option<u32>,
+    /// Heading breadcrumb, outermost first ("Policy", "4 Travel", "4.2 Insurance").
+    pub section_path: Vec<String>,
+    /// Where its text lies in the normalised document text.
+    pub span: Span,
+    /// Page of its first byte, for paged formats.
+    pub page: Option<u32>,
+    /// Lines it covers.
+    pub lines: Lines,
+    /// Length in tokens of the embedding model's tokenizer.
+    pub tokens: usize,
 }
 
 /// Cosine similarity of two vectors (not assumed normalised).
