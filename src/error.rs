@@ -124,6 +124,26 @@ pub enum Error {
     /// File-system failure without a path.
     #[error(transparent)]
     Io(#[from] std::io::Error),
+    /// The catalog (SQLite) failed.
+    #[error("catalog: {0}")]
+    Catalog(#[from] rusqlite::Error),
+    /// A vector or lexical index failed to open, read or write.
+    #[error("{what}")]
+    Index {
+        /// Which index and what was being done.
+        what: String,
+        /// The backend's error.
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
+    /// A tenant name that does not exist.
+    #[error("unknown tenant `{name}`; tenants: {}; ingest into it first (`ragbox ingest PATH --tenant {name}`)", if known.is_empty() { "none yet".to_string() } else { known.join(", ") })]
+    UnknownTenant {
+        /// The name asked for.
+        name: String,
+        /// The tenants there are.
+        known: Vec<String>,
+    },
     /// An invariant broke.
     #[error("internal error (a bug in ragbox): {0}")]
     Bug(String),
@@ -138,6 +158,7 @@ impl Error {
             | Error::UnknownModel { .. }
             | Error::ModelMissing { .. }
             | Error::IndexMismatch { .. }
+            | Error::UnknownTenant { .. }
             | Error::NotCompiled(_) => Fault::User,
             Error::ModelChecksum { .. }
             | Error::ModelFormat { .. }
@@ -145,7 +166,9 @@ impl Error {
             | Error::Tokenizer(_)
             | Error::Download { .. }
             | Error::Path { .. }
-            | Error::Io(_) => Fault::Runtime,
+            | Error::Io(_)
+            | Error::Catalog(_)
+            | Error::Index { .. } => Fault::Runtime,
             Error::Bug(_) => Fault::Bug,
         }
     }
@@ -154,6 +177,14 @@ impl Error {
     pub fn path(path: impl Into<PathBuf>) -> impl FnOnce(std::io::Error) -> Error {
         let path = path.into();
         move |source| Error::Path { path, source }
+    }
+}
+
+impl Error {
+    /// Wraps an index backend's error with what was being done.
+    pub fn index(what: impl Into<String>) -> impl FnOnce(Box<dyn std::error::Error + Send + Sync>) -> Error {
+        let what = what.into();
+        move |source| Error::Index { what, source }
     }
 }
 

@@ -28,6 +28,7 @@ pub mod error;
 pub mod model;
 pub mod rerank;
 pub mod source;
+pub mod store;
 pub mod types;
 
 #[cfg(any(test, feature = "testing"))]

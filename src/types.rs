@@ -208,6 +208,16 @@ pub struct Chunk {
     pub tokens: usize,
 }
 
+/// The text that is embedded and indexed for BM25 for a child chunk: its situating context (title
+/// and section path, or an LLM's note), a blank line, then the chunk's own text.
+pub fn indexed_text(context: &str, text: &str) -> String {
+    if context.is_empty() {
+        text.to_string()
+    } else {
+        format!("{context}\n\n{text}")
+    }
+}
+
 /// Cosine similarity of two vectors (not assumed normalised).
 pub fn cosine(a: &[f32], b: &[f32]) -> f32 {
     let (mut dot, mut na, mut nb) = (0f64, 0f64, 0f64);

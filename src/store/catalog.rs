@@ -1,0 +1,738 @@
+//! The catalog: one SQLite file (WAL) holding the truth of a data folder: tenants, documents with
+//! their normalised text, chunks with all their metadata, the embedding cache and the generation
+//! counter the derived indexes are checked against.
+//!
+//! Every write is one transaction ([`Catalog::commit`]); the usearch and tantivy indexes are
+//! rebuilt from these rows (vectors from the embedding cache) whenever they disagree.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::{Mutex, MutexGuard};
+
+use rusqlite::{params, Connection, OptionalExtension};
+use serde::Serialize;
+
+use crate::error::{Error, Result};
+use crate::types::{indexed_text, Chunk, ChunkId, ChunkRole, DocId, Lines, ParsedDocument, Span};
+
+/// Bumped when the schema changes incompatibly.
+const SCHEMA_VERSION: i64 = 1;
+
+const SCHEMA: &str = "
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS tenants (
+    id INTEGER PRIMARY KEY,
+    name TEXT NOT NULL UNIQUE,
+    model TEXT NOT NULL,
+    dims INTEGER NOT NULL,
+    generation INTEGER NOT NULL DEFAULT 0
+);
+CREATE TABLE IF NOT EXISTS documents (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    tenant_id INTEGER NOT NULL REFERENCES tenants(id),
+    path TEXT NOT NULL,
+    sha256 TEXT NOT NULL,
+    size INTEGER NOT NULL,
+    mtime_ns INTEGER NOT NULL,
+    status TEXT NOT NULL CHECK (status IN ('indexed', 'skipped')),
+    skip_reason TEXT,
+    parser TEXT,
+    chunker TEXT,
+    title TEXT,
+    metadata TEXT,
+    text TEXT,
+    generation INTEGER NOT NULL,
+    UNIQUE (tenant_id, path)
+);
+CREATE TABLE IF NOT EXISTS chunks (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    doc_id INTEGER NOT NULL REFERENCES documents(id) ON DELETE CASCADE,
+    tenant_id INTEGER NOT NULL,
+    ordinal INTEGER NOT NULL,
+    role TEXT NOT NULL CHECK (role IN ('parent', 'child')),
+    parent_id INTEGER,
+    section_path TEXT NOT NULL,
+    start INTEGER NOT NULL,
+    end INTEGER NOT NULL,
+    page INTEGER,
+    line_first INTEGER NOT NULL,
+    line_last INTEGER NOT NULL,
+    tokens INTEGER NOT NULL,
+    context TEXT NOT NULL,
+    embed_sha256 BLOB
+);
+CREATE INDEX IF NOT EXISTS chunks_by_doc ON chunks(doc_id);
+CREATE INDEX IF NOT EXISTS chunks_by_tenant ON chunks(tenant_id, role);
+CREATE TABLE IF NOT EXISTS embeddings (
+    model TEXT NOT NULL,
+    sha256 BLOB NOT NULL,
+    vector BLOB NOT NULL,
+    PRIMARY KEY (model, sha256)
+) WITHOUT ROWID;
+";
+
+/// sha256 of an embedded text: the embedding cache's key (with the model id).
+pub type TextHash = [u8; 32];
+
+/// The sha256 of `text`.
+pub fn text_hash(text: &str) -> TextHash {
+    use sha2::Digest;
+    sha2::Sha256::digest(text.as_bytes()).into()
+}
+
+/// A tenant as the catalog knows it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct TenantRow {
+    /// Row id.
+    pub id: i64,
+    /// Name (also its folder name).
+    pub name: String,
+    /// The embedding model its active vector index is built with.
+    pub model: String,
+    /// That model's dimensions.
+    pub dims: usize,
+    /// Generation of the catalog's latest committed change for this tenant.
+    pub generation: u64,
+}
+
+/// Whether a document was indexed or skipped (and stays skipped until it changes).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum DocumentStatus {
+    /// Parsed, chunked and indexed.
+    Indexed,
+    /// Not ingested; the reason (JSON of a `SkipReason`) is kept.
+    Skipped,
+}
+
+/// A document row, without its text.
+#[derive(Debug, Clone, Serialize)]
+pub struct DocumentRow {
+    /// Row id.
+    pub id: DocId,
+    /// Absolute path.
+    pub path: PathBuf,
+    /// Hex sha256 of the file's bytes.
+    pub sha256: String,
+    /// Bytes.
+    pub size: u64,
+    /// Modification time, ns since the epoch.
+    pub mtime_ns: i64,
+    /// Indexed or skipped.
+    pub status: DocumentStatus,
+    /// Why it was skipped (a human sentence), when it was.
+    pub skip_reason: Option<String>,
+    /// Parser name.
+    pub parser: Option<String>,
+    /// Title.
+    pub title: Option<String>,
+    /// Chunks stored for it (parents and children).
+    pub chunks: usize,
+}
+
+/// One file's new state, written by [`Catalog::commit`].
+#[derive(Debug, Clone)]
+pub struct DocumentWrite {
+    /// Absolute path.
+    pub path: PathBuf,
+    /// Hex sha256 of the bytes.
+    pub sha256: String,
+    /// Bytes.
+    pub size: u64,
+    /// Modification time, ns since the epoch.
+    pub mtime_ns: i64,
+    /// What happened to it.
+    pub content: DocumentContent,
+}
+
+/// A parsed document with its chunks, or why the file was skipped.
+#[derive(Debug, Clone)]
+pub enum DocumentContent {
+    /// Parsed and chunked.
+    Indexed {
+        /// The parser's output.
+        doc: ParsedDocument,
+        /// Chunker name.
+        chunker: String,
+        /// Its chunks, each with its situating context.
+        chunks: Vec<ContextualChunk>,
+    },
+    /// Skipped, with the reason shown to the user.
+    Skipped {
+        /// A human sentence.
+        reason: String,
+    },
+}
+
+/// A chunk with the context that is embedded and indexed with it (children only).
+#[derive(Debug, Clone)]
+pub struct ContextualChunk {
+    /// The chunk.
+    pub chunk: Chunk,
+    /// Its situating context; empty for parents.
+    pub context: String,
+}
+
+/// One commit's worth of changes to a tenant.
+#[derive(Debug, Clone, Default)]
+pub struct CommitBatch {
+    /// Documents added or replaced (by path).
+    pub documents: Vec<DocumentWrite>,
+    /// Documents removed.
+    pub removed: Vec<DocId>,
+    /// Vectors to add to the embedding cache for the tenant's model.
+    pub embeddings: Vec<(TextHash, Vec<f32>)>,
+}
+
+impl CommitBatch {
+    /// Whether there is nothing to write.
+    pub fn is_empty(&self) -> bool {
+        self.documents.is_empty() && self.removed.is_empty()
+    }
+}
+
+/// What a commit changed, for the indexes.
+#[derive(Debug, Clone, Default)]
+pub struct CommitChanges {
+    /// The tenant's new generation.
+    pub generation: u64,
+    /// Children added: id, document, text to index.
+    pub added: Vec<IndexEntry>,
+    /// Children removed (old versions of replaced documents, removed documents).
+    pub removed: Vec<ChunkId>,
+    /// Documents whose chunks were removed or replaced.
+    pub removed_docs: Vec<DocId>,
+}
+
+/// A child chunk as the indexes need it.
+#[derive(Debug, Clone)]
+pub struct IndexEntry {
+    /// Chunk id (the key in both indexes).
+    pub id: ChunkId,
+    /// Its document.
+    pub doc: DocId,
+    /// Context + text, as embedded and indexed for BM25.
+    pub text: String,
+    /// sha256 of `text`: the embedding cache key.
+    pub hash: TextHash,
+}
+
+/// A stored chunk resolved for display.
+#[derive(Debug, Clone, Serialize)]
+pub struct ChunkRow {
+    /// Chunk id.
+    pub id: ChunkId,
+    /// Its document.
+    pub doc: DocId,
+    /// The document's path.
+    pub path: PathBuf,
+    /// The document's title.
+    pub title: String,
+    /// Position in the document.
+    pub ordinal: u32,
+    /// Parent or child.
+    pub role: ChunkRole,
+    /// The parent chunk's id, for children.
+    pub parent: Option<ChunkId>,
+    /// Heading breadcrumb.
+    pub section_path: Vec<String>,
+    /// Byte span in the document's normalised text.
+    pub span: Span,
+    /// Page, for paged formats.
+    pub page: Option<u32>,
+    /// Lines.
+    pub lines: Lines,
+    /// Tokens.
+    pub tokens: usize,
+    /// Situating context.
+    pub context: String,
+    /// The chunk's text: the document text at `span`.
+    pub text: String,
+}
+
+/// The catalog. One connection behind a mutex: writes are serialised anyway, and reads are short.
+pub struct Catalog {
+    conn: Mutex<Connection>,
+    path: PathBuf,
+}
+
+fn role_str(role: ChunkRole) -> &'static str {
+    match role {
+        ChunkRole::Parent => "parent",
+        ChunkRole::Child => "child",
+    }
+}
+
+fn vector_to_blob(v: &[f32]) -> Vec<u8> {
+    v.iter().flat_map(|x| x.to_le_bytes()).collect()
+}
+
+fn blob_to_vector(b: &[u8]) -> Vec<f32> {
+    b.chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect()
+}
+
+impl Catalog {
+    /// Opens (creating if needed) the catalog at `path`, in WAL mode with foreign keys on.
+    pub fn open(path: &Path) -> Result<Catalog> {
+        if let Some(dir) = path.parent() {
+            std::fs::create_dir_all(dir).map_err(Error::path(dir))?;
+        }
+        let conn = Connection::open(path)?;
+        conn.busy_timeout(std::time::Duration::from_secs(30))?;
+        conn.pragma_update(None, "journal_mode", "WAL")?;
+        conn.pragma_update(None, "synchronous", "FULL")?;
+        conn.pragma_update(None, "foreign_keys", "ON")?;
+        conn.execute_batch(SCHEMA)?;
+        let version: Option<String> =
+            conn.query_row("SELECT value FROM meta WHERE key = 'schema_version'", [], |r| r.get(0)).optional()?;
+        match version {
+            None => {
+                conn.execute("INSERT INTO meta (key, value) VALUES ('schema_version', ?1)", [SCHEMA_VERSION.to_string()])?;
+            }
+            Some(v) if v == SCHEMA_VERSION.to_string() => {}
+            Some(v) => {
+                return Err(Error::IndexMismatch {
+                    path: path.to_path_buf(),
+                    found: format!("catalog schema {v}"),
+                    expected: format!("schema {SCHEMA_VERSION}; use a new --data-dir or the matching ragbox version"),
+                })
+            }
+        }
+        Ok(Catalog { conn: Mutex::new(conn), path: path.to_path_buf() })
+    }
+
+    /// The catalog file.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    fn conn(&self) -> MutexGuard<'_, Connection> {
+        // A panic while holding the lock leaves SQLite itself consistent (transactions roll back).
+        self.conn.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// All tenants, by name.
+    pub fn tenants(&self) -> Result<Vec<TenantRow>> {
+        let conn = self.conn();
+        let mut st = conn.prepare("SELECT id, name, model, dims, generation FROM tenants ORDER BY name")?;
+        let rows = st.query_map([], tenant_from_row)?.collect::<rusqlite::Result<Vec<_>>>()?;
+        Ok(rows)
+    }
+
+    /// The tenant called `name`, if any.
+    pub fn tenant(&self, name: &str) -> Result<Option<TenantRow>> {
+        let conn = self.conn();
+        Ok(conn
+            .query_row("SELECT id, name, model, dims, generation FROM tenants WHERE name = ?1", [name], tenant_from_row)
+            .optional()?)
+    }
+
+    /// The tenant called `name`, or [`Error::UnknownTenant`].
+    pub fn require_tenant(&self, name: &str) -> Result<TenantRow> {
+        match self.tenant(name)? {
+            Some(t) => Ok(t),
+            None => Err(Error::UnknownTenant {
+                name: name.to_string(),
+                known: self.tenants()?.into_iter().map(|t| t.name).collect(),
+            }),
+        }
+    }
+
+    /// Creates a tenant whose vectors come from `model` (`dims` wide).
+    pub fn create_tenant(&self, name: &str, model: &str, dims: usize) -> Result<TenantRow> {
+        let conn = self.conn();
+        conn.execute("INSERT INTO tenants (name, model, dims) VALUES (?1, ?2, ?3)", params![name, model, dims as i64])?;
+        drop(conn);
+        self.tenant(name)?.ok_or_else(|| Error::Bug("tenant vanished after insert".into()))
+    }
+
+    /// Switches a tenant's active model (after its index for that model is built).
+    pub fn set_tenant_model(&self, tenant: i64, model: &str, dims: usize) -> Result<()> {
+        self.conn().execute("UPDATE tenants SET model = ?2, dims = ?3 WHERE id = ?1", params![tenant, model, dims as i64])?;
+        Ok(())
+    }
+
+    /// The tenant's documents (indexed and skipped), by path.
+    pub fn documents(&self, tenant: i64) -> Result<Vec<DocumentRow>> {
+        let conn = self.conn();
+        let mut st = conn.prepare(
+            "SELECT d.id, d.path, d.sha256, d.size, d.mtime_ns, d.status, d.skip_reason, d.parser, d.title,
+                    (SELECT COUNT(*) FROM chunks c WHERE c.doc_id = d.id)
+             FROM documents d WHERE d.tenant_id = ?1 ORDER BY d.path",
+        )?;
+        let rows = st
+            .query_map([tenant], |r| {
+                let status: String = r.get(5)?;
+                Ok(DocumentRow {
+                    id: DocId(r.get::<_, i64>(0)? as u64),
+                    path: PathBuf::from(r.get::<_, String>(1)?),
+                    sha256: r.get(2)?,
+                    size: r.get::<_, i64>(3)? as u64,
+                    mtime_ns: r.get(4)?,
+                    status: if status == "indexed" { DocumentStatus::Indexed } else { DocumentStatus::Skipped },
+                    skip_reason: r.get(6)?,
+                    parser: r.get(7)?,
+                    title: r.get(8)?,
+                    chunks: r.get::<_, i64>(9)? as usize,
+                })
+            })?
+            .collect::<rusqlite::Result<Vec<_>>>()?;
+        Ok(rows)
+    }
+
+    /// Vectors cached for `model`, for those of `hashes` it has.
+    pub fn cached_embeddings(&self, model: &str, hashes: &[TextHash]) -> Result<HashMap<TextHash, Vec<f32>>> {
+        let conn = self.conn();
+        let mut st = conn.prepare_cached("SELECT vector FROM embeddings WHERE model = ?1 AND sha256 = ?2")?;
+        let mut out = HashMap::new();
+        for h in hashes {
+            if out.contains_key(h) {
+                continue;
+            }
+            if let Some(blob) = st.query_row(params![model, &h[..]], |r| r.get::<_, Vec<u8>>(0)).optional()? {
+                out.insert(*h, blob_to_vector(&blob));
+            }
+        }
+        Ok(out)
+    }
+
+    /// Adds vectors to the embedding cache of `model` (existing entries are kept).
+    pub fn put_embeddings(&self, model: &str, vectors: &[(TextHash, Vec<f32>)]) -> Result<()> {
+        let mut conn = self.conn();
+        let tx = conn.transaction()?;
+        {
+            let mut put = tx.prepare_cached("INSERT OR IGNORE INTO embeddings (model, sha256, vector) VALUES (?1, ?2, ?3)")?;
+            for (hash, v) in vectors {
+                put.execute(params![model, &hash[..], vector_to_blob(v)])?;
+            }
+        }
+        tx.commit()?;
+        Ok(())
+    }
+
+    /// Writes one batch of changes for `tenant` in a single transaction and bumps its generation.
+    /// Returns what the indexes must do to catch up.
+    pub fn commit(&self, tenant: &TenantRow, batch: &CommitBatch) -> Result<CommitChanges> {
+        let mut conn = self.conn();
+        let tx = conn.transaction()?;
+        let generation: i64 =
+            tx.query_row("SELECT generation FROM tenants WHERE id = ?1", [tenant.id], |r| r.get(0))?;
+        let generation = generation + 1;
+        let mut changes = CommitChanges { generation: generation as u64, ..Default::default() };
+        {
+            let mut old_children = tx.prepare_cached("SELECT id FROM chunks WHERE doc_id = ?1 AND role = 'child'")?;
+            let mut removed_ids = |doc: i64, changes: &mut CommitChanges| -> rusqlite::Result<()> {
+                for id in old_children.query_map([doc], |r| r.get::<_, i64>(0))? {
+                    changes.removed.push(ChunkId(id? as u64));
+                }
+                changes.removed_docs.push(DocId(doc as u64));
+                Ok(())
+            };
+            for doc in &batch.removed {
+                removed_ids(doc.0 as i64, &mut changes)?;
+                tx.execute("DELETE FROM chunks WHERE doc_id = ?1", [doc.0 as i64])?;
+                tx.execute("DELETE FROM documents WHERE id = ?1 AND tenant_id = ?2", params![doc.0 as i64, tenant.id])?;
+            }
+            let mut find_doc = tx.prepare_cached("SELECT id FROM documents WHERE tenant_id = ?1 AND path = ?2")?;
+            let mut insert_chunk = tx.prepare_cached(
+                "INSERT INTO chunks (doc_id, tenant_id, ordinal, role, parent_id, section_path, start, end, page,
+                                     line_first, line_last, tokens, context, embed_sha256)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14)",
+            )?;
+            for d in &batch.documents {
+                let path = path_text(&d.path)?;
+                let existing: Option<i64> = find_doc.query_row(params![tenant.id, path], |r| r.get(0)).optional()?;
+                if let Some(id) = existing {
+                    removed_ids(id, &mut changes)?;
+                    tx.execute("DELETE FROM chunks WHERE doc_id = ?1", [id])?;
+                }
+                let (status, skip, parser, chunker, title, metadata, text) = match &d.content {
+                    DocumentContent::Indexed { doc, chunker, .. } => (
+                        "indexed",
+                        None,
+                        Some(doc.parser.as_str()),
+                        Some(chunker.as_str()),
+                        Some(doc.title.as_str()),
+                        Some(serde_json::to_string(&doc.metadata).map_err(|e| Error::Bug(e.to_string()))?),
+                        Some(doc.text.as_str()),
+                    ),
+                    DocumentContent::Skipped { reason } => ("skipped", Some(reason.as_str()), None, None, None, None, None),
+                };
+                let doc_id = match existing {
+                    Some(id) => {
+                        tx.execute(
+                            "UPDATE documents SET sha256 = ?2, size = ?3, mtime_ns = ?4, status = ?5, skip_reason = ?6,
+                                    parser = ?7, chunker = ?8, title = ?9, metadata = ?10, text = ?11, generation = ?12
+                             WHERE id = ?1",
+                            params![id, d.sha256, d.size as i64, d.mtime_ns, status, skip, parser, chunker, title, metadata, text, generation],
+                        )?;
+                        id
+                    }
+                    None => {
+                        tx.execute(
+                            "INSERT INTO documents (tenant_id, path, sha256, size, mtime_ns, status, skip_reason, parser,
+                                                    chunker, title, metadata, text, generation)
+                             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13)",
+                            params![tenant.id, path, d.sha256, d.size as i64, d.mtime_ns, status, skip, parser, chunker, title, metadata, text, generation],
+                        )?;
+                        tx.last_insert_rowid()
+                    }
+                };
+                let DocumentContent::Indexed { doc, chunks, .. } = &d.content else { continue };
+                // Ordinal -> chunk id, for the parent links (parents come before their children
+                // in ordinal order only by convention, so resolve after inserting all).
+                let mut ids: HashMap<u32, i64> = HashMap::new();
+                for c in chunks {
+                    let ch = &c.chunk;
+                    let text = doc.text.get(ch.span.range()).ok_or_else(|| {
+                        Error::Bug(format!("chunk span {:?} outside {:?}", ch.span, d.path))
+                    })?;
+                    let hash = (ch.role == ChunkRole::Child).then(|| text_hash(&indexed_text(&c.context, text)));
+                    insert_chunk.execute(params![
+                        doc_id,
+                        tenant.id,
+                        ch.ordinal,
+                        role_str(ch.role),
+                        Option::<i64>::None,
+                        serde_json::to_string(&ch.section_path).map_err(|e| Error::Bug(e.to_string()))?,
+                        ch.span.start as i64,
+                        ch.span.end as i64,
+                        ch.page,
+                        ch.lines.first,
+                        ch.lines.last,
+                        ch.tokens as i64,
+                        c.context,
+                        hash.as_ref().map(|h| &h[..]),
+                    ])?;
+                    let id = tx.last_insert_rowid();
+                    ids.insert(ch.ordinal, id);
+                    if let Some(hash) = hash {
+                        changes.added.push(IndexEntry {
+                            id: ChunkId(id as u64),
+                            doc: DocId(doc_id as u64),
+                            text: indexed_text(&c.context, text),
+                            hash,
+                        });
+                    }
+                }
+                for c in chunks {
+                    if let Some(parent) = c.chunk.parent {
+                        let parent_id = ids.get(&parent).ok_or_else(|| {
+                            Error::Bug(format!("chunk {} of {:?} names a missing parent {parent}", c.chunk.ordinal, d.path))
+                        })?;
+                        tx.execute("UPDATE chunks SET parent_id = ?2 WHERE id = ?1", params![ids[&c.chunk.ordinal], parent_id])?;
+                    }
+                }
+            }
+            let mut put = tx.prepare_cached("INSERT OR IGNORE INTO embeddings (model, sha256, vector) VALUES (?1, ?2, ?3)")?;
+            for (hash, v) in &batch.embeddings {
+                put.execute(params![tenant.model, &hash[..], vector_to_blob(v)])?;
+            }
+        }
+        tx.execute("UPDATE tenants SET generation = ?2 WHERE id = ?1", params![tenant.id, generation])?;
+        tx.commit()?;
+        Ok(changes)
+    }
+
+    /// Every child chunk of a tenant as the indexes need it, in id order.
+    pub fn index_entries(&self, tenant: i64) -> Result<Vec<IndexEntry>> {
+        let conn = self.conn();
+        let mut st = conn.prepare(
+            "SELECT c.id, c.doc_id, c.context, c.start, c.end, c.embed_sha256, d.text
+             FROM chunks c JOIN documents d ON d.id = c.doc_id
+             WHERE c.tenant_id = ?1 AND c.role = 'child' ORDER BY c.doc_id, c.id",
+        )?;
+        let mut rows = st.query([tenant])?;
+        let mut out = Vec::new();
+        // Documents' texts repeat across their chunks: slice each from one read.
+        while let Some(r) = rows.next()? {
+            let context: String = r.get(2)?;
+            let (start, end) = (r.get::<_, i64>(3)? as usize, r.get::<_, i64>(4)? as usize);
+            let hash: Vec<u8> = r.get(5)?;
+            let text = r.get_ref(6)?.as_str().map_err(|e| Error::Bug(format!("document text: {e}")))?;
+            let slice = text.get(start..end).ok_or_else(|| Error::Bug(format!("chunk span {start}..{end} outside its document")))?;
+            out.push(IndexEntry {
+                id: ChunkId(r.get::<_, i64>(0)? as u64),
+                doc: DocId(r.get::<_, i64>(1)? as u64),
+                text: indexed_text(&context, slice),
+                hash: hash.try_into().map_err(|_| Error::Bug("embedding hash is not 32 bytes".into()))?,
+            });
+        }
+        Ok(out)
+    }
+
+    /// Chunks by id, resolved through their documents, restricted to `tenant` (ids of other
+    /// tenants are dropped: defence in depth behind the per-tenant indexes). Input order is kept.
+    pub fn chunks(&self, tenant: i64, ids: &[ChunkId]) -> Result<Vec<ChunkRow>> {
+        let conn = self.conn();
+        let mut st = conn.prepare_cached(
+            "SELECT c.id, c.doc_id, d.path, d.title, c.ordinal, c.role, c.parent_id, c.section_path, c.start, c.end,
+                    c.page, c.line_first, c.line_last, c.tokens, c.context, substr(CAST(d.text AS BLOB), c.start + 1, c.end - c.start)
+             FROM chunks c JOIN documents d ON d.id = c.doc_id
+             WHERE c.id = ?1 AND c.tenant_id = ?2",
+        )?;
+        let mut out = Vec::with_capacity(ids.len());
+        for id in ids {
+            let row = st
+                .query_row(params![id.0 as i64, tenant], |r| {
+                    let section: String = r.get(7)?;
+                    let text: Vec<u8> = r.get(15)?;
+                    Ok((
+                        ChunkRow {
+                            id: ChunkId(r.get::<_, i64>(0)? as u64),
+                            doc: DocId(r.get::<_, i64>(1)? as u64),
+                            path: PathBuf::from(r.get::<_, String>(2)?),
+                            title: r.get::<_, Option<String>>(3)?.unwrap_or_default(),
+                            ordinal: r.get(4)?,
+                            role: if r.get::<_, String>(5)? == "parent" { ChunkRole::Parent } else { ChunkRole::Child },
+                            parent: r.get::<_, Option<i64>>(6)?.map(|p| ChunkId(p as u64)),
+                            section_path: Vec::new(),
+                            span: Span::new(r.get::<_, i64>(8)? as usize, r.get::<_, i64>(9)? as usize),
+                            page: r.get(10)?,
+                            lines: Lines { first: r.get(11)?, last: r.get(12)? },
+                            tokens: r.get::<_, i64>(13)? as usize,
+                            context: r.get(14)?,
+                            text: String::new(),
+                        },
+                        section,
+                        text,
+                    ))
+                })
+                .optional()?;
+            if let Some((mut chunk, section, text)) = row {
+                chunk.section_path = serde_json::from_str(&section).map_err(|e| Error::Bug(format!("section path: {e}")))?;
+                chunk.text = String::from_utf8(text).map_err(|e| Error::Bug(format!("chunk text: {e}")))?;
+                out.push(chunk);
+            }
+        }
+        Ok(out)
+    }
+
+    /// Vectors of `model` for the given text hashes, in input order; `None` where not cached.
+    pub fn vectors(&self, model: &str, hashes: &[TextHash]) -> Result<Vec<Option<Vec<f32>>>> {
+        let cached = self.cached_embeddings(model, hashes)?;
+        Ok(hashes.iter().map(|h| cached.get(h).cloned()).collect())
+    }
+
+    /// Counts for doctor and tests: (indexed documents, skipped documents, parents, children).
+    pub fn counts(&self, tenant: i64) -> Result<(usize, usize, usize, usize)> {
+        let conn = self.conn();
+        let q = |sql: &str| -> Result<usize> { Ok(conn.query_row(sql, [tenant], |r| r.get::<_, i64>(0))? as usize) };
+        Ok((
+            q("SELECT COUNT(*) FROM documents WHERE tenant_id = ?1 AND status = 'indexed'")?,
+            q("SELECT COUNT(*) FROM documents WHERE tenant_id = ?1 AND status = 'skipped'")?,
+            q("SELECT COUNT(*) FROM chunks WHERE tenant_id = ?1 AND role = 'parent'")?,
+            q("SELECT COUNT(*) FROM chunks WHERE tenant_id = ?1 AND role = 'child'")?,
+        ))
+    }
+}
+
+fn tenant_from_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<TenantRow> {
+    Ok(TenantRow {
+        id: r.get(0)?,
+        name: r.get(1)?,
+        model: r.get(2)?,
+        dims: r.get::<_, i64>(3)? as usize,
+        generation: r.get::<_, i64>(4)? as u64,
+    })
+}
+
+/// Paths are stored as UTF-8 text; a path that is not UTF-8 is refused (reported and skipped by
+/// the walker before it gets here).
+fn path_text(p: &Path) -> Result<&str> {
+    p.to_str().ok_or_else(|| Error::Invalid(format!("path {p:?} is not valid UTF-8")))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::types::{Block, BlockKind};
+    use std::collections::BTreeMap;
+
+    fn parsed(text: &str) -> ParsedDocument {
+        ParsedDocument {
+            parser: "text".into(),
+            title: "T".into(),
+            text: text.into(),
+            blocks: vec![Block {
+                kind: BlockKind::Paragraph,
+                span: Span::new(0, text.len()),
+                page: None,
+                lines: Lines { first: 1, last: 1 },
+            }],
+            metadata: BTreeMap::new(),
+        }
+    }
+
+    fn write(path: &str, text: &str) -> DocumentWrite {
+        let doc = parsed(text);
+        let parent = Chunk {
+            ordinal: 0,
+            role: ChunkRole::Parent,
+            parent: None,
+            section_path: vec![],
+            span: Span::new(0, text.len()),
+            page: None,
+            lines: Lines { first: 1, last: 1 },
+            tokens: 3,
+        };
+        let child = Chunk { ordinal: 1, role: ChunkRole::Child, parent: Some(0), ..parent.clone() };
+        DocumentWrite {
+            path: path.into(),
+            sha256: "ab".into(),
+            size: text.len() as u64,
+            mtime_ns: 1,
+            content: DocumentContent::Indexed {
+                doc,
+                chunker: "structural".into(),
+                chunks: vec![
+                    ContextualChunk { chunk: parent, context: String::new() },
+                    ContextualChunk { chunk: child, context: "T".into() },
+                ],
+            },
+        }
+    }
+
+    #[test]
+    fn commit_replace_remove_and_tenant_check() {
+        let dir = tempfile::tempdir().unwrap();
+        let cat = Catalog::open(&dir.path().join("c.sqlite")).unwrap();
+        let t = cat.create_tenant("a", "m", 4).unwrap();
+        let other = cat.create_tenant("b", "m", 4).unwrap();
+        let batch = CommitBatch { documents: vec![write("/x/one.txt", "héllo world")], ..Default::default() };
+        let c1 = cat.commit(&t, &batch).unwrap();
+        assert_eq!(c1.generation, 1);
+        assert_eq!(c1.added.len(), 1);
+        assert_eq!(c1.added[0].text, "T\n\nhéllo world");
+        let rows = cat.chunks(t.id, &[c1.added[0].id]).unwrap();
+        assert_eq!(rows[0].text, "héllo world");
+        assert!(rows[0].parent.is_some());
+        assert!(cat.chunks(other.id, &[c1.added[0].id]).unwrap().is_empty(), "another tenant's chunk is not resolved");
+
+        // Replacing the document removes the old child in the same commit; ids are never reused.
+        let batch = CommitBatch { documents: vec![write("/x/one.txt", "changed")], ..Default::default() };
+        let c2 = cat.commit(&t, &batch).unwrap();
+        assert_eq!(c2.generation, 2);
+        assert_eq!(c2.removed, vec![c1.added[0].id]);
+        assert!(c2.added[0].id > c1.added[0].id);
+        assert_eq!(cat.documents(t.id).unwrap().len(), 1);
+        assert_eq!(cat.index_entries(t.id).unwrap().len(), 1);
+
+        let doc = cat.documents(t.id).unwrap()[0].id;
+        let c3 = cat.commit(&t, &CommitBatch { removed: vec![doc], ..Default::default() }).unwrap();
+        assert_eq!(c3.removed, vec![c2.added[0].id]);
+        assert_eq!(cat.counts(t.id).unwrap(), (0, 0, 0, 0));
+    }
+
+    #[test]
+    fn embedding_cache_round_trips() {
+        let dir = tempfile::tempdir().unwrap();
+        let cat = Catalog::open(&dir.path().join("c.sqlite")).unwrap();
+        let t = cat.create_tenant("a", "m", 2).unwrap();
+        let h = text_hash("x");
+        let batch = CommitBatch { embeddings: vec![(h, vec![0.5, -1.0])], ..Default::default() };
+        cat.commit(&t, &batch).unwrap();
+        assert_eq!(cat.vectors("m", &[h, text_hash("y")]).unwrap(), vec![Some(vec![0.5, -1.0]), None]);
+        assert!(cat.vectors("other", &[h]).unwrap()[0].is_none(), "the cache is per model");
+    }
+}

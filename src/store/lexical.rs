@@ -1,0 +1,253 @@
+//! The lexical (BM25) index of one tenant: tantivy over each child chunk's contextualised text
+//! (title + section path + text), English-stemmed, storing chunk and document ids.
+//!
+//! The catalog generation an index reflects is kept in tantivy's commit payload, so it changes
+//! atomically with the index's own commit.
+
+use std::path::Path;
+
+use tantivy::collector::TopDocs;
+use tantivy::query::{BooleanQuery, Occur, Query, TermQuery};
+use tantivy::tokenizer::{TextAnalyzer, TokenStream};
+use tantivy::schema::{Field, IndexRecordOption, NumericOptions, Schema, TextFieldIndexing, TextOptions, Value};
+use tantivy::{doc, Index, IndexReader, IndexWriter, ReloadPolicy, TantivyDocument, Term};
+
+use crate::error::{Error, Result};
+use crate::types::{ChunkId, DocId};
+
+/// Memory the writer may use before flushing a segment.
+const WRITER_HEAP_BYTES: usize = 64 << 20;
+/// The tokenizer tantivy registers for English with stemming.
+const TOKENIZER: &str = "en_stem";
+
+/// One scored hit: chunk id and BM25 score.
+pub type LexicalHit = (ChunkId, f32);
+
+#[derive(Clone, Copy)]
+struct Fields {
+    chunk: Field,
+    doc: Field,
+    body: Field,
+}
+
+fn schema() -> (Schema, Fields) {
+    let mut b = Schema::builder();
+    let id_opts = NumericOptions::default().set_indexed().set_stored().set_fast();
+    let chunk = b.add_u64_field("chunk_id", id_opts.clone());
+    let doc = b.add_u64_field("doc_id", id_opts);
+    let body = b.add_text_field(
+        "body",
+        TextOptions::default().set_indexing_options(
+            TextFieldIndexing::default().set_tokenizer(TOKENIZER).set_index_option(IndexRecordOption::WithFreqsAndPositions),
+        ),
+    );
+    (b.build(), Fields { chunk, doc, body })
+}
+
+fn err(what: String) -> impl FnOnce(tantivy::TantivyError) -> Error {
+    move |e| Error::Index { what, source: Box::new(e) }
+}
+
+/// A tenant's lexical index.
+pub struct LexicalIndex {
+    index: Index,
+    fields: Fields,
+}
+
+impl LexicalIndex {
+    /// Opens the index in `dir`, creating an empty one if the folder is empty or missing. An index
+    /// that cannot be opened, or whose schema differs, is an error (the caller rebuilds it).
+    pub fn open_or_create(dir: &Path) -> Result<LexicalIndex> {
+        std::fs::create_dir_all(dir).map_err(Error::path(dir))?;
+        let (schema, fields) = schema();
+        let mmap = tantivy::directory::MmapDirectory::open(dir).map_err(|e| Error::Index {
+            what: format!("opening lexical index folder {dir:?}"),
+            source: Box::new(e),
+        })?;
+        let index = Index::open_or_create(mmap, schema).map_err(err(format!("opening lexical index {dir:?}")))?;
+        Ok(LexicalIndex { index, fields })
+    }
+
+    /// The catalog generation of the last commit (0 for a new index).
+    pub fn generation(&self) -> Result<u64> {
+        let metas = self.index.load_metas().map_err(err("reading lexical index metadata".into()))?;
+        Ok(metas.payload.as_deref().and_then(|p| p.parse().ok()).unwrap_or(0))
+    }
+
+    /// Documents (chunks) in the last commit.
+    pub fn len(&self) -> Result<usize> {
+        Ok(self.reader()?.searcher().num_docs() as usize)
+    }
+
+    /// Whether the last commit holds no chunks.
+    pub fn is_empty(&self) -> Result<bool> {
+        Ok(self.len()? == 0)
+    }
+
+    /// Every chunk id in the last commit (with repeats, if any: a consistency check counts them).
+    pub fn all_chunk_ids(&self) -> Result<Vec<ChunkId>> {
+        let searcher = self.reader()?.searcher();
+        let mut out = Vec::new();
+        for segment in searcher.segment_readers() {
+            let column = segment
+                .fast_fields()
+                .u64("chunk_id")
+                .map_err(err("reading lexical chunk ids".into()))?;
+            let alive = segment.alive_bitset();
+            for doc in 0..segment.max_doc() {
+                if alive.is_some_and(|a| !a.is_alive(doc)) {
+                    continue;
+                }
+                if let Some(id) = column.first(doc) {
+                    out.push(ChunkId(id));
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    /// A writer for changes; commit with [`LexicalWriter::commit`].
+    pub fn writer(&self) -> Result<LexicalWriter> {
+        let writer = self.index.writer(WRITER_HEAP_BYTES).map_err(err("opening the lexical index writer".into()))?;
+        Ok(LexicalWriter { writer, fields: self.fields })
+    }
+
+    fn reader(&self) -> Result<IndexReader> {
+        self.index
+            .reader_builder()
+            .reload_policy(ReloadPolicy::Manual)
+            .try_into()
+            .map_err(err("opening the lexical index reader".into()))
+    }
+
+    /// A searcher over the last commit.
+    pub fn searcher(&self) -> Result<LexicalSearcher> {
+        let reader = self.reader()?;
+        let analyzer = self.index.tokenizer_for_field(self.fields.body).map_err(err("loading the lexical tokenizer".into()))?;
+        Ok(LexicalSearcher { reader, analyzer: std::sync::Mutex::new(analyzer), fields: self.fields })
+    }
+}
+
+/// Pending changes to a lexical index.
+pub struct LexicalWriter {
+    writer: IndexWriter,
+    fields: Fields,
+}
+
+impl LexicalWriter {
+    /// Adds one chunk's contextualised text.
+    pub fn add(&mut self, chunk: ChunkId, doc: DocId, text: &str) -> Result<()> {
+        let f = self.fields;
+        self.writer
+            .add_document(doc!(f.chunk => chunk.0, f.doc => doc.0, f.body => text))
+            .map_err(err("adding to the lexical index".into()))?;
+        Ok(())
+    }
+
+    /// Removes every chunk of a document.
+    pub fn remove_document(&mut self, doc: DocId) {
+        self.writer.delete_term(Term::from_field_u64(self.fields.doc, doc.0));
+    }
+
+    /// Removes everything.
+    pub fn clear(&mut self) -> Result<()> {
+        self.writer.delete_all_documents().map_err(err("clearing the lexical index".into()))?;
+        Ok(())
+    }
+
+    /// Commits the changes atomically, stamped with the catalog `generation`.
+    pub fn commit(mut self, generation: u64) -> Result<()> {
+        let mut prepared = self.writer.prepare_commit().map_err(err("preparing the lexical commit".into()))?;
+        prepared.set_payload(&generation.to_string());
+        prepared.commit().map_err(err("committing the lexical index".into()))?;
+        self.writer.wait_merging_threads().map_err(err("merging lexical index segments".into()))?;
+        Ok(())
+    }
+}
+
+/// Searches one commit of a lexical index.
+pub struct LexicalSearcher {
+    reader: IndexReader,
+    analyzer: std::sync::Mutex<TextAnalyzer>,
+    fields: Fields,
+}
+
+impl LexicalSearcher {
+    /// The `k` best chunks for a free-text query by BM25, best first. The query is plain text,
+    /// not query syntax: it is tokenised like the indexed text (stemmed) and its distinct terms
+    /// are OR-ed, so any user text works and ranks by BM25.
+    pub fn search(&self, query: &str, k: usize) -> Result<Vec<LexicalHit>> {
+        let mut terms: Vec<Term> = Vec::new();
+        {
+            let mut analyzer = self.analyzer.lock().unwrap_or_else(|p| p.into_inner());
+            let mut stream = analyzer.token_stream(query);
+            while let Some(token) = stream.next() {
+                let term = Term::from_field_text(self.fields.body, &token.text);
+                if !terms.contains(&term) {
+                    terms.push(term);
+                }
+            }
+        }
+        if k == 0 || terms.is_empty() {
+            return Ok(Vec::new());
+        }
+        let q = BooleanQuery::new(
+            terms
+                .into_iter()
+                .map(|t| (Occur::Should, Box::new(TermQuery::new(t, IndexRecordOption::WithFreqs)) as Box<dyn Query>))
+                .collect(),
+        );
+        let searcher = self.reader.searcher();
+        let top = searcher
+            .search(&q, &TopDocs::with_limit(k).order_by_score())
+            .map_err(err("searching the lexical index".into()))?;
+        let mut out = Vec::with_capacity(top.len());
+        for (score, address) in top {
+            let d: TantivyDocument = searcher.doc(address).map_err(err("reading a lexical hit".into()))?;
+            let id = d
+                .get_first(self.fields.chunk)
+                .and_then(|v| v.as_u64())
+                .ok_or_else(|| Error::Bug("lexical hit without a chunk id".into()))?;
+            out.push((ChunkId(id), score));
+        }
+        Ok(out)
+    }
+
+    /// Chunks in this commit.
+    pub fn len(&self) -> usize {
+        self.reader.searcher().num_docs() as usize
+    }
+
+    /// Whether this commit holds no chunks.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn add_search_replace_and_generation() {
+        let dir = tempfile::tempdir().unwrap();
+        let ix = LexicalIndex::open_or_create(dir.path()).unwrap();
+        assert_eq!(ix.generation().unwrap(), 0);
+        let mut w = ix.writer().unwrap();
+        w.add(ChunkId(1), DocId(1), "Travel policy\n\nEmployees book economy flights.").unwrap();
+        w.add(ChunkId(2), DocId(2), "Security policy\n\nPasswords have at least 14 characters.").unwrap();
+        w.commit(3).unwrap();
+        assert_eq!(ix.generation().unwrap(), 3);
+        let s = ix.searcher().unwrap();
+        assert_eq!(s.search("flight booking", 5).unwrap()[0].0, ChunkId(1), "stemming: flight ~ flights");
+        assert_eq!(s.search("password: \"14 (characters", 5).unwrap()[0].0, ChunkId(2), "odd syntax is tolerated");
+        assert!(s.search("   ", 5).unwrap().is_empty());
+
+        let mut w = ix.writer().unwrap();
+        w.remove_document(DocId(1));
+        w.commit(4).unwrap();
+        let s = LexicalIndex::open_or_create(dir.path()).unwrap().searcher().unwrap();
+        assert!(s.search("flights", 5).unwrap().is_empty());
+        assert_eq!(s.len(), 1);
+    }
+}

@@ -1,0 +1,513 @@
+//! The store of a data folder: the catalog (truth) and, per tenant, the derived vector and
+//! lexical indexes, kept in step by one commit protocol.
+//!
+//! May import `types` and `error` only; vectors come in as `&[f32]`, never from `embed`.
+//!
+//! **Commit protocol.** (1) One catalog transaction writes the documents, chunks and vectors and
+//! bumps the tenant's generation to N+1. (2) The vector index is rewritten (temporary file,
+//! fsync, rename) and its sidecar stamped N+1; the lexical index commits with payload N+1.
+//! (3) The writer acknowledges. A crash before (1) ends leaves generation N everywhere; a crash
+//! after it leaves an index behind the catalog, which the next open rebuilds from the catalog
+//! (vectors from the embedding cache: a rebuild never re-embeds). So nothing acknowledged is lost
+//! and nothing half-written is served.
+//!
+//! One writer per tenant at a time: [`Store::writer`] takes an exclusive lock file.
+
+pub mod catalog;
+pub mod layout;
+pub mod lexical;
+pub mod vector;
+
+use std::collections::{BTreeSet, HashMap};
+use std::fs::File;
+use std::path::Path;
+
+use serde::Serialize;
+
+pub use catalog::{
+    text_hash, Catalog, ChunkRow, CommitBatch, CommitChanges, ContextualChunk, DocumentContent, DocumentRow,
+    DocumentStatus, DocumentWrite, IndexEntry, TenantRow, TextHash,
+};
+pub use layout::{check_tenant_name, Layout, DEFAULT_TENANT};
+pub use lexical::{LexicalHit, LexicalIndex, LexicalSearcher};
+pub use vector::{Quantization, VectorHit, VectorIndex, VectorMeta, VectorOptions};
+
+use crate::error::{Error, Result};
+use crate::types::ChunkId;
+
+/// A data folder, open.
+pub struct Store {
+    layout: Layout,
+    catalog: Catalog,
+    vector_options: VectorOptions,
+}
+
+/// What opening a tenant's indexes found and fixed.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct Repair {
+    /// Why the vector index was rebuilt, if it was.
+    pub vector: Option<String>,
+    /// Why the lexical index was rebuilt, if it was.
+    pub lexical: Option<String>,
+}
+
+impl Repair {
+    /// Whether anything was rebuilt.
+    pub fn any(&self) -> bool {
+        self.vector.is_some() || self.lexical.is_some()
+    }
+}
+
+/// The chunk-id sets of a tenant's catalog and indexes, compared.
+#[derive(Debug, Clone, Serialize)]
+pub struct Consistency {
+    /// Catalog generation.
+    pub generation: u64,
+    /// Vector index generation (None: missing or damaged).
+    pub vector_generation: Option<u64>,
+    /// Lexical index generation.
+    pub lexical_generation: Option<u64>,
+    /// Child chunks in the catalog.
+    pub catalog_children: usize,
+    /// Vectors in the index.
+    pub vector_count: usize,
+    /// Chunks in the lexical index.
+    pub lexical_count: usize,
+    /// Catalog children missing from the vector index.
+    pub missing_vectors: usize,
+    /// Catalog children missing from the lexical index.
+    pub missing_lexical: usize,
+    /// Lexical entries that appear more than once.
+    pub duplicate_lexical: usize,
+    /// Whether all three agree exactly.
+    pub consistent: bool,
+}
+
+impl Store {
+    /// Opens (creating if needed) the data folder.
+    pub fn open(data_dir: &Path, vector_options: VectorOptions) -> Result<Store> {
+        std::fs::create_dir_all(data_dir).map_err(Error::path(data_dir))?;
+        let layout = Layout::new(data_dir);
+        let catalog = Catalog::open(&layout.catalog())?;
+        Ok(Store { layout, catalog, vector_options })
+    }
+
+    /// File layout.
+    pub fn layout(&self) -> &Layout {
+        &self.layout
+    }
+
+    /// The catalog.
+    pub fn catalog(&self) -> &Catalog {
+        &self.catalog
+    }
+
+    /// The tenant `name`, created for `model`/`dims` if it does not exist. An existing tenant
+    /// built with another model is refused with the command that switches it.
+    pub fn tenant_for_model(&self, name: &str, model: &str, dims: usize) -> Result<TenantRow> {
+        check_tenant_name(name)?;
+        match self.catalog.tenant(name)? {
+            None => self.catalog.create_tenant(name, model, dims),
+            Some(t) if t.model == model => Ok(t),
+            Some(t) => Err(Error::IndexMismatch {
+                path: self.layout.vector(name, &t.model),
+                found: format!("tenant `{name}` embedded with {}", t.model),
+                expected: format!("{model}; run `ragbox reembed --tenant {name} --model {model}` to switch it, or drop --model"),
+            }),
+        }
+    }
+
+    fn lock(&self, tenant: &str) -> Result<File> {
+        let dir = self.layout.tenant(tenant);
+        std::fs::create_dir_all(&dir).map_err(Error::path(&dir))?;
+        let path = dir.join("write.lock");
+        let f = File::options().create(true).truncate(false).write(true).open(&path).map_err(Error::path(&path))?;
+        match f.try_lock() {
+            Ok(()) => Ok(f),
+            Err(std::fs::TryLockError::WouldBlock) => Err(Error::Invalid(format!(
+                "another ragbox process is writing to tenant `{tenant}` (lock {path:?}); wait for it to finish"
+            ))),
+            Err(std::fs::TryLockError::Error(e)) => Err(Error::Path { path, source: e }),
+        }
+    }
+
+    /// Opens a tenant for writing: takes its lock, repairs its indexes for `tenant.model` if they
+    /// lag the catalog, and loads them for changes.
+    pub fn writer(&self, tenant: &TenantRow) -> Result<TenantWriter<'_>> {
+        let lock = self.lock(&tenant.name)?;
+        let (vector, repair_v) = self.open_vector(tenant, &tenant.model, tenant.dims, true)?;
+        let (lexical, repair_l) = self.open_lexical(tenant)?;
+        let repair = Repair { vector: repair_v, lexical: repair_l };
+        Ok(TenantWriter { store: self, tenant: tenant.clone(), vector, lexical, repair, _lock: lock })
+    }
+
+    /// Opens a tenant for reading with its active model's index. Lagging or damaged indexes are
+    /// repaired first when no writer holds the tenant; otherwise the last committed indexes are
+    /// served (hits are resolved through the catalog, so removed chunks never surface).
+    pub fn reader(&self, tenant: &TenantRow) -> Result<TenantReader> {
+        let repair = match self.lock(&tenant.name) {
+            Ok(_lock) => {
+                let (_, v) = self.open_vector(tenant, &tenant.model, tenant.dims, false)?;
+                let (_, l) = self.open_lexical(tenant)?;
+                Repair { vector: v, lexical: l }
+            }
+            Err(Error::Invalid(_)) => Repair::default(),
+            Err(e) => return Err(e),
+        };
+        let path = self.layout.vector(&tenant.name, &tenant.model);
+        let meta = VectorIndex::check(&path, &self.layout.vector_meta(&tenant.name, &tenant.model))?;
+        let vector = VectorIndex::view(&path, meta, self.vector_options)?;
+        let lexical = LexicalIndex::open_or_create(&self.layout.lexical(&tenant.name))?.searcher()?;
+        Ok(TenantReader { tenant: tenant.clone(), vector, lexical, repair })
+    }
+
+    /// Opens the vector index of `model`, rebuilding it from the catalog when it is missing,
+    /// damaged, of another model, or behind the catalog. `load` picks an in-memory (writable)
+    /// index; otherwise the rebuilt index is saved and dropped.
+    fn open_vector(&self, tenant: &TenantRow, model: &str, dims: usize, load: bool) -> Result<(VectorIndex, Option<String>)> {
+        let path = self.layout.vector(&tenant.name, model);
+        let meta_path = self.layout.vector_meta(&tenant.name, model);
+        let problem = match VectorIndex::check(&path, &meta_path) {
+            Ok(meta) if meta.model != model || meta.dims != dims => Some(format!("built with {} ({} dims)", meta.model, meta.dims)),
+            Ok(meta) if meta.generation != tenant.generation => {
+                Some(format!("at generation {}, catalog at {}", meta.generation, tenant.generation))
+            }
+            Ok(meta) => {
+                if load {
+                    return Ok((VectorIndex::load(&path, meta, self.vector_options)?, None));
+                }
+                return Ok((VectorIndex::create(model, dims, self.vector_options)?, None));
+            }
+            Err(_) if tenant.generation == 0 && !path.exists() => None,
+            Err(e) => Some(format!("{e:#}")),
+        };
+        let mut index = VectorIndex::create(model, dims, self.vector_options)?;
+        if let Some(why) = &problem {
+            tracing::warn!(tenant = %tenant.name, model, "rebuilding the vector index from the catalog: {why}");
+            let entries = self.catalog.index_entries(tenant.id)?;
+            let hashes: Vec<TextHash> = entries.iter().map(|e| e.hash).collect();
+            let vectors = self.catalog.vectors(model, &hashes)?;
+            let missing = vectors.iter().filter(|v| v.is_none()).count();
+            if missing > 0 {
+                return Err(Error::Invalid(format!(
+                    "{missing} chunks of tenant `{}` have no cached {model} vector; run `ragbox reembed --tenant {} --model {model}`",
+                    tenant.name, tenant.name
+                )));
+            }
+            let items: Vec<(ChunkId, &[f32])> =
+                entries.iter().zip(&vectors).filter_map(|(e, v)| v.as_deref().map(|v| (e.id, v))).collect();
+            index.add(&items)?;
+        }
+        index.save(&path, &meta_path, tenant.generation)?;
+        Ok((index, problem))
+    }
+
+    /// Opens the lexical index, rebuilding it when it cannot be opened or lags the catalog.
+    fn open_lexical(&self, tenant: &TenantRow) -> Result<(LexicalIndex, Option<String>)> {
+        let dir = self.layout.lexical(&tenant.name);
+        let (index, problem) = match LexicalIndex::open_or_create(&dir).and_then(|ix| ix.generation().map(|g| (ix, g))) {
+            Ok((ix, g)) if g == tenant.generation => return Ok((ix, None)),
+            Ok((ix, g)) => (ix, format!("at generation {g}, catalog at {}", tenant.generation)),
+            Err(e) => {
+                let why = format!("{e:#}");
+                if dir.exists() {
+                    std::fs::remove_dir_all(&dir).map_err(Error::path(&dir))?;
+                }
+                (LexicalIndex::open_or_create(&dir)?, why)
+            }
+        };
+        tracing::warn!(tenant = %tenant.name, "rebuilding the lexical index from the catalog: {problem}");
+        let mut w = index.writer()?;
+        w.clear()?;
+        for e in self.catalog.index_entries(tenant.id)? {
+            w.add(e.id, e.doc, &e.text)?;
+        }
+        w.commit(tenant.generation)?;
+        Ok((index, Some(problem)))
+    }
+
+    /// Builds (or refreshes) the tenant's vector index for another model from the catalog, with
+    /// vectors from `vectors` (called for the texts whose vectors are not cached yet), then
+    /// switches the tenant to it. The old index keeps serving readers until the switch.
+    pub fn reembed(
+        &self,
+        tenant: &TenantRow,
+        model: &str,
+        dims: usize,
+        vectors: &mut dyn FnMut(&[&str]) -> Result<Vec<Vec<f32>>>,
+        batch: usize,
+    ) -> Result<ReembedReport> {
+        let _lock = self.lock(&tenant.name)?;
+        let entries = self.catalog.index_entries(tenant.id)?;
+        let hashes: Vec<TextHash> = entries.iter().map(|e| e.hash).collect();
+        let cached = self.catalog.cached_embeddings(model, &hashes)?;
+        let mut todo: Vec<&IndexEntry> = Vec::new();
+        let mut seen = BTreeSet::new();
+        for e in &entries {
+            if !cached.contains_key(&e.hash) && seen.insert(e.hash) {
+                todo.push(e);
+            }
+        }
+        let mut fresh: HashMap<TextHash, Vec<f32>> = HashMap::new();
+        for group in todo.chunks(batch.max(1)) {
+            let texts: Vec<&str> = group.iter().map(|e| e.text.as_str()).collect();
+            let out = vectors(&texts)?;
+            if out.iter().any(|v| v.len() != dims) {
+                return Err(Error::Bug(format!("{model} returned vectors that are not {dims} wide")));
+            }
+            let new: Vec<(TextHash, Vec<f32>)> = group.iter().map(|e| e.hash).zip(out).collect();
+            self.catalog.put_embeddings(model, &new)?;
+            fresh.extend(new);
+        }
+        let mut index = VectorIndex::create(model, dims, self.vector_options)?;
+        let items: Vec<(ChunkId, &[f32])> = entries
+            .iter()
+            .filter_map(|e| cached.get(&e.hash).or_else(|| fresh.get(&e.hash)).map(|v| (e.id, v.as_slice())))
+            .collect();
+        index.add(&items)?;
+        // The catalog generation cannot move while we hold the lock.
+        index.save(&self.layout.vector(&tenant.name, model), &self.layout.vector_meta(&tenant.name, model), tenant.generation)?;
+        self.catalog.set_tenant_model(tenant.id, model, dims)?;
+        Ok(ReembedReport { chunks: entries.len(), embedded: todo.len(), cached: entries.len() - todo.len() })
+    }
+
+    /// Compares the chunk ids of a tenant's catalog, vector index and lexical index.
+    pub fn check_consistency(&self, tenant: &TenantRow) -> Result<Consistency> {
+        let entries = self.catalog.index_entries(tenant.id)?;
+        let path = self.layout.vector(&tenant.name, &tenant.model);
+        let meta_path = self.layout.vector_meta(&tenant.name, &tenant.model);
+        let vector = VectorIndex::check(&path, &meta_path)
+            .ok()
+            .and_then(|m| VectorIndex::view(&path, m, self.vector_options).ok());
+        let lexical = LexicalIndex::open_or_create(&self.layout.lexical(&tenant.name)).ok();
+        let lexical_ids = match &lexical {
+            Some(ix) => ix.all_chunk_ids()?,
+            None => Vec::new(),
+        };
+        let lexical_set: BTreeSet<ChunkId> = lexical_ids.iter().copied().collect();
+        let missing_vectors = match &vector {
+            Some(v) => entries.iter().filter(|e| !v.contains(e.id)).count(),
+            None => entries.len(),
+        };
+        let missing_lexical = entries.iter().filter(|e| !lexical_set.contains(&e.id)).count();
+        let vector_count = vector.as_ref().map_or(0, |v| v.len());
+        let vector_generation = vector.as_ref().map(|v| v.meta().generation);
+        let lexical_generation = lexical.as_ref().and_then(|l| l.generation().ok());
+        let duplicate_lexical = lexical_ids.len() - lexical_set.len();
+        let consistent = missing_vectors == 0
+            && missing_lexical == 0
+            && duplicate_lexical == 0
+            && vector_count == entries.len()
+            && lexical_ids.len() == entries.len()
+            && vector_generation == Some(tenant.generation)
+            && lexical_generation == Some(tenant.generation);
+        Ok(Consistency {
+            generation: tenant.generation,
+            vector_generation,
+            lexical_generation,
+            catalog_children: entries.len(),
+            vector_count,
+            lexical_count: lexical_ids.len(),
+            missing_vectors,
+            missing_lexical,
+            duplicate_lexical,
+            consistent,
+        })
+    }
+}
+
+/// What `reembed` did.
+#[derive(Debug, Clone, Serialize)]
+pub struct ReembedReport {
+    /// Child chunks in the new index.
+    pub chunks: usize,
+    /// Texts embedded now.
+    pub embedded: usize,
+    /// Chunks whose vectors came from the cache.
+    pub cached: usize,
+}
+
+/// A tenant open for writing; holds its lock until dropped.
+pub struct TenantWriter<'s> {
+    store: &'s Store,
+    tenant: TenantRow,
+    vector: VectorIndex,
+    lexical: LexicalIndex,
+    repair: Repair,
+    _lock: File,
+}
+
+impl TenantWriter<'_> {
+    /// The tenant (its generation advances with each commit).
+    pub fn tenant(&self) -> &TenantRow {
+        &self.tenant
+    }
+
+    /// What opening it repaired.
+    pub fn repair(&self) -> &Repair {
+        &self.repair
+    }
+
+    /// Commits a batch by the protocol in the module docs. `batch.embeddings` must hold a vector
+    /// for every child chunk of the batch's documents that is not cached already.
+    pub fn commit(&mut self, batch: &CommitBatch) -> Result<CommitChanges> {
+        let layout = &self.store.layout;
+        let changes = self.store.catalog.commit(&self.tenant, batch)?;
+        self.tenant.generation = changes.generation;
+
+        let mut vectors: HashMap<TextHash, &[f32]> = batch.embeddings.iter().map(|(h, v)| (*h, v.as_slice())).collect();
+        let missing: Vec<TextHash> = changes.added.iter().map(|e| e.hash).filter(|h| !vectors.contains_key(h)).collect();
+        let cached = self.store.catalog.cached_embeddings(&self.tenant.model, &missing)?;
+        vectors.extend(cached.iter().map(|(h, v)| (*h, v.as_slice())));
+        let mut items = Vec::with_capacity(changes.added.len());
+        for e in &changes.added {
+            let v = vectors.get(&e.hash).ok_or_else(|| Error::Bug(format!("no vector for chunk {}", e.id.0)))?;
+            items.push((e.id, *v));
+        }
+        self.vector.remove(&changes.removed)?;
+        self.vector.add(&items)?;
+        self.vector.save(
+            &layout.vector(&self.tenant.name, &self.tenant.model),
+            &layout.vector_meta(&self.tenant.name, &self.tenant.model),
+            changes.generation,
+        )?;
+
+        let mut w = self.lexical.writer()?;
+        for doc in &changes.removed_docs {
+            w.remove_document(*doc);
+        }
+        for e in &changes.added {
+            w.add(e.id, e.doc, &e.text)?;
+        }
+        w.commit(changes.generation)?;
+        Ok(changes)
+    }
+}
+
+/// A tenant open for searching: its vector index mapped, its lexical index at the last commit.
+pub struct TenantReader {
+    /// The tenant.
+    pub tenant: TenantRow,
+    /// Dense search.
+    pub vector: VectorIndex,
+    /// BM25 search.
+    pub lexical: LexicalSearcher,
+    /// What opening it repaired.
+    pub repair: Repair,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::types::{Block, BlockKind, Chunk, ChunkRole, Lines, ParsedDocument, Span};
+
+    fn doc_write(path: &str, paragraphs: &[&str]) -> (DocumentWrite, Vec<String>) {
+        let text = paragraphs.join("\n\n");
+        let mut blocks = Vec::new();
+        let mut chunks = Vec::new();
+        let mut at = 0;
+        for (i, p) in paragraphs.iter().enumerate() {
+            let span = Span::new(at, at + p.len());
+            blocks.push(Block { kind: BlockKind::Paragraph, span, page: None, lines: Lines { first: 1, last: 1 } });
+            let chunk = Chunk {
+                ordinal: i as u32,
+                role: ChunkRole::Child,
+                parent: None,
+                section_path: vec![],
+                span,
+                page: None,
+                lines: Lines { first: 1, last: 1 },
+                tokens: 1,
+            };
+            chunks.push(ContextualChunk { chunk, context: String::new() });
+            at += p.len() + 2;
+        }
+        let doc = ParsedDocument { parser: "text".into(), title: path.into(), text, blocks, metadata: Default::default() };
+        let texts = paragraphs.iter().map(|s| s.to_string()).collect();
+        let w = DocumentWrite {
+            path: path.into(),
+            sha256: path.into(),
+            size: 1,
+            mtime_ns: 0,
+            content: DocumentContent::Indexed { doc, chunker: "test".into(), chunks },
+        };
+        (w, texts)
+    }
+
+    fn fake_vector(text: &str) -> Vec<f32> {
+        let mut v = vec![0.01f32; 8];
+        for (i, b) in text.bytes().enumerate() {
+            v[(b as usize + i) % 8] += 1.0;
+        }
+        let n = v.iter().map(|x| x * x).sum::<f32>().sqrt();
+        v.iter().map(|x| x / n).collect()
+    }
+
+    fn batch(docs: &[(&str, &[&str])]) -> CommitBatch {
+        let mut b = CommitBatch::default();
+        for (path, paras) in docs {
+            let (w, texts) = doc_write(path, paras);
+            for t in texts {
+                b.embeddings.push((text_hash(&t), fake_vector(&t)));
+            }
+            b.documents.push(w);
+        }
+        b
+    }
+
+    #[test]
+    fn commits_keep_indexes_consistent_and_damage_is_repaired() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path(), VectorOptions::default()).unwrap();
+        let t = store.tenant_for_model("acme", "fake", 8).unwrap();
+        {
+            let mut w = store.writer(&t).unwrap();
+            assert!(store.writer(&t).is_err(), "a second writer is refused");
+            w.commit(&batch(&[("/a.txt", &["alpha one", "beta two"]), ("/b.txt", &["gamma three"])])).unwrap();
+            w.commit(&batch(&[("/a.txt", &["alpha changed"])])).unwrap();
+        }
+        let t = store.catalog().require_tenant("acme").unwrap();
+        assert_eq!(t.generation, 2);
+        let c = store.check_consistency(&t).unwrap();
+        assert!(c.consistent, "{c:?}");
+        assert_eq!(c.catalog_children, 2);
+
+        let r = store.reader(&t).unwrap();
+        assert!(!r.repair.any());
+        let hits = r.lexical.search("gamma", 3).unwrap();
+        let rows = store.catalog().chunks(t.id, &[hits[0].0]).unwrap();
+        assert_eq!(rows[0].text, "gamma three");
+        let dense = r.vector.search(&fake_vector("alpha changed"), 1).unwrap();
+        assert_eq!(store.catalog().chunks(t.id, &[dense[0].0]).unwrap()[0].text, "alpha changed");
+        drop(r);
+
+        // Damage both indexes; opening repairs them from the catalog.
+        std::fs::write(store.layout().vector("acme", "fake"), b"garbage").unwrap();
+        std::fs::remove_dir_all(store.layout().lexical("acme")).unwrap();
+        std::fs::create_dir_all(store.layout().lexical("acme")).unwrap();
+        std::fs::write(store.layout().lexical("acme").join("meta.json"), b"{not json").unwrap();
+        let r = store.reader(&t).unwrap();
+        assert!(r.repair.vector.is_some() && r.repair.lexical.is_some(), "{:?}", r.repair);
+        drop(r);
+        assert!(store.check_consistency(&t).unwrap().consistent);
+
+        // An index lagging the catalog (a crash between the catalog commit and the index writes).
+        store.catalog().commit(&t, &batch(&[("/c.txt", &["delta four"])])).unwrap();
+        let t = store.catalog().require_tenant("acme").unwrap();
+        assert!(!store.check_consistency(&t).unwrap().consistent);
+        let r = store.reader(&t).unwrap();
+        assert!(r.repair.any());
+        assert_eq!(r.lexical.search("delta", 1).unwrap().len(), 1);
+        drop(r);
+        assert!(store.check_consistency(&t).unwrap().consistent);
+    }
+
+    #[test]
+    fn another_model_is_refused_with_the_fix() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path(), VectorOptions::default()).unwrap();
+        store.tenant_for_model("t", "m1", 8).unwrap();
+        let e = store.tenant_for_model("t", "m2", 8).unwrap_err().to_string();
+        assert!(e.contains("ragbox reembed --tenant t --model m2"), "{e}");
+    }
+}

@@ -1,0 +1,317 @@
+//! The vector index of one tenant and model: a usearch file with a JSON sidecar recording the
+//! generation, model id, dims, metric, quantisation and count it was written with.
+//!
+//! Writers load the file into memory, change it, and replace it atomically (temporary file, fsync,
+//! rename), then replace the sidecar the same way. Readers map the file read-only (`view`).
+//! **mmap contract:** a file a reader has mapped is never changed in place, only replaced by
+//! rename, so a reader keeps a consistent (older) snapshot until it reopens.
+//!
+//! Search is exact below [`VectorOptions::exact_below`] vectors and HNSW above.
+
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+use usearch::{Index, IndexOptions, MetricKind, ScalarKind};
+
+use crate::error::{Error, Result};
+use crate::store::layout::{rename_durably, temp_path, write_atomically};
+use crate::types::ChunkId;
+
+/// How vectors are stored.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Quantization {
+    /// 32-bit floats (exact).
+    F32,
+    /// 16-bit floats.
+    F16,
+    /// 8-bit integers (4x smaller, slightly lossy).
+    I8,
+}
+
+impl Quantization {
+    fn scalar(self) -> ScalarKind {
+        match self {
+            Quantization::F32 => ScalarKind::F32,
+            Quantization::F16 => ScalarKind::F16,
+            Quantization::I8 => ScalarKind::I8,
+        }
+    }
+}
+
+/// Settings of a vector index.
+#[derive(Debug, Clone, Copy)]
+pub struct VectorOptions {
+    /// Storage type of the vectors.
+    pub quantization: Quantization,
+    /// Below this many vectors, search is exact (brute force); above, HNSW.
+    pub exact_below: usize,
+    /// HNSW graph degree.
+    pub connectivity: usize,
+    /// HNSW search breadth while adding.
+    pub expansion_add: usize,
+    /// HNSW search breadth while searching.
+    pub expansion_search: usize,
+}
+
+impl Default for VectorOptions {
+    fn default() -> Self {
+        VectorOptions { quantization: Quantization::F32, exact_below: 20_000, connectivity: 16, expansion_add: 128, expansion_search: 128 }
+    }
+}
+
+/// The sidecar: what built the index and which catalog generation it reflects.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct VectorMeta {
+    /// Catalog generation the index reflects.
+    pub generation: u64,
+    /// Embedding model id.
+    pub model: String,
+    /// Vector width.
+    pub dims: usize,
+    /// Always "cos".
+    pub metric: String,
+    /// Storage type.
+    pub quantization: Quantization,
+    /// Vectors in the index.
+    pub count: usize,
+    /// Size of the index file in bytes, to detect truncation.
+    pub file_bytes: u64,
+}
+
+/// One scored hit: chunk id and cosine similarity (1 is identical).
+pub type VectorHit = (ChunkId, f32);
+
+/// A vector index, open for reading (mapped) or writing (in memory).
+pub struct VectorIndex {
+    index: Index,
+    meta: VectorMeta,
+    options: VectorOptions,
+}
+
+fn ffi_err(what: String) -> impl FnOnce(cxx::Exception) -> Error {
+    move |e| Error::Index { what, source: Box::new(e) }
+}
+
+fn usearch_options(dims: usize, o: &VectorOptions) -> IndexOptions {
+    IndexOptions {
+        dimensions: dims,
+        metric: MetricKind::Cos,
+        quantization: o.quantization.scalar(),
+        connectivity: o.connectivity,
+        expansion_add: o.expansion_add,
+        expansion_search: o.expansion_search,
+        multi: false,
+    }
+}
+
+impl VectorIndex {
+    /// A new, empty index for `model` with `dims` dimensions.
+    pub fn create(model: &str, dims: usize, options: VectorOptions) -> Result<VectorIndex> {
+        let index = Index::new(&usearch_options(dims, &options)).map_err(ffi_err("creating a vector index".into()))?;
+        let meta = VectorMeta {
+            generation: 0,
+            model: model.to_string(),
+            dims,
+            metric: "cos".into(),
+            quantization: options.quantization,
+            count: 0,
+            file_bytes: 0,
+        };
+        Ok(VectorIndex { index, meta, options })
+    }
+
+    /// Reads the sidecar of the index at `path` and checks it against the file: size and, from
+    /// the usearch header, dims and count. Any disagreement is an error (the caller rebuilds).
+    pub fn check(path: &Path, meta_path: &Path) -> Result<VectorMeta> {
+        let text = std::fs::read_to_string(meta_path).map_err(Error::path(meta_path))?;
+        let meta: VectorMeta = serde_json::from_str(&text).map_err(|e| Error::Index {
+            what: format!("vector index metadata {meta_path:?} is unreadable"),
+            source: Box::new(e),
+        })?;
+        let bytes = std::fs::metadata(path).map_err(Error::path(path))?.len();
+        let path_str = path_str(path)?;
+        let header = Index::metadata(path_str).map_err(ffi_err(format!("vector index {path:?} has a bad header")))?;
+        let damaged = |why: String| Error::Index {
+            what: format!("vector index {path:?} is damaged: {why}"),
+            source: why.clone().into(),
+        };
+        if bytes != meta.file_bytes {
+            return Err(damaged(format!("{bytes} bytes, its metadata says {}", meta.file_bytes)));
+        }
+        if header.dimensions as usize != meta.dims || header.count_present as usize != meta.count {
+            return Err(damaged(format!(
+                "header says {} vectors of {} dims, metadata {} of {}",
+                header.count_present, header.dimensions, meta.count, meta.dims
+            )));
+        }
+        Ok(meta)
+    }
+
+    /// Maps the index at `path` read-only (after [`VectorIndex::check`]).
+    pub fn view(path: &Path, meta: VectorMeta, options: VectorOptions) -> Result<VectorIndex> {
+        let index = Index::new(&usearch_options(meta.dims, &VectorOptions { quantization: meta.quantization, ..options }))
+            .map_err(ffi_err("creating a vector index".into()))?;
+        index.view(path_str(path)?).map_err(ffi_err(format!("mapping vector index {path:?}")))?;
+        Ok(VectorIndex { index, meta, options })
+    }
+
+    /// Loads the index at `path` into memory for changes (after [`VectorIndex::check`]).
+    pub fn load(path: &Path, meta: VectorMeta, options: VectorOptions) -> Result<VectorIndex> {
+        let index = Index::new(&usearch_options(meta.dims, &VectorOptions { quantization: meta.quantization, ..options }))
+            .map_err(ffi_err("creating a vector index".into()))?;
+        index.load(path_str(path)?).map_err(ffi_err(format!("loading vector index {path:?}")))?;
+        Ok(VectorIndex { index, meta, options })
+    }
+
+    /// What built it and which generation it reflects.
+    pub fn meta(&self) -> &VectorMeta {
+        &self.meta
+    }
+
+    /// Vectors held.
+    pub fn len(&self) -> usize {
+        self.index.size()
+    }
+
+    /// Whether it holds no vectors.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Whether a chunk's vector is present.
+    pub fn contains(&self, id: ChunkId) -> bool {
+        self.index.contains(id.0)
+    }
+
+    /// Adds vectors (replacing any with the same id). Parallel over rayon's threads.
+    pub fn add(&mut self, items: &[(ChunkId, &[f32])]) -> Result<()> {
+        use rayon::prelude::*;
+        for (id, v) in items {
+            if v.len() != self.meta.dims {
+                return Err(Error::Bug(format!("vector of {} dims for a {}-dim index (chunk {})", v.len(), self.meta.dims, id.0)));
+            }
+        }
+        let needed = self.index.size() + items.len();
+        if needed > self.index.capacity() {
+            let threads = rayon::current_num_threads().max(1);
+            self.index
+                .reserve_capacity_and_threads(needed.max(self.index.capacity() * 3 / 2), threads)
+                .map_err(ffi_err("reserving vector index capacity".into()))?;
+        }
+        for (id, _) in items {
+            if self.index.contains(id.0) {
+                self.index.remove(id.0).map_err(ffi_err("replacing a vector".into()))?;
+            }
+        }
+        let index = &self.index;
+        items
+            .par_iter()
+            .try_for_each(|(id, v)| index.add(id.0, v).map_err(ffi_err(format!("adding vector {}", id.0))))?;
+        Ok(())
+    }
+
+    /// Removes vectors by id (ids not present are ignored).
+    pub fn remove(&mut self, ids: &[ChunkId]) -> Result<()> {
+        for id in ids {
+            if self.index.contains(id.0) {
+                self.index.remove(id.0).map_err(ffi_err(format!("removing vector {}", id.0)))?;
+            }
+        }
+        Ok(())
+    }
+
+    /// The `k` nearest chunks to `query`, best first, with cosine similarity.
+    pub fn search(&self, query: &[f32], k: usize) -> Result<Vec<VectorHit>> {
+        if query.len() != self.meta.dims {
+            return Err(Error::IndexMismatch {
+                path: PathBuf::from(&self.meta.model),
+                found: format!("a {}-dim query", query.len()),
+                expected: format!("{} dims ({})", self.meta.dims, self.meta.model),
+            });
+        }
+        if self.index.size() == 0 || k == 0 {
+            return Ok(Vec::new());
+        }
+        let k = k.min(self.index.size());
+        let matches = if self.index.size() < self.options.exact_below {
+            self.index.exact_search(query, k)
+        } else {
+            self.index.search(query, k)
+        }
+        .map_err(ffi_err("searching the vector index".into()))?;
+        Ok(matches.keys.into_iter().zip(matches.distances).map(|(key, d)| (ChunkId(key), 1.0 - d)).collect())
+    }
+
+    /// Writes the index to `path` and its sidecar to `meta_path`, both atomically, stamped with
+    /// `generation`. The index file is renamed before the sidecar, so a sidecar never describes a
+    /// file that is not there; a crash between the two leaves an older generation in the sidecar,
+    /// which the next open detects and repairs.
+    pub fn save(&mut self, path: &Path, meta_path: &Path, generation: u64) -> Result<()> {
+        if let Some(dir) = path.parent() {
+            std::fs::create_dir_all(dir).map_err(Error::path(dir))?;
+        }
+        let tmp = temp_path(path);
+        self.index.save(path_str(&tmp)?).map_err(ffi_err(format!("writing vector index {tmp:?}")))?;
+        std::fs::File::open(&tmp).and_then(|f| f.sync_all()).map_err(Error::path(&tmp))?;
+        let file_bytes = std::fs::metadata(&tmp).map_err(Error::path(&tmp))?.len();
+        rename_durably(&tmp, path)?;
+        self.meta.generation = generation;
+        self.meta.count = self.index.size();
+        self.meta.file_bytes = file_bytes;
+        let json = serde_json::to_vec_pretty(&self.meta).map_err(|e| Error::Bug(e.to_string()))?;
+        write_atomically(meta_path, &json)
+    }
+}
+
+fn path_str(p: &Path) -> Result<&str> {
+    p.to_str().ok_or_else(|| Error::Invalid(format!("data folder path {p:?} is not valid UTF-8")))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn unit(v: &[f32]) -> Vec<f32> {
+        let n = v.iter().map(|x| x * x).sum::<f32>().sqrt();
+        v.iter().map(|x| x / n).collect()
+    }
+
+    #[test]
+    fn add_search_save_view_and_detect_damage() {
+        let dir = tempfile::tempdir().unwrap();
+        let (path, meta_path) = (dir.path().join("v/m.usearch"), dir.path().join("v/m.json"));
+        let mut ix = VectorIndex::create("m", 3, VectorOptions::default()).unwrap();
+        let (a, b, c) = (unit(&[1.0, 0.0, 0.0]), unit(&[0.0, 1.0, 0.0]), unit(&[1.0, 1.0, 0.0]));
+        ix.add(&[(ChunkId(1), &a), (ChunkId(2), &b), (ChunkId(3), &c)]).unwrap();
+        let hits = ix.search(&a, 2).unwrap();
+        assert_eq!(hits[0].0, ChunkId(1));
+        assert!((hits[0].1 - 1.0).abs() < 1e-5);
+        assert_eq!(hits[1].0, ChunkId(3));
+        ix.remove(&[ChunkId(1)]).unwrap();
+        assert_eq!(ix.search(&a, 1).unwrap()[0].0, ChunkId(3));
+        ix.save(&path, &meta_path, 7).unwrap();
+
+        let meta = VectorIndex::check(&path, &meta_path).unwrap();
+        assert_eq!((meta.generation, meta.count, meta.dims), (7, 2, 3));
+        let view = VectorIndex::view(&path, meta.clone(), VectorOptions::default()).unwrap();
+        assert_eq!(view.search(&b, 1).unwrap()[0].0, ChunkId(2));
+        assert!(matches!(view.search(&[1.0, 0.0], 1), Err(Error::IndexMismatch { .. })));
+
+        // Writers reload, add, and replace the file; the mapped reader keeps its snapshot.
+        let mut w = VectorIndex::load(&path, meta, VectorOptions::default()).unwrap();
+        w.add(&[(ChunkId(9), &a)]).unwrap();
+        w.save(&path, &meta_path, 8).unwrap();
+        assert_eq!(view.len(), 2);
+        assert_eq!(VectorIndex::check(&path, &meta_path).unwrap().count, 3);
+
+        // Truncation and garbage are detected.
+        let bytes = std::fs::read(&path).unwrap();
+        std::fs::write(&path, &bytes[..bytes.len() / 2]).unwrap();
+        assert!(VectorIndex::check(&path, &meta_path).is_err());
+        std::fs::write(&path, vec![7u8; bytes.len()]).unwrap();
+        assert!(VectorIndex::check(&path, &meta_path).is_err());
+        std::fs::remove_file(&path).unwrap();
+        assert!(VectorIndex::check(&path, &meta_path).is_err());
+    }
+}
