@@ -5,7 +5,10 @@ use std::sync::Arc;
 use candle_core::Device;
 use serde::Serialize;
 
+use crate::chunk::{ChunkOptions, ChunkerKind};
 use crate::config::Config;
+use crate::ingest::IngestOptions;
+use crate::store::{Quantization, Store, VectorOptions};
 use crate::embed::{load_embedder, EmbedOptions, Embedder};
 use crate::error::Result;
 use crate::model::batch::BatchLimits;
@@ -47,6 +50,19 @@ pub struct DoctorReport {
     pub rerank_status: String,
     /// Every model in the manifest.
     pub models: Vec<ModelStatus>,
+    /// Every tenant's model, generations and whether its indexes agree with the catalog.
+    pub tenants: Vec<TenantStatus>,
+}
+
+/// One tenant as `doctor` sees it.
+#[derive(Debug, Serialize)]
+pub struct TenantStatus {
+    /// The tenant.
+    pub tenant: crate::store::TenantRow,
+    /// Catalog and index generations and chunk counts, compared.
+    pub consistency: Option<crate::store::Consistency>,
+    /// Why the check could not run, if it could not.
+    pub error: Option<String>,
 }
 
 impl App {
@@ -90,6 +106,36 @@ impl App {
         load_reranker(&self.models, spec, &options).map(Some)
     }
 
+    /// Opens the data folder's store.
+    pub fn store(&self) -> Result<Store> {
+        let quantization = match self.config.store.quantization.as_str() {
+            "f16" => Quantization::F16,
+            "i8" => Quantization::I8,
+            _ => Quantization::F32,
+        };
+        let options = VectorOptions { quantization, exact_below: self.config.store.exact_below, ..VectorOptions::default() };
+        Store::open(&self.config.data_dir, options)
+    }
+
+    /// Ingest settings from the configuration, for `tenant`, with an optional chunker override.
+    pub fn ingest_options(&self, tenant: &str, chunker: Option<ChunkerKind>) -> Result<IngestOptions> {
+        let c = &self.config.ingest;
+        let configured: ChunkerKind = c.chunker.parse().map_err(|e: String| crate::Error::Config(e))?;
+        Ok(IngestOptions {
+            tenant: tenant.to_string(),
+            chunker: chunker.unwrap_or(configured),
+            chunk: ChunkOptions {
+                child_tokens: c.child_tokens,
+                max_child_tokens: c.max_child_tokens,
+                parent_tokens: c.parent_tokens,
+                overlap_tokens: c.overlap_tokens,
+            },
+            max_file_bytes: c.max_file_bytes,
+            commit_chunks: c.commit_chunks,
+            ..IngestOptions::default()
+        })
+    }
+
     /// Features, device, and every model's files verified.
     pub fn doctor(&self) -> DoctorReport {
         let models: Vec<ModelStatus> = self.models.manifest().models.iter().map(|m| self.models.status(m)).collect();
@@ -102,7 +148,23 @@ impl App {
             ),
             None => "not configured".to_string(),
         };
+        let mut tenants = Vec::new();
+        if crate::store::Layout::new(&self.config.data_dir).catalog().exists() {
+            match self.store().and_then(|s| s.catalog().tenants().map(|t| (s, t))) {
+                Ok((store, rows)) => {
+                    for t in rows {
+                        let (consistency, error) = match store.check_consistency(&t) {
+                            Ok(c) => (Some(c), None),
+                            Err(e) => (None, Some(format!("{e:#}"))),
+                        };
+                        tenants.push(TenantStatus { tenant: t, consistency, error });
+                    }
+                }
+                Err(e) => tracing::warn!("cannot open the store: {e:#}"),
+            }
+        }
         DoctorReport {
+            tenants,
             version: env!("CARGO_PKG_VERSION"),
             candle: "0.10.2",
             features: crate::model::device::compiled_features(),

@@ -36,6 +36,36 @@ pub struct RerankSection {
     pub batch_size: usize,
 }
 
+/// `[ingest]`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct IngestSection {
+    /// Chunker name.
+    pub chunker: String,
+    /// Target child size in tokens.
+    pub child_tokens: usize,
+    /// Hard child budget in tokens.
+    pub max_child_tokens: usize,
+    /// Parent budget in tokens.
+    pub parent_tokens: usize,
+    /// Child overlap in tokens.
+    pub overlap_tokens: usize,
+    /// Largest file ingested.
+    pub max_file_bytes: u64,
+    /// Pending chunks that trigger a commit.
+    pub commit_chunks: usize,
+}
+
+/// `[store]`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct StoreSection {
+    /// `f32`, `f16` or `i8`.
+    pub quantization: String,
+    /// Exact vector search below this many vectors.
+    pub exact_below: usize,
+}
+
 /// The configuration as written.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -50,6 +80,10 @@ pub struct RawConfig {
     pub embed: EmbedSection,
     /// Reranking settings.
     pub rerank: RerankSection,
+    /// Ingest settings.
+    pub ingest: IngestSection,
+    /// Index settings.
+    pub store: StoreSection,
 }
 
 /// Values from the command line, the strongest layer.
@@ -78,6 +112,10 @@ pub struct Config {
     pub embed: EmbedSection,
     /// Reranking settings.
     pub rerank: RerankSection,
+    /// Ingest settings.
+    pub ingest: IngestSection,
+    /// Index settings.
+    pub store: StoreSection,
     /// The file read, if any.
     pub config_file: Option<PathBuf>,
 }
@@ -205,12 +243,28 @@ impl Config {
         if raw.embed.batch_size == 0 || raw.embed.max_batch_tokens == 0 || raw.rerank.batch_size == 0 {
             return Err(Error::Config("batch sizes must be at least 1".into()));
         }
+        if !["f32", "f16", "i8"].contains(&raw.store.quantization.as_str()) {
+            return Err(Error::Config(format!("store.quantization = `{}`: use f32, f16 or i8", raw.store.quantization)));
+        }
+        if !["structural", "fixed", "semantic", "code"].contains(&raw.ingest.chunker.as_str()) {
+            return Err(Error::Config(format!(
+                "ingest.chunker = `{}`: use structural, fixed, semantic or code",
+                raw.ingest.chunker
+            )));
+        }
+        if raw.ingest.child_tokens == 0 || raw.ingest.max_child_tokens < raw.ingest.child_tokens || raw.ingest.commit_chunks == 0 {
+            return Err(Error::Config(
+                "ingest: child_tokens must be at least 1, max_child_tokens at least child_tokens, commit_chunks at least 1".into(),
+            ));
+        }
         Ok(Config {
             data_dir,
             models_dir,
             device: o.device.unwrap_or(raw.device),
             embed: raw.embed,
             rerank: raw.rerank,
+            ingest: raw.ingest,
+            store: raw.store,
             config_file: o.config_file.clone(),
         })
     }

@@ -50,7 +50,7 @@ fn main() -> ExitCode {
     let cli = cli::Cli::parse();
     install_logging(&cli.global);
     match cli::run(cli) {
-        Ok(()) => ExitCode::SUCCESS,
+        Ok(code) => ExitCode::from(code),
         Err(err) => {
             let code = exit_code(&err);
             if code != 0 {

@@ -33,6 +33,9 @@ impl Embedder for HashEmbedder {
     fn max_tokens(&self) -> usize {
         usize::MAX
     }
+    fn count_tokens(&self, text: &str) -> usize {
+        text.split_whitespace().count()
+    }
     fn embed(&self, texts: &[&str], _kind: TextKind) -> Result<Vec<Embedding>> {
         crate::embed::check_texts(texts)?;
         Ok(texts

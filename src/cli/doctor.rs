@@ -18,6 +18,27 @@ pub fn run(g: &GlobalArgs) -> anyhow::Result<()> {
     println!("models dir: {}", report.models_dir.display());
     println!("embedder:   {}", report.embed_model);
     println!("reranker:   {} ({})", report.rerank_model, report.rerank_status);
+    println!("tenants:");
+    if report.tenants.is_empty() {
+        println!("  none yet: `ragbox ingest PATH` creates one");
+    }
+    for t in &report.tenants {
+        let r = &t.tenant;
+        match (&t.consistency, &t.error) {
+            (Some(c), _) => println!(
+                "  {:<16} {} ({} dims), generation {}: {} chunks; vector index gen {}, lexical gen {}: {}",
+                r.name,
+                r.model,
+                r.dims,
+                r.generation,
+                c.catalog_children,
+                c.vector_generation.map_or("missing".into(), |g| g.to_string()),
+                c.lexical_generation.map_or("missing".into(), |g| g.to_string()),
+                if c.consistent { "consistent" } else { "behind or damaged: the next open rebuilds it from the catalog" }
+            ),
+            (None, e) => println!("  {:<16} cannot check: {}", r.name, e.as_deref().unwrap_or("")),
+        }
+    }
     println!("models:");
     for m in &report.models {
         println!("  {:<30} {:<9} {}", m.name, m.role, m.summary());

@@ -3,7 +3,9 @@
 
 mod bench;
 mod doctor;
+mod documents;
 mod embed;
+mod ingest;
 mod models;
 
 use std::path::PathBuf;
@@ -50,9 +52,20 @@ pub struct Cli {
     pub cmd: Command,
 }
 
+/// Exit code of a run that completed but skipped some files (each reported with its reason).
+pub const EXIT_PARTIAL: u8 = 5;
+
 /// The subcommands.
 #[derive(Debug, Subcommand)]
 pub enum Command {
+    /// Ingest folders into a tenant, incrementally (exit code 5: completed, some files skipped).
+    Ingest(ingest::IngestArgs),
+    /// List a tenant's documents.
+    Ls(documents::LsArgs),
+    /// Remove documents from a tenant.
+    Rm(documents::RmArgs),
+    /// Rebuild a tenant's vectors with another embedding model and switch to it.
+    Reembed(documents::ReembedArgs),
     /// Print embedding vectors of texts.
     Embed(embed::EmbedArgs),
     /// List, verify, import or pull models.
@@ -82,13 +95,18 @@ impl GlobalArgs {
     }
 }
 
-/// Runs the parsed command line.
-pub fn run(cli: Cli) -> anyhow::Result<()> {
+/// Runs the parsed command line; returns the exit code of a completed run.
+pub fn run(cli: Cli) -> anyhow::Result<u8> {
+    let g = &cli.global;
     match cli.cmd {
-        Command::Embed(args) => embed::run(&cli.global, args),
-        Command::Models(cmd) => models::run(&cli.global, cmd),
-        Command::Doctor => doctor::run(&cli.global),
-        Command::Bench(cmd) => bench::run(&cli.global, cmd),
+        Command::Ingest(args) => ingest::run(g, args),
+        Command::Ls(args) => documents::ls(g, args),
+        Command::Rm(args) => documents::rm(g, args),
+        Command::Reembed(args) => documents::reembed(g, args),
+        Command::Embed(args) => embed::run(g, args).map(|()| 0),
+        Command::Models(cmd) => models::run(g, cmd).map(|()| 0),
+        Command::Doctor => doctor::run(g).map(|()| 0),
+        Command::Bench(cmd) => bench::run(g, cmd).map(|()| 0),
     }
 }
 

@@ -34,6 +34,9 @@ pub trait Embedder: Send + Sync {
     fn dims(&self) -> usize;
     /// Longest input in tokens; longer inputs are truncated and say so in [`Embedding::truncated_from`].
     fn max_tokens(&self) -> usize;
+    /// Tokens in `text` by the model's tokenizer, special tokens and prefixes excluded (chunk
+    /// budgets are counted with it).
+    fn count_tokens(&self, text: &str) -> usize;
     /// Embeds `texts` (non-empty each), in input order.
     fn embed(&self, texts: &[&str], kind: TextKind) -> Result<Vec<Embedding>>;
 

@@ -81,6 +81,10 @@ impl Embedder for TransformerEmbedder {
         self.tokenizer.max_tokens()
     }
 
+    fn count_tokens(&self, text: &str) -> usize {
+        self.tokenizer.count(text)
+    }
+
     #[tracing::instrument(skip_all, fields(model = %self.model_id, n = texts.len()))]
     fn embed(&self, texts: &[&str], kind: TextKind) -> Result<Vec<Embedding>> {
         check_texts(texts)?;

@@ -55,6 +55,12 @@ impl TextTokenizer {
         self.max_tokens
     }
 
+    /// Tokens in `text`, without special tokens and without truncation (0 if it cannot be
+    /// tokenised, which the tokenizers of our models never refuse).
+    pub fn count(&self, text: &str) -> usize {
+        self.full.encode(text, false).map_or(0, |e| e.len())
+    }
+
     /// The id of a token in the vocabulary.
     pub fn token_id(&self, token: &str) -> Option<u32> {
         self.full.token_to_id(token)

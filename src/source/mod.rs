@@ -5,6 +5,8 @@
 //! May import `types` and `error` only. A file that cannot be parsed is never fatal: the parser
 //! returns a [`SkipReason`] and the caller reports it with the path and goes on.
 
+pub mod walk;
+
 use std::fmt;
 use std::path::Path;
 

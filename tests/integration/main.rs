@@ -6,4 +6,5 @@
 mod cli;
 mod common;
 mod golden;
+mod ingest;
 mod models;

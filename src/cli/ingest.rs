@@ -1,0 +1,194 @@
+//! `ragbox ingest PATH… [--tenant T] [--model M] [--chunker C] [--watch]`: bring a tenant's store
+//! in line with folders, incrementally; `--watch` keeps following changes.
+
+use std::io::IsTerminal;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::Args;
+use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+
+use ragbox::chunk::ChunkerKind;
+use ragbox::ingest::{ingest, Change, IngestEvent, IngestReport};
+
+use super::{print_json, GlobalArgs, EXIT_PARTIAL};
+
+/// Arguments of `ingest`.
+#[derive(Debug, Args)]
+pub struct IngestArgs {
+    /// Folders or files to ingest.
+    #[arg(required = true, value_name = "PATH")]
+    pub paths: Vec<PathBuf>,
+    /// Tenant to write into (created on first use).
+    #[arg(long, default_value = ragbox::store::DEFAULT_TENANT)]
+    pub tenant: String,
+    /// Embedding model for a new tenant (an existing tenant keeps its own; `reembed` switches).
+    #[arg(long)]
+    pub model: Option<String>,
+    /// Chunking strategy: structural, fixed, semantic or code.
+    #[arg(long)]
+    pub chunker: Option<ChunkerKind>,
+    /// After ingesting, keep following changes (Ctrl-C stops).
+    #[arg(long)]
+    pub watch: bool,
+}
+
+pub fn run(g: &GlobalArgs, args: IngestArgs) -> anyhow::Result<u8> {
+    let app = g.app()?;
+    let store = app.store()?;
+    let model = match &args.model {
+        Some(m) => Some(m.clone()),
+        // An existing tenant keeps the model it was built with.
+        None => store.catalog().tenant(&args.tenant)?.map(|t| t.model),
+    };
+    let embedder = app.embedder(model.as_deref())?;
+    let opts = app.ingest_options(&args.tenant, args.chunker)?;
+    let mut code = 0;
+    for path in &args.paths {
+        let report = run_once(g, &store, embedder.as_ref(), path, &opts)?;
+        code = code.max(print_report(g, &report)?);
+    }
+    if args.watch {
+        watch(g, &store, embedder.as_ref(), &args.paths, &opts)?;
+    }
+    Ok(code)
+}
+
+fn run_once(
+    g: &GlobalArgs,
+    store: &ragbox::store::Store,
+    embedder: &dyn ragbox::embed::Embedder,
+    path: &std::path::Path,
+    opts: &ragbox::ingest::IngestOptions,
+) -> anyhow::Result<IngestReport> {
+    let bar = ProgressBar::new(0);
+    if g.quiet || g.json || !std::io::stderr().is_terminal() {
+        bar.set_draw_target(ProgressDrawTarget::hidden());
+    }
+    bar.set_style(
+        ProgressStyle::with_template("{spinner} {pos}/{len} files [{elapsed_precise}] {per_sec} {msg}")
+            .expect("static progress template"),
+    );
+    let started = std::time::Instant::now();
+    let mut chunks = 0usize;
+    let verbose = g.verbose > 0;
+    let report = ingest(store, embedder, path, opts, &mut |event| match event {
+        IngestEvent::Found { files } => bar.set_length(files as u64),
+        IngestEvent::Visited { chunks: n, .. } => {
+            chunks += n;
+            bar.inc(1);
+            let secs = started.elapsed().as_secs_f64().max(1e-3);
+            bar.set_message(format!("{chunks} chunks, {:.1} chunks/s", chunks as f64 / secs));
+        }
+        IngestEvent::Skipped { path, reason } => {
+            if verbose {
+                bar.suspend(|| eprintln!("skipped {}: {reason}", path.display()));
+            }
+        }
+        IngestEvent::Committed { path, change } => {
+            if verbose {
+                let what = match change {
+                    Change::Added => "added",
+                    Change::Updated => "updated",
+                    Change::Removed => "removed",
+                    Change::Skipped => "recorded-skip",
+                };
+                bar.suspend(|| eprintln!("committed {what} {}", path.display()));
+            }
+        }
+    })?;
+    bar.finish_and_clear();
+    Ok(report)
+}
+
+/// Prints the summary; returns the exit code (EXIT_PARTIAL when files were skipped).
+fn print_report(g: &GlobalArgs, r: &IngestReport) -> anyhow::Result<u8> {
+    let code = if r.skipped.is_empty() { 0 } else { EXIT_PARTIAL };
+    if g.json {
+        print_json(r)?;
+        return Ok(code);
+    }
+    for why in &r.repaired {
+        println!("repaired: {why}");
+    }
+    println!(
+        "tenant {} ({}): {} added, {} updated, {} unchanged, {} removed, {} skipped, {} ignored (unsupported type)",
+        r.tenant,
+        r.model,
+        r.added,
+        r.updated,
+        r.unchanged,
+        r.removed,
+        r.skipped.len(),
+        r.ignored.len()
+    );
+    println!(
+        "chunks: {} (+{} parents); embedded {}, from cache {}{}",
+        r.chunks,
+        r.parents,
+        r.embedded,
+        r.cached,
+        if r.truncated > 0 { format!(", {} truncated to the model's window", r.truncated) } else { String::new() }
+    );
+    let s = &r.stages;
+    println!(
+        "time: {:.2} s (walk+hash {:.2}, parse {:.2}, chunk {:.2}, embed {:.2}, commit {:.2}); {:.1} files/s, {:.1} chunks/s",
+        r.wall_s,
+        s.walk_hash_s,
+        s.parse_s,
+        s.chunk_s,
+        s.embed_s,
+        s.commit_s,
+        (r.added + r.updated) as f64 / r.wall_s.max(1e-9),
+        r.chunks as f64 / r.wall_s.max(1e-9)
+    );
+    if !r.skipped.is_empty() {
+        println!("skipped:");
+        for s in &r.skipped {
+            println!("  {}: {}", s.path.display(), s.reason);
+        }
+    }
+    Ok(code)
+}
+
+/// Follows changes under `paths`: after each burst of file events (debounced), an incremental
+/// ingest of the whole path runs; unchanged files cost a hash each.
+fn watch(
+    g: &GlobalArgs,
+    store: &ragbox::store::Store,
+    embedder: &dyn ragbox::embed::Embedder,
+    paths: &[PathBuf],
+    opts: &ragbox::ingest::IngestOptions,
+) -> anyhow::Result<()> {
+    use notify_debouncer_mini::{new_debouncer, notify::RecursiveMode};
+    let (tx, rx) = std::sync::mpsc::channel();
+    let mut debouncer = new_debouncer(Duration::from_millis(750), tx)?;
+    for p in paths {
+        debouncer.watcher().watch(p, RecursiveMode::Recursive)?;
+    }
+    if !g.quiet {
+        eprintln!("watching {} path(s) for changes; Ctrl-C stops", paths.len());
+    }
+    for events in rx {
+        let events = match events {
+            Ok(e) => e,
+            Err(err) => {
+                tracing::warn!("watch error: {err}");
+                continue;
+            }
+        };
+        for root in paths {
+            if !events.iter().any(|e| e.path.starts_with(std::fs::canonicalize(root).unwrap_or(root.clone()))) {
+                continue;
+            }
+            match run_once(g, store, embedder, root, opts) {
+                Ok(r) if r.added + r.updated + r.removed > 0 || !r.skipped.is_empty() => {
+                    print_report(g, &r)?;
+                }
+                Ok(_) => {}
+                Err(err) => eprintln!("error: {err:#}"),
+            }
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,503 @@
+//! The write path: walk a folder, hash each file, and bring a tenant's store in line with it —
+//! new files added, changed files replaced (old chunks gone in the same commit), deleted files
+//! pruned, unchanged files not touched — parsing, chunking, contextualising and embedding only
+//! what changed, with vectors from the embedding cache where the exact text was seen before.
+//!
+//! May import `types`, `error`, `source`, `chunk`, `embed` and `store`.
+//!
+//! Work is committed in batches ([`IngestOptions::commit_chunks`]); a document is acknowledged
+//! ([`IngestEvent::Committed`]) only after the commit holding it is durable in the catalog and
+//! both indexes, so a run killed at any moment loses nothing acknowledged, and the next run
+//! finishes the job.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use rayon::prelude::*;
+use serde::Serialize;
+
+use crate::chunk::{chunker_for, ChunkOptions, ChunkerKind, TokenCounter};
+use crate::embed::Embedder;
+use crate::error::{Error, Result};
+use crate::source::walk::{walk, WalkEntry};
+use crate::source::{self, SkipReason};
+use crate::store::{
+    text_hash, CommitBatch, ContextualChunk, DocumentContent, DocumentRow, DocumentStatus, DocumentWrite, Store,
+    TenantRow, TextHash,
+};
+use crate::types::{indexed_text, ChunkRole, ParsedDocument, TextKind};
+
+/// Settings of one ingest run.
+#[derive(Debug, Clone)]
+pub struct IngestOptions {
+    /// Tenant to write into.
+    pub tenant: String,
+    /// Chunking strategy (code files use the code chunker unless `Fixed` is asked for).
+    pub chunker: ChunkerKind,
+    /// Chunk sizes, in tokens of the embedding model.
+    pub chunk: ChunkOptions,
+    /// Files larger than this are skipped.
+    pub max_file_bytes: u64,
+    /// Commit when this many new child chunks are pending.
+    pub commit_chunks: usize,
+    /// Files parsed together (in parallel) before their chunks are embedded.
+    pub parse_batch: usize,
+}
+
+impl Default for IngestOptions {
+    fn default() -> Self {
+        IngestOptions {
+            tenant: crate::store::DEFAULT_TENANT.into(),
+            chunker: ChunkerKind::Structural,
+            chunk: ChunkOptions::default(),
+            max_file_bytes: 32 << 20,
+            commit_chunks: 2048,
+            parse_batch: 64,
+        }
+    }
+}
+
+/// Progress and acknowledgements, in order.
+#[derive(Debug, Clone)]
+pub enum IngestEvent<'a> {
+    /// The walk found this many files to look at.
+    Found {
+        /// Files.
+        files: usize,
+    },
+    /// A file was looked at (hashed, and parsed if it changed).
+    Visited {
+        /// Its path.
+        path: &'a Path,
+        /// Child chunks it produced (0 when unchanged or skipped).
+        chunks: usize,
+    },
+    /// A file was skipped.
+    Skipped {
+        /// Its path.
+        path: &'a Path,
+        /// Why.
+        reason: &'a str,
+    },
+    /// A document's new state (added, updated or removed) is durable.
+    Committed {
+        /// Its path.
+        path: &'a Path,
+        /// What happened.
+        change: Change,
+    },
+}
+
+/// What happened to a document.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Change {
+    /// New.
+    Added,
+    /// Its content changed.
+    Updated,
+    /// Its file is gone.
+    Removed,
+    /// Recorded as skipped.
+    Skipped,
+}
+
+/// A file that was not ingested, and why.
+#[derive(Debug, Clone, Serialize)]
+pub struct Skipped {
+    /// Its path.
+    pub path: PathBuf,
+    /// Why, in a sentence.
+    pub reason: String,
+}
+
+/// Seconds spent in each stage.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct StageTimes {
+    /// Walking and hashing.
+    pub walk_hash_s: f64,
+    /// Parsing.
+    pub parse_s: f64,
+    /// Chunking (token counting included).
+    pub chunk_s: f64,
+    /// Embedding.
+    pub embed_s: f64,
+    /// Writing the catalog and both indexes.
+    pub commit_s: f64,
+}
+
+/// What a run did.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct IngestReport {
+    /// Tenant written.
+    pub tenant: String,
+    /// Embedding model.
+    pub model: String,
+    /// Files seen by the walk.
+    pub files: usize,
+    /// New documents.
+    pub added: usize,
+    /// Changed documents.
+    pub updated: usize,
+    /// Documents whose content did not change.
+    pub unchanged: usize,
+    /// Documents whose files are gone.
+    pub removed: usize,
+    /// Files of a type no parser reads (not errors; listed with `--json`).
+    pub ignored: Vec<PathBuf>,
+    /// Files that could not be ingested, with reasons.
+    pub skipped: Vec<Skipped>,
+    /// Child chunks written.
+    pub chunks: usize,
+    /// Parent chunks written.
+    pub parents: usize,
+    /// Texts embedded in this run.
+    pub embedded: usize,
+    /// Chunks whose vectors came from the cache.
+    pub cached: usize,
+    /// Embedded texts that were longer than the model's window (truncated).
+    pub truncated: usize,
+    /// Commits made.
+    pub commits: usize,
+    /// Indexes rebuilt on open, and why.
+    pub repaired: Vec<String>,
+    /// Time by stage.
+    pub stages: StageTimes,
+    /// Wall-clock seconds.
+    pub wall_s: f64,
+}
+
+/// Counts tokens with the embedding model's own tokenizer.
+struct ModelTokens<'a>(&'a dyn Embedder);
+
+impl TokenCounter for ModelTokens<'_> {
+    fn count(&self, text: &str) -> usize {
+        self.0.count_tokens(text)
+    }
+}
+
+/// The structural context of a child: the document title and its section path, deduplicated.
+pub fn structural_context(title: &str, section_path: &[String]) -> String {
+    let mut parts: Vec<&str> = Vec::with_capacity(section_path.len() + 1);
+    if !title.trim().is_empty() {
+        parts.push(title.trim());
+    }
+    for s in section_path {
+        let s = s.trim();
+        if !s.is_empty() && parts.last() != Some(&s) {
+            parts.push(s);
+        }
+    }
+    parts.join(" > ")
+}
+
+/// Tokens reserved for the context in front of each child, inside the embedder's window.
+const CONTEXT_TOKENS: usize = 32;
+
+/// A file to (re)ingest.
+struct Pending {
+    path: PathBuf,
+    size: u64,
+    mtime_ns: i64,
+    sha256: String,
+    bytes: Option<Vec<u8>>,
+    skip: Option<SkipReason>,
+    existing: bool,
+}
+
+/// Runs one incremental ingest of `root` into `opts.tenant`, reporting progress to `on_event`.
+pub fn ingest(
+    store: &Store,
+    embedder: &dyn Embedder,
+    root: &Path,
+    opts: &IngestOptions,
+    on_event: &mut dyn FnMut(IngestEvent<'_>),
+) -> Result<IngestReport> {
+    let started = Instant::now();
+    let root = std::fs::canonicalize(root).map_err(|e| {
+        Error::Invalid(format!("cannot ingest {root:?}: {e}; give an existing file or folder"))
+    })?;
+    let tenant = store.tenant_for_model(&opts.tenant, embedder.model_id(), embedder.dims())?;
+    let mut writer = store.writer(&tenant)?;
+    let mut report = IngestReport { tenant: tenant.name.clone(), model: tenant.model.clone(), ..Default::default() };
+    if let Some(why) = &writer.repair().vector {
+        report.repaired.push(format!("vector index rebuilt: {why}"));
+    }
+    if let Some(why) = &writer.repair().lexical {
+        report.repaired.push(format!("lexical index rebuilt: {why}"));
+    }
+    let known: HashMap<PathBuf, DocumentRow> =
+        store.catalog().documents(tenant.id)?.into_iter().map(|d| (d.path.clone(), d)).collect();
+
+    // Walk, then hash in parallel. Files too large are not read at all.
+    let t = Instant::now();
+    let mut files = Vec::new();
+    let mut unreadable_dirs: Vec<PathBuf> = Vec::new();
+    for entry in walk(&root) {
+        match entry {
+            WalkEntry::File { path, size, mtime_ns } => {
+                if source::parser_for(&path).is_none() {
+                    report.ignored.push(path);
+                } else {
+                    files.push((path, size, mtime_ns));
+                }
+            }
+            WalkEntry::Skipped { path, reason } => {
+                let reason = reason.to_string();
+                on_event(IngestEvent::Skipped { path: &path, reason: &reason });
+                unreadable_dirs.push(path.clone());
+                report.skipped.push(Skipped { path, reason });
+            }
+        }
+    }
+    report.files = files.len();
+    on_event(IngestEvent::Found { files: files.len() });
+
+    let max_bytes = opts.max_file_bytes;
+    let hashed: Vec<Pending> = files
+        .into_par_iter()
+        .map(|(path, size, mtime_ns)| {
+            let existing = known.contains_key(&path);
+            if size > max_bytes {
+                let skip = SkipReason::TooLarge { bytes: size, limit: max_bytes };
+                return Pending { sha256: format!("too-large:{size}:{mtime_ns}"), path, size, mtime_ns, bytes: None, skip: Some(skip), existing };
+            }
+            match std::fs::read(&path) {
+                Ok(bytes) => {
+                    use sha2::Digest;
+                    let sha256 = hex::encode(sha2::Sha256::digest(&bytes));
+                    Pending { path, size, mtime_ns, sha256, bytes: Some(bytes), skip: None, existing }
+                }
+                Err(e) => {
+                    let skip = SkipReason::Unreadable { detail: e.to_string() };
+                    Pending { path, size, mtime_ns, sha256: String::new(), bytes: None, skip: Some(skip), existing }
+                }
+            }
+        })
+        .collect();
+
+    let mut todo: Vec<Pending> = Vec::new();
+    let mut seen: HashSet<PathBuf> = HashSet::new();
+    for p in hashed {
+        seen.insert(p.path.clone());
+        let previous = known.get(&p.path);
+        if let (Some(SkipReason::Unreadable { detail }), _) = (&p.skip, previous) {
+            // Unreadable now: report, and keep whatever version was ingested before.
+            let reason = SkipReason::Unreadable { detail: detail.clone() }.to_string();
+            on_event(IngestEvent::Skipped { path: &p.path, reason: &reason });
+            report.skipped.push(Skipped { path: p.path.clone(), reason });
+            continue;
+        }
+        match previous {
+            Some(row) if row.sha256 == p.sha256 => {
+                report.unchanged += 1;
+                if row.status == DocumentStatus::Skipped {
+                    let reason = row.skip_reason.clone().unwrap_or_default();
+                    on_event(IngestEvent::Skipped { path: &p.path, reason: &reason });
+                    report.skipped.push(Skipped { path: p.path.clone(), reason });
+                }
+                on_event(IngestEvent::Visited { path: &p.path, chunks: 0 });
+            }
+            _ => todo.push(p),
+        }
+    }
+    // Prune what is gone: documents under the root that the walk did not see, unless they lie
+    // under something the walk could not enter (a transient permission problem must not delete).
+    let removed: Vec<&DocumentRow> = known
+        .values()
+        .filter(|d| d.path.starts_with(&root) && !seen.contains(&d.path))
+        .filter(|d| !unreadable_dirs.iter().any(|u| !u.as_os_str().is_empty() && d.path.starts_with(u)))
+        .collect();
+    report.stages.walk_hash_s = t.elapsed().as_secs_f64();
+
+    let limit = embedder.max_tokens().saturating_sub(2 + CONTEXT_TOKENS).max(16);
+    let chunk_opts = ChunkOptions {
+        child_tokens: opts.chunk.child_tokens.min(limit),
+        max_child_tokens: opts.chunk.max_child_tokens.min(limit),
+        ..opts.chunk.clone()
+    };
+    let counter = ModelTokens(embedder);
+
+    let mut batch = CommitBatch::default();
+    let mut batch_changes: Vec<(PathBuf, Change)> = Vec::new();
+    let mut batch_chunks = 0usize;
+    for row in &removed {
+        batch.removed.push(row.id);
+        batch_changes.push((row.path.clone(), Change::Removed));
+    }
+    report.removed = removed.len();
+
+    let mut commit = |batch: &mut CommitBatch, changes: &mut Vec<(PathBuf, Change)>, report: &mut IngestReport, on_event: &mut dyn FnMut(IngestEvent<'_>)| -> Result<()> {
+        if batch.is_empty() {
+            return Ok(());
+        }
+        let t = Instant::now();
+        writer.commit(batch)?;
+        report.stages.commit_s += t.elapsed().as_secs_f64();
+        report.commits += 1;
+        for (path, change) in changes.drain(..) {
+            on_event(IngestEvent::Committed { path: &path, change });
+        }
+        *batch = CommitBatch::default();
+        Ok(())
+    };
+
+    let mut todo = todo.into_iter().peekable();
+    while todo.peek().is_some() {
+        let group: Vec<Pending> = todo.by_ref().take(opts.parse_batch.max(1)).collect();
+        // Parse and chunk in parallel.
+        let parsed: Vec<(Pending, std::result::Result<(ParsedDocument, &'static str, Vec<ContextualChunk>), SkipReason>, Duration, Duration)> = group
+            .into_par_iter()
+            .map(|mut p| {
+                let t = Instant::now();
+                let result = match (p.skip.take(), p.bytes.take()) {
+                    (Some(skip), _) => Err(skip),
+                    (None, Some(bytes)) => source::parse(&p.path, &bytes, max_bytes),
+                    (None, None) => Err(SkipReason::Unreadable { detail: "no bytes read".into() }),
+                };
+                let parse_time = t.elapsed();
+                let t = Instant::now();
+                let result = result.map(|doc| {
+                    let kind = crate::chunk::effective_kind(&doc, opts.chunker);
+                    let chunker = chunker_for(kind, chunk_opts.clone());
+                    let chunks = chunker
+                        .chunk(&doc, &counter)
+                        .into_iter()
+                        .map(|c| {
+                            let context = match c.role {
+                                ChunkRole::Child => structural_context(&doc.title, &c.section_path),
+                                ChunkRole::Parent => String::new(),
+                            };
+                            ContextualChunk { chunk: c, context }
+                        })
+                        .collect();
+                    (doc, chunker.name(), chunks)
+                });
+                (p, result, parse_time, t.elapsed())
+            })
+            .collect();
+
+        // Vectors: cached where the exact text was embedded before, else embedded now (each
+        // distinct text once).
+        let mut texts: Vec<(TextHash, String)> = Vec::new();
+        for (_, result, parse_time, chunk_time) in &parsed {
+            report.stages.parse_s += parse_time.as_secs_f64() / rayon::current_num_threads() as f64;
+            report.stages.chunk_s += chunk_time.as_secs_f64() / rayon::current_num_threads() as f64;
+            if let Ok((doc, _, chunks)) = result {
+                for c in chunks.iter().filter(|c| c.chunk.role == ChunkRole::Child) {
+                    let text = indexed_text(&c.context, &doc.text[c.chunk.span.range()]);
+                    texts.push((text_hash(&text), text));
+                }
+            }
+        }
+        let hashes: Vec<TextHash> = texts.iter().map(|(h, _)| *h).collect();
+        let cached = store.catalog().cached_embeddings(&tenant.model, &hashes)?;
+        let mut vectors: BTreeMap<TextHash, Vec<f32>> = BTreeMap::new();
+        let mut to_embed: Vec<(TextHash, &str)> = Vec::new();
+        for (h, text) in &texts {
+            if let Some(v) = cached.get(h) {
+                report.cached += 1;
+                vectors.insert(*h, v.clone());
+            } else if !vectors.contains_key(h) && !to_embed.iter().any(|(x, _)| x == h) {
+                to_embed.push((*h, text));
+                vectors.insert(*h, Vec::new());
+            } else {
+                report.cached += 1;
+            }
+        }
+        if !to_embed.is_empty() {
+            let t = Instant::now();
+            let inputs: Vec<&str> = to_embed.iter().map(|(_, s)| *s).collect();
+            let out = embedder.embed(&inputs, TextKind::Passage)?;
+            report.stages.embed_s += t.elapsed().as_secs_f64();
+            report.embedded += out.len();
+            for ((h, _), e) in to_embed.iter().zip(out) {
+                report.truncated += usize::from(e.truncated_from.is_some());
+                vectors.insert(*h, e.vector);
+            }
+        }
+
+        for (p, result, _, _) in parsed {
+            let change = if p.existing { Change::Updated } else { Change::Added };
+            let content = match result {
+                Ok((doc, chunker, chunks)) => {
+                    let children = chunks.iter().filter(|c| c.chunk.role == ChunkRole::Child).count();
+                    report.chunks += children;
+                    report.parents += chunks.len() - children;
+                    batch_chunks += children;
+                    on_event(IngestEvent::Visited { path: &p.path, chunks: children });
+                    if p.existing {
+                        report.updated += 1;
+                    } else {
+                        report.added += 1;
+                    }
+                    batch_changes.push((p.path.clone(), change));
+                    DocumentContent::Indexed { doc, chunker: chunker.to_string(), chunks }
+                }
+                Err(skip) => {
+                    let reason = skip.to_string();
+                    on_event(IngestEvent::Skipped { path: &p.path, reason: &reason });
+                    on_event(IngestEvent::Visited { path: &p.path, chunks: 0 });
+                    report.skipped.push(Skipped { path: p.path.clone(), reason: reason.clone() });
+                    batch_changes.push((p.path.clone(), Change::Skipped));
+                    DocumentContent::Skipped { reason }
+                }
+            };
+            batch.documents.push(DocumentWrite { path: p.path, sha256: p.sha256, size: p.size, mtime_ns: p.mtime_ns, content });
+        }
+        batch.embeddings.extend(vectors.into_iter().filter(|(_, v)| !v.is_empty()));
+        if batch_chunks >= opts.commit_chunks {
+            commit(&mut batch, &mut batch_changes, &mut report, on_event)?;
+            batch_chunks = 0;
+        }
+    }
+    commit(&mut batch, &mut batch_changes, &mut report, on_event)?;
+    report.wall_s = started.elapsed().as_secs_f64();
+    Ok(report)
+}
+
+/// Removes documents from a tenant by path (a folder removes everything under it). Returns the
+/// paths removed; a path that matches nothing is an error naming `ragbox ls`.
+pub fn remove(store: &Store, tenant: &TenantRow, paths: &[PathBuf]) -> Result<Vec<PathBuf>> {
+    let mut writer = store.writer(tenant)?;
+    let docs = store.catalog().documents(tenant.id)?;
+    let mut batch = CommitBatch::default();
+    let mut removed = Vec::new();
+    for p in paths {
+        let abs = std::fs::canonicalize(p).unwrap_or_else(|_| {
+            if p.is_absolute() {
+                p.clone()
+            } else {
+                std::env::current_dir().map(|d| d.join(p)).unwrap_or_else(|_| p.clone())
+            }
+        });
+        let matching: Vec<&DocumentRow> = docs.iter().filter(|d| d.path == abs || d.path.starts_with(&abs)).collect();
+        if matching.is_empty() {
+            return Err(Error::Invalid(format!(
+                "no document of tenant `{}` is at or under {abs:?}; `ragbox ls --tenant {}` lists them",
+                tenant.name, tenant.name
+            )));
+        }
+        for d in matching {
+            if !batch.removed.contains(&d.id) {
+                batch.removed.push(d.id);
+                removed.push(d.path.clone());
+            }
+        }
+    }
+    writer.commit(&batch)?;
+    Ok(removed)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn structural_context_dedupes_the_title() {
+        let path = vec!["Travel policy".to_string(), "4 Travel".into(), "4.2 Insurance".into()];
+        assert_eq!(structural_context("Travel policy", &path), "Travel policy > 4 Travel > 4.2 Insurance");
+        assert_eq!(structural_context("", &[]), "");
+    }
+}
