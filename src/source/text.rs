@@ -31,7 +31,7 @@ impl Parser for TextParser {
 
     fn parse(&self, path: &Path, bytes: &[u8]) -> Result<ParsedDocument, SkipReason> {
         let text = decode_utf8(bytes)?;
-        let blocks = blocks_in(&text, 0, text.len(), None);
+        let blocks = blocks_in(&text, 0, text.len(), None, Style::Plain);
         let title = match blocks.first() {
             Some((BlockKind::Heading { title, .. }, _, _)) => title.clone(),
             _ => title_from_path(path),
@@ -54,9 +54,19 @@ impl Line<'_> {
     }
 }
 
+/// Where a text comes from, which tunes the heading rules.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Style {
+    /// A plain text file.
+    Plain,
+    /// Text extracted from a PDF page: a short title-like line standing alone before text is a
+    /// level-2 heading (PDF headings lose their typography), and a lone page number is dropped.
+    Pdf,
+}
+
 /// Blocks of `text[start..end]` (spans are offsets into the whole `text`), each with `page`.
 /// `start` and `end` must lie on line starts / ends.
-pub(crate) fn blocks_in(text: &str, start: usize, end: usize, page: Option<u32>) -> Vec<RawBlock> {
+pub(crate) fn blocks_in(text: &str, start: usize, end: usize, page: Option<u32>, style: Style) -> Vec<RawBlock> {
     let mut lines = Vec::new();
     let mut pos = start;
     for s in text[start..end].split('\n') {
@@ -79,6 +89,20 @@ pub(crate) fn blocks_in(text: &str, start: usize, end: usize, page: Option<u32>)
         }
         let text_after = lines[j..].iter().any(|l| !l.is_blank());
         let group = &lines[i..j];
+        if style == Style::Pdf && group.len() == 1 {
+            let line = group[0];
+            if is_folio(line.s) {
+                i = j;
+                continue;
+            }
+            if text_after && heading_line(line.s).is_none() && is_title_line(line.s) {
+                let title = line.s.trim().to_string();
+                out.push((BlockKind::Heading { level: 2, title }, Span::new(line.start, line.end), page));
+                list_open = false;
+                i = j;
+                continue;
+            }
+        }
         let mut k = 0;
         let mut para_start: Option<usize> = None;
         let flush_para = |out: &mut Vec<RawBlock>, from: Option<usize>, to: usize| {
@@ -201,6 +225,26 @@ pub(crate) fn is_list_item(line: &str) -> bool {
     numeric || letter || roman
 }
 
+/// A page number on a line of its own (`7`, `- 7 -`, `Page 7`, `7 of 12`).
+fn is_folio(line: &str) -> bool {
+    let t = line.trim().trim_matches(|c: char| c == '-' || c == '–' || c.is_whitespace());
+    let t = t.strip_prefix("Page ").or_else(|| t.strip_prefix("page ")).unwrap_or(t);
+    let t = t.split_once(" of ").map_or(t, |(a, _)| a);
+    !t.is_empty() && t.len() <= 5 && (t.bytes().all(|b| b.is_ascii_digit()) || t.bytes().all(|b| b"ivxlc".contains(&b)))
+}
+
+/// A short line that reads as a title: at most eight words, starting with a capital, no final
+/// punctuation.
+fn is_title_line(line: &str) -> bool {
+    let t = line.trim();
+    let words = t.split_whitespace().count();
+    (1..=8).contains(&words)
+        && t.chars().count() <= 60
+        && t.chars().next().is_some_and(char::is_uppercase)
+        && !t.ends_with(['.', ',', ';', ':', '-', '?', '!'])
+        && !is_list_item(t)
+}
+
 /// Words that introduce a numbered section.
 const SECTION_WORDS: [&str; 6] = ["section", "chapter", "article", "part", "appendix", "annex"];
 
@@ -220,7 +264,8 @@ fn heading_line(line: &str) -> Option<(u8, String)> {
             && !number.contains("..")
             && number.split('.').all(|p| !p.is_empty() && p.len() <= 3)
             && title.chars().next().is_some_and(char::is_uppercase)
-            && title.split_whitespace().count() <= 12
+            && title.split_whitespace().count() <= 8
+            && t.chars().count() <= 60
         {
             let level = number.split('.').count().clamp(1, 6) as u8;
             return Some((level, t.to_string()));
