@@ -63,7 +63,9 @@ mod testdoc;
 mod proptests;
 
 pub use builder::ChunkBuilder;
-// STUB
+pub use code::{default_chunker_for, CodeChunker};
+pub use fixed::{FixedChunker, FixedOptions};
+pub use semantic::{SemanticChunker, SemanticOptions, SentenceEmbedder};
 pub use structural::StructuralChunker;
 
 /// Counts tokens the way the embedding model will (the app wires in the model's tokenizer).
@@ -180,8 +182,8 @@ impl FromStr for ChunkerKind {
 pub fn chunker(kind: ChunkerKind, options: ChunkOptions) -> Result<Box<dyn Chunker>> {
     match kind {
         ChunkerKind::Structural => Ok(Box::new(StructuralChunker::new(options))),
-        ChunkerKind::Fixed => todo!(),
-        ChunkerKind::Code => todo!(),
+        ChunkerKind::Fixed => Ok(Box::new(FixedChunker::new(FixedOptions::default(), options))),
+        ChunkerKind::Code => Ok(Box::new(CodeChunker::new(options))),
         ChunkerKind::Semantic => Err(Error::Invalid(
             "the semantic chunker needs a sentence embedder; build it with SemanticChunker::new".into(),
         )),
