@@ -120,7 +120,7 @@ impl App {
     /// Ingest settings from the configuration, for `tenant`, with an optional chunker override.
     pub fn ingest_options(&self, tenant: &str, chunker: Option<ChunkerKind>) -> Result<IngestOptions> {
         let c = &self.config.ingest;
-        let configured: ChunkerKind = c.chunker.parse().map_err(|e: String| crate::Error::Config(e))?;
+        let configured: ChunkerKind = c.chunker.parse()?;
         Ok(IngestOptions {
             tenant: tenant.to_string(),
             chunker: chunker.unwrap_or(configured),

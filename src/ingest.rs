@@ -17,7 +17,12 @@ use std::time::{Duration, Instant};
 use rayon::prelude::*;
 use serde::Serialize;
 
-use crate::chunk::{chunker_for, ChunkOptions, ChunkerKind, TokenCounter};
+use std::sync::Arc;
+
+use crate::chunk::{
+    chunker, default_chunker_for, ChunkOptions, Chunker, ChunkerKind, SemanticChunker, SemanticOptions, SentenceEmbedder,
+    TokenCounter,
+};
 use crate::embed::Embedder;
 use crate::error::{Error, Result};
 use crate::source::walk::{walk, WalkEntry};
@@ -177,6 +182,15 @@ impl TokenCounter for ModelTokens<'_> {
     }
 }
 
+/// Sentence vectors for the semantic chunker, from the embedding model.
+struct SentenceVectors(Arc<dyn Embedder>);
+
+impl SentenceEmbedder for SentenceVectors {
+    fn embed_sentences(&self, sentences: &[&str]) -> Result<Vec<Vec<f32>>> {
+        Ok(self.0.embed(sentences, TextKind::Passage)?.into_iter().map(|e| e.vector).collect())
+    }
+}
+
 /// The structural context of a child: the document title and its section path, deduplicated.
 pub fn structural_context(title: &str, section_path: &[String]) -> String {
     let mut parts: Vec<&str> = Vec::with_capacity(section_path.len() + 1);
@@ -209,7 +223,7 @@ struct Pending {
 /// Runs one incremental ingest of `root` into `opts.tenant`, reporting progress to `on_event`.
 pub fn ingest(
     store: &Store,
-    embedder: &dyn Embedder,
+    embedder: &Arc<dyn Embedder>,
     root: &Path,
     opts: &IngestOptions,
     on_event: &mut dyn FnMut(IngestEvent<'_>),
@@ -236,6 +250,11 @@ pub fn ingest(
     let mut unreadable_dirs: Vec<PathBuf> = Vec::new();
     for entry in walk(&root) {
         match entry {
+            WalkEntry::File { path, .. } if path.to_str().is_none() => {
+                let reason = "the file name is not valid UTF-8; rename the file to ingest it".to_string();
+                on_event(IngestEvent::Skipped { path: &path, reason: &reason });
+                report.skipped.push(Skipped { path, reason });
+            }
             WalkEntry::File { path, size, mtime_ns } => {
                 if source::parser_for(&path).is_none() {
                     report.ignored.push(path);
@@ -315,9 +334,18 @@ pub fn ingest(
     let chunk_opts = ChunkOptions {
         child_tokens: opts.chunk.child_tokens.min(limit),
         max_child_tokens: opts.chunk.max_child_tokens.min(limit),
-        ..opts.chunk.clone()
+        ..opts.chunk
     };
-    let counter = ModelTokens(embedder);
+    let counter = ModelTokens(embedder.as_ref());
+    let primary: Box<dyn Chunker> = match opts.chunker {
+        ChunkerKind::Semantic => Box::new(SemanticChunker::new(
+            chunk_opts,
+            SemanticOptions::default(),
+            Arc::new(SentenceVectors(Arc::clone(embedder))),
+        )),
+        kind => chunker(kind, chunk_opts)?,
+    };
+    let code_chunker = chunker(ChunkerKind::Code, chunk_opts)?;
 
     let mut batch = CommitBatch::default();
     let mut batch_changes: Vec<(PathBuf, Change)> = Vec::new();
@@ -359,8 +387,10 @@ pub fn ingest(
                 let parse_time = t.elapsed();
                 let t = Instant::now();
                 let result = result.map(|doc| {
-                    let kind = crate::chunk::effective_kind(&doc, opts.chunker);
-                    let chunker = chunker_for(kind, chunk_opts.clone());
+                    let chunker = match default_chunker_for(&doc, opts.chunker) {
+                        ChunkerKind::Code if opts.chunker != ChunkerKind::Code => &code_chunker,
+                        _ => &primary,
+                    };
                     let chunks = chunker
                         .chunk(&doc, &counter)
                         .into_iter()

@@ -45,11 +45,11 @@ pub fn run(g: &GlobalArgs, args: IngestArgs) -> anyhow::Result<u8> {
     let opts = app.ingest_options(&args.tenant, args.chunker)?;
     let mut code = 0;
     for path in &args.paths {
-        let report = run_once(g, &store, embedder.as_ref(), path, &opts)?;
+        let report = run_once(g, &store, &embedder, path, &opts)?;
         code = code.max(print_report(g, &report)?);
     }
     if args.watch {
-        watch(g, &store, embedder.as_ref(), &args.paths, &opts)?;
+        watch(g, &store, &embedder, &args.paths, &opts)?;
     }
     Ok(code)
 }
@@ -57,7 +57,7 @@ pub fn run(g: &GlobalArgs, args: IngestArgs) -> anyhow::Result<u8> {
 fn run_once(
     g: &GlobalArgs,
     store: &ragbox::store::Store,
-    embedder: &dyn ragbox::embed::Embedder,
+    embedder: &std::sync::Arc<dyn ragbox::embed::Embedder>,
     path: &std::path::Path,
     opts: &ragbox::ingest::IngestOptions,
 ) -> anyhow::Result<IngestReport> {
@@ -156,7 +156,7 @@ fn print_report(g: &GlobalArgs, r: &IngestReport) -> anyhow::Result<u8> {
 fn watch(
     g: &GlobalArgs,
     store: &ragbox::store::Store,
-    embedder: &dyn ragbox::embed::Embedder,
+    embedder: &std::sync::Arc<dyn ragbox::embed::Embedder>,
     paths: &[PathBuf],
     opts: &ragbox::ingest::IngestOptions,
 ) -> anyhow::Result<()> {
