@@ -97,9 +97,7 @@ impl Parser for CodeParser {
         let lang = Lang::from_path(path).ok_or(SkipReason::Unsupported)?;
         let text = decode_utf8(bytes)?;
         let mut parser = tree_sitter::Parser::new();
-        parser
-            .set_language(&lang.grammar())
-            .map_err(|e| SkipReason::corrupt(format!("tree-sitter grammar: {e}")))?;
+        parser.set_language(&lang.grammar()).map_err(|e| SkipReason::corrupt(format!("tree-sitter grammar: {e}")))?;
         let tree = parser.parse(&text, None).ok_or_else(|| SkipReason::corrupt("tree-sitter gave no tree"))?;
         let cx = Cx { src: text.as_bytes(), lang };
         let root = tree.root_node();
@@ -107,10 +105,8 @@ impl Parser for CodeParser {
         let units = cx.units(&children, |n| cx.top_symbol(n));
         let mut blocks = Vec::new();
         cx.emit(0, text.len(), &units, None, &mut blocks);
-        let title = path
-            .file_name()
-            .map(|n| n.to_string_lossy().into_owned())
-            .unwrap_or_else(|| super::title_from_path(path));
+        let title =
+            path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_else(|| super::title_from_path(path));
         let mut metadata = BTreeMap::new();
         metadata.insert("language".to_string(), lang.name().to_string());
         Ok(finish(self.name(), title, text, blocks, metadata))
@@ -214,7 +210,9 @@ impl<'s> Cx<'s> {
             let lines = unit.node.end_position().row - unit.node.start_position().row + 1;
             let split = (lines > SPLIT_LINES).then(|| self.members(unit)).flatten();
             match split {
-                Some(members) if !members.is_empty() => self.emit(unit.start, unit.end, &members, Some(&unit.symbol), out),
+                Some(members) if !members.is_empty() => {
+                    self.emit(unit.start, unit.end, &members, Some(&unit.symbol), out)
+                }
                 _ => out.push((code(Some(unit.symbol.clone())), Span::new(unit.start, unit.end), None)),
             }
             pos = unit.end;
@@ -233,10 +231,13 @@ impl<'s> Cx<'s> {
                 (ty.split('<').next().unwrap_or(&ty).trim().to_string(), &["function_item", "function_signature_item"])
             }
             (Lang::Rust, "trait_item") => (self.field(node, "name")?, &["function_item", "function_signature_item"]),
-            (Lang::Python, "class_definition") => (self.field(node, "name")?, &["function_definition", "decorated_definition"]),
-            (Lang::JavaScript | Lang::TypeScript | Lang::Tsx, "class_declaration" | "abstract_class_declaration" | "class") => {
-                (self.field(node, "name")?, &["method_definition", "abstract_method_signature", "method_signature"])
+            (Lang::Python, "class_definition") => {
+                (self.field(node, "name")?, &["function_definition", "decorated_definition"])
             }
+            (
+                Lang::JavaScript | Lang::TypeScript | Lang::Tsx,
+                "class_declaration" | "abstract_class_declaration" | "class",
+            ) => (self.field(node, "name")?, &["method_definition", "abstract_method_signature", "method_signature"]),
             _ => return None,
         };
         let body = node.child_by_field_name("body")?;
@@ -331,7 +332,8 @@ impl<'s> Cx<'s> {
             "export_statement" => match node.child_by_field_name("declaration") {
                 Some(decl) => self.js_symbol(decl, decl.kind()),
                 None => {
-                    let is_default = (0..node.child_count()).filter_map(|i| node.child(i as u32)).any(|c| c.kind() == "default");
+                    let is_default =
+                        (0..node.child_count()).filter_map(|i| node.child(i as u32)).any(|c| c.kind() == "default");
                     is_default.then(|| "export default".to_string())
                 }
             },
@@ -401,7 +403,10 @@ fn main() {} // trailing
         assert_eq!(doc.metadata["language"], "rust");
         let got = units(&doc);
         assert_eq!(got[0], (None, "//! Module docs."));
-        assert_eq!(&doc.text[doc.blocks[0].span.range()], "//! Module docs.\n\nuse std::fmt;\n\nconst LIMIT: usize = 3;");
+        assert_eq!(
+            &doc.text[doc.blocks[0].span.range()],
+            "//! Module docs.\n\nuse std::fmt;\n\nconst LIMIT: usize = 3;"
+        );
         assert_eq!(got[1], (Some("struct Point"), "/// A point."));
         assert_eq!(got[2], (Some("impl Point"), "impl Point {"));
         assert_eq!(got[3], (Some("impl fmt::Display for Point"), "impl fmt::Display for Point {"));
@@ -416,7 +421,9 @@ fn main() {} // trailing
     fn a_long_impl_is_split_into_methods() {
         let mut src = String::from("struct Big;\n\nimpl Big {\n    const N: u8 = 1;\n\n");
         for i in 0..12 {
-            src.push_str(&format!("    /// Method {i}.\n    pub fn m{i}(&self) -> u8 {{\n        let a = {i};\n        a + 1\n    }}\n\n"));
+            src.push_str(&format!(
+                "    /// Method {i}.\n    pub fn m{i}(&self) -> u8 {{\n        let a = {i};\n        a + 1\n    }}\n\n"
+            ));
         }
         src.push_str("}\n");
         let doc = parse("big.rs", &src);
