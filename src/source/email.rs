@@ -43,8 +43,7 @@ impl Parser for EmailParser {
         let parser = MessageParser::default();
         let mut out = TextBuilder::default();
         let mut metadata = BTreeMap::new();
-        let title;
-        if is_mbox || bytes.starts_with(b"From ") {
+        let title = if is_mbox || bytes.starts_with(b"From ") {
             let raws: Vec<Vec<u8>> = mail_parser::mailbox::mbox::MessageIterator::new(Cursor::new(bytes))
                 .filter_map(Result::ok)
                 .map(|m| m.unwrap_contents())
@@ -52,7 +51,9 @@ impl Parser for EmailParser {
             let messages: Vec<Message<'_>> =
                 raws.iter().filter_map(|raw| parser.parse(raw.as_slice())).filter(has_headers).collect();
             if messages.is_empty() {
-                return Err(SkipReason::corrupt("no e-mail message found (an mbox starts each one with a `From ` line)"));
+                return Err(SkipReason::corrupt(
+                    "no e-mail message found (an mbox starts each one with a `From ` line)",
+                ));
             }
             let level = if is_mbox { 2 } else { 1 };
             for message in &messages {
@@ -67,13 +68,14 @@ impl Parser for EmailParser {
             } else {
                 message_metadata(&messages[0], &mut metadata);
             }
-            title = first;
+            first
         } else {
-            let message = parser.parse(bytes).filter(has_headers).ok_or_else(|| SkipReason::corrupt("no e-mail headers"))?;
+            let message =
+                parser.parse(bytes).filter(has_headers).ok_or_else(|| SkipReason::corrupt("no e-mail headers"))?;
             render(&mut out, &message, 1);
             message_metadata(&message, &mut metadata);
-            title = subject(&message);
-        }
+            subject(&message)
+        };
         let title = title.unwrap_or_else(|| title_from_path(path));
         Ok(finish(self.name(), title, out.text, out.blocks, metadata))
     }
@@ -164,8 +166,16 @@ fn render(out: &mut TextBuilder, message: &Message<'_>, level: u8) {
         if subtype == "html" || part.is_text_html() {
             let page = html::extract(&content);
             let start = out.raw(&page.text);
-            out.blocks.extend(page.blocks.into_iter().map(|(k, s, p)| (k, crate::types::Span::new(s.start + start, s.end + start), p)));
-        } else if subtype == "markdown" || subtype == "x-markdown" || lower.ends_with(".md") || lower.ends_with(".markdown") {
+            out.blocks.extend(
+                page.blocks
+                    .into_iter()
+                    .map(|(k, s, p)| (k, crate::types::Span::new(s.start + start, s.end + start), p)),
+            );
+        } else if subtype == "markdown"
+            || subtype == "x-markdown"
+            || lower.ends_with(".md")
+            || lower.ends_with(".markdown")
+        {
             let start = out.raw(content.trim_end());
             let end = out.text.len();
             let md = markdown::blocks_in(&out.text[start..end], start);
@@ -404,7 +414,8 @@ From: bob@example.com\nSubject: Second topic\n\nBody two.\n>From the archive, es
 
     #[test]
     fn garbage_is_corrupt() {
-        let corrupt = |name: &str, b: &[u8]| matches!(EmailParser.parse(Path::new(name), b), Err(SkipReason::Corrupt { .. }));
+        let corrupt =
+            |name: &str, b: &[u8]| matches!(EmailParser.parse(Path::new(name), b), Err(SkipReason::Corrupt { .. }));
         assert!(corrupt("x.eml", b"just some words, no headers at all\nand more\n"));
         assert!(corrupt("x.eml", b"\xff\xfe\x01garbage"));
         assert!(corrupt("x.mbox", b"Subject: not an mbox\n\nbody\n"));

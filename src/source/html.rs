@@ -58,13 +58,14 @@ const SKIPPED: &[&str] = &[
 ];
 
 /// Classes of permalink anchors and screen-reader or toggle furniture.
-const SKIPPED_CLASSES: &[&str] = &["anchor", "doc-anchor", "headerlink", "hideme", "sr-only", "visually-hidden", "screen-reader-text"];
+const SKIPPED_CLASSES: &[&str] =
+    &["anchor", "doc-anchor", "headerlink", "hideme", "sr-only", "visually-hidden", "screen-reader-text"];
 
 /// Elements that flow inside a line of text.
 const INLINE: &[&str] = &[
     "a", "abbr", "b", "bdi", "bdo", "cite", "code", "data", "dfn", "em", "i", "kbd", "mark", "q", "s", "samp", "small",
-    "span", "strong", "sub", "sup", "time", "u", "var", "del", "ins", "label", "font", "tt", "wbr", "img", "big", "strike",
-    "nobr", "output", "ruby", "rt", "rp",
+    "span", "strong", "sub", "sup", "time", "u", "var", "del", "ins", "label", "font", "tt", "wbr", "img", "big",
+    "strike", "nobr", "output", "ruby", "rt", "rp",
 ];
 
 /// Selectors of the main content element, best first.
@@ -78,10 +79,7 @@ pub(crate) fn extract(source: &str) -> Extracted {
         .and_then(|s| html.select(&s).next())
         .map(|t| one_line(&t.text().collect::<String>()))
         .filter(|t| !t.is_empty());
-    let root = MAIN_CONTENT
-        .iter()
-        .filter_map(|s| Selector::parse(s).ok())
-        .find_map(|s| html.select(&s).next());
+    let root = MAIN_CONTENT.iter().filter_map(|s| Selector::parse(s).ok()).find_map(|s| html.select(&s).next());
     let mut walker = Walker::default();
     match root {
         Some(main) => walker.walk(main, true),

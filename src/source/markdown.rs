@@ -79,14 +79,20 @@ pub(crate) fn blocks_in(src: &str, base: usize) -> Markdown {
                 if depth == 0 {
                     let span = Span::new(base + range.start, base + range.end);
                     let (kind, front_matter) = match &tag {
-                        Tag::Heading { level, .. } => (BlockKind::Heading { level: *level as u8, title: String::new() }, false),
+                        Tag::Heading { level, .. } => {
+                            (BlockKind::Heading { level: *level as u8, title: String::new() }, false)
+                        }
                         Tag::List(_) => (BlockKind::List, false),
                         Tag::Table(_) => (BlockKind::Table, false),
                         Tag::CodeBlock(kind) => (BlockKind::Code { language: language(kind), symbol: None }, false),
                         Tag::BlockQuote(_) => (BlockKind::Quote, false),
                         Tag::MetadataBlock(_) => (BlockKind::Paragraph, true),
                         Tag::Paragraph => {
-                            let kind = if is_definition(&src[range.clone()]) { BlockKind::Definition } else { BlockKind::Paragraph };
+                            let kind = if is_definition(&src[range.clone()]) {
+                                BlockKind::Definition
+                            } else {
+                                BlockKind::Paragraph
+                            };
                             (kind, false)
                         }
                         _ => (BlockKind::Paragraph, false),

@@ -192,10 +192,8 @@ pub fn looks_binary(bytes: &[u8]) -> bool {
     if head.contains(&0) {
         return true;
     }
-    let control = head
-        .iter()
-        .filter(|&&b| (b < 0x20 && !matches!(b, b'\t' | b'\n' | b'\r' | 0x0c | 0x1b)) || b == 0x7f)
-        .count();
+    let control =
+        head.iter().filter(|&&b| (b < 0x20 && !matches!(b, b'\t' | b'\n' | b'\r' | 0x0c | 0x1b)) || b == 0x7f).count();
     control * 10 > head.len()
 }
 
@@ -461,11 +459,11 @@ mod tests {
         assert_eq!(parse(Path::new("a.txt"), b"hello\0world\x01\x02", limit), Err(SkipReason::Binary));
         let controls: Vec<u8> = (0..200).map(|i| if i % 3 == 0 { 0x01 } else { b'a' }).collect();
         assert_eq!(parse(Path::new("a.txt"), &controls, limit), Err(SkipReason::Binary));
-        assert_eq!(parse(Path::new("a.md"), b"# Title\n\ncaf\xe9 au lait\n", limit), Err(SkipReason::NotUtf8 { offset: 12 }));
         assert_eq!(
-            parse(Path::new("a.txt"), b"0123456789", 4),
-            Err(SkipReason::TooLarge { bytes: 10, limit: 4 })
+            parse(Path::new("a.md"), b"# Title\n\ncaf\xe9 au lait\n", limit),
+            Err(SkipReason::NotUtf8 { offset: 12 })
         );
+        assert_eq!(parse(Path::new("a.txt"), b"0123456789", 4), Err(SkipReason::TooLarge { bytes: 10, limit: 4 }));
         assert_eq!(parse(Path::new("a.jpg"), b"\xff\xd8\xff", limit), Err(SkipReason::Unsupported));
         assert_eq!(parse(Path::new("a.html"), b"<script>var x = 1;</script>", limit), Err(SkipReason::Empty));
     }

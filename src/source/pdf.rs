@@ -35,15 +35,14 @@ impl Parser for PdfParser {
         if !bytes.starts_with(b"%PDF") && !bytes[..bytes.len().min(1024)].windows(5).any(|w| w == b"%PDF-") {
             return Err(SkipReason::corrupt("not a PDF (no %PDF- header)"));
         }
-        let extracted = catch_unwind(AssertUnwindSafe(|| extract(bytes)))
-            .map_err(|panic| {
-                let what = panic
-                    .downcast_ref::<&str>()
-                    .map(|s| s.to_string())
-                    .or_else(|| panic.downcast_ref::<String>().cloned())
-                    .unwrap_or_else(|| "unknown panic".to_string());
-                SkipReason::corrupt(format!("PDF reader failed: {what}"))
-            })??;
+        let extracted = catch_unwind(AssertUnwindSafe(|| extract(bytes))).map_err(|panic| {
+            let what = panic
+                .downcast_ref::<&str>()
+                .map(|s| s.to_string())
+                .or_else(|| panic.downcast_ref::<String>().cloned())
+                .unwrap_or_else(|| "unknown panic".to_string());
+            SkipReason::corrupt(format!("PDF reader failed: {what}"))
+        })??;
         let mut out = TextBuilder::default();
         let mut blocks = Vec::new();
         for (i, page) in extracted.pages.iter().enumerate() {

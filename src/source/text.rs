@@ -150,7 +150,9 @@ pub(crate) fn blocks_in(text: &str, start: usize, end: usize, page: Option<u32>,
                 let span = Span::new(line.start, group[m - 1].end);
                 match out.last_mut() {
                     // Items separated by one blank line continue the list above.
-                    Some((BlockKind::List, prev, _)) if list_open && k == 0 && blank_lines_between(text, prev.end, span.start) <= 1 => {
+                    Some((BlockKind::List, prev, _))
+                        if list_open && k == 0 && blank_lines_between(text, prev.end, span.start) <= 1 =>
+                    {
                         *prev = prev.cover(span);
                     }
                     _ => out.push((BlockKind::List, span, page)),
@@ -368,7 +370,8 @@ mod tests {
 
     #[test]
     fn numbered_lists_are_not_headings() {
-        let doc = parse("Steps:\n1. Open the form\n2. Fill it in\n3) Send it\n\nThe amount is\n4.2 million per year.\n");
+        let doc =
+            parse("Steps:\n1. Open the form\n2. Fill it in\n3) Send it\n\nThe amount is\n4.2 million per year.\n");
         assert_eq!(
             summary(&doc),
             vec![
