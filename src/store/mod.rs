@@ -35,6 +35,9 @@ pub use vector::{Quantization, VectorHit, VectorIndex, VectorMeta, VectorOptions
 use crate::error::{Error, Result};
 use crate::types::ChunkId;
 
+/// How long a writer waits for a tenant's lock before giving up.
+const WRITER_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
+
 /// A data folder, open.
 pub struct Store {
     layout: Layout,
@@ -117,24 +120,49 @@ impl Store {
         }
     }
 
-    fn lock(&self, tenant: &str) -> Result<File> {
+    /// Takes the tenant's write lock, retrying for up to `wait` (readers hold it only while they
+    /// repair an index; another writer holds it for a whole run).
+    fn lock(&self, tenant: &str, wait: std::time::Duration) -> Result<File> {
         let dir = self.layout.tenant(tenant);
         std::fs::create_dir_all(&dir).map_err(Error::path(&dir))?;
         let path = dir.join("write.lock");
         let f = File::options().create(true).truncate(false).write(true).open(&path).map_err(Error::path(&path))?;
-        match f.try_lock() {
-            Ok(()) => Ok(f),
-            Err(std::fs::TryLockError::WouldBlock) => Err(Error::Invalid(format!(
-                "another ragbox process is writing to tenant `{tenant}` (lock {path:?}); wait for it to finish"
-            ))),
-            Err(std::fs::TryLockError::Error(e)) => Err(Error::Path { path, source: e }),
+        let started = std::time::Instant::now();
+        loop {
+            match f.try_lock() {
+                Ok(()) => return Ok(f),
+                Err(std::fs::TryLockError::WouldBlock) if started.elapsed() < wait => {
+                    std::thread::sleep(std::time::Duration::from_millis(50));
+                }
+                Err(std::fs::TryLockError::WouldBlock) => {
+                    return Err(Error::Invalid(format!(
+                        "another ragbox process is writing to tenant `{tenant}` (lock {path:?}); wait for it to finish"
+                    )))
+                }
+                Err(std::fs::TryLockError::Error(e)) => return Err(Error::Path { path, source: e }),
+            }
         }
+    }
+
+    /// Whether a tenant's indexes for its active model lag the catalog or are damaged.
+    fn needs_repair(&self, tenant: &TenantRow) -> bool {
+        let vector_ok = VectorIndex::check(
+            &self.layout.vector(&tenant.name, &tenant.model),
+            &self.layout.vector_meta(&tenant.name, &tenant.model),
+        )
+        .is_ok_and(|m| m.generation == tenant.generation && m.model == tenant.model && m.dims == tenant.dims);
+        let lexical_ok = LexicalIndex::open_or_create(&self.layout.lexical(&tenant.name))
+            .and_then(|ix| ix.generation())
+            .is_ok_and(|g| g == tenant.generation);
+        !(vector_ok && lexical_ok)
     }
 
     /// Opens a tenant for writing: takes its lock, repairs its indexes for `tenant.model` if they
     /// lag the catalog, and loads them for changes.
     pub fn writer(&self, tenant: &TenantRow) -> Result<TenantWriter<'_>> {
-        let lock = self.lock(&tenant.name)?;
+        let lock = self.lock(&tenant.name, WRITER_WAIT)?;
+        // Re-read the tenant under the lock: another writer may have committed meanwhile.
+        let tenant = &self.catalog.require_tenant(&tenant.name)?;
         let (vector, repair_v) = self.open_vector(tenant, &tenant.model, tenant.dims, true)?;
         let (lexical, repair_l) = self.open_lexical(tenant)?;
         let repair = Repair { vector: repair_v, lexical: repair_l };
@@ -145,15 +173,21 @@ impl Store {
     /// repaired first when no writer holds the tenant; otherwise the last committed indexes are
     /// served (hits are resolved through the catalog, so removed chunks never surface).
     pub fn reader(&self, tenant: &TenantRow) -> Result<TenantReader> {
-        let repair = match self.lock(&tenant.name) {
+        let repair = if !self.needs_repair(tenant) {
+            Repair::default()
+        } else {
+            match self.lock(&tenant.name, std::time::Duration::ZERO) {
             Ok(_lock) => {
+                let tenant = &self.catalog.require_tenant(&tenant.name)?;
                 let (_, v) = self.open_vector(tenant, &tenant.model, tenant.dims, false)?;
                 let (_, l) = self.open_lexical(tenant)?;
                 Repair { vector: v, lexical: l }
             }
             Err(Error::Invalid(_)) => Repair::default(),
             Err(e) => return Err(e),
+            }
         };
+        let tenant = &self.catalog.require_tenant(&tenant.name)?;
         let path = self.layout.vector(&tenant.name, &tenant.model);
         let meta = VectorIndex::check(&path, &self.layout.vector_meta(&tenant.name, &tenant.model))?;
         let vector = VectorIndex::view(&path, meta, self.vector_options)?;
@@ -237,7 +271,8 @@ impl Store {
         vectors: &mut dyn FnMut(&[&str]) -> Result<Vec<Vec<f32>>>,
         batch: usize,
     ) -> Result<ReembedReport> {
-        let _lock = self.lock(&tenant.name)?;
+        let _lock = self.lock(&tenant.name, WRITER_WAIT)?;
+        let tenant = &self.catalog.require_tenant(&tenant.name)?;
         let entries = self.catalog.index_entries(tenant.id)?;
         let hashes: Vec<TextHash> = entries.iter().map(|e| e.hash).collect();
         let cached = self.catalog.cached_embeddings(model, &hashes)?;
