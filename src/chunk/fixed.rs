@@ -7,9 +7,9 @@
 //! block and section boundaries, while the chunk stays within `chars` characters (Unicode scalar
 //! values) and the hard token budget. A sentence longer than `chars` is a chunk of its own, cut on
 //! whitespace only where it exceeds `max_child_tokens`. Each chunk after the first starts up to
-//! `overlap_words` whitespace-separated words back into the previous chunk; the overlap counts
-//! toward `chars` and shrinks (to none) so that the first new sentence still fits. Chunks are
-//! children with no parent; `section_path` is the breadcrumb of the nearest heading above the
+//! `overlap_words` whitespace-separated words back into the previous chunk (never all of it); the
+//! overlap counts toward `chars` and shrinks (to none) so that the first new sentence still fits.
+//! Chunks are children with no parent; `section_path` is the breadcrumb of the nearest heading above the
 //! chunk's first byte.
 
 use crate::types::{ChunkRole, ParsedDocument, Span};
@@ -75,7 +75,8 @@ impl Chunker for FixedChunker {
                 let words = word_starts(&text[prev.range()], self.fixed.overlap_words);
                 let first_chars = chars(prev.end, first.end);
                 // `words` is nearest first: take the farthest start that still fits.
-                for &w in words.iter().rev() {
+                // Never the whole previous chunk: a chunk starts after its predecessor.
+                for &w in words.iter().rev().filter(|&&w| w > 0) {
                     if chars(prev.start + w, prev.end) + first_chars <= limit {
                         start = prev.start + w;
                         break;

@@ -238,7 +238,8 @@ pub(crate) fn finalize(b: &ChunkBuilder<'_>, pieces: &[Piece], groups: Vec<Range
 }
 
 /// Moves each chunk's start (but the first's) back into the previous chunk by about `overlap`
-/// tokens, in whole sentences of the previous chunk, while the chunk stays within `max`.
+/// tokens (rounded to the nearest whole sentence), in whole sentences of the previous chunk but
+/// never its first, while the chunk stays within `max`.
 pub(crate) fn overlap(b: &ChunkBuilder<'_>, chunks: &mut [Packed], overlap: usize, max: usize) {
     if overlap == 0 {
         return;
@@ -251,10 +252,14 @@ pub(crate) fn overlap(b: &ChunkBuilder<'_>, chunks: &mut [Packed], overlap: usiz
             let s = &text[prev.range()];
             let mut acc = 0;
             let mut start = None;
-            for r in sentences(s).into_iter().rev() {
+            // Never the previous chunk's first sentence: a child starts after its predecessor.
+            for r in sentences(s).into_iter().skip(1).rev() {
+                if acc >= overlap {
+                    break;
+                }
                 let t = b.count(Span::new(prev.start + r.start, prev.start + r.end));
                 let closer = acc + t <= overlap || acc + t - overlap < overlap - acc;
-                if acc >= overlap || !closer {
+                if !closer {
                     break;
                 }
                 acc += t;
