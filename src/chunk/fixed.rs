@@ -107,7 +107,10 @@ impl Chunker for FixedChunker {
                 span = Span::new(start, units[j - 1].span.end);
                 count = b.count(span);
             }
-            let block = doc.blocks.partition_point(|bl| bl.span.end <= span.start).min(doc.blocks.len().saturating_sub(1));
+            let block = doc
+                .blocks
+                .partition_point(|bl| bl.span.end <= span.start)
+                .min(doc.blocks.len().saturating_sub(1));
             let path = paths.get(block).map(|p| p.as_ref().clone()).unwrap_or_default();
             b.push(ChunkRole::Child, None, path, span, count);
             prev = Some(span);
@@ -209,7 +212,8 @@ mod tests {
 
     #[test]
     fn section_path_is_the_nearest_heading_above() {
-        let (_, chunks) = run("# A\n\nOne.\n\n## B\n\nTwo.", FixedOptions { chars: 6, overlap_words: 0 }, 512);
+        let (_, chunks) =
+            run("# A\n\nOne.\n\n## B\n\nTwo.", FixedOptions { chars: 6, overlap_words: 0 }, 512);
         let paths: Vec<Vec<String>> = chunks.iter().map(|c| c.section_path.clone()).collect();
         assert_eq!(paths[0], vec!["A"]);
         assert_eq!(paths.last().unwrap(), &vec!["A".to_string(), "B".to_string()]);

@@ -58,9 +58,9 @@ mod split;
 pub mod structural;
 
 #[cfg(test)]
-mod testdoc;
-#[cfg(test)]
 mod proptests;
+#[cfg(test)]
+mod testdoc;
 
 pub use builder::ChunkBuilder;
 pub use code::{default_chunker_for, CodeChunker};

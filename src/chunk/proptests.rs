@@ -32,6 +32,12 @@ struct Expect {
 fn check(doc: &ParsedDocument, chunks: &[Chunk], e: &Expect) {
     let text = doc.text.as_str();
     let mut children: Vec<&Chunk> = Vec::new();
+    let headings: Vec<usize> = doc
+        .blocks
+        .iter()
+        .filter(|b| matches!(b.kind, BlockKind::Heading { .. }))
+        .map(|b| b.span.start)
+        .collect();
     for (i, c) in chunks.iter().enumerate() {
         assert_eq!(c.ordinal as usize, i, "ordinals are 0..n in order");
         let t = text.get(c.span.range()).expect("span on char boundaries");
@@ -44,7 +50,10 @@ fn check(doc: &ParsedDocument, chunks: &[Chunk], e: &Expect) {
             }
             ChunkRole::Child => {
                 if c.tokens > e.max_child_tokens {
-                    assert!(!t.contains(char::is_whitespace), "only an unsplittable run exceeds the budget: {t:?}");
+                    assert!(
+                        !t.contains(char::is_whitespace),
+                        "only an unsplittable run exceeds the budget: {t:?}"
+                    );
                 }
                 match c.parent {
                     Some(p) => {
@@ -52,19 +61,17 @@ fn check(doc: &ParsedDocument, chunks: &[Chunk], e: &Expect) {
                         let p = &chunks[p as usize];
                         assert!(p.ordinal < c.ordinal);
                         assert_eq!(p.role, ChunkRole::Parent);
-                        assert!(p.span.start <= c.span.start && c.span.end <= p.span.end, "{p:?} holds {c:?}");
+                        assert!(
+                            p.span.start <= c.span.start && c.span.end <= p.span.end,
+                            "{p:?} holds {c:?}"
+                        );
                     }
                     None => assert!(!e.parents, "every child has a parent"),
                 }
                 if e.sections {
-                    for b in &doc.blocks {
-                        if matches!(b.kind, BlockKind::Heading { .. }) {
-                            assert!(
-                                !(c.span.start < b.span.start && b.span.start < c.span.end),
-                                "child {c:?} crosses heading {b:?}"
-                            );
-                        }
-                    }
+                    let i = headings.partition_point(|&h| h <= c.span.start);
+                    let crossed = headings.get(i).filter(|&&h| h < c.span.end);
+                    assert!(crossed.is_none(), "child {c:?} crosses the heading at {crossed:?}");
                 }
                 children.push(c);
             }
@@ -95,8 +102,32 @@ fn check(doc: &ParsedDocument, chunks: &[Chunk], e: &Expect) {
 }
 
 const WORDS: &[&str] = &[
-    "alpha", "beta", "gamma", "the", "a", "of", "é", "café", "naïve", "中文", "日本語", "🦀", "👍🏽", "e.g.", "Dr.",
-    "3.14", "v1.2.3", "cats", "taxes", "rockets", "soup", "x", "https://example.com/a.b?c=d", "(see", "it)", "and,",
+    "alpha",
+    "beta",
+    "gamma",
+    "the",
+    "a",
+    "of",
+    "é",
+    "café",
+    "naïve",
+    "中文",
+    "日本語",
+    "🦀",
+    "👍🏽",
+    "e.g.",
+    "Dr.",
+    "3.14",
+    "v1.2.3",
+    "cats",
+    "taxes",
+    "rockets",
+    "soup",
+    "x",
+    "https://example.com/a.b?c=d",
+    "(see",
+    "it)",
+    "and,",
 ];
 
 fn word() -> impl Strategy<Value = String> {
@@ -111,15 +142,17 @@ fn words(n: std::ops::Range<usize>) -> impl Strategy<Value = String> {
 }
 
 fn sentence() -> impl Strategy<Value = String> {
-    (words(1..25), prop::sample::select(&[".", "!", "?", ".", ""][..]), any::<bool>()).prop_map(|(w, end, cap)| {
-        let mut s = format!("{w}{end}");
-        if cap {
-            if let Some(c) = s.chars().next() {
-                s.replace_range(..c.len_utf8(), &c.to_uppercase().to_string());
+    (words(1..25), prop::sample::select(&[".", "!", "?", ".", ""][..]), any::<bool>()).prop_map(
+        |(w, end, cap)| {
+            let mut s = format!("{w}{end}");
+            if cap {
+                if let Some(c) = s.chars().next() {
+                    s.replace_range(..c.len_utf8(), &c.to_uppercase().to_string());
+                }
             }
-        }
-        s
-    })
+            s
+        },
+    )
 }
 
 fn block() -> impl Strategy<Value = String> {
@@ -142,9 +175,8 @@ fn block() -> impl Strategy<Value = String> {
 }
 
 fn document() -> impl Strategy<Value = String> {
-    (prop::collection::vec(block(), 0..25), any::<bool>()).prop_map(|(blocks, paged)| {
-        blocks.join(if paged { "\n\n\x0c\n" } else { "\n\n" })
-    })
+    (prop::collection::vec(block(), 0..25), any::<bool>())
+        .prop_map(|(blocks, paged)| blocks.join(if paged { "\n\n\x0c\n" } else { "\n\n" }))
 }
 
 fn options() -> impl Strategy<Value = ChunkOptions> {
@@ -159,16 +191,23 @@ fn options() -> impl Strategy<Value = ChunkOptions> {
 }
 
 fn code_document() -> impl Strategy<Value = ParsedDocument> {
-    let unit = (prop::option::of(prop::sample::select(&["f", "g", "Parser", "new"][..])), 1usize..40, 0usize..8)
-        .prop_map(|(name, lines, width)| {
-            let body: Vec<String> = (0..lines)
-                .map(|i| if i % 7 == 6 { String::new() } else { format!("    let v{i} = {};", "é + 1 ".repeat(width)) })
-                .collect();
-            match name {
-                Some(n) => (Some(n), format!("fn {n}() {{\n{}\n}}", body.join("\n"))),
-                None => (None, format!("// glue {}", body.len())),
-            }
-        });
+    let unit =
+        (prop::option::of(prop::sample::select(&["f", "g", "Parser", "new"][..])), 1usize..40, 0usize..8)
+            .prop_map(|(name, lines, width)| {
+                let body: Vec<String> = (0..lines)
+                    .map(|i| {
+                        if i % 7 == 6 {
+                            String::new()
+                        } else {
+                            format!("    let v{i} = {};", "é + 1 ".repeat(width))
+                        }
+                    })
+                    .collect();
+                match name {
+                    Some(n) => (Some(n), format!("fn {n}() {{\n{}\n}}", body.join("\n"))),
+                    None => (None, format!("// glue {}", body.len())),
+                }
+            });
     prop::collection::vec(unit, 0..20).prop_map(|units| {
         let parts: Vec<(Option<&str>, &str)> = units.iter().map(|(n, b)| (*n, b.as_str())).collect();
         code_doc("lib.rs", &parts)
@@ -246,7 +285,14 @@ fn megabyte() -> String {
             9 => out.push_str(&format!("- {}\n- {}\n- {}\n\n", w(1), w(2), w(3))),
             _ => {
                 for s in 0..(20 + i % 30) {
-                    out.push_str(&format!("{} {} {} {} number {s} {}. ", w(s), w(s + 1), w(s + 2), "Dr. Who", w(s + 3)));
+                    out.push_str(&format!(
+                        "{} {} {} {} number {s} {}. ",
+                        w(s),
+                        w(s + 1),
+                        w(s + 2),
+                        "Dr. Who",
+                        w(s + 3)
+                    ));
                 }
                 out.push_str("\n\n");
             }
@@ -261,17 +307,22 @@ fn a_one_megabyte_document_chunks_with_invariants() {
     let doc = md(&megabyte());
     let o = ChunkOptions::default();
     let chunks = StructuralChunker::new(o).chunk(&doc, &WordCounter);
-    assert!(chunks.len() > 1000);
     check(&doc, &chunks, &expect(&o, true, true));
+    assert!(chunks.len() > 1000);
 
     let fixed = FixedChunker::new(FixedOptions::default(), o).chunk(&doc, &WordCounter);
-    check(&doc, &fixed, &Expect { max_child_tokens: o.max_child_tokens, overlap: true, parents: false, sections: false });
+    check(
+        &doc,
+        &fixed,
+        &Expect { max_child_tokens: o.max_child_tokens, overlap: true, parents: false, sections: false },
+    );
 
     let semantic = SemanticChunker::new(o, SemanticOptions::default(), Arc::new(TopicEmbedder));
     let chunks = semantic.try_chunk(&doc, &WordCounter).expect("fake embedder");
     check(&doc, &chunks, &expect(&o, true, true));
 
-    let parts: Vec<String> = (0..8000).map(|i| format!("fn f{i}() {{\n    let x = {i} + é;\n    x * 2\n}}")).collect();
+    let parts: Vec<String> =
+        (0..8000).map(|i| format!("fn f{i}() {{\n    let x = {i} + é;\n    x * 2\n}}")).collect();
     let parts: Vec<(Option<&str>, &str)> = parts.iter().map(|p| (Some("f"), p.as_str())).collect();
     let code = code_doc("big.rs", &parts);
     let chunks = CodeChunker::new(o).chunk(&code, &WordCounter);

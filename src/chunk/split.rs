@@ -195,7 +195,8 @@ pub(crate) fn pack(pieces: &[Piece], target: usize, max: usize) -> Vec<Range<usi
         let n = groups.len();
         let tokens = |r: &Range<usize>| pieces[r.clone()].iter().map(|p| p.tokens).sum::<usize>();
         let (prev, last) = (&groups[n - 2], &groups[n - 1]);
-        if !pieces[last.start].break_before && tokens(last) < target / 8 && tokens(prev) + tokens(last) <= max {
+        if !pieces[last.start].break_before && tokens(last) < target / 8 && tokens(prev) + tokens(last) <= max
+        {
             let merged = prev.start..last.end;
             groups.truncate(n - 2);
             groups.push(merged);
@@ -214,7 +215,12 @@ pub(crate) struct Packed {
 
 /// Spans of `groups`, counted exactly; a group whose exact count exceeds `max` is halved (by
 /// estimated tokens) until it fits or holds one piece.
-pub(crate) fn finalize(b: &ChunkBuilder<'_>, pieces: &[Piece], groups: Vec<Range<usize>>, max: usize) -> Vec<Packed> {
+pub(crate) fn finalize(
+    b: &ChunkBuilder<'_>,
+    pieces: &[Piece],
+    groups: Vec<Range<usize>>,
+    max: usize,
+) -> Vec<Packed> {
     let mut out = Vec::with_capacity(groups.len());
     let mut stack: Vec<Range<usize>> = groups.into_iter().rev().collect();
     while let Some(g) = stack.pop() {
