@@ -14,12 +14,11 @@
 //!
 //! [`default_chunker_for`] picks this chunker for code documents.
 
-use crate::types::{BlockKind, ChunkRole, ParsedDocument, Span};
+use crate::types::{BlockKind, Chunk, ChunkRole, ParsedDocument, Span};
 
 use super::builder::ChunkBuilder;
 use super::split::{self, finalize, pack, Packed, Piece};
 use super::{ChunkOptions, Chunker, ChunkerKind, TokenCounter};
-use crate::types::Chunk;
 
 /// Syntax units of code files. See the module docs.
 #[derive(Debug, Clone, Copy, Default)]
@@ -50,6 +49,7 @@ impl Chunker for CodeChunker {
         "code"
     }
 
+    #[tracing::instrument(skip_all, fields(chunker = "code", title = %doc.title))]
     fn chunk(&self, doc: &ParsedDocument, tokens: &dyn TokenCounter) -> Vec<Chunk> {
         let o = self.options;
         let mut b = ChunkBuilder::new(doc, tokens);

@@ -12,13 +12,12 @@
 //! Chunks are children with no parent; `section_path` is the breadcrumb of the nearest heading above the
 //! chunk's first byte.
 
-use crate::types::{ChunkRole, ParsedDocument, Span};
+use crate::types::{Chunk, ChunkRole, ParsedDocument, Span};
 
 use super::builder::ChunkBuilder;
 use super::split::{self, Piece};
 use super::structural::block_paths;
 use super::{ChunkOptions, Chunker, TokenCounter};
-use crate::types::Chunk;
 
 /// Sizes of the fixed chunker.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -55,6 +54,7 @@ impl Chunker for FixedChunker {
         "fixed"
     }
 
+    #[tracing::instrument(skip_all, fields(chunker = "fixed", title = %doc.title))]
     fn chunk(&self, doc: &ParsedDocument, tokens: &dyn TokenCounter) -> Vec<Chunk> {
         let max = self.max_child_tokens;
         let limit = self.fixed.chars;

@@ -136,6 +136,7 @@ impl Chunker for SemanticChunker {
         "semantic"
     }
 
+    #[tracing::instrument(skip_all, fields(chunker = "semantic", title = %doc.title))]
     fn chunk(&self, doc: &ParsedDocument, tokens: &dyn TokenCounter) -> Vec<Chunk> {
         match self.try_chunk(doc, tokens) {
             Ok(chunks) => chunks,

@@ -26,7 +26,7 @@
 
 use std::ops::Range;
 
-use crate::types::{BlockKind, ChunkRole, ParsedDocument, Span};
+use crate::types::{BlockKind, Chunk, ChunkRole, ParsedDocument, Span};
 
 use super::builder::ChunkBuilder;
 use super::split::{self, finalize, pack, Packed, Piece};
@@ -50,6 +50,7 @@ impl Chunker for StructuralChunker {
         "structural"
     }
 
+    #[tracing::instrument(skip_all, fields(chunker = "structural", title = %doc.title))]
     fn chunk(&self, doc: &ParsedDocument, tokens: &dyn TokenCounter) -> Vec<Chunk> {
         let o = self.options;
         let mut b = ChunkBuilder::new(doc, tokens);
@@ -68,8 +69,6 @@ impl Chunker for StructuralChunker {
         b.finish()
     }
 }
-
-use crate::types::Chunk;
 
 /// A heading and the blocks up to the next heading of any level.
 #[derive(Debug, Clone, PartialEq, Eq)]
