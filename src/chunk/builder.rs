@@ -136,7 +136,11 @@ mod tests {
         let mut b = ChunkBuilder::new(&doc, &WordCounter);
         assert_eq!(b.lines(Span::new(0, 7)), Lines { first: 1, last: 2 });
         assert_eq!(b.lines(Span::new(4, 19)), Lines { first: 2, last: 4 });
-        assert_eq!(b.lines(Span::new(0, 4)), Lines { first: 1, last: 1 }, "a trailing newline stays on its line");
+        assert_eq!(
+            b.lines(Span::new(0, 4)),
+            Lines { first: 1, last: 1 },
+            "a trailing newline stays on its line"
+        );
         assert_eq!(b.page(Span::new(8, 19)), Some(2), "first overlapping block");
         assert_eq!(b.page(Span::new(7, 9)), None, "a gap overlaps no block");
         assert_eq!(b.push_counted(ChunkRole::Parent, None, vec![], Span::new(0, 19)), 0);

@@ -14,12 +14,11 @@
 //!
 //! [`default_chunker_for`] picks this chunker for code documents.
 
-use crate::types::{BlockKind, ChunkRole, ParsedDocument, Span};
+use crate::types::{BlockKind, Chunk, ChunkRole, ParsedDocument, Span};
 
 use super::builder::ChunkBuilder;
 use super::split::{self, finalize, pack, Packed, Piece};
 use super::{ChunkOptions, Chunker, ChunkerKind, TokenCounter};
-use crate::types::Chunk;
 
 /// Syntax units of code files. See the module docs.
 #[derive(Debug, Clone, Copy, Default)]
@@ -50,6 +49,7 @@ impl Chunker for CodeChunker {
         "code"
     }
 
+    #[tracing::instrument(skip_all, fields(chunker = "code", title = %doc.title))]
     fn chunk(&self, doc: &ParsedDocument, tokens: &dyn TokenCounter) -> Vec<Chunk> {
         let o = self.options;
         let mut b = ChunkBuilder::new(doc, tokens);
@@ -101,9 +101,20 @@ impl Chunker for CodeChunker {
             let kids: &[Packed] = &children[start..end];
             let (first, last) = (&kids[0], &kids[kids.len() - 1]);
             let span = Span::new(first.span.start, last.span.end);
-            let parent = b.push_counted(ChunkRole::Parent, None, path(only_unit(first.pieces.start..last.pieces.end)), span);
+            let parent = b.push_counted(
+                ChunkRole::Parent,
+                None,
+                path(only_unit(first.pieces.start..last.pieces.end)),
+                span,
+            );
             for kid in kids {
-                b.push(ChunkRole::Child, Some(parent), path(only_unit(kid.pieces.clone())), kid.span, kid.tokens);
+                b.push(
+                    ChunkRole::Child,
+                    Some(parent),
+                    path(only_unit(kid.pieces.clone())),
+                    kid.span,
+                    kid.tokens,
+                );
             }
             start = end;
         }
@@ -137,7 +148,10 @@ mod tests {
     #[test]
     fn small_units_pack_and_named_units_get_their_symbol() {
         let (a, b2, big) = (func("a", 1), func("b", 1), func("big", 6));
-        let doc = code_doc("lib.rs", &[(None, "use std::io;"), (Some("a"), &a), (Some("b"), &b2), (Some("big"), &big)]);
+        let doc = code_doc(
+            "lib.rs",
+            &[(None, "use std::io;"), (Some("a"), &a), (Some("b"), &b2), (Some("big"), &big)],
+        );
         let chunks = CodeChunker::new(opts(30, 60, 1000)).chunk(&doc, &WordCounter);
         let kids: Vec<&Chunk> = chunks.iter().filter(|c| c.role == ChunkRole::Child).collect();
         assert_eq!(kids.len(), 2, "{kids:#?}");
@@ -151,9 +165,11 @@ mod tests {
 
     #[test]
     fn a_big_unit_splits_at_blank_lines_and_keeps_its_symbol() {
-        let part = |p: usize| (0..4).map(|i| format!("    let v{p}_{i} = {i};")).collect::<Vec<_>>().join("\n");
+        let part =
+            |p: usize| (0..4).map(|i| format!("    let v{p}_{i} = {i};")).collect::<Vec<_>>().join("\n");
         let big = format!("fn big() {{\n{}\n\n{}\n\n{}\n}}", part(0), part(1), part(2));
-        let doc = code_doc("m.rs", &[(Some("small"), "fn small() {}"), (Some("big"), &big), (None, "// end")]);
+        let doc =
+            code_doc("m.rs", &[(Some("small"), "fn small() {}"), (Some("big"), &big), (None, "// end")]);
         let chunks = CodeChunker::new(opts(20, 40, 60)).chunk(&doc, &WordCounter);
         let kids: Vec<&Chunk> = chunks.iter().filter(|c| c.role == ChunkRole::Child).collect();
         let big_kids: Vec<&&Chunk> = kids.iter().filter(|c| c.section_path == ["m.rs", "big"]).collect();
@@ -163,7 +179,10 @@ mod tests {
             assert!(!t.contains("fn small") && !t.contains("// end"), "a split unit shares no chunk: {t}");
             assert!(k.tokens <= 40);
         }
-        assert!(doc.text[big_kids[1].span.range()].starts_with("    let v1_0") || doc.text[big_kids[1].span.range()].starts_with("let v1_0"));
+        assert!(
+            doc.text[big_kids[1].span.range()].starts_with("    let v1_0")
+                || doc.text[big_kids[1].span.range()].starts_with("let v1_0")
+        );
         let parents: Vec<&Chunk> = chunks.iter().filter(|c| c.role == ChunkRole::Parent).collect();
         assert!(parents.len() >= 2);
     }

@@ -7,18 +7,17 @@
 //! block and section boundaries, while the chunk stays within `chars` characters (Unicode scalar
 //! values) and the hard token budget. A sentence longer than `chars` is a chunk of its own, cut on
 //! whitespace only where it exceeds `max_child_tokens`. Each chunk after the first starts up to
-//! `overlap_words` whitespace-separated words back into the previous chunk; the overlap counts
-//! toward `chars` and shrinks (to none) so that the first new sentence still fits. Chunks are
-//! children with no parent; `section_path` is the breadcrumb of the nearest heading above the
+//! `overlap_words` whitespace-separated words back into the previous chunk (never all of it); the
+//! overlap counts toward `chars` and shrinks (to none) so that the first new sentence still fits.
+//! Chunks are children with no parent; `section_path` is the breadcrumb of the nearest heading above the
 //! chunk's first byte.
 
-use crate::types::{ChunkRole, ParsedDocument, Span};
+use crate::types::{Chunk, ChunkRole, ParsedDocument, Span};
 
 use super::builder::ChunkBuilder;
 use super::split::{self, Piece};
 use super::structural::block_paths;
 use super::{ChunkOptions, Chunker, TokenCounter};
-use crate::types::Chunk;
 
 /// Sizes of the fixed chunker.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -55,6 +54,7 @@ impl Chunker for FixedChunker {
         "fixed"
     }
 
+    #[tracing::instrument(skip_all, fields(chunker = "fixed", title = %doc.title))]
     fn chunk(&self, doc: &ParsedDocument, tokens: &dyn TokenCounter) -> Vec<Chunk> {
         let max = self.max_child_tokens;
         let limit = self.fixed.chars;
@@ -75,7 +75,8 @@ impl Chunker for FixedChunker {
                 let words = word_starts(&text[prev.range()], self.fixed.overlap_words);
                 let first_chars = chars(prev.end, first.end);
                 // `words` is nearest first: take the farthest start that still fits.
-                for &w in words.iter().rev() {
+                // Never the whole previous chunk: a chunk starts after its predecessor.
+                for &w in words.iter().rev().filter(|&&w| w > 0) {
                     if chars(prev.start + w, prev.end) + first_chars <= limit {
                         start = prev.start + w;
                         break;
@@ -106,7 +107,10 @@ impl Chunker for FixedChunker {
                 span = Span::new(start, units[j - 1].span.end);
                 count = b.count(span);
             }
-            let block = doc.blocks.partition_point(|bl| bl.span.end <= span.start).min(doc.blocks.len().saturating_sub(1));
+            let block = doc
+                .blocks
+                .partition_point(|bl| bl.span.end <= span.start)
+                .min(doc.blocks.len().saturating_sub(1));
             let path = paths.get(block).map(|p| p.as_ref().clone()).unwrap_or_default();
             b.push(ChunkRole::Child, None, path, span, count);
             prev = Some(span);
@@ -208,7 +212,8 @@ mod tests {
 
     #[test]
     fn section_path_is_the_nearest_heading_above() {
-        let (_, chunks) = run("# A\n\nOne.\n\n## B\n\nTwo.", FixedOptions { chars: 6, overlap_words: 0 }, 512);
+        let (_, chunks) =
+            run("# A\n\nOne.\n\n## B\n\nTwo.", FixedOptions { chars: 6, overlap_words: 0 }, 512);
         let paths: Vec<Vec<String>> = chunks.iter().map(|c| c.section_path.clone()).collect();
         assert_eq!(paths[0], vec!["A"]);
         assert_eq!(paths.last().unwrap(), &vec!["A".to_string(), "B".to_string()]);

@@ -58,9 +58,9 @@ mod split;
 pub mod structural;
 
 #[cfg(test)]
-mod testdoc;
-#[cfg(test)]
 mod proptests;
+#[cfg(test)]
+mod testdoc;
 
 pub use builder::ChunkBuilder;
 pub use code::{default_chunker_for, CodeChunker};
@@ -193,6 +193,41 @@ pub fn chunker(kind: ChunkerKind, options: ChunkOptions) -> Result<Box<dyn Chunk
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The module doc example, run as a unit test.
+    #[test]
+    fn module_example() {
+        use crate::types::{Block, BlockKind, Lines, Span};
+        let text = "# Intro\n\nHello world. Second sentence.".to_string();
+        let doc = ParsedDocument {
+            parser: "markdown".into(),
+            title: "t".into(),
+            blocks: vec![
+                Block {
+                    kind: BlockKind::Heading { level: 1, title: "Intro".into() },
+                    span: Span::new(0, 7),
+                    page: None,
+                    lines: Lines { first: 1, last: 1 },
+                },
+                Block {
+                    kind: BlockKind::Paragraph,
+                    span: Span::new(9, text.len()),
+                    page: None,
+                    lines: Lines { first: 3, last: 3 },
+                },
+            ],
+            text,
+            metadata: Default::default(),
+        };
+        let kind: ChunkerKind = "structural".parse().unwrap();
+        let chunks = chunker(kind, ChunkOptions::default()).unwrap().chunk(&doc, &WordCounter);
+        assert_eq!(chunks.len(), 2);
+        assert_eq!(chunks[1].section_path, vec!["Intro".to_string()]);
+        assert_eq!(&doc.text[chunks[1].span.range()], doc.text.as_str());
+        let text = "Dr. Smith paid 3.14 e.g. Euros. Then left.";
+        let parts: Vec<&str> = sentence::sentences(text).into_iter().map(|r| &text[r]).collect();
+        assert_eq!(parts, ["Dr. Smith paid 3.14 e.g. Euros. ", "Then left."]);
+    }
 
     #[test]
     fn kinds_parse_from_their_names() {

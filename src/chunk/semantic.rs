@@ -58,13 +58,20 @@ pub struct SemanticChunker {
 
 impl std::fmt::Debug for SemanticChunker {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("SemanticChunker").field("options", &self.options).field("semantic", &self.semantic).finish()
+        f.debug_struct("SemanticChunker")
+            .field("options", &self.options)
+            .field("semantic", &self.semantic)
+            .finish()
     }
 }
 
 impl SemanticChunker {
     /// A semantic chunker with these sizes and settings, embedding with `embedder`.
-    pub fn new(options: ChunkOptions, semantic: SemanticOptions, embedder: Arc<dyn SentenceEmbedder>) -> Self {
+    pub fn new(
+        options: ChunkOptions,
+        semantic: SemanticOptions,
+        embedder: Arc<dyn SentenceEmbedder>,
+    ) -> Self {
         SemanticChunker { options: options.normalised(), semantic, embedder }
     }
 
@@ -74,7 +81,8 @@ impl SemanticChunker {
         let o = self.options;
         let mut b = ChunkBuilder::new(doc, tokens);
         let segs = segments(doc);
-        let units: Vec<Vec<Piece>> = segs.iter().map(|seg| units(&b, seg.blocks.clone(), o.max_child_tokens)).collect();
+        let units: Vec<Vec<Piece>> =
+            segs.iter().map(|seg| units(&b, seg.blocks.clone(), o.max_child_tokens)).collect();
 
         // Texts to embed: each unit with its neighbours, within its segment.
         let buffer = self.semantic.buffer_size;
@@ -128,6 +136,7 @@ impl Chunker for SemanticChunker {
         "semantic"
     }
 
+    #[tracing::instrument(skip_all, fields(chunker = "semantic", title = %doc.title))]
     fn chunk(&self, doc: &ParsedDocument, tokens: &dyn TokenCounter) -> Vec<Chunk> {
         match self.try_chunk(doc, tokens) {
             Ok(chunks) => chunks,
@@ -214,8 +223,7 @@ pub(crate) mod tests {
             Ok(sentences
                 .iter()
                 .map(|s| {
-                    let mut v: Vec<f32> =
-                        TOPICS.iter().map(|t| s.matches(t).count() as f32).collect();
+                    let mut v: Vec<f32> = TOPICS.iter().map(|t| s.matches(t).count() as f32).collect();
                     v.push(0.01); // never the zero vector
                     v
                 })
@@ -244,7 +252,12 @@ pub(crate) mod tests {
 
     #[test]
     fn boundaries_land_at_topic_changes() {
-        let text = format!("# Notes\n\n{} {} {}", paragraph("cats", 6), paragraph("taxes", 6), paragraph("rockets", 6));
+        let text = format!(
+            "# Notes\n\n{} {} {}",
+            paragraph("cats", 6),
+            paragraph("taxes", 6),
+            paragraph("rockets", 6)
+        );
         let doc = md(&text);
         let semantic = SemanticOptions { breakpoint_percentile: 90.0, buffer_size: 1 };
         let chunker = SemanticChunker::new(ChunkOptions::default(), semantic, Arc::new(TopicEmbedder));
@@ -260,7 +273,11 @@ pub(crate) mod tests {
     #[test]
     fn the_default_percentile_breaks_at_the_one_topic_change() {
         let doc = md(&format!("{} {}", paragraph("soup", 8), paragraph("rockets", 8)));
-        let chunker = SemanticChunker::new(ChunkOptions::default(), SemanticOptions::default(), Arc::new(TopicEmbedder));
+        let chunker = SemanticChunker::new(
+            ChunkOptions::default(),
+            SemanticOptions::default(),
+            Arc::new(TopicEmbedder),
+        );
         let chunks = chunker.try_chunk(&doc, &WordCounter).unwrap();
         let kids: Vec<&str> =
             chunks.iter().filter(|c| c.role == ChunkRole::Child).map(|c| &doc.text[c.span.range()]).collect();
@@ -271,7 +288,8 @@ pub(crate) mod tests {
     fn the_hard_budget_still_applies() {
         let doc = md(&paragraph("cats", 40));
         let o = ChunkOptions { child_tokens: 20, max_child_tokens: 30, ..ChunkOptions::default() };
-        let chunks = SemanticChunker::new(o, SemanticOptions::default(), Arc::new(TopicEmbedder)).chunk(&doc, &WordCounter);
+        let chunks = SemanticChunker::new(o, SemanticOptions::default(), Arc::new(TopicEmbedder))
+            .chunk(&doc, &WordCounter);
         assert!(chunks.iter().filter(|c| c.role == ChunkRole::Child).count() > 5);
         assert!(chunks.iter().filter(|c| c.role == ChunkRole::Child).all(|c| c.tokens <= 30));
     }
@@ -279,7 +297,11 @@ pub(crate) mod tests {
     #[test]
     fn an_embedding_failure_falls_back_to_structural() {
         let doc = md(&format!("# A\n\n{}", paragraph("cats", 3)));
-        let semantic = SemanticChunker::new(ChunkOptions::default(), SemanticOptions::default(), Arc::new(FailingEmbedder));
+        let semantic = SemanticChunker::new(
+            ChunkOptions::default(),
+            SemanticOptions::default(),
+            Arc::new(FailingEmbedder),
+        );
         assert!(semantic.try_chunk(&doc, &WordCounter).is_err());
         let structural = StructuralChunker::new(ChunkOptions::default()).chunk(&doc, &WordCounter);
         assert_eq!(semantic.chunk(&doc, &WordCounter), structural);

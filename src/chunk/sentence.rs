@@ -28,8 +28,10 @@ use std::ops::Range;
 use unicode_segmentation::UnicodeSegmentation;
 
 /// Abbreviations after which a sentence never ends (lower-case, with their dot).
-const ABBREVIATIONS: &[&str] =
-    &["e.g.", "i.e.", "dr.", "mr.", "mrs.", "ms.", "prof.", "st.", "vs.", "no.", "fig.", "approx.", "cf.", "al."];
+const ABBREVIATIONS: &[&str] = &[
+    "e.g.", "i.e.", "dr.", "mr.", "mrs.", "ms.", "prof.", "st.", "vs.", "no.", "fig.", "approx.", "cf.",
+    "al.",
+];
 
 /// Abbreviations that often end a sentence: a break after them stands before an upper-case letter.
 const FINAL_ABBREVIATIONS: &[&str] = &["etc.", "inc.", "ltd."];
@@ -73,7 +75,8 @@ fn false_break(prev: &str, next: &str) -> bool {
     }
     if newlines == 1 {
         // A soft line wrap: the line does not end a sentence.
-        let end = body.trim_end_matches(|c: char| matches!(c, '"' | '\'' | ')' | ']' | '”' | '’' | '»' | '*' | '_'));
+        let end = body
+            .trim_end_matches(|c: char| matches!(c, '"' | '\'' | ')' | ']' | '”' | '’' | '»' | '*' | '_'));
         return !end.ends_with(['.', '!', '?', '。', '！', '？', '…', ':', ';']);
     }
     false
@@ -145,26 +148,38 @@ mod tests {
 
     #[test]
     fn decimals_and_versions_stay_whole() {
-        assert_eq!(split("Pi is 3.14 today. Version v1.2.3 is out."), ["Pi is 3.14 today. ", "Version v1.2.3 is out."]);
+        assert_eq!(
+            split("Pi is 3.14 today. Version v1.2.3 is out."),
+            ["Pi is 3.14 today. ", "Version v1.2.3 is out."]
+        );
         assert_eq!(split("It grew 2.5% in Q3. Fine."), ["It grew 2.5% in Q3. ", "Fine."]);
     }
 
     #[test]
     fn urls_and_emails_stay_whole() {
         let text = "See https://example.com/a.b?c=d. Then mail bob.smith@example.co.uk. Done!";
-        assert_eq!(split(text), ["See https://example.com/a.b?c=d. ", "Then mail bob.smith@example.co.uk. ", "Done!"]);
+        assert_eq!(
+            split(text),
+            ["See https://example.com/a.b?c=d. ", "Then mail bob.smith@example.co.uk. ", "Done!"]
+        );
         assert_eq!(split("Go to www.Example.com/Index.Html now."), ["Go to www.Example.com/Index.Html now."]);
     }
 
     #[test]
     fn soft_wrapped_lines_join_but_blank_lines_break() {
-        assert_eq!(split("This sentence is\nwrapped over lines. Next."), ["This sentence is\nwrapped over lines. ", "Next."]);
+        assert_eq!(
+            split("This sentence is\nwrapped over lines. Next."),
+            ["This sentence is\nwrapped over lines. ", "Next."]
+        );
         assert_eq!(split("First line ends.\nSecond line."), ["First line ends.\n", "Second line."]);
         assert_eq!(split("A heading\n\nBody text."), ["A heading\n\n", "Body text."]);
     }
 
     #[test]
     fn multibyte_text() {
-        assert_eq!(split("Café au lait. 中文句子。第二句。Émoji 🦀 ok."), ["Café au lait. ", "中文句子。", "第二句。", "Émoji 🦀 ok."]);
+        assert_eq!(
+            split("Café au lait. 中文句子。第二句。Émoji 🦀 ok."),
+            ["Café au lait. ", "中文句子。", "第二句。", "Émoji 🦀 ok."]
+        );
     }
 }

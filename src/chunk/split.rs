@@ -195,7 +195,8 @@ pub(crate) fn pack(pieces: &[Piece], target: usize, max: usize) -> Vec<Range<usi
         let n = groups.len();
         let tokens = |r: &Range<usize>| pieces[r.clone()].iter().map(|p| p.tokens).sum::<usize>();
         let (prev, last) = (&groups[n - 2], &groups[n - 1]);
-        if !pieces[last.start].break_before && tokens(last) < target / 8 && tokens(prev) + tokens(last) <= max {
+        if !pieces[last.start].break_before && tokens(last) < target / 8 && tokens(prev) + tokens(last) <= max
+        {
             let merged = prev.start..last.end;
             groups.truncate(n - 2);
             groups.push(merged);
@@ -214,7 +215,12 @@ pub(crate) struct Packed {
 
 /// Spans of `groups`, counted exactly; a group whose exact count exceeds `max` is halved (by
 /// estimated tokens) until it fits or holds one piece.
-pub(crate) fn finalize(b: &ChunkBuilder<'_>, pieces: &[Piece], groups: Vec<Range<usize>>, max: usize) -> Vec<Packed> {
+pub(crate) fn finalize(
+    b: &ChunkBuilder<'_>,
+    pieces: &[Piece],
+    groups: Vec<Range<usize>>,
+    max: usize,
+) -> Vec<Packed> {
     let mut out = Vec::with_capacity(groups.len());
     let mut stack: Vec<Range<usize>> = groups.into_iter().rev().collect();
     while let Some(g) = stack.pop() {
@@ -238,7 +244,8 @@ pub(crate) fn finalize(b: &ChunkBuilder<'_>, pieces: &[Piece], groups: Vec<Range
 }
 
 /// Moves each chunk's start (but the first's) back into the previous chunk by about `overlap`
-/// tokens, in whole sentences of the previous chunk, while the chunk stays within `max`.
+/// tokens (rounded to the nearest whole sentence), in whole sentences of the previous chunk but
+/// never its first, while the chunk stays within `max`.
 pub(crate) fn overlap(b: &ChunkBuilder<'_>, chunks: &mut [Packed], overlap: usize, max: usize) {
     if overlap == 0 {
         return;
@@ -251,10 +258,14 @@ pub(crate) fn overlap(b: &ChunkBuilder<'_>, chunks: &mut [Packed], overlap: usiz
             let s = &text[prev.range()];
             let mut acc = 0;
             let mut start = None;
-            for r in sentences(s).into_iter().rev() {
+            // Never the previous chunk's first sentence: a child starts after its predecessor.
+            for r in sentences(s).into_iter().skip(1).rev() {
+                if acc >= overlap {
+                    break;
+                }
                 let t = b.count(Span::new(prev.start + r.start, prev.start + r.end));
                 let closer = acc + t <= overlap || acc + t - overlap < overlap - acc;
-                if acc >= overlap || !closer {
+                if !closer {
                     break;
                 }
                 acc += t;

@@ -26,7 +26,7 @@
 
 use std::ops::Range;
 
-use crate::types::{BlockKind, ChunkRole, ParsedDocument, Span};
+use crate::types::{BlockKind, Chunk, ChunkRole, ParsedDocument, Span};
 
 use super::builder::ChunkBuilder;
 use super::split::{self, finalize, pack, Packed, Piece};
@@ -50,6 +50,7 @@ impl Chunker for StructuralChunker {
         "structural"
     }
 
+    #[tracing::instrument(skip_all, fields(chunker = "structural", title = %doc.title))]
     fn chunk(&self, doc: &ParsedDocument, tokens: &dyn TokenCounter) -> Vec<Chunk> {
         let o = self.options;
         let mut b = ChunkBuilder::new(doc, tokens);
@@ -68,8 +69,6 @@ impl Chunker for StructuralChunker {
         b.finish()
     }
 }
-
-use crate::types::Chunk;
 
 /// A heading and the blocks up to the next heading of any level.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -93,7 +92,11 @@ pub(crate) fn segments(doc: &ParsedDocument) -> Vec<Segment> {
                 stack.pop();
             }
             stack.push((level, title.clone()));
-            out.push(Segment { level, path: stack.iter().map(|(_, t)| t.clone()).collect(), blocks: i..i + 1 });
+            out.push(Segment {
+                level,
+                path: stack.iter().map(|(_, t)| t.clone()).collect(),
+                blocks: i..i + 1,
+            });
         } else {
             match out.last_mut() {
                 Some(seg) => seg.blocks.end = i + 1,
@@ -147,7 +150,12 @@ pub(crate) fn pieces(b: &ChunkBuilder<'_>, blocks: Range<usize>, max: usize, tar
 
 /// Pushes parents and children for all segments: each top-level section (and the text before the
 /// first heading) in order.
-pub(crate) fn emit(b: &mut ChunkBuilder<'_>, segs: &[Segment], children: &[Vec<Packed>], parent_tokens: usize) {
+pub(crate) fn emit(
+    b: &mut ChunkBuilder<'_>,
+    segs: &[Segment],
+    children: &[Vec<Packed>],
+    parent_tokens: usize,
+) {
     let mut k = 0;
     while k < segs.len() {
         let e = section_end(segs, k, segs.len());
@@ -179,7 +187,8 @@ fn emit_section(
     let total: usize = range.clone().map(tokens).sum();
     let head = range.start;
     if total <= parent_tokens {
-        let kids: Vec<(usize, &Packed)> = range.flat_map(|k| children[k].iter().map(move |c| (k, c))).collect();
+        let kids: Vec<(usize, &Packed)> =
+            range.flat_map(|k| children[k].iter().map(move |c| (k, c))).collect();
         emit_parent(b, segs, &segs[head].path, &kids);
         return;
     }
@@ -262,7 +271,10 @@ mod tests {
         let table = doc.blocks.iter().find(|b| b.kind == BlockKind::Table).unwrap();
         assert!(kids.iter().any(|c| c.span.start <= table.span.start && c.span.end >= table.span.end));
         let rates = kids[3];
-        assert!(doc.text[rates.span.range()].starts_with("### 2.1 Rates\n\n| Item"), "the heading starts its child");
+        assert!(
+            doc.text[rates.span.range()].starts_with("### 2.1 Rates\n\n| Item"),
+            "the heading starts its child"
+        );
         assert_eq!(
             &doc.text[kids[4].span.range()],
             "### 2.2 Insurance\n\nDr. Smith approves claims. Claims over 1,000.00 need a receipt."
@@ -275,9 +287,13 @@ mod tests {
             assert_eq!(p.role, ChunkRole::Parent);
             assert!(p.span.start <= kid.span.start && kid.span.end <= p.span.end);
         }
-        let expenses = parents.iter().find(|p| p.section_path.last().map(String::as_str) == Some("2 Expenses"));
+        let expenses =
+            parents.iter().find(|p| p.section_path.last().map(String::as_str) == Some("2 Expenses"));
         let expenses = expenses.expect("a parent for section 2");
-        assert!(doc.text[expenses.span.range()].contains("Claims over"), "section 2 fits whole: {expenses:?}");
+        assert!(
+            doc.text[expenses.span.range()].contains("Claims over"),
+            "section 2 fits whole: {expenses:?}"
+        );
     }
 
     #[test]
@@ -315,7 +331,10 @@ mod tests {
         for c in children(&chunks) {
             let t = &doc.text[c.span.range()];
             assert!(c.tokens <= 40);
-            assert!(t.lines().all(|l| l.starts_with('|') || l.is_empty() || l == "# T" || l == "After."), "{t}");
+            assert!(
+                t.lines().all(|l| l.starts_with('|') || l.is_empty() || l == "# T" || l == "After."),
+                "{t}"
+            );
         }
         let (_, chunks) = run(&text, opts(20, 400, 1000));
         let table_kids = children(&chunks).into_iter().filter(|c| c.tokens > 40).count();

@@ -102,14 +102,17 @@ pub(crate) fn md(text: &str) -> ParsedDocument {
 pub(crate) fn code_doc(title: &str, parts: &[(Option<&str>, &str)]) -> ParsedDocument {
     let mut text = String::new();
     let mut blocks = Vec::new();
+    let mut line = 1;
     for (symbol, body) in parts {
         if !text.is_empty() {
             text.push_str("\n\n");
+            line += 2;
         }
         let start = text.len();
-        let first = text.matches('\n').count() as u32 + 1;
+        let first = line;
         text.push_str(body);
         let last = first + body.matches('\n').count() as u32;
+        line = last;
         blocks.push(Block {
             kind: BlockKind::Code { language: Some("rust".into()), symbol: symbol.map(str::to_string) },
             span: Span::new(start, text.len()),
