@@ -108,10 +108,20 @@ pub enum Change {
     Skipped,
 }
 
+/// Paths in reports may not be UTF-8 (that is one reason to skip a file): written lossily.
+fn lossy_path<S: serde::Serializer>(p: &Path, s: S) -> std::result::Result<S::Ok, S::Error> {
+    s.serialize_str(&p.to_string_lossy())
+}
+
+fn lossy_paths<S: serde::Serializer>(paths: &[PathBuf], s: S) -> std::result::Result<S::Ok, S::Error> {
+    s.collect_seq(paths.iter().map(|p| p.to_string_lossy()))
+}
+
 /// A file that was not ingested, and why.
 #[derive(Debug, Clone, Serialize)]
 pub struct Skipped {
     /// Its path.
+    #[serde(serialize_with = "lossy_path")]
     pub path: PathBuf,
     /// Why, in a sentence.
     pub reason: String,
@@ -150,6 +160,7 @@ pub struct IngestReport {
     /// Documents whose files are gone.
     pub removed: usize,
     /// Files of a type no parser reads (not errors; listed with `--json`).
+    #[serde(serialize_with = "lossy_paths")]
     pub ignored: Vec<PathBuf>,
     /// Files that could not be ingested, with reasons.
     pub skipped: Vec<Skipped>,
