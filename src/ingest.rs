@@ -29,7 +29,7 @@ use crate::source::walk::{walk, WalkEntry};
 use crate::source::{self, SkipReason};
 use crate::store::{
     text_hash, CommitBatch, ContextualChunk, DocumentContent, DocumentRow, DocumentStatus, DocumentWrite, Store,
-    TenantRow, TextHash,
+    TenantRow, TenantWriter, TextHash,
 };
 use crate::types::{indexed_text, ChunkRole, ParsedDocument, TextKind};
 
@@ -226,9 +226,13 @@ struct Pending {
     size: u64,
     mtime_ns: i64,
     sha256: String,
-    bytes: Option<Vec<u8>>,
     skip: Option<SkipReason>,
     existing: bool,
+}
+
+fn sha256_hex(bytes: &[u8]) -> String {
+    use sha2::Digest;
+    hex::encode(sha2::Sha256::digest(bytes))
 }
 
 /// Runs one incremental ingest of `root` into `opts.tenant`, reporting progress to `on_event`.
@@ -291,17 +295,15 @@ pub fn ingest(
             let existing = known.contains_key(&path);
             if size > max_bytes {
                 let skip = SkipReason::TooLarge { bytes: size, limit: max_bytes };
-                return Pending { sha256: format!("too-large:{size}:{mtime_ns}"), path, size, mtime_ns, bytes: None, skip: Some(skip), existing };
+                return Pending { sha256: format!("too-large:{size}:{mtime_ns}"), path, size, mtime_ns, skip: Some(skip), existing };
             }
+            // Only the hash is kept: the bytes of changed files are read again when their batch is
+            // parsed, so memory holds one batch of files, not the whole folder.
             match std::fs::read(&path) {
-                Ok(bytes) => {
-                    use sha2::Digest;
-                    let sha256 = hex::encode(sha2::Sha256::digest(&bytes));
-                    Pending { path, size, mtime_ns, sha256, bytes: Some(bytes), skip: None, existing }
-                }
+                Ok(bytes) => Pending { path, size, mtime_ns, sha256: sha256_hex(&bytes), skip: None, existing },
                 Err(e) => {
                     let skip = SkipReason::Unreadable { detail: e.to_string() };
-                    Pending { path, size, mtime_ns, sha256: String::new(), bytes: None, skip: Some(skip), existing }
+                    Pending { path, size, mtime_ns, sha256: String::new(), skip: Some(skip), existing }
                 }
             }
         })
@@ -367,21 +369,6 @@ pub fn ingest(
     }
     report.removed = removed.len();
 
-    let mut commit = |batch: &mut CommitBatch, changes: &mut Vec<(PathBuf, Change)>, report: &mut IngestReport, on_event: &mut dyn FnMut(IngestEvent<'_>)| -> Result<()> {
-        if batch.is_empty() {
-            return Ok(());
-        }
-        let t = Instant::now();
-        writer.commit(batch)?;
-        report.stages.commit_s += t.elapsed().as_secs_f64();
-        report.commits += 1;
-        for (path, change) in changes.drain(..) {
-            on_event(IngestEvent::Committed { path: &path, change });
-        }
-        *batch = CommitBatch::default();
-        Ok(())
-    };
-
     let mut todo = todo.into_iter().peekable();
     while todo.peek().is_some() {
         let group: Vec<Pending> = todo.by_ref().take(opts.parse_batch.max(1)).collect();
@@ -390,10 +377,17 @@ pub fn ingest(
             .into_par_iter()
             .map(|mut p| {
                 let t = Instant::now();
-                let result = match (p.skip.take(), p.bytes.take()) {
-                    (Some(skip), _) => Err(skip),
-                    (None, Some(bytes)) => source::parse(&p.path, &bytes, max_bytes),
-                    (None, None) => Err(SkipReason::Unreadable { detail: "no bytes read".into() }),
+                let result = match p.skip.take() {
+                    Some(skip) => Err(skip),
+                    None => match std::fs::read(&p.path) {
+                        Ok(bytes) => {
+                            // The file may have changed since it was hashed: record what was parsed.
+                            p.sha256 = sha256_hex(&bytes);
+                            p.size = bytes.len() as u64;
+                            source::parse(&p.path, &bytes, max_bytes)
+                        }
+                        Err(e) => Err(SkipReason::Unreadable { detail: e.to_string() }),
+                    },
                 };
                 let parse_time = t.elapsed();
                 let t = Instant::now();
@@ -488,14 +482,39 @@ pub fn ingest(
             batch.documents.push(DocumentWrite { path: p.path, sha256: p.sha256, size: p.size, mtime_ns: p.mtime_ns, content });
         }
         batch.embeddings.extend(vectors.into_iter().filter(|(_, v)| !v.is_empty()));
-        if batch_chunks >= opts.commit_chunks {
-            commit(&mut batch, &mut batch_changes, &mut report, on_event)?;
+        // Each commit rewrites the whole vector file, so on a large index commits are spaced in
+        // proportion to its size (at most ~1/8 of the work is redone after a crash); that keeps the
+        // total bytes written proportional to the index size times a small factor.
+        if batch_chunks >= opts.commit_chunks.max(writer.vector_len() / 8) {
+            commit(&mut writer, &mut batch, &mut batch_changes, &mut report, on_event)?;
             batch_chunks = 0;
         }
     }
-    commit(&mut batch, &mut batch_changes, &mut report, on_event)?;
+    commit(&mut writer, &mut batch, &mut batch_changes, &mut report, on_event)?;
     report.wall_s = started.elapsed().as_secs_f64();
     Ok(report)
+}
+
+/// Commits a batch and acknowledges its documents.
+fn commit(
+    writer: &mut TenantWriter<'_>,
+    batch: &mut CommitBatch,
+    changes: &mut Vec<(PathBuf, Change)>,
+    report: &mut IngestReport,
+    on_event: &mut dyn FnMut(IngestEvent<'_>),
+) -> Result<()> {
+    if batch.is_empty() {
+        return Ok(());
+    }
+    let t = Instant::now();
+    writer.commit(batch)?;
+    report.stages.commit_s += t.elapsed().as_secs_f64();
+    report.commits += 1;
+    for (path, change) in changes.drain(..) {
+        on_event(IngestEvent::Committed { path: &path, change });
+    }
+    *batch = CommitBatch::default();
+    Ok(())
 }
 
 /// Removes documents from a tenant by path (a folder removes everything under it). Returns the

@@ -43,13 +43,16 @@ pub fn run(g: &GlobalArgs, args: IngestArgs) -> anyhow::Result<u8> {
     };
     let embedder = app.embedder(model.as_deref())?;
     let opts = app.ingest_options(&args.tenant, args.chunker)?;
+    // With --watch, changes are watched from before the first pass, so nothing that changes
+    // while it runs is missed (it triggers one more incremental pass).
+    let watching = if args.watch { Some(Watch::start(&args.paths)?) } else { None };
     let mut code = 0;
     for path in &args.paths {
         let report = run_once(g, &store, &embedder, path, &opts)?;
         code = code.max(print_report(g, &report)?);
     }
-    if args.watch {
-        watch(g, &store, &embedder, &args.paths, &opts)?;
+    if let Some(w) = watching {
+        w.follow(g, &store, &embedder, &args.paths, &opts)?;
     }
     Ok(code)
 }
@@ -151,44 +154,58 @@ fn print_report(g: &GlobalArgs, r: &IngestReport) -> anyhow::Result<u8> {
     Ok(code)
 }
 
-/// Follows changes under `paths`: after each burst of file events (debounced), an incremental
-/// ingest of the whole path runs; unchanged files cost a hash each.
-fn watch(
-    g: &GlobalArgs,
-    store: &ragbox::store::Store,
-    embedder: &std::sync::Arc<dyn ragbox::embed::Embedder>,
-    paths: &[PathBuf],
-    opts: &ragbox::ingest::IngestOptions,
-) -> anyhow::Result<()> {
-    use notify_debouncer_mini::{new_debouncer, notify::RecursiveMode};
-    let (tx, rx) = std::sync::mpsc::channel();
-    let mut debouncer = new_debouncer(Duration::from_millis(750), tx)?;
-    for p in paths {
-        debouncer.watcher().watch(p, RecursiveMode::Recursive)?;
+/// A recursive, debounced watch on the ingested paths.
+struct Watch {
+    _debouncer: notify_debouncer_mini::Debouncer<notify_debouncer_mini::notify::RecommendedWatcher>,
+    events: std::sync::mpsc::Receiver<notify_debouncer_mini::DebounceEventResult>,
+}
+
+impl Watch {
+    fn start(paths: &[PathBuf]) -> anyhow::Result<Watch> {
+        use notify_debouncer_mini::{new_debouncer, notify::RecursiveMode};
+        let (tx, events) = std::sync::mpsc::channel();
+        let mut debouncer = new_debouncer(Duration::from_millis(750), tx)?;
+        for p in paths {
+            debouncer.watcher().watch(p, RecursiveMode::Recursive)?;
+        }
+        Ok(Watch { _debouncer: debouncer, events })
     }
-    if !g.quiet {
-        eprintln!("watching {} path(s) for changes; Ctrl-C stops", paths.len());
-    }
-    for events in rx {
-        let events = match events {
-            Ok(e) => e,
-            Err(err) => {
-                tracing::warn!("watch error: {err}");
-                continue;
-            }
-        };
-        for root in paths {
-            if !events.iter().any(|e| e.path.starts_with(std::fs::canonicalize(root).unwrap_or(root.clone()))) {
-                continue;
-            }
-            match run_once(g, store, embedder, root, opts) {
-                Ok(r) if r.added + r.updated + r.removed > 0 || !r.skipped.is_empty() => {
-                    print_report(g, &r)?;
+
+    /// After each burst of file events, runs an incremental ingest of each path the burst touched;
+    /// unchanged files cost a hash each. Runs until interrupted.
+    fn follow(
+        self,
+        g: &GlobalArgs,
+        store: &ragbox::store::Store,
+        embedder: &std::sync::Arc<dyn ragbox::embed::Embedder>,
+        paths: &[PathBuf],
+        opts: &ragbox::ingest::IngestOptions,
+    ) -> anyhow::Result<()> {
+        if !g.quiet {
+            eprintln!("watching {} path(s) for changes; Ctrl-C stops", paths.len());
+        }
+        for events in self.events {
+            let events = match events {
+                Ok(e) => e,
+                Err(err) => {
+                    tracing::warn!("watch error: {err}");
+                    continue;
                 }
-                Ok(_) => {}
-                Err(err) => eprintln!("error: {err:#}"),
+            };
+            for root in paths {
+                let root_abs = std::fs::canonicalize(root).unwrap_or_else(|_| root.clone());
+                if !events.iter().any(|e| e.path.starts_with(&root_abs) || e.path.starts_with(root)) {
+                    continue;
+                }
+                match run_once(g, store, embedder, root, opts) {
+                    Ok(r) if r.added + r.updated + r.removed > 0 => {
+                        print_report(g, &r)?;
+                    }
+                    Ok(_) => {}
+                    Err(err) => eprintln!("error: {err:#}"),
+                }
             }
         }
+        Ok(())
     }
-    Ok(())
 }

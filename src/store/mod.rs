@@ -383,6 +383,11 @@ impl TenantWriter<'_> {
         &self.repair
     }
 
+    /// Vectors in its index now.
+    pub fn vector_len(&self) -> usize {
+        self.vector.len()
+    }
+
     /// Commits a batch by the protocol in the module docs. `batch.embeddings` must hold a vector
     /// for every child chunk of the batch's documents that is not cached already.
     pub fn commit(&mut self, batch: &CommitBatch) -> Result<CommitChanges> {
