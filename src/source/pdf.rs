@@ -182,23 +182,4 @@ mod tests {
         assert!(matches!(crate::source::parse(Path::new("half.pdf"), half, 1 << 30), Err(SkipReason::Corrupt { .. })));
         assert!(crate::source::parse(Path::new("lppl.pdf"), LPPL, 1 << 30).is_ok());
     }
-
-    /// `RAGBOX_PDF=/path/big.pdf cargo test ... pdf_timing -- --ignored --nocapture`
-    #[test]
-    #[ignore = "timing on a PDF named by RAGBOX_PDF"]
-    fn pdf_timing() {
-        let Ok(path) = std::env::var("RAGBOX_PDF") else { return };
-        let bytes = std::fs::read(&path).unwrap();
-        let t = std::time::Instant::now();
-        let doc = PdfParser.parse(Path::new(&path), &bytes).unwrap();
-        check_document(&doc);
-        println!(
-            "{path}: {} bytes, {} pages, {} blocks, {} chars in {:.2?}",
-            bytes.len(),
-            doc.metadata["pages"],
-            doc.blocks.len(),
-            doc.text.len(),
-            t.elapsed()
-        );
-    }
 }
