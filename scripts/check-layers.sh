@@ -15,7 +15,8 @@ declare -A allowed=(
   [chunk]="types error"
   [store]="types error"
   [ingest]="types error source chunk embed store"
-  [app]="types error config model embed rerank source chunk store ingest"
+  [retrieve]="types error embed rerank store"
+  [app]="types error config model embed rerank source chunk store ingest retrieve eval"
   [testing]="types error model embed"
 )
 

@@ -15,6 +15,7 @@ use crate::model::batch::BatchLimits;
 use crate::model::store::ModelStatus;
 use crate::model::{device, ModelStore};
 use crate::rerank::{load_reranker, RerankOptions, Reranker};
+use crate::retrieve::{RetrieveOptions, Retriever};
 
 /// The assembled application.
 pub struct App {
@@ -104,6 +105,57 @@ impl App {
             batch: BatchLimits { max_items: self.config.rerank.batch_size, ..BatchLimits::default() },
         };
         load_reranker(&self.models, spec, &options).map(Some)
+    }
+
+    /// Retrieval settings from the configuration (the floor is chosen per scorer, in
+    /// [`App::retriever`]).
+    pub fn retrieve_options(&self) -> RetrieveOptions {
+        let r = &self.config.retrieve;
+        RetrieveOptions {
+            dense_candidates: r.dense_candidates,
+            lexical_candidates: r.lexical_candidates,
+            dense_weight: r.dense_weight,
+            lexical_weight: r.lexical_weight,
+            rrf_k: r.rrf_k,
+            mmr_lambda: (r.mmr_lambda < 1.0).then_some(r.mmr_lambda),
+            rerank_depth: r.rerank_depth,
+            top_k: r.top_k,
+            floor: None,
+            expand_parents: r.expand_parents,
+        }
+    }
+
+    /// A retriever over `tenant` with the model that built its index (an explicit `model` that
+    /// differs is refused by the retriever), the configured reranker when its weights are present
+    /// and `rerank` is asked for, and the configured floor for whichever score decides refusal.
+    /// Also returns a note when reranking was wanted but cannot run.
+    pub fn retriever<'s>(
+        &self,
+        store: &'s Store,
+        tenant: &str,
+        model: Option<&str>,
+        rerank: bool,
+        mut options: RetrieveOptions,
+    ) -> Result<(Retriever<'s>, Option<String>)> {
+        let row = store.catalog().require_tenant(tenant)?;
+        let embedder = if options.dense_candidates > 0 { Some(self.embedder(Some(model.unwrap_or(&row.model)))?) } else { None };
+        let (reranker, note) = match rerank {
+            false => (None, None),
+            true => match self.reranker()? {
+                Some(r) => (Some(r), None),
+                None => (
+                    None,
+                    Some(format!(
+                        "ran without a reranker: the weights of `{}` are not in the models folder; ranked by fusion alone \
+                         (bring them with `ragbox models import DIR` or `ragbox models pull {}`)",
+                        self.config.rerank.model, self.config.rerank.model
+                    )),
+                ),
+            },
+        };
+        let scorer = reranker.as_ref().map(|r| r.model_id().to_string()).unwrap_or_else(|| row.model.clone());
+        options.floor = self.config.retrieve.floors.get(&scorer).copied();
+        Ok((Retriever::new(store, &row, embedder, reranker, options)?, note))
     }
 
     /// Opens the data folder's store.

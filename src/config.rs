@@ -66,6 +66,33 @@ pub struct StoreSection {
     pub exact_below: usize,
 }
 
+/// `[retrieve]`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RetrieveSection {
+    /// Dense candidates.
+    pub dense_candidates: usize,
+    /// BM25 candidates.
+    pub lexical_candidates: usize,
+    /// Weight of the dense list in reciprocal rank fusion.
+    pub dense_weight: f32,
+    /// Weight of the BM25 list.
+    pub lexical_weight: f32,
+    /// The `k` of reciprocal rank fusion.
+    pub rrf_k: f32,
+    /// Maximal marginal relevance trade-off; 1 switches it off.
+    pub mmr_lambda: f32,
+    /// Fused candidates the reranker scores.
+    pub rerank_depth: usize,
+    /// Passages returned.
+    pub top_k: usize,
+    /// Merge sibling children into their parent section.
+    pub expand_parents: bool,
+    /// Refusal floors, by the model whose score they apply to (a reranker, or the embedder
+    /// when no reranker runs).
+    pub floors: std::collections::BTreeMap<String, f32>,
+}
+
 /// The configuration as written.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -84,6 +111,8 @@ pub struct RawConfig {
     pub ingest: IngestSection,
     /// Index settings.
     pub store: StoreSection,
+    /// Retrieval settings.
+    pub retrieve: RetrieveSection,
 }
 
 /// Values from the command line, the strongest layer.
@@ -116,6 +145,8 @@ pub struct Config {
     pub ingest: IngestSection,
     /// Index settings.
     pub store: StoreSection,
+    /// Retrieval settings.
+    pub retrieve: RetrieveSection,
     /// The file read, if any.
     pub config_file: Option<PathBuf>,
 }
@@ -246,11 +277,20 @@ impl Config {
         if !["f32", "f16", "i8"].contains(&raw.store.quantization.as_str()) {
             return Err(Error::Config(format!("store.quantization = `{}`: use f32, f16 or i8", raw.store.quantization)));
         }
-        if !["structural", "fixed", "semantic", "code"].contains(&raw.ingest.chunker.as_str()) {
+        if !["structural", "fixed", "semantic", "code", "whole"].contains(&raw.ingest.chunker.as_str()) {
             return Err(Error::Config(format!(
-                "ingest.chunker = `{}`: use structural, fixed, semantic or code",
+                "ingest.chunker = `{}`: use structural, fixed, semantic, code or whole",
                 raw.ingest.chunker
             )));
+        }
+        let r = &raw.retrieve;
+        if r.dense_candidates + r.lexical_candidates == 0 || r.top_k == 0 || r.rrf_k <= 0.0 {
+            return Err(Error::Config(
+                "retrieve: at least one candidate list above 0, top_k at least 1, rrf_k above 0".into(),
+            ));
+        }
+        if !(0.0..=1.0).contains(&r.mmr_lambda) || r.dense_weight < 0.0 || r.lexical_weight < 0.0 {
+            return Err(Error::Config("retrieve: mmr_lambda between 0 and 1, weights not negative".into()));
         }
         if raw.ingest.child_tokens == 0 || raw.ingest.max_child_tokens < raw.ingest.child_tokens || raw.ingest.commit_chunks == 0 {
             return Err(Error::Config(
@@ -265,6 +305,7 @@ impl Config {
             rerank: raw.rerank,
             ingest: raw.ingest,
             store: raw.store,
+            retrieve: raw.retrieve,
             config_file: o.config_file.clone(),
         })
     }

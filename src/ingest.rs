@@ -48,6 +48,9 @@ pub struct IngestOptions {
     pub commit_chunks: usize,
     /// Files parsed together (in parallel) before their chunks are embedded.
     pub parse_batch: usize,
+    /// Put the structural context (title > sections) in front of each child for embedding and
+    /// BM25 (`ragbox eval` measures what it buys).
+    pub structural_context: bool,
 }
 
 impl Default for IngestOptions {
@@ -59,6 +62,7 @@ impl Default for IngestOptions {
             max_file_bytes: 32 << 20,
             commit_chunks: 2048,
             parse_batch: 64,
+            structural_context: true,
         }
     }
 }
@@ -401,7 +405,10 @@ pub fn ingest(
                         .into_iter()
                         .map(|c| {
                             let context = match c.role {
-                                ChunkRole::Child => structural_context(&doc.title, &c.section_path),
+                                ChunkRole::Child if opts.structural_context => {
+                                    structural_context(&doc.title, &c.section_path)
+                                }
+                                ChunkRole::Child => String::new(),
                                 ChunkRole::Parent => String::new(),
                             };
                             ContextualChunk { chunk: c, context }

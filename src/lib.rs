@@ -9,6 +9,9 @@
 //! model (manifest, models folder, checksums, device, tokenizer, batching)
 //!   <- embed (Embedder: BERT / nomic-bert on candle)
 //!   <- rerank (Reranker: BERT cross-encoder on candle)
+//! source, chunk, store <- ingest (write path)
+//! embed, rerank, store <- retrieve (read path: hybrid search, fusion, rerank, refusal floor)
+//!   <- eval (BEIR metrics, configurations side by side)
 //! app (composition root: the only place that names concrete backends)
 //!   <- cli (one file per subcommand)
 //! ```
@@ -28,6 +31,7 @@ pub mod error;
 pub mod ingest;
 pub mod model;
 pub mod rerank;
+pub mod retrieve;
 pub mod source;
 pub mod store;
 pub mod types;

@@ -10,7 +10,8 @@
 //! - [`FixedChunker`] (`fixed`): sentence-aware fixed size in characters, overlap in words;
 //! - [`SemanticChunker`] (`semantic`): boundaries where consecutive sentences' embeddings drift
 //!   apart (needs a [`SentenceEmbedder`]);
-//! - [`CodeChunker`] (`code`): code files by syntax unit.
+//! - [`CodeChunker`] (`code`): code files by syntax unit;
+//! - [`WholeChunker`] (`whole`): one child per document (short records, whole-document baselines).
 //!
 //! Sizes are estimated by counting each block or sentence once and summing while packing; each
 //! final chunk's text is then counted exactly once, and re-split only if that exact count exceeds
@@ -56,6 +57,7 @@ pub mod semantic;
 pub mod sentence;
 mod split;
 pub mod structural;
+pub mod whole;
 
 #[cfg(test)]
 mod proptests;
@@ -67,6 +69,7 @@ pub use code::{default_chunker_for, CodeChunker};
 pub use fixed::{FixedChunker, FixedOptions};
 pub use semantic::{SemanticChunker, SemanticOptions, SentenceEmbedder};
 pub use structural::StructuralChunker;
+pub use whole::WholeChunker;
 
 /// Counts tokens the way the embedding model will (the app wires in the model's tokenizer).
 pub trait TokenCounter: Send + Sync {
@@ -139,12 +142,14 @@ pub enum ChunkerKind {
     Semantic,
     /// Syntax units of code files ([`CodeChunker`]).
     Code,
+    /// One child per document ([`WholeChunker`]).
+    Whole,
 }
 
 impl ChunkerKind {
     /// Every kind, in the order the names are listed.
-    pub const ALL: [ChunkerKind; 4] =
-        [ChunkerKind::Structural, ChunkerKind::Fixed, ChunkerKind::Semantic, ChunkerKind::Code];
+    pub const ALL: [ChunkerKind; 5] =
+        [ChunkerKind::Structural, ChunkerKind::Fixed, ChunkerKind::Semantic, ChunkerKind::Code, ChunkerKind::Whole];
 
     /// The name on the command line and in the catalog.
     pub fn name(self) -> &'static str {
@@ -153,6 +158,7 @@ impl ChunkerKind {
             ChunkerKind::Fixed => "fixed",
             ChunkerKind::Semantic => "semantic",
             ChunkerKind::Code => "code",
+            ChunkerKind::Whole => "whole",
         }
     }
 }
@@ -184,6 +190,7 @@ pub fn chunker(kind: ChunkerKind, options: ChunkOptions) -> Result<Box<dyn Chunk
         ChunkerKind::Structural => Ok(Box::new(StructuralChunker::new(options))),
         ChunkerKind::Fixed => Ok(Box::new(FixedChunker::new(FixedOptions::default(), options))),
         ChunkerKind::Code => Ok(Box::new(CodeChunker::new(options))),
+        ChunkerKind::Whole => Ok(Box::new(WholeChunker)),
         ChunkerKind::Semantic => Err(Error::Invalid(
             "the semantic chunker needs a sentence embedder; build it with SemanticChunker::new".into(),
         )),
@@ -237,12 +244,12 @@ mod tests {
         }
         assert_eq!(" Fixed ".parse::<ChunkerKind>().unwrap(), ChunkerKind::Fixed);
         let e = "bogus".parse::<ChunkerKind>().unwrap_err().to_string();
-        assert!(e.contains("structural, fixed, semantic, code"), "{e}");
+        assert!(e.contains("structural, fixed, semantic, code, whole"), "{e}");
     }
 
     #[test]
     fn chunker_builds_the_embedder_free_kinds() {
-        for k in [ChunkerKind::Structural, ChunkerKind::Fixed, ChunkerKind::Code] {
+        for k in [ChunkerKind::Structural, ChunkerKind::Fixed, ChunkerKind::Code, ChunkerKind::Whole] {
             assert_eq!(chunker(k, ChunkOptions::default()).unwrap().name(), k.name());
         }
         assert!(chunker(ChunkerKind::Semantic, ChunkOptions::default()).is_err());

@@ -7,6 +7,8 @@ mod documents;
 mod embed;
 mod ingest;
 mod models;
+mod search;
+mod trace;
 
 use std::path::PathBuf;
 
@@ -66,6 +68,10 @@ pub enum Command {
     Rm(documents::RmArgs),
     /// Rebuild a tenant's vectors with another embedding model and switch to it.
     Reembed(documents::ReembedArgs),
+    /// Ranked passages for a query (`--explain`: every stage's view of every candidate).
+    Search(search::SearchArgs),
+    /// Diagnose a query: is the expected text in a chunk, and which stage lost it?
+    Trace(trace::TraceArgs),
     /// Print embedding vectors of texts.
     Embed(embed::EmbedArgs),
     /// List, verify, import or pull models.
@@ -103,6 +109,8 @@ pub fn run(cli: Cli) -> anyhow::Result<u8> {
         Command::Ls(args) => documents::ls(g, args),
         Command::Rm(args) => documents::rm(g, args),
         Command::Reembed(args) => documents::reembed(g, args),
+        Command::Search(args) => search::run(g, args),
+        Command::Trace(args) => trace::run(g, args),
         Command::Embed(args) => embed::run(g, args).map(|()| 0),
         Command::Models(cmd) => models::run(g, cmd).map(|()| 0),
         Command::Doctor => doctor::run(g).map(|()| 0),

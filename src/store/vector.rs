@@ -221,6 +221,18 @@ impl VectorIndex {
         Ok(())
     }
 
+    /// The stored vectors of `ids`, in input order (dequantised to f32; `None` where absent).
+    pub fn vectors(&self, ids: &[ChunkId]) -> Result<Vec<Option<Vec<f32>>>> {
+        let dims = self.meta.dims;
+        ids.iter()
+            .map(|id| {
+                let mut v = vec![0f32; dims];
+                let found = self.index.get(id.0, &mut v).map_err(ffi_err(format!("reading the vector of chunk {}", id.0)))?;
+                Ok((found > 0).then_some(v))
+            })
+            .collect()
+    }
+
     /// The `k` nearest chunks to `query`, best first, with cosine similarity.
     pub fn search(&self, query: &[f32], k: usize) -> Result<Vec<VectorHit>> {
         if query.len() != self.meta.dims {
@@ -296,6 +308,9 @@ mod tests {
         assert_eq!((meta.generation, meta.count, meta.dims), (7, 2, 3));
         let view = VectorIndex::view(&path, meta.clone(), VectorOptions::default()).unwrap();
         assert_eq!(view.search(&b, 1).unwrap()[0].0, ChunkId(2));
+        let got = view.vectors(&[ChunkId(2), ChunkId(1)]).unwrap();
+        assert!(got[0].as_ref().unwrap().iter().zip(&b).all(|(x, y)| (x - y).abs() < 1e-6), "mapped vectors read back");
+        assert!(got[1].is_none(), "a removed vector is absent");
         assert!(matches!(view.search(&[1.0, 0.0], 1), Err(Error::IndexMismatch { .. })));
 
         // Writers reload, add, and replace the file; the mapped reader keeps its snapshot.

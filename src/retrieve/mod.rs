@@ -1,0 +1,511 @@
+//! The read path: a query becomes ranked passages of one tenant.
+//!
+//! May import `types`, `error`, `embed`, `rerank` and `store`.
+//!
+//! Stages, each visible in a [`Retrieval`]: the query is embedded by the model that built the
+//! tenant's index (any other model or dimension count is refused); dense (usearch) and BM25
+//! (tantivy) candidate lists; weighted reciprocal rank fusion; optional maximal marginal
+//! relevance; a [`Reranker`] over the top of the fused list when one is present; every candidate
+//! resolved through the catalog with the tenant checked again (an id the catalog does not give
+//! back for this tenant is dropped as stale); sibling children merged into their parent; and a
+//! floor on the evidence score (the reranker's score, else the query's cosine similarity to the
+//! best candidate) that decides whether there is a good source at all.
+
+pub mod fusion;
+pub mod order;
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Instant;
+
+use serde::Serialize;
+
+use crate::embed::Embedder;
+use crate::error::{Error, Result};
+use crate::rerank::Reranker;
+use crate::store::{ChunkRow, Store, TenantReader, TenantRow};
+use crate::types::{cosine, indexed_text, ChunkId, TextKind};
+
+use fusion::{maximal_marginal_relevance, reciprocal_rank_fusion, RankedList};
+
+/// Settings of the read path. Defaults are the ones `ragbox eval` chose on SciFact (docs/EVAL.md).
+#[derive(Debug, Clone, Serialize)]
+pub struct RetrieveOptions {
+    /// Dense candidates (0: no dense retrieval, no query embedding).
+    pub dense_candidates: usize,
+    /// BM25 candidates (0: no lexical retrieval).
+    pub lexical_candidates: usize,
+    /// Weight of the dense list in the fusion.
+    pub dense_weight: f32,
+    /// Weight of the BM25 list in the fusion.
+    pub lexical_weight: f32,
+    /// The `k` of reciprocal rank fusion.
+    pub rrf_k: f32,
+    /// Maximal marginal relevance trade-off (1: relevance only); `None`: off.
+    pub mmr_lambda: Option<f32>,
+    /// Fused candidates the reranker scores.
+    pub rerank_depth: usize,
+    /// Passages returned.
+    pub top_k: usize,
+    /// Evidence below this on every candidate means "no good source"; `None`: never refuse.
+    pub floor: Option<f32>,
+    /// Merge sibling children into their parent section.
+    pub expand_parents: bool,
+}
+
+impl Default for RetrieveOptions {
+    fn default() -> Self {
+        RetrieveOptions {
+            dense_candidates: 100,
+            lexical_candidates: 100,
+            dense_weight: 1.0,
+            lexical_weight: 1.0,
+            rrf_k: 60.0,
+            mmr_lambda: None,
+            rerank_depth: 50,
+            top_k: 8,
+            floor: None,
+            expand_parents: true,
+        }
+    }
+}
+
+/// A candidate's place in one stage's list.
+#[derive(Debug, Clone, Copy, Serialize)]
+pub struct StageRank {
+    /// 1-based rank.
+    pub rank: usize,
+    /// The stage's score (cosine, BM25, fused, or reranker score).
+    pub score: f32,
+}
+
+/// What became of a candidate.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum Outcome {
+    /// Returned as hit `rank`.
+    Kept {
+        /// 1-based hit rank.
+        rank: usize,
+    },
+    /// Returned inside hit `rank`, which its parent section replaced.
+    MergedIntoParent {
+        /// The parent chunk.
+        parent: ChunkId,
+        /// 1-based hit rank.
+        rank: usize,
+    },
+    /// Not returned: `top_k` hits were found before it.
+    BeyondTopK,
+    /// Not returned: the catalog holds no such chunk for this tenant (removed since the index
+    /// was committed, or not this tenant's).
+    Stale,
+}
+
+/// One fused candidate and how every stage saw it.
+#[derive(Debug, Clone, Serialize)]
+pub struct Candidate {
+    /// The chunk.
+    pub chunk: ChunkId,
+    /// Dense rank and cosine similarity, when the dense list held it.
+    pub dense: Option<StageRank>,
+    /// BM25 rank and score, when the lexical list held it.
+    pub lexical: Option<StageRank>,
+    /// Rank and score after fusion.
+    pub fused: StageRank,
+    /// Cosine similarity of its stored vector to the query (also for BM25-only candidates).
+    pub similarity: Option<f32>,
+    /// Rank and score from the reranker, when it was scored.
+    pub rerank: Option<StageRank>,
+    /// What became of it.
+    pub outcome: Outcome,
+}
+
+/// A passage returned.
+#[derive(Debug, Clone, Serialize)]
+pub struct Hit {
+    /// 1-based rank, strongest first.
+    pub rank: usize,
+    /// The passage: the retrieved child, or its parent section when siblings were merged.
+    pub chunk: ChunkRow,
+    /// The retrieved children it stands for, best first.
+    pub children: Vec<ChunkId>,
+    /// Final score: the reranker's when reranked, else the fused score.
+    pub score: f32,
+    /// The evidence score compared with the floor.
+    pub evidence: Option<f32>,
+}
+
+/// Which score the refusal floor applies to.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum Evidence {
+    /// The reranker's score.
+    Rerank {
+        /// Reranker model.
+        model: String,
+    },
+    /// Cosine similarity of the query to the candidate's vector.
+    Similarity {
+        /// Embedding model.
+        model: String,
+    },
+    /// No calibrated score (BM25 alone).
+    None,
+}
+
+/// Milliseconds spent per stage.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct Timings {
+    /// Query embedding.
+    pub embed_ms: f64,
+    /// Dense search.
+    pub dense_ms: f64,
+    /// BM25 search.
+    pub lexical_ms: f64,
+    /// Fusion, similarity and MMR.
+    pub fuse_ms: f64,
+    /// Catalog resolution.
+    pub resolve_ms: f64,
+    /// Reranking.
+    pub rerank_ms: f64,
+    /// All of it.
+    pub total_ms: f64,
+}
+
+/// Everything one query produced.
+#[derive(Debug, Clone, Serialize)]
+pub struct Retrieval {
+    /// The query.
+    pub query: String,
+    /// The tenant searched.
+    pub tenant: String,
+    /// The embedding model of the tenant's index.
+    pub model: String,
+    /// The reranker used, if any.
+    pub reranker: Option<String>,
+    /// What the floor applies to.
+    pub evidence: Evidence,
+    /// The floor, if one applies.
+    pub floor: Option<f32>,
+    /// The best evidence score among the candidates.
+    pub best_evidence: Option<f32>,
+    /// True when no candidate clears the floor: the hits are the closest material, not sources.
+    pub refused: bool,
+    /// Passages, strongest first (see [`order::lost_in_the_middle`] for prompt order).
+    pub hits: Vec<Hit>,
+    /// Every fused candidate in final order (reranked ones first), with each stage's view.
+    pub candidates: Vec<Candidate>,
+    /// Time per stage.
+    pub timings: Timings,
+}
+
+/// Searches one tenant.
+pub struct Retriever<'s> {
+    store: &'s Store,
+    reader: TenantReader,
+    embedder: Option<Arc<dyn Embedder>>,
+    reranker: Option<Arc<dyn Reranker>>,
+    options: RetrieveOptions,
+}
+
+fn ms(since: Instant) -> f64 {
+    since.elapsed().as_secs_f64() * 1e3
+}
+
+impl<'s> Retriever<'s> {
+    /// Opens `tenant` for searching. The embedder must be the model that built the tenant's
+    /// index (same name and dimensions); it may be `None` only when dense retrieval is off.
+    pub fn new(
+        store: &'s Store,
+        tenant: &TenantRow,
+        embedder: Option<Arc<dyn Embedder>>,
+        reranker: Option<Arc<dyn Reranker>>,
+        options: RetrieveOptions,
+    ) -> Result<Retriever<'s>> {
+        if options.dense_candidates == 0 && options.lexical_candidates == 0 {
+            return Err(Error::Invalid("both candidate lists are switched off; set dense or lexical candidates above 0".into()));
+        }
+        let reader = store.reader(tenant)?;
+        match &embedder {
+            Some(e) => {
+                let meta = reader.vector.meta();
+                if e.model_id() != meta.model || e.dims() != meta.dims {
+                    return Err(Error::Invalid(format!(
+                        "tenant `{}` is indexed with {} ({} dims), but the query embedder is {} ({} dims): \
+                         search with the index's model (`--model {}`), or run `ragbox reembed --tenant {} --model {}` first",
+                        reader.tenant.name,
+                        meta.model,
+                        meta.dims,
+                        e.model_id(),
+                        e.dims(),
+                        meta.model,
+                        reader.tenant.name,
+                        e.model_id()
+                    )));
+                }
+            }
+            None if options.dense_candidates > 0 => {
+                return Err(Error::Invalid("dense retrieval needs the index's embedding model".into()))
+            }
+            None => {}
+        }
+        Ok(Retriever { store, reader, embedder, reranker, options })
+    }
+
+    /// The open tenant.
+    pub fn reader(&self) -> &TenantReader {
+        &self.reader
+    }
+
+    /// The settings in force.
+    pub fn options(&self) -> &RetrieveOptions {
+        &self.options
+    }
+
+    /// The reranker in use, if any.
+    pub fn reranker(&self) -> Option<&Arc<dyn Reranker>> {
+        self.reranker.as_ref()
+    }
+
+    /// Embeds a query with the index's model (for diagnosis: similarity of any text to it).
+    pub fn embed_query(&self, query: &str) -> Result<Option<Vec<f32>>> {
+        match &self.embedder {
+            Some(e) => Ok(Some(e.embed_one(query, TextKind::Query)?.vector)),
+            None => Ok(None),
+        }
+    }
+
+    /// Runs every stage for `query`.
+    pub fn retrieve(&self, query: &str) -> Result<Retrieval> {
+        let started = Instant::now();
+        let query = query.trim();
+        if query.is_empty() {
+            return Err(Error::Invalid("the query is empty; type what you are looking for".into()));
+        }
+        let o = &self.options;
+        let mut timings = Timings::default();
+
+        let t = Instant::now();
+        let query_vector = if o.dense_candidates > 0 { self.embed_query(query)? } else { None };
+        timings.embed_ms = ms(t);
+
+        let t = Instant::now();
+        let dense = match &query_vector {
+            Some(v) => self.reader.vector.search(v, o.dense_candidates)?,
+            None => Vec::new(),
+        };
+        timings.dense_ms = ms(t);
+        let t = Instant::now();
+        let lexical = if o.lexical_candidates > 0 { self.reader.lexical.search(query, o.lexical_candidates)? } else { Vec::new() };
+        timings.lexical_ms = ms(t);
+
+        let t = Instant::now();
+        let dense_ids: Vec<ChunkId> = dense.iter().map(|h| h.0).collect();
+        let lexical_ids: Vec<ChunkId> = lexical.iter().map(|h| h.0).collect();
+        let fused = reciprocal_rank_fusion(
+            &[
+                RankedList { weight: o.dense_weight, ids: &dense_ids },
+                RankedList { weight: o.lexical_weight, ids: &lexical_ids },
+            ],
+            o.rrf_k,
+        );
+        let stage = |list: &[(ChunkId, f32)]| -> HashMap<ChunkId, StageRank> {
+            list.iter().enumerate().map(|(i, (id, s))| (*id, StageRank { rank: i + 1, score: *s })).collect()
+        };
+        let (dense_at, lexical_at) = (stage(&dense), stage(&lexical));
+        let fused_ids: Vec<ChunkId> = fused.iter().map(|h| h.0).collect();
+        let vectors = match &query_vector {
+            Some(_) => self.reader.vector.vectors(&fused_ids)?,
+            None => vec![None; fused_ids.len()],
+        };
+        let mut candidates: Vec<Candidate> = fused
+            .iter()
+            .enumerate()
+            .map(|(i, (id, score))| Candidate {
+                chunk: *id,
+                dense: dense_at.get(id).copied(),
+                lexical: lexical_at.get(id).copied(),
+                fused: StageRank { rank: i + 1, score: *score },
+                similarity: match (&query_vector, &vectors[i]) {
+                    (Some(q), Some(v)) => Some(cosine(q, v)),
+                    _ => None,
+                },
+                rerank: None,
+                outcome: Outcome::BeyondTopK,
+            })
+            .collect();
+        timings.fuse_ms = ms(t);
+
+        // Resolve the head of the list through the catalog (tenant checked again); the reranker
+        // needs the texts of its whole depth, the hits a few more than `top_k` in case of stale ids.
+        let t = Instant::now();
+        let reranking = self.reranker.as_ref().filter(|_| o.rerank_depth > 0);
+        let head = if reranking.is_some() { o.rerank_depth.max(o.top_k) } else { o.top_k * 2 };
+        let mut rows = self.resolve(candidates.iter().take(head).map(|c| c.chunk))?;
+        timings.resolve_ms = ms(t);
+
+        let t = Instant::now();
+        if let Some(reranker) = reranking {
+            let scored: Vec<usize> = (0..candidates.len().min(o.rerank_depth))
+                .filter(|&i| rows.contains_key(&candidates[i].chunk))
+                .collect();
+            let texts: Vec<String> = scored
+                .iter()
+                .map(|&i| {
+                    let row = &rows[&candidates[i].chunk];
+                    indexed_text(&row.context, &row.text)
+                })
+                .collect();
+            let refs: Vec<&str> = texts.iter().map(String::as_str).collect();
+            let scores = if refs.is_empty() { Vec::new() } else { reranker.score(query, &refs)? };
+            let mut order: Vec<(usize, f32)> = scored.into_iter().zip(scores).collect();
+            order.sort_by(|a, b| b.1.total_cmp(&a.1));
+            for (rank, (i, score)) in order.iter().enumerate() {
+                candidates[*i].rerank = Some(StageRank { rank: rank + 1, score: *score });
+            }
+            // Reranked candidates first, by their score; the rest keep the fused order.
+            candidates.sort_by(|a, b| match (a.rerank, b.rerank) {
+                (Some(x), Some(y)) => x.rank.cmp(&y.rank),
+                (Some(_), None) => std::cmp::Ordering::Less,
+                (None, Some(_)) => std::cmp::Ordering::Greater,
+                (None, None) => a.fused.rank.cmp(&b.fused.rank),
+            });
+        }
+        timings.rerank_ms = ms(t);
+
+        if let Some(lambda) = o.mmr_lambda {
+            self.diversify(&mut candidates, lambda)?;
+        }
+
+        let evidence = match (&self.reranker, &self.embedder) {
+            (Some(r), _) if o.rerank_depth > 0 => Evidence::Rerank { model: r.model_id().to_string() },
+            (_, Some(e)) if query_vector.is_some() => Evidence::Similarity { model: e.model_id().to_string() },
+            _ => Evidence::None,
+        };
+        let evidence_of = |c: &Candidate| match evidence {
+            Evidence::Rerank { .. } => c.rerank.map(|r| r.score),
+            Evidence::Similarity { .. } => c.similarity,
+            Evidence::None => None,
+        };
+        let best_evidence = candidates.iter().filter_map(evidence_of).reduce(f32::max);
+        let floor = if evidence == Evidence::None { None } else { o.floor };
+        let refused = match (floor, best_evidence) {
+            (Some(f), Some(b)) => b < f,
+            (Some(_), None) => true,
+            (None, _) => false,
+        };
+
+        let t = Instant::now();
+        let hits = self.select(&mut candidates, &mut rows, &evidence_of)?;
+        timings.resolve_ms += ms(t);
+        timings.total_ms = ms(started);
+        Ok(Retrieval {
+            query: query.to_string(),
+            tenant: self.reader.tenant.name.clone(),
+            model: self.reader.vector.meta().model.clone(),
+            reranker: reranking.map(|r| r.model_id().to_string()),
+            evidence,
+            floor,
+            best_evidence,
+            refused,
+            hits,
+            candidates,
+            timings,
+        })
+    }
+
+    /// Catalog rows of `ids` that belong to this tenant.
+    fn resolve(&self, ids: impl Iterator<Item = ChunkId>) -> Result<HashMap<ChunkId, ChunkRow>> {
+        let ids: Vec<ChunkId> = ids.collect();
+        Ok(self.store.catalog().chunks(self.reader.tenant.id, &ids)?.into_iter().map(|r| (r.id, r)).collect())
+    }
+
+    /// Reorders the head of the candidate list (the reranked part, or `rerank_depth` fused
+    /// candidates) by maximal marginal relevance, relevance being the stage score rescaled to 0..1.
+    fn diversify(&self, candidates: &mut Vec<Candidate>, lambda: f32) -> Result<()> {
+        let depth = self.options.rerank_depth.max(self.options.top_k).min(candidates.len());
+        let head: Vec<Candidate> = candidates.drain(..depth).collect();
+        let scores: Vec<f32> = head.iter().map(|c| c.rerank.map_or(c.fused.score, |r| r.score)).collect();
+        let (lo, hi) = scores.iter().fold((f32::INFINITY, f32::NEG_INFINITY), |(lo, hi), &s| (lo.min(s), hi.max(s)));
+        let relevance: Vec<f32> = scores.iter().map(|s| if hi > lo { (s - lo) / (hi - lo) } else { 1.0 }).collect();
+        let ids: Vec<ChunkId> = head.iter().map(|c| c.chunk).collect();
+        let stored = self.reader.vector.vectors(&ids)?;
+        let refs: Vec<Option<&[f32]>> = stored.iter().map(|v| v.as_deref()).collect();
+        let picked = maximal_marginal_relevance(&relevance, &refs, lambda, head.len());
+        let mut head: Vec<Option<Candidate>> = head.into_iter().map(Some).collect();
+        let reordered: Vec<Candidate> = picked.into_iter().filter_map(|i| head[i].take()).collect();
+        candidates.splice(0..0, reordered);
+        Ok(())
+    }
+
+    /// Picks the hits in candidate order: stale ids dropped, siblings merged into their parent,
+    /// until `top_k` passages are found.
+    fn select(
+        &self,
+        candidates: &mut [Candidate],
+        rows: &mut HashMap<ChunkId, ChunkRow>,
+        evidence_of: &dyn Fn(&Candidate) -> Option<f32>,
+    ) -> Result<Vec<Hit>> {
+        let o = &self.options;
+        let mut hits: Vec<Hit> = Vec::new();
+        let mut by_parent: HashMap<ChunkId, usize> = HashMap::new();
+        let mut next = 0;
+        for i in 0..candidates.len() {
+            if hits.len() >= o.top_k {
+                break;
+            }
+            let id = candidates[i].chunk;
+            if !rows.contains_key(&id) {
+                // Past the resolved head: resolve the next stretch.
+                if i >= next {
+                    let more = self.resolve(candidates[i..].iter().take(o.top_k.max(8)).map(|c| c.chunk))?;
+                    next = i + o.top_k.max(8);
+                    rows.extend(more);
+                }
+                if !rows.contains_key(&id) {
+                    candidates[i].outcome = Outcome::Stale;
+                    continue;
+                }
+            }
+            let row = rows[&id].clone();
+            let score = candidates[i].rerank.map_or(candidates[i].fused.score, |r| r.score);
+            let evidence = evidence_of(&candidates[i]);
+            match row.parent.filter(|_| o.expand_parents).and_then(|p| by_parent.get(&p).map(|&h| (p, h))) {
+                Some((parent, h)) => {
+                    let hit = &mut hits[h];
+                    if hit.chunk.id != parent {
+                        let parent_row = self.resolve(std::iter::once(parent))?.remove(&parent);
+                        if let Some(parent_row) = parent_row {
+                            let first = hit.children[0];
+                            if let Some(c) = candidates.iter_mut().find(|c| c.chunk == first) {
+                                c.outcome = Outcome::MergedIntoParent { parent, rank: hit.rank };
+                            }
+                            hit.chunk = parent_row;
+                        }
+                    }
+                    if hit.chunk.id == parent {
+                        hit.children.push(id);
+                        candidates[i].outcome = Outcome::MergedIntoParent { parent, rank: hit.rank };
+                        continue;
+                    }
+                    // The parent is gone from the catalog: keep the child on its own.
+                    self.push_hit(&mut hits, &mut candidates[i], row, score, evidence);
+                }
+                None => {
+                    if let Some(p) = row.parent {
+                        by_parent.insert(p, hits.len());
+                    }
+                    self.push_hit(&mut hits, &mut candidates[i], row, score, evidence);
+                }
+            }
+        }
+        Ok(hits)
+    }
+
+    fn push_hit(&self, hits: &mut Vec<Hit>, candidate: &mut Candidate, row: ChunkRow, score: f32, evidence: Option<f32>) {
+        let rank = hits.len() + 1;
+        candidate.outcome = Outcome::Kept { rank };
+        hits.push(Hit { rank, children: vec![row.id], chunk: row, score, evidence });
+    }
+}
