@@ -15,6 +15,7 @@ declare -A allowed=(
   [chunk]="types error"
   [store]="types error"
   [ingest]="types error source chunk embed store"
+  [eval]="types error store"
   [app]="types error config model embed rerank source chunk store ingest"
   [testing]="types error model embed"
 )

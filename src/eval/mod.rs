@@ -1,0 +1,3 @@
+//! Retrieval evaluation on BEIR-format data: metrics, data loading, plots; the runner lives here too.
+
+pub mod metrics;
