@@ -1,3 +1,4 @@
 //! Retrieval evaluation on BEIR-format data: metrics, data loading, plots; the runner lives here too.
 
+pub mod beir;
 pub mod metrics;
