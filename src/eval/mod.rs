@@ -2,3 +2,4 @@
 
 pub mod beir;
 pub mod metrics;
+pub mod plot;
