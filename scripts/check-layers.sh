@@ -16,6 +16,7 @@ declare -A allowed=(
   [store]="types error"
   [ingest]="types error source chunk embed store"
   [retrieve]="types error embed rerank store"
+  [eval]="types error chunk embed rerank store ingest retrieve"
   [app]="types error config model embed rerank source chunk store ingest retrieve eval"
   [testing]="types error model embed"
 )

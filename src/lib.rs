@@ -28,6 +28,7 @@ pub mod chunk;
 pub mod config;
 pub mod embed;
 pub mod error;
+pub mod eval;
 pub mod ingest;
 pub mod model;
 pub mod rerank;

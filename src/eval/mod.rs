@@ -1,0 +1,5 @@
+//! Retrieval evaluation on BEIR-format data: metrics, data loading, plots; the runner lives here too.
+
+pub mod beir;
+pub mod metrics;
+pub mod plot;
