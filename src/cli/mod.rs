@@ -5,6 +5,7 @@ mod bench;
 mod doctor;
 mod documents;
 mod embed;
+mod eval;
 mod ingest;
 mod models;
 mod search;
@@ -72,6 +73,8 @@ pub enum Command {
     Search(search::SearchArgs),
     /// Diagnose a query: is the expected text in a chunk, and which stage lost it?
     Trace(trace::TraceArgs),
+    /// Retrieval quality and latency on a BEIR-format set, configurations side by side.
+    Eval(eval::EvalArgs),
     /// Print embedding vectors of texts.
     Embed(embed::EmbedArgs),
     /// List, verify, import or pull models.
@@ -111,6 +114,7 @@ pub fn run(cli: Cli) -> anyhow::Result<u8> {
         Command::Reembed(args) => documents::reembed(g, args),
         Command::Search(args) => search::run(g, args),
         Command::Trace(args) => trace::run(g, args),
+        Command::Eval(args) => eval::run(g, args),
         Command::Embed(args) => embed::run(g, args).map(|()| 0),
         Command::Models(cmd) => models::run(g, cmd).map(|()| 0),
         Command::Doctor => doctor::run(g).map(|()| 0),

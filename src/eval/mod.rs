@@ -3,3 +3,4 @@
 pub mod beir;
 pub mod metrics;
 pub mod plot;
+pub mod run;

@@ -1,0 +1,169 @@
+//! `ragbox eval --data DIR`: retrieval quality and latency on a BEIR-format set, each
+//! configuration side by side, as a table (stdout and appended to docs/EVAL.md), JSON and an SVG
+//! plot; with `--ood FILE`, the refusal floor chosen against out-of-domain questions.
+
+use std::path::PathBuf;
+
+use clap::Args;
+
+use ragbox::chunk::ChunkerKind;
+use ragbox::eval::run::{markdown, run as run_eval, standard_configs, EvalPlan, EvalReport};
+use ragbox::eval::plot;
+use ragbox::types::ModelRole;
+
+use super::{print_json, GlobalArgs};
+
+/// Arguments of `eval`.
+#[derive(Debug, Args)]
+pub struct EvalArgs {
+    /// A BEIR folder: corpus.jsonl, queries.jsonl, qrels/<split>.tsv.
+    #[arg(long, value_name = "DIR")]
+    pub data: PathBuf,
+    /// The qrels split to evaluate.
+    #[arg(long, default_value = "test")]
+    pub split: String,
+    /// Embedding models to compare (default: every embedder present in the models folder).
+    #[arg(long, value_delimiter = ',')]
+    pub models: Vec<String>,
+    /// Run only configurations whose name contains one of these (repeatable).
+    #[arg(long, value_name = "TEXT")]
+    pub only: Vec<String>,
+    /// Add the default model's tuning variants (fusion weights, candidate counts, MMR, rerank depth).
+    #[arg(long)]
+    pub sweep: bool,
+    /// Out-of-domain questions (JSON lines with `question`) to choose the refusal floor against.
+    #[arg(long, value_name = "FILE")]
+    pub ood: Option<PathBuf>,
+    /// Most in-domain queries the chosen floor may refuse, as a share.
+    #[arg(long, default_value_t = 0.05)]
+    pub max_refused: f64,
+    /// Candidates per list (default: `retrieve.dense_candidates` / `lexical_candidates`).
+    #[arg(long)]
+    pub depth: Option<usize>,
+    /// Scratch folder for the corpus as documents and its store (default: the cache, keyed by
+    /// the corpus's sha256, reused between runs).
+    #[arg(long, value_name = "DIR")]
+    pub scratch: Option<PathBuf>,
+    /// Markdown report to append to.
+    #[arg(long, default_value = "docs/EVAL.md", value_name = "FILE")]
+    pub report: PathBuf,
+    /// Do not write the markdown report or the plots.
+    #[arg(long)]
+    pub no_report: bool,
+}
+
+fn cache_dir() -> PathBuf {
+    std::env::var_os("XDG_CACHE_HOME")
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache")))
+        .unwrap_or_else(std::env::temp_dir)
+        .join("ragbox")
+        .join("eval")
+}
+
+fn machine() -> String {
+    let cpu = std::fs::read_to_string("/proc/cpuinfo")
+        .ok()
+        .and_then(|s| s.lines().find(|l| l.starts_with("model name")).and_then(|l| l.split(':').nth(1)).map(|s| s.trim().to_string()))
+        .unwrap_or_else(|| std::env::consts::ARCH.to_string());
+    format!("{cpu}, {} threads", rayon::current_num_threads())
+}
+
+pub fn run(g: &GlobalArgs, args: EvalArgs) -> anyhow::Result<u8> {
+    let app = g.app()?;
+    let sha = ragbox::eval::beir::load(&args.data, &args.split)?.corpus_sha256;
+    let scratch = args.scratch.clone().unwrap_or_else(|| cache_dir().join(&sha[..16]));
+
+    let mut models = args.models.clone();
+    if models.is_empty() {
+        let manifest = app.models.manifest();
+        let mut present: Vec<(Option<usize>, String)> = manifest
+            .by_role(ModelRole::Embed)
+            .filter(|m| app.models.status(m).ready)
+            .map(|m| (m.dims, m.name.clone()))
+            .collect();
+        present.sort();
+        models = present.into_iter().map(|(_, n)| n).collect();
+    }
+    anyhow::ensure!(!models.is_empty(), "no embedding model is present in the models folder; run `ragbox models pull` or scripts/fetch-models.sh");
+    let default_model = app.config.embed.model.clone();
+    if !models.contains(&default_model) {
+        models.push(default_model.clone());
+    }
+
+    let mut options = app.retrieve_options();
+    if let Some(d) = args.depth {
+        options.dense_candidates = d;
+        options.lexical_candidates = d;
+    }
+    let chunker: ChunkerKind = app.config.ingest.chunker.parse()?;
+    let reranker = app.reranker()?;
+    let mut configs = standard_configs(&models, &default_model, chunker, &options, reranker.is_some(), args.sweep);
+    if !args.only.is_empty() {
+        configs.retain(|c| args.only.iter().any(|o| c.name.contains(o.as_str())));
+    }
+    anyhow::ensure!(!configs.is_empty(), "no configuration matches --only {:?}", args.only);
+
+    let plan = EvalPlan {
+        data: args.data.clone(),
+        split: args.split.clone(),
+        scratch,
+        ingest: app.ingest_options("eval", None)?,
+        configs,
+        reranker,
+        ood: args.ood.clone(),
+        max_in_domain_refused: args.max_refused,
+    };
+    let quiet = g.quiet;
+    let report = run_eval(&plan, &|name| app.embedder(Some(name)), &mut |msg| {
+        if !quiet {
+            eprintln!("{msg}");
+        }
+    })?;
+
+    let command = std::iter::once("ragbox".to_string()).chain(std::env::args().skip(1)).collect::<Vec<_>>().join(" ");
+    let md = markdown(&report, &command, &machine());
+    if !args.no_report {
+        write_report(&args, &report, &md)?;
+    }
+    if g.json {
+        print_json(&report)?;
+    } else {
+        print!("{md}");
+    }
+    Ok(0)
+}
+
+/// Appends the markdown to the report and writes the plots beside it.
+fn write_report(args: &EvalArgs, report: &EvalReport, md: &str) -> anyhow::Result<()> {
+    use std::io::Write;
+    if let Some(dir) = args.report.parent().filter(|d| !d.as_os_str().is_empty()) {
+        std::fs::create_dir_all(dir)?;
+    }
+    let mut f = std::fs::OpenOptions::new().create(true).append(true).open(&args.report)?;
+    f.write_all(md.as_bytes())?;
+    let name = args.data.file_name().map_or("data".into(), |n| n.to_string_lossy().to_string());
+    let dir = args.report.parent().unwrap_or(std::path::Path::new("."));
+    let rows: Vec<(String, [f64; 4])> =
+        report.configs.iter().map(|c| (c.name.clone(), [c.ndcg_at_10, c.recall_at_10, c.recall_at_100, c.mrr_at_10])).collect();
+    if !rows.is_empty() {
+        let path = dir.join(format!("eval-{name}.svg"));
+        plot::metrics_chart(&path, &format!("{name} ({}, {} queries)", report.split, report.queries), &rows)?;
+        eprintln!("plot: {}", path.display());
+    }
+    for r in &report.refusal {
+        let slug: String = r.scorer.chars().map(|c| if c.is_ascii_alphanumeric() { c } else { '-' }).collect();
+        let path = dir.join(format!("refusal-{name}-{slug}.svg"));
+        plot::refusal_chart(
+            &path,
+            &format!("refusal floor on {} ({} in-domain, {} out-of-domain)", r.scorer, r.in_domain, r.out_of_domain),
+            &r.floors,
+            &r.in_domain_refused,
+            &r.out_of_domain_refused,
+            Some(r.chosen_floor),
+        )?;
+        eprintln!("plot: {}", path.display());
+    }
+    eprintln!("report appended to {}", args.report.display());
+    Ok(())
+}
