@@ -5,6 +5,7 @@
 //! generator for synthetic data, percentiles and resident memory.
 
 mod embed;
+mod rerank;
 mod vectors;
 
 use clap::Subcommand;
@@ -18,6 +19,8 @@ pub enum BenchCmd {
     Embed(embed::EmbedArgs),
     /// Vector index at scale: build, save, exact vs HNSW speed and recall, cold vs warm mmap.
     Vectors(vectors::VectorsArgs),
+    /// Cross-encoder rerank latency at the ms-marco-MiniLM-L-6-v2 shape (random weights).
+    Rerank(rerank::RerankArgs),
 }
 
 /// Runs one benchmark.
@@ -25,6 +28,7 @@ pub fn run(g: &GlobalArgs, cmd: BenchCmd) -> anyhow::Result<()> {
     match cmd {
         BenchCmd::Embed(args) => embed::run(g, args),
         BenchCmd::Vectors(args) => vectors::run(g, args),
+        BenchCmd::Rerank(args) => rerank::run(g, args),
     }
 }
 
