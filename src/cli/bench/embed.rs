@@ -113,7 +113,7 @@ pub fn run(g: &GlobalArgs, args: EmbedArgs) -> anyhow::Result<()> {
         chunks_per_s: out.len() as f64 / seconds,
         tokens_per_s: tokens as f64 / seconds,
         peak_rss_mb: peak_rss_mb(),
-        threads: threads.unwrap_or_else(|| rayon::current_num_threads()),
+        threads: threads.unwrap_or_else(rayon::current_num_threads),
         batch_size: app.config.embed.batch_size,
     };
     if g.json {
