@@ -6,34 +6,31 @@ use std::io::BufRead;
 use std::path::PathBuf;
 use std::time::Instant;
 
-use clap::Subcommand;
+use clap::Args;
 use serde::Serialize;
 
 use ragbox::types::TextKind;
 
-use super::{print_json, GlobalArgs};
+use crate::cli::{print_json, GlobalArgs};
 
-/// Benchmarks.
-#[derive(Debug, Subcommand)]
-pub enum BenchCmd {
-    /// Embedding throughput over a BEIR corpus.
-    Embed {
-        /// BEIR folder holding corpus.jsonl.
-        #[arg(long)]
-        data: PathBuf,
-        /// Embedding model (default: the configured one).
-        #[arg(long)]
-        model: Option<String>,
-        /// Only the first N documents.
-        #[arg(long)]
-        limit: Option<usize>,
-        /// Texts per batch (default: the configured one).
-        #[arg(long)]
-        batch_size: Option<usize>,
-        /// Worker threads (default: all cores).
-        #[arg(long)]
-        threads: Option<usize>,
-    },
+/// Options of `ragbox bench embed`.
+#[derive(Debug, Args)]
+pub struct EmbedArgs {
+    /// BEIR folder holding corpus.jsonl.
+    #[arg(long)]
+    data: PathBuf,
+    /// Embedding model (default: the configured one).
+    #[arg(long)]
+    model: Option<String>,
+    /// Only the first N documents.
+    #[arg(long)]
+    limit: Option<usize>,
+    /// Texts per batch (default: the configured one).
+    #[arg(long)]
+    batch_size: Option<usize>,
+    /// Worker threads (default: all cores).
+    #[arg(long)]
+    threads: Option<usize>,
 }
 
 #[derive(Serialize)]
@@ -84,8 +81,8 @@ fn read_beir_corpus(dir: &std::path::Path, limit: Option<usize>) -> anyhow::Resu
     Ok(texts)
 }
 
-pub fn run(g: &GlobalArgs, cmd: BenchCmd) -> anyhow::Result<()> {
-    let BenchCmd::Embed { data, model, limit, batch_size, threads } = cmd;
+pub fn run(g: &GlobalArgs, args: EmbedArgs) -> anyhow::Result<()> {
+    let EmbedArgs { data, model, limit, batch_size, threads } = args;
     if let Some(n) = threads {
         // candle's matmuls read RAYON_NUM_THREADS on every call; rayon's pool reads it once.
         std::env::set_var("RAYON_NUM_THREADS", n.to_string());
@@ -116,7 +113,7 @@ pub fn run(g: &GlobalArgs, cmd: BenchCmd) -> anyhow::Result<()> {
         chunks_per_s: out.len() as f64 / seconds,
         tokens_per_s: tokens as f64 / seconds,
         peak_rss_mb: peak_rss_mb(),
-        threads: threads.unwrap_or_else(|| rayon::current_num_threads()),
+        threads: threads.unwrap_or_else(rayon::current_num_threads),
         batch_size: app.config.embed.batch_size,
     };
     if g.json {
