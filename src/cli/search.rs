@@ -91,7 +91,10 @@ pub(super) fn excerpt(text: &str, chars: usize) -> String {
 }
 
 fn print_hit(hit: &Hit) {
-    let merged = if hit.children.len() > 1 { format!(" · section of {} passages", hit.children.len()) } else { String::new() };
+    let merged = match &hit.section {
+        Some(sec) => format!(" · {} passages of the section at lines {}-{}", hit.children.len(), sec.lines.first, sec.lines.last),
+        None => String::new(),
+    };
     let evidence = hit.evidence.map_or(String::new(), |e| format!(" · evidence {e:.3}"));
     println!("{:>2}. {}", hit.rank, location(&hit.chunk));
     println!("    score {:.4}{evidence}{merged}", hit.score);

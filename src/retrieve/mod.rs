@@ -88,7 +88,8 @@ pub enum Outcome {
         /// 1-based hit rank.
         rank: usize,
     },
-    /// Returned inside hit `rank`, which its parent section replaced.
+    /// Returned inside hit `rank`, as part of its parent section (the hit's first child keeps
+    /// [`Outcome::Kept`]).
     MergedIntoParent {
         /// The parent chunk.
         parent: ChunkId,
@@ -126,8 +127,11 @@ pub struct Candidate {
 pub struct Hit {
     /// 1-based rank, strongest first.
     pub rank: usize,
-    /// The passage: the retrieved child, or its parent section when siblings were merged.
+    /// The best retrieved child: the passage that matched.
     pub chunk: ChunkRow,
+    /// Its parent section, when two or more of the section's children were retrieved: the
+    /// passage to read (and to give the LLM) in their place.
+    pub section: Option<ChunkRow>,
     /// The retrieved children it stands for, best first.
     pub children: Vec<ChunkId>,
     /// Final score: the reranker's when reranked, else the fused score.
@@ -474,17 +478,10 @@ impl<'s> Retriever<'s> {
             match row.parent.filter(|_| o.expand_parents).and_then(|p| by_parent.get(&p).map(|&h| (p, h))) {
                 Some((parent, h)) => {
                     let hit = &mut hits[h];
-                    if hit.chunk.id != parent {
-                        let parent_row = self.resolve(std::iter::once(parent))?.remove(&parent);
-                        if let Some(parent_row) = parent_row {
-                            let first = hit.children[0];
-                            if let Some(c) = candidates.iter_mut().find(|c| c.chunk == first) {
-                                c.outcome = Outcome::MergedIntoParent { parent, rank: hit.rank };
-                            }
-                            hit.chunk = parent_row;
-                        }
+                    if hit.section.is_none() {
+                        hit.section = self.resolve(std::iter::once(parent))?.remove(&parent);
                     }
-                    if hit.chunk.id == parent {
+                    if hit.section.is_some() {
                         hit.children.push(id);
                         candidates[i].outcome = Outcome::MergedIntoParent { parent, rank: hit.rank };
                         continue;
@@ -506,6 +503,6 @@ impl<'s> Retriever<'s> {
     fn push_hit(&self, hits: &mut Vec<Hit>, candidate: &mut Candidate, row: ChunkRow, score: f32, evidence: Option<f32>) {
         let rank = hits.len() + 1;
         candidate.outcome = Outcome::Kept { rank };
-        hits.push(Hit { rank, children: vec![row.id], chunk: row, score, evidence });
+        hits.push(Hit { rank, children: vec![row.id], chunk: row, section: None, score, evidence });
     }
 }

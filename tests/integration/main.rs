@@ -8,3 +8,4 @@ mod common;
 mod golden;
 mod ingest;
 mod models;
+mod retrieve;
