@@ -25,7 +25,7 @@ pub struct EvalArgs {
     /// Embedding models to compare (default: every embedder present in the models folder).
     #[arg(long, value_delimiter = ',')]
     pub models: Vec<String>,
-    /// Run only configurations whose name contains one of these (repeatable).
+    /// Run only these configurations: an exact name, or text that names contain (repeatable).
     #[arg(long, value_name = "TEXT")]
     pub only: Vec<String>,
     /// Add the default model's tuning variants (fusion weights, candidate counts, MMR, rerank depth).
@@ -100,7 +100,10 @@ pub fn run(g: &GlobalArgs, args: EvalArgs) -> anyhow::Result<u8> {
     let reranker = app.reranker()?;
     let mut configs = standard_configs(&models, &default_model, chunker, &options, reranker.is_some(), args.sweep);
     if !args.only.is_empty() {
-        configs.retain(|c| args.only.iter().any(|o| c.name.contains(o.as_str())));
+        // A name that is some configuration's exact name selects just that one; other text
+        // selects every configuration whose name contains it.
+        let names: Vec<String> = configs.iter().map(|c| c.name.clone()).collect();
+        configs.retain(|c| args.only.iter().any(|o| c.name == *o || (!names.contains(o) && c.name.contains(o.as_str()))));
     }
     anyhow::ensure!(!configs.is_empty(), "no configuration matches --only {:?}", args.only);
 
