@@ -399,7 +399,7 @@ impl Catalog {
     /// Adds vectors to the embedding cache of `model` (existing entries are kept).
     pub fn put_embeddings(&self, model: &str, vectors: &[(TextHash, Vec<f32>)]) -> Result<()> {
         let mut conn = self.conn();
-        let tx = conn.transaction()?;
+        let tx = conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
         {
             let mut put = tx.prepare_cached("INSERT OR IGNORE INTO embeddings (model, sha256, vector) VALUES (?1, ?2, ?3)")?;
             for (hash, v) in vectors {
@@ -414,7 +414,10 @@ impl Catalog {
     /// Returns what the indexes must do to catch up.
     pub fn commit(&self, tenant: &TenantRow, batch: &CommitBatch) -> Result<CommitChanges> {
         let mut conn = self.conn();
-        let tx = conn.transaction()?;
+        // IMMEDIATE: take the write lock up front. A deferred transaction that reads and then
+        // writes cannot wait for another process's writer (SQLite returns "database is locked"
+        // at once to avoid a deadlock); an immediate one waits out the busy timeout.
+        let tx = conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
         let generation: i64 =
             tx.query_row("SELECT generation FROM tenants WHERE id = ?1", [tenant.id], |r| r.get(0))?;
         let generation = generation + 1;
@@ -734,5 +737,28 @@ mod tests {
         cat.commit(&t, &batch).unwrap();
         assert_eq!(cat.vectors("m", &[h, text_hash("y")]).unwrap(), vec![Some(vec![0.5, -1.0]), None]);
         assert!(cat.vectors("other", &[h]).unwrap()[0].is_none(), "the cache is per model");
+    }
+
+    #[test]
+    fn writers_in_two_connections_wait_for_each_other() {
+        // Two processes ingesting two tenants of one data folder: each commit reads, then writes.
+        // Deferred transactions would fail with "database is locked" when they interleave.
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("c.sqlite");
+        let (a, b) = (Catalog::open(&path).unwrap(), Catalog::open(&path).unwrap());
+        let (ta, tb) = (a.create_tenant("a", "m", 4).unwrap(), b.create_tenant("b", "m", 4).unwrap());
+        std::thread::scope(|s| {
+            for (cat, t) in [(&a, &ta), (&b, &tb)] {
+                s.spawn(move || {
+                    for i in 0..40 {
+                        let doc = write(&format!("/{}/{i}.txt", t.name), "some words here");
+                        let batch = CommitBatch { documents: vec![doc], ..Default::default() };
+                        cat.commit(t, &batch).unwrap();
+                    }
+                });
+            }
+        });
+        assert_eq!(a.counts(ta.id).unwrap().0, 40);
+        assert_eq!(a.counts(tb.id).unwrap().0, 40);
     }
 }
