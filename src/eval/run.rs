@@ -271,7 +271,7 @@ pub fn run(plan: &EvalPlan, embedder: &dyn Fn(&str) -> Result<Arc<dyn Embedder>>
         let report = ingest(&store, &e, &docs_dir, &opts, &mut |ev| {
             if let crate::ingest::IngestEvent::Visited { .. } = ev {
                 done += 1;
-                if done % 500 == 0 {
+                if done.is_multiple_of(500) {
                     progress(&format!("  {done}/{documents} documents"));
                 }
             }
