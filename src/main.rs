@@ -47,6 +47,13 @@ fn main() -> ExitCode {
     // large activation buffers, and re-faulting them in cost 11% of embedding time (perf).
     // SAFETY: sets a process-wide allocator option; called before any other thread exists.
     unsafe { libmimalloc_sys::mi_option_set(MI_OPTION_PURGE_DELAY, -1) };
+    // `ragbox search … | head` must end quietly when the reader goes away, as other Unix tools do,
+    // not panic on a broken pipe: restore the default SIGPIPE action Rust's runtime ignores.
+    // SAFETY: changes a signal disposition before any other thread exists.
+    #[cfg(unix)]
+    unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_DFL)
+    };
     let cli = cli::Cli::parse();
     install_logging(&cli.global);
     match cli::run(cli) {

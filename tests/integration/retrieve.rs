@@ -264,3 +264,18 @@ fn eval_scores_each_configuration_on_a_tiny_beir_set() {
     assert_eq!(hybrid(&again), hybrid(&r));
     assert_eq!(std::fs::read_to_string(&report).unwrap(), md, "--no-report writes nothing");
 }
+
+#[test]
+fn a_closed_pipe_ends_search_quietly() {
+    // `ragbox search … | head -1`: the reader goes away before the output is written.
+    let mut child = ragbox(sample_data())
+        .args(["search", "hotel cap per night", "--explain", "-k", "8"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    drop(child.stdout.take());
+    let out = child.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!err.contains("panicked"), "{err}");
+}
