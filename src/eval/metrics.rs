@@ -159,6 +159,15 @@ pub fn mean(metrics: &[QueryMetrics]) -> QueryMetrics {
     }
 }
 
+/// The `p`-th percentile (0 to 100) of `sorted` (ascending) by nearest rank; 0 when empty.
+pub fn percentile(sorted: &[f64], p: f64) -> f64 {
+    if sorted.is_empty() {
+        return 0.0;
+    }
+    let rank = (p / 100.0 * sorted.len() as f64).ceil() as usize;
+    sorted[rank.clamp(1, sorted.len()) - 1]
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

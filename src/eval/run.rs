@@ -14,7 +14,7 @@ use crate::chunk::ChunkerKind;
 use crate::embed::Embedder;
 use crate::error::{Error, Result};
 use crate::eval::beir::{self, BeirSet};
-use crate::eval::metrics::{self, QueryMetrics};
+use crate::eval::metrics::{self, percentile, QueryMetrics};
 use crate::ingest::{ingest, IngestOptions};
 use crate::rerank::Reranker;
 use crate::retrieve::{RetrieveOptions, Retriever};
@@ -229,14 +229,6 @@ fn chunk_documents(store: &Store, tenant: &TenantRow) -> Result<HashMap<u64, Str
         .into_iter()
         .filter_map(|e| paths.get(&e.doc.0).map(|id| (e.id.0, id.clone())))
         .collect())
-}
-
-fn percentile(sorted: &[f64], p: f64) -> f64 {
-    if sorted.is_empty() {
-        return 0.0;
-    }
-    let i = ((p / 100.0) * (sorted.len() - 1) as f64).round() as usize;
-    sorted[i.min(sorted.len() - 1)]
 }
 
 /// Runs the plan. `embedder(name)` loads an embedding model.
@@ -502,11 +494,4 @@ mod tests {
         assert_eq!(tenant_name("all-minilm-l6-v2", ChunkerKind::Whole, 256, true), "all-minilm-l6-v2-whole-ctx");
     }
 
-    #[test]
-    fn percentiles_pick_nearest_ranks() {
-        let v: Vec<f64> = (1..=100).map(f64::from).collect();
-        assert_eq!(percentile(&v, 50.0), 51.0);
-        assert_eq!(percentile(&v, 95.0), 95.0);
-        assert_eq!(percentile(&[], 50.0), 0.0);
-    }
 }

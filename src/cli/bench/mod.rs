@@ -74,15 +74,6 @@ impl SeededRng {
     }
 }
 
-/// The `p`-th percentile (0 to 100) of `sorted` (ascending) by nearest rank; 0 when empty.
-fn percentile(sorted: &[f64], p: f64) -> f64 {
-    if sorted.is_empty() {
-        return 0.0;
-    }
-    let rank = (p / 100.0 * sorted.len() as f64).ceil() as usize;
-    sorted[rank.clamp(1, sorted.len()) - 1]
-}
-
 /// Sorts durations (seconds) ascending, for [`percentile`].
 fn sorted(mut values: Vec<f64>) -> Vec<f64> {
     values.sort_by(f64::total_cmp);
@@ -101,6 +92,7 @@ fn status_mb(field: &str) -> Option<f64> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use ragbox::eval::metrics::percentile;
 
     #[test]
     fn percentile_by_nearest_rank() {

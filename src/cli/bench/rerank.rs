@@ -21,7 +21,9 @@ use ragbox::model::bert::BertBody;
 use ragbox::model::TextTokenizer;
 use ragbox::rerank::{CrossEncoder, RerankOptions, Reranker};
 
-use super::{percentile, sorted, status_mb, SeededRng};
+use ragbox::eval::metrics::percentile;
+
+use super::{sorted, status_mb, SeededRng};
 use crate::cli::{print_json, GlobalArgs};
 
 /// The architecture measured; its config and tokenizer are checked in (no weights).

@@ -27,7 +27,9 @@ use serde::Serialize;
 use ragbox::store::{Quantization, VectorHit, VectorIndex, VectorOptions};
 use ragbox::types::ChunkId;
 
-use super::{percentile, sorted, status_mb, SeededRng};
+use ragbox::eval::metrics::percentile;
+
+use super::{sorted, status_mb, SeededRng};
 use crate::cli::{print_json, GlobalArgs};
 
 /// Neighbours asked for, and the depth of recall.
