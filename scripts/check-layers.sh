@@ -16,9 +16,12 @@ declare -A allowed=(
   [store]="types error"
   [ingest]="types error source chunk embed store"
   [retrieve]="types error embed rerank store"
-  [eval]="types error chunk embed rerank store ingest retrieve"
-  [app]="types error config model embed rerank source chunk store ingest retrieve eval"
-  [testing]="types error model embed"
+  [generate]="types error model rerank"
+  [annotate]="types error generate ingest answer"
+  [answer]="types error chunk embed rerank store retrieve generate"
+  [eval]="types error chunk embed rerank store ingest retrieve generate answer"
+  [app]="types error config model embed rerank source chunk store ingest retrieve generate answer annotate eval"
+  [testing]="types error model embed generate"
 )
 
 status=0

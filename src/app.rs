@@ -16,6 +16,10 @@ use crate::model::store::ModelStatus;
 use crate::model::{device, ModelStore};
 use crate::rerank::{load_reranker, RerankOptions, Reranker};
 use crate::retrieve::{RetrieveOptions, Retriever};
+use crate::answer::support::{SupportChecker, SupportMethod};
+use crate::answer::AnswerOptions;
+use crate::generate::rerank::LlmReranker;
+use crate::generate::{ClaudeGenerator, ClaudeOptions, GgufGenerator, Generator, LocalOptions};
 
 /// The assembled application.
 pub struct App {
@@ -24,6 +28,9 @@ pub struct App {
     /// The models folder.
     pub models: ModelStore,
     device: Device,
+    /// Generators loaded so far, by model: one load per process, shared by answers, rewrites,
+    /// support checks and the LLM reranker.
+    generators: std::sync::Mutex<std::collections::HashMap<String, Arc<dyn Generator>>>,
 }
 
 /// Everything `doctor` reports.
@@ -71,7 +78,7 @@ impl App {
     pub fn new(config: Config) -> Result<App> {
         let device = device(config.device)?;
         let models = ModelStore::new(&config.models_dir);
-        Ok(App { config, models, device })
+        Ok(App { config, models, device, generators: Default::default() })
     }
 
     /// The device models run on.
@@ -90,9 +97,16 @@ impl App {
     }
 
     /// The configured reranker, or `None` when its files are not in the models folder.
-    /// Files present but corrupt are an error, not a silent fallback.
+    /// Files present but corrupt are an error, not a silent fallback. A `generate` model as
+    /// `rerank.model` reranks by its yes/no logits ([`LlmReranker`]).
     pub fn reranker(&self) -> Result<Option<Arc<dyn Reranker>>> {
-        let spec = self.models.manifest().get(&self.config.rerank.model)?;
+        self.reranker_named(&self.config.rerank.model)
+    }
+
+    /// The reranker `name` (a cross-encoder or a generate model), or `None` when its files are
+    /// not in the models folder.
+    pub fn reranker_named(&self, name: &str) -> Result<Option<Arc<dyn Reranker>>> {
+        let spec = self.models.manifest().get(name)?;
         // Absent (some file missing, none corrupt): run without the stage. Corrupt: an error.
         let status = self.models.status(spec);
         let missing = status.files.iter().any(|f| f.state == "missing");
@@ -100,11 +114,86 @@ impl App {
         if missing && !corrupt {
             return Ok(None);
         }
+        if spec.role == crate::types::ModelRole::Generate {
+            return Ok(Some(Arc::new(LlmReranker::new(self.generator(Some(&spec.name))?))));
+        }
         let options = RerankOptions {
             device: self.device.clone(),
             batch: BatchLimits { max_items: self.config.rerank.batch_size, ..BatchLimits::default() },
         };
         load_reranker(&self.models, spec, &options).map(Some)
+    }
+
+    /// The configured generator, or the local model `name` (a `generate` model of the
+    /// manifest), loaded and verified. A remote backend is only built when the configuration
+    /// selects it and the `claude` feature is compiled in; callers warn when
+    /// [`Generator::is_remote`].
+    pub fn generator(&self, name: Option<&str>) -> Result<Arc<dyn Generator>> {
+        let g = &self.config.generate;
+        if g.backend == "claude" && name.is_none() {
+            let api_key = std::env::var(&g.claude_api_key_env).unwrap_or_default();
+            let options = ClaudeOptions {
+                model: g.claude_model.clone(),
+                api_key,
+                base_url: g.claude_base_url.clone(),
+                timeout_ms: 120_000,
+            };
+            return Ok(Arc::new(ClaudeGenerator::new(options)?));
+        }
+        let spec = self.models.manifest().get(name.unwrap_or(&g.model))?;
+        if let Some(loaded) = self.generators.lock().ok().and_then(|m| m.get(&spec.name).cloned()) {
+            return Ok(loaded);
+        }
+        if spec.role != crate::types::ModelRole::Generate {
+            return Err(crate::error::Error::Invalid(format!("model `{}` is a {} model, not a generator", spec.name, spec.role)));
+        }
+        let file = spec
+            .file_ending(".gguf")
+            .ok_or_else(|| crate::error::Error::Bug(format!("generator {} has no .gguf file in the manifest", spec.name)))?;
+        let path = self.models.verified_file(spec, &file.name)?;
+        let options = LocalOptions {
+            name: spec.name.clone(),
+            file: path,
+            force_cpu: matches!(self.device, Device::Cpu),
+            max_num_seqs: g.max_num_seqs,
+            prefix_cache: g.prefix_cache,
+        };
+        let generator: Arc<dyn Generator> = Arc::new(crate::generate::block_on(GgufGenerator::load(&options))?);
+        if let Ok(mut m) = self.generators.lock() {
+            m.insert(spec.name.clone(), generator.clone());
+        }
+        Ok(generator)
+    }
+
+    /// The `llm` contextualiser over the configured local generator.
+    pub fn contextualizer(&self) -> Result<crate::ingest::ContextWriter> {
+        let generator = self.generator(Some(&self.config.generate.model))?;
+        Ok(crate::ingest::ContextWriter(Arc::new(crate::annotate::LlmContextualizer::new(generator))))
+    }
+
+    /// Answer settings from the configuration.
+    pub fn answer_options(&self) -> AnswerOptions {
+        let (a, g) = (&self.config.answer, &self.config.generate);
+        AnswerOptions {
+            passages: a.passages,
+            passage_chars: a.passage_chars,
+            max_tokens: g.max_tokens,
+            temperature: g.temperature,
+            support_floor: a.support_floor,
+        }
+    }
+
+    /// The configured support check: embedding similarity with the tenant's embedder, or the
+    /// generator's yes/no logits.
+    pub fn support_checker(&self, embedder: Option<Arc<dyn Embedder>>, generator: &Arc<dyn Generator>) -> Result<SupportChecker> {
+        Ok(match self.config.answer.support.parse::<SupportMethod>()? {
+            SupportMethod::Similarity => match embedder {
+                Some(e) => SupportChecker::similarity(e),
+                None => SupportChecker::similarity(self.embedder(None)?),
+            },
+            SupportMethod::Llm => SupportChecker::llm(generator.clone()),
+            SupportMethod::Off => SupportChecker::off(),
+        })
     }
 
     /// Retrieval settings from the configuration (the floor is chosen per scorer, in
@@ -193,6 +282,7 @@ impl App {
         let models: Vec<ModelStatus> = self.models.manifest().models.iter().map(|m| self.models.status(m)).collect();
         let rerank = models.iter().find(|m| m.name == self.config.rerank.model);
         let rerank_status = match rerank {
+            Some(m) if m.ready && m.role == "generate" => format!("ready: retrieval reranks with {} (LLM yes/no logits)", m.name),
             Some(m) if m.ready => "ready: retrieval reranks with the cross-encoder".to_string(),
             Some(m) => format!(
                 "absent: retrieval runs without a reranker until it arrives: `{}`",

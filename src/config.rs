@@ -93,6 +93,48 @@ pub struct RetrieveSection {
     pub floors: std::collections::BTreeMap<String, f32>,
 }
 
+/// `[generate]`: the LLM that writes answers, contextual annotations and rewrites.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct GenerateSection {
+    /// `local` (a GGUF from the models folder; the default) or `claude` (remote; needs the
+    /// `claude` feature, and text leaves the machine).
+    pub backend: String,
+    /// The local model (a `generate` model of the manifest).
+    pub model: String,
+    /// Most tokens in an answer.
+    pub max_tokens: usize,
+    /// 0: greedy decoding.
+    pub temperature: f64,
+    /// Sequences the local model decodes together.
+    pub max_num_seqs: usize,
+    /// Prompt prefixes whose KV cache the local model keeps.
+    pub prefix_cache: usize,
+    /// The Claude model, when `backend = "claude"`.
+    pub claude_model: String,
+    /// The environment variable holding the Anthropic API key.
+    pub claude_api_key_env: String,
+    /// The Anthropic API base.
+    pub claude_base_url: String,
+}
+
+/// `[answer]`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AnswerSection {
+    /// Passages given to the generator.
+    pub passages: usize,
+    /// Most characters of one passage in the prompt.
+    pub passage_chars: usize,
+    /// How sentences are checked against their citations: `similarity` (embedding cosine) or
+    /// `llm` (the generator's yes/no logits).
+    pub support: String,
+    /// Below this a sentence is flagged unsupported (in the chosen method's score).
+    pub support_floor: f32,
+    /// Prior turns a follow-up may be rewritten with.
+    pub memory_turns: usize,
+}
+
 /// The configuration as written.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -113,6 +155,10 @@ pub struct RawConfig {
     pub store: StoreSection,
     /// Retrieval settings.
     pub retrieve: RetrieveSection,
+    /// Generation settings.
+    pub generate: GenerateSection,
+    /// Answer settings.
+    pub answer: AnswerSection,
 }
 
 /// Values from the command line, the strongest layer.
@@ -147,6 +193,10 @@ pub struct Config {
     pub store: StoreSection,
     /// Retrieval settings.
     pub retrieve: RetrieveSection,
+    /// Generation settings.
+    pub generate: GenerateSection,
+    /// Answer settings.
+    pub answer: AnswerSection,
     /// The file read, if any.
     pub config_file: Option<PathBuf>,
 }
@@ -268,8 +318,11 @@ impl Config {
             return Err(Error::Config(format!("embed.model = `{}` is a {} model, not an embedder", raw.embed.model, embed_spec.role)));
         }
         let rerank_spec = manifest.get(&raw.rerank.model)?;
-        if rerank_spec.role != ModelRole::Rerank {
-            return Err(Error::Config(format!("rerank.model = `{}` is a {} model, not a reranker", raw.rerank.model, rerank_spec.role)));
+        if rerank_spec.role != ModelRole::Rerank && rerank_spec.role != ModelRole::Generate {
+            return Err(Error::Config(format!(
+                "rerank.model = `{}` is a {} model; use a cross-encoder or a generate model (scored by its yes/no logits)",
+                raw.rerank.model, rerank_spec.role
+            )));
         }
         if raw.embed.batch_size == 0 || raw.embed.max_batch_tokens == 0 || raw.rerank.batch_size == 0 {
             return Err(Error::Config("batch sizes must be at least 1".into()));
@@ -297,6 +350,20 @@ impl Config {
                 "ingest: child_tokens must be at least 1, max_child_tokens at least child_tokens, commit_chunks at least 1".into(),
             ));
         }
+        let g = &raw.generate;
+        if !["local", "claude"].contains(&g.backend.as_str()) {
+            return Err(Error::Config(format!("generate.backend = `{}`: use local or claude", g.backend)));
+        }
+        let generate_spec = manifest.get(&g.model)?;
+        if generate_spec.role != ModelRole::Generate {
+            return Err(Error::Config(format!("generate.model = `{}` is a {} model, not a generator", g.model, generate_spec.role)));
+        }
+        if g.max_tokens == 0 || g.max_num_seqs == 0 || raw.answer.passages == 0 || raw.answer.passage_chars == 0 {
+            return Err(Error::Config("generate.max_tokens, generate.max_num_seqs, answer.passages and answer.passage_chars must be at least 1".into()));
+        }
+        if !["similarity", "llm", "off"].contains(&raw.answer.support.as_str()) {
+            return Err(Error::Config(format!("answer.support = `{}`: use similarity, llm or off", raw.answer.support)));
+        }
         Ok(Config {
             data_dir,
             models_dir,
@@ -306,6 +373,8 @@ impl Config {
             ingest: raw.ingest,
             store: raw.store,
             retrieve: raw.retrieve,
+            generate: raw.generate,
+            answer: raw.answer,
             config_file: o.config_file.clone(),
         })
     }

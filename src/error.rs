@@ -144,6 +144,9 @@ pub enum Error {
         /// The tenants there are.
         known: Vec<String>,
     },
+    /// The text generator (local LLM or remote backend) failed.
+    #[error("generation failed: {0}")]
+    Generate(String),
     /// An invariant broke.
     #[error("internal error (a bug in ragbox): {0}")]
     Bug(String),
@@ -168,7 +171,8 @@ impl Error {
             | Error::Path { .. }
             | Error::Io(_)
             | Error::Catalog(_)
-            | Error::Index { .. } => Fault::Runtime,
+            | Error::Index { .. }
+            | Error::Generate(_) => Fault::Runtime,
             Error::Bug(_) => Fault::Bug,
         }
     }

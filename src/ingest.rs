@@ -51,6 +51,44 @@ pub struct IngestOptions {
     /// Put the structural context (title > sections) in front of each child for embedding and
     /// BM25 (`ragbox eval` measures what it buys).
     pub structural_context: bool,
+    /// Writes a situating context for each child from its whole document (the `llm`
+    /// contextualiser); `None`: structural context only.
+    pub contextualizer: Option<ContextWriter>,
+}
+
+/// Writes the situating context of a document's child chunks: one or two sentences that place
+/// each chunk in its whole document (contextual retrieval). Results are cached in the catalog by
+/// [`annotation_key`], so it never runs twice for the same chunk of the same document.
+pub trait Contextualizer: Send + Sync {
+    /// Names the model and prompt; part of the cache key.
+    fn id(&self) -> &str;
+    /// One context per chunk, in order, all chunks of one document.
+    fn contexts(&self, title: &str, document: &str, chunks: &[&str]) -> Result<Vec<String>>;
+}
+
+/// A shared [`Contextualizer`] in [`IngestOptions`].
+#[derive(Clone)]
+pub struct ContextWriter(pub Arc<dyn Contextualizer>);
+
+impl std::fmt::Debug for ContextWriter {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "ContextWriter({})", self.0.id())
+    }
+}
+
+/// Tokens reserved in front of each child for an LLM-written context (on top of the structural
+/// one): two short sentences.
+const LLM_CONTEXT_TOKENS: usize = 64;
+
+/// The annotation cache key: the contextualiser, the whole document and the chunk.
+pub fn annotation_key(contextualizer: &str, document: &str, chunk: &str) -> TextHash {
+    use sha2::Digest;
+    let mut h = sha2::Sha256::new();
+    for part in [contextualizer, document, chunk] {
+        h.update((part.len() as u64).to_le_bytes());
+        h.update(part.as_bytes());
+    }
+    h.finalize().into()
 }
 
 impl Default for IngestOptions {
@@ -63,6 +101,7 @@ impl Default for IngestOptions {
             commit_chunks: 2048,
             parse_batch: 64,
             structural_context: true,
+            contextualizer: None,
         }
     }
 }
@@ -88,6 +127,13 @@ pub enum IngestEvent<'a> {
         path: &'a Path,
         /// Why.
         reason: &'a str,
+    },
+    /// The contextualiser wrote contexts for a document's chunks.
+    Annotated {
+        /// Its path.
+        path: &'a Path,
+        /// Chunks newly annotated (the rest came from the cache).
+        chunks: usize,
     },
     /// A document's new state (added, updated or removed) is durable.
     Committed {
@@ -140,6 +186,8 @@ pub struct StageTimes {
     pub parse_s: f64,
     /// Chunking (token counting included).
     pub chunk_s: f64,
+    /// Writing LLM contexts (the `llm` contextualiser).
+    pub annotate_s: f64,
     /// Embedding.
     pub embed_s: f64,
     /// Writing the catalog and both indexes.
@@ -176,6 +224,8 @@ pub struct IngestReport {
     pub embedded: usize,
     /// Chunks whose vectors came from the cache.
     pub cached: usize,
+    /// Chunks the contextualiser annotated in this run (not from its cache).
+    pub annotated: usize,
     /// Embedded texts that were longer than the model's window (truncated).
     pub truncated: usize,
     /// Commits made.
@@ -219,6 +269,35 @@ pub fn structural_context(title: &str, section_path: &[String]) -> String {
         }
     }
     parts.join(" > ")
+}
+
+/// Adds the contextualiser's sentences after each child's structural context: from the catalog's
+/// cache where this chunk of this document was annotated before, else written now and cached.
+/// Returns how many chunks were newly annotated.
+fn annotate(store: &Store, writer: &dyn Contextualizer, doc: &ParsedDocument, chunks: &mut [ContextualChunk]) -> Result<usize> {
+    let children: Vec<usize> = (0..chunks.len()).filter(|&i| chunks[i].chunk.role == ChunkRole::Child).collect();
+    let keys: Vec<TextHash> =
+        children.iter().map(|&i| annotation_key(writer.id(), &doc.text, &doc.text[chunks[i].chunk.span.range()])).collect();
+    let cached = store.catalog().cached_annotations(&keys)?;
+    let missing: Vec<usize> = (0..children.len()).filter(|&k| !cached.contains_key(&keys[k])).collect();
+    let mut written: HashMap<TextHash, String> = HashMap::new();
+    if !missing.is_empty() {
+        let texts: Vec<&str> = missing.iter().map(|&k| &doc.text[chunks[children[k]].chunk.span.range()]).collect();
+        let contexts = writer.contexts(&doc.title, &doc.text, &texts)?;
+        let rows: Vec<(TextHash, String)> = missing.iter().zip(contexts).map(|(&k, c)| (keys[k], c)).collect();
+        store.catalog().put_annotations(writer.id(), &rows)?;
+        written.extend(rows);
+    }
+    for (k, &i) in children.iter().enumerate() {
+        let Some(extra) = cached.get(&keys[k]).or_else(|| written.get(&keys[k])) else { continue };
+        let extra = extra.trim();
+        if extra.is_empty() {
+            continue;
+        }
+        let c = &mut chunks[i].context;
+        *c = if c.is_empty() { extra.to_string() } else { format!("{c}. {extra}") };
+    }
+    Ok(missing.len())
 }
 
 /// Tokens reserved for the context in front of each child, inside the embedder's window.
@@ -347,7 +426,8 @@ pub fn ingest(
         .collect();
     report.stages.walk_hash_s = t.elapsed().as_secs_f64();
 
-    let limit = embedder.max_tokens().saturating_sub(2 + CONTEXT_TOKENS).max(16);
+    let reserved = CONTEXT_TOKENS + if opts.contextualizer.is_some() { LLM_CONTEXT_TOKENS } else { 0 };
+    let limit = embedder.max_tokens().saturating_sub(2 + reserved).max(16);
     let chunk_opts = ChunkOptions {
         child_tokens: opts.chunk.child_tokens.min(limit),
         max_child_tokens: opts.chunk.max_child_tokens.min(limit),
@@ -419,6 +499,18 @@ pub fn ingest(
                 (p, result, parse_time, t.elapsed())
             })
             .collect();
+        let mut parsed = parsed;
+        if let Some(ContextWriter(writer)) = &opts.contextualizer {
+            let t = Instant::now();
+            for (p, result, _, _) in parsed.iter_mut() {
+                if let Ok((doc, _, chunks)) = result {
+                    let n = annotate(store, writer.as_ref(), doc, chunks)?;
+                    report.annotated += n;
+                    on_event(IngestEvent::Annotated { path: &p.path, chunks: n });
+                }
+            }
+            report.stages.annotate_s += t.elapsed().as_secs_f64();
+        }
 
         // Vectors: cached where the exact text was embedded before, else embedded now (each
         // distinct text once).

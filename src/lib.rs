@@ -23,12 +23,15 @@
 
 #![warn(missing_docs)]
 
+pub mod annotate;
+pub mod answer;
 pub mod app;
 pub mod chunk;
 pub mod config;
 pub mod embed;
 pub mod error;
 pub mod eval;
+pub mod generate;
 pub mod ingest;
 pub mod model;
 pub mod rerank;

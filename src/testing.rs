@@ -177,3 +177,72 @@ pub fn tiny_embed_spec(max_tokens: usize) -> ModelSpec {
         files: vec![],
     }
 }
+
+/// A generator that replies from a script, in order, and records every request it was given.
+/// When the script runs out it repeats its last reply. `yes_no` answers from `yes_no_scores`
+/// (cycled), else by the default one-token generation.
+#[derive(Default)]
+pub struct ScriptedGenerator {
+    replies: Vec<String>,
+    yes_no_scores: Vec<f32>,
+    calls: std::sync::Mutex<Vec<Vec<crate::generate::Message>>>,
+}
+
+impl ScriptedGenerator {
+    /// A generator that says `replies`, one per request.
+    pub fn new(replies: &[&str]) -> ScriptedGenerator {
+        ScriptedGenerator { replies: replies.iter().map(|r| r.to_string()).collect(), ..Default::default() }
+    }
+
+    /// Also answers yes/no prompts with these log-odds, cycled.
+    pub fn with_yes_no(mut self, scores: &[f32]) -> ScriptedGenerator {
+        self.yes_no_scores = scores.to_vec();
+        self
+    }
+
+    /// Every request's messages so far.
+    pub fn calls(&self) -> Vec<Vec<crate::generate::Message>> {
+        self.calls.lock().map(|c| c.clone()).unwrap_or_default()
+    }
+}
+
+#[async_trait::async_trait]
+impl crate::generate::Generator for ScriptedGenerator {
+    fn model_id(&self) -> &str {
+        "scripted"
+    }
+
+    async fn generate(
+        &self,
+        request: &crate::generate::GenerateRequest,
+        sink: &mut (dyn crate::generate::TokenSink + Send),
+    ) -> Result<crate::generate::Generation> {
+        let n = {
+            let mut calls = self.calls.lock().map_err(|_| crate::error::Error::Bug("poisoned".into()))?;
+            calls.push(request.messages.clone());
+            calls.len()
+        };
+        let text = self.replies.get(n - 1).or(self.replies.last()).cloned().unwrap_or_default();
+        let mut words = 0;
+        for piece in text.split_inclusive(' ') {
+            sink.token(piece);
+            words += 1;
+        }
+        Ok(crate::generate::Generation { text, prompt_tokens: 0, completion_tokens: words, first_token_ms: 1.0, total_ms: 2.0 })
+    }
+
+    async fn yes_no(&self, conversations: &[Vec<crate::generate::Message>]) -> Result<Vec<f32>> {
+        if self.yes_no_scores.is_empty() {
+            let mut out = Vec::new();
+            for c in conversations {
+                let g = self.generate(&crate::generate::GenerateRequest::greedy(c.clone(), 2), &mut crate::generate::Discard).await?;
+                out.push(if g.text.trim().to_lowercase().starts_with("yes") { 1.0 } else { -1.0 });
+            }
+            return Ok(out);
+        }
+        if let Ok(mut calls) = self.calls.lock() {
+            calls.extend(conversations.iter().cloned());
+        }
+        Ok((0..conversations.len()).map(|i| self.yes_no_scores[i % self.yes_no_scores.len()]).collect())
+    }
+}

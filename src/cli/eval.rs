@@ -50,6 +50,27 @@ pub struct EvalArgs {
     /// Do not write the markdown report or the plots.
     #[arg(long)]
     pub no_report: bool,
+    /// Rerank with this model instead of `rerank.model`: a cross-encoder, or a generate model
+    /// scored by its yes/no logits (`qwen2.5-coder-0.5b-instruct`).
+    #[arg(long, value_name = "MODEL")]
+    pub reranker: Option<String>,
+    /// Evaluate only the first N queries (an LLM stage makes the full set take hours on a CPU).
+    #[arg(long, value_name = "N")]
+    pub limit: Option<usize>,
+    /// Evaluate answers instead of retrieval: claims asked as questions through the whole answer
+    /// path, out-of-domain questions (`--ood`) that must be refused, and the support-check
+    /// methods compared on known pairs.
+    #[arg(long)]
+    pub answers: bool,
+    /// With --answers: out-of-domain questions asked.
+    #[arg(long, default_value_t = 50, value_name = "N")]
+    pub ood_limit: usize,
+    /// With --answers: claims whose (relevant, hard-negative) pairs compare the support methods.
+    #[arg(long, default_value_t = 60, value_name = "N")]
+    pub support_pairs: usize,
+    /// With --answers: generate with this local model (default: `generate.model`).
+    #[arg(long, value_name = "MODEL")]
+    pub llm: Option<String>,
 }
 
 fn cache_dir() -> PathBuf {
@@ -73,6 +94,9 @@ pub fn run(g: &GlobalArgs, args: EvalArgs) -> anyhow::Result<u8> {
     let app = g.app()?;
     let sha = ragbox::eval::beir::load(&args.data, &args.split)?.corpus_sha256;
     let scratch = args.scratch.clone().unwrap_or_else(|| cache_dir().join(&sha[..16]));
+    if args.answers {
+        return run_answers(g, &app, &args, scratch);
+    }
 
     let mut models = args.models.clone();
     if models.is_empty() {
@@ -97,7 +121,10 @@ pub fn run(g: &GlobalArgs, args: EvalArgs) -> anyhow::Result<u8> {
         options.lexical_candidates = d;
     }
     let chunker: ChunkerKind = app.config.ingest.chunker.parse()?;
-    let reranker = app.reranker()?;
+    let reranker = match &args.reranker {
+        Some(name) => Some(app.reranker_named(name)?.ok_or_else(|| anyhow::anyhow!("the files of reranker `{name}` are not in the models folder"))?),
+        None => app.reranker()?,
+    };
     let mut configs = standard_configs(&models, &default_model, chunker, &options, reranker.is_some(), args.sweep);
     if !args.only.is_empty() {
         // A name that is some configuration's exact name selects just that one; other text
@@ -108,6 +135,7 @@ pub fn run(g: &GlobalArgs, args: EvalArgs) -> anyhow::Result<u8> {
     anyhow::ensure!(!configs.is_empty(), "no configuration matches --only {:?}", args.only);
 
     let plan = EvalPlan {
+        limit: args.limit,
         data: args.data.clone(),
         split: args.split.clone(),
         scratch,
@@ -128,6 +156,57 @@ pub fn run(g: &GlobalArgs, args: EvalArgs) -> anyhow::Result<u8> {
     let md = markdown(&report, &command, &machine());
     if !args.no_report {
         write_report(&args, &report, &md)?;
+    }
+    if g.json {
+        print_json(&report)?;
+    } else {
+        print!("{md}");
+    }
+    Ok(0)
+}
+
+/// `eval --answers`: the default configuration's retrieval, the configured generator.
+fn run_answers(g: &GlobalArgs, app: &ragbox::app::App, args: &EvalArgs, scratch: PathBuf) -> anyhow::Result<u8> {
+    use ragbox::eval::answers::{markdown as answers_markdown, run as answers_run, AnswerPlan};
+    let model = app.config.embed.model.clone();
+    let embedder = app.embedder(Some(&model))?;
+    let generator = app.generator(args.llm.as_deref())?;
+    let reranker = match &args.reranker {
+        Some(name) => app.reranker_named(name)?,
+        None => app.reranker()?,
+    };
+    let mut retrieve = app.retrieve_options();
+    let scorer = reranker.as_ref().map_or(model.clone(), |r| r.model_id().to_string());
+    retrieve.floor = app.config.retrieve.floors.get(&scorer).copied();
+    let chunker: ChunkerKind = app.config.ingest.chunker.parse()?;
+    let mut ingest = app.ingest_options("eval", None)?;
+    ingest.tenant = ragbox::eval::run::tenant_name(&model, chunker, ingest.chunk.child_tokens, true);
+    let plan = AnswerPlan {
+        data: args.data.clone(),
+        split: args.split.clone(),
+        scratch,
+        ingest,
+        retrieve,
+        answer: app.answer_options(),
+        support: app.config.answer.support.parse()?,
+        limit: args.limit.unwrap_or(30),
+        ood: args.ood.clone(),
+        ood_limit: args.ood_limit,
+        support_pairs: args.support_pairs,
+    };
+    let quiet = g.quiet;
+    let report = answers_run(&plan, embedder, generator, reranker, &mut |msg| {
+        if !quiet {
+            eprintln!("{msg}");
+        }
+    })?;
+    let command = std::iter::once("ragbox".to_string()).chain(std::env::args().skip(1)).collect::<Vec<_>>().join(" ");
+    let md = answers_markdown(&report, &command, &machine());
+    if !args.no_report {
+        use std::io::Write;
+        let mut f = std::fs::OpenOptions::new().create(true).append(true).open(&args.report)?;
+        f.write_all(md.as_bytes())?;
+        eprintln!("report appended to {}", args.report.display());
     }
     if g.json {
         print_json(&report)?;

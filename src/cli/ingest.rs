@@ -28,9 +28,25 @@ pub struct IngestArgs {
     /// Chunking strategy: structural, fixed, semantic or code.
     #[arg(long)]
     pub chunker: Option<ChunkerKind>,
+    /// Situating context in front of each child for embedding and BM25: structural (title and
+    /// section path; free, the default), llm (plus one or two sentences the local LLM writes
+    /// from the whole document; cached per chunk, so it runs once per chunk ever) or none.
+    #[arg(long, value_enum, default_value_t = ContextKind::Structural)]
+    pub context: ContextKind,
     /// After ingesting, keep following changes (Ctrl-C stops).
     #[arg(long)]
     pub watch: bool,
+}
+
+/// The contextualisers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum ContextKind {
+    /// Title and section path.
+    Structural,
+    /// Structural, plus sentences from the local LLM.
+    Llm,
+    /// No context.
+    None,
 }
 
 pub fn run(g: &GlobalArgs, args: IngestArgs) -> anyhow::Result<u8> {
@@ -42,7 +58,11 @@ pub fn run(g: &GlobalArgs, args: IngestArgs) -> anyhow::Result<u8> {
         None => store.catalog().tenant(&args.tenant)?.map(|t| t.model),
     };
     let embedder = app.embedder(model.as_deref())?;
-    let opts = app.ingest_options(&args.tenant, args.chunker)?;
+    let mut opts = app.ingest_options(&args.tenant, args.chunker)?;
+    opts.structural_context = args.context != ContextKind::None;
+    if args.context == ContextKind::Llm {
+        opts.contextualizer = Some(app.contextualizer()?);
+    }
     // With --watch, changes are watched from before the first pass, so nothing that changes
     // while it runs is missed (it triggers one more incremental pass).
     let watching = if args.watch { Some(Watch::start(&args.paths)?) } else { None };
@@ -86,6 +106,11 @@ fn run_once(
         IngestEvent::Skipped { path, reason } => {
             if verbose {
                 bar.suspend(|| eprintln!("skipped {}: {reason}", path.display()));
+            }
+        }
+        IngestEvent::Annotated { path, chunks } => {
+            if verbose {
+                bar.suspend(|| eprintln!("annotated {chunks} chunks of {}", path.display()));
             }
         }
         IngestEvent::Committed { path, change } => {
@@ -145,6 +170,14 @@ fn print_report(g: &GlobalArgs, r: &IngestReport) -> anyhow::Result<u8> {
         (r.added + r.updated) as f64 / r.wall_s.max(1e-9),
         r.chunks as f64 / r.wall_s.max(1e-9)
     );
+    if s.annotate_s > 0.0 {
+        println!(
+            "llm context: {} chunks annotated in {:.1} s ({:.1} chunks/min); the rest from the annotation cache",
+            r.annotated,
+            s.annotate_s,
+            r.annotated as f64 / (s.annotate_s / 60.0).max(1e-9)
+        );
+    }
     if !r.skipped.is_empty() {
         println!("skipped:");
         for s in &r.skipped {

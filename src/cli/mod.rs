@@ -1,11 +1,14 @@
 //! The command line: global options, then one file per subcommand. Builds an [`App`] and prints
 //! results on stdout (`--json` for machines); logs and progress go to stderr.
 
+mod ask;
 mod bench;
+mod chat;
 mod doctor;
 mod documents;
 mod embed;
 mod eval;
+mod feedback;
 mod ingest;
 mod models;
 mod search;
@@ -71,6 +74,12 @@ pub enum Command {
     Reembed(documents::ReembedArgs),
     /// Ranked passages for a query (`--explain`: every stage's view of every candidate).
     Search(search::SearchArgs),
+    /// A grounded answer with checked citations, or a plain "no good source".
+    Ask(ask::AskArgs),
+    /// A conversation: follow-ups that refer back are rewritten with the turns they need.
+    Chat(chat::ChatArgs),
+    /// Rate an answer (up or down) for the feedback loop.
+    Feedback(feedback::FeedbackArgs),
     /// Diagnose a query: is the expected text in a chunk, and which stage lost it?
     Trace(trace::TraceArgs),
     /// Retrieval quality and latency on a BEIR-format set, configurations side by side.
@@ -114,6 +123,9 @@ pub fn run(cli: Cli) -> anyhow::Result<u8> {
         Command::Reembed(args) => documents::reembed(g, args),
         Command::Search(args) => search::run(g, args),
         Command::Trace(args) => trace::run(g, args),
+        Command::Ask(args) => ask::run(g, args),
+        Command::Chat(args) => chat::run(g, args),
+        Command::Feedback(args) => feedback::run(g, args),
         Command::Eval(args) => eval::run(g, args),
         Command::Embed(args) => embed::run(g, args).map(|()| 0),
         Command::Models(cmd) => models::run(g, cmd).map(|()| 0),

@@ -1,5 +1,6 @@
 //! Retrieval evaluation on BEIR-format data: metrics, data loading, plots; the runner lives here too.
 
+pub mod answers;
 pub mod beir;
 pub mod metrics;
 pub mod plot;

@@ -57,6 +57,8 @@ pub struct EvalPlan {
     pub ood: Option<PathBuf>,
     /// In-domain share refused that the chosen floor may not exceed.
     pub max_in_domain_refused: f64,
+    /// Evaluate only the first N queries.
+    pub limit: Option<usize>,
 }
 
 /// One configuration's scores.
@@ -208,8 +210,8 @@ pub fn standard_configs(
     out
 }
 
-/// Folder-safe tenant name of a variant.
-fn tenant_name(model: &str, chunker: ChunkerKind, child_tokens: usize, context: bool) -> String {
+/// Folder-safe tenant name of a variant (the answer evaluation reuses the default's).
+pub fn tenant_name(model: &str, chunker: ChunkerKind, child_tokens: usize, context: bool) -> String {
     let slug: String = model.chars().map(|c| if c.is_ascii_alphanumeric() { c } else { '-' }).collect();
     let size = if chunker == ChunkerKind::Whole { String::new() } else { format!("-{child_tokens}") };
     format!("{slug}-{chunker}{size}-{}", if context { "ctx" } else { "noctx" })
@@ -233,7 +235,10 @@ fn chunk_documents(store: &Store, tenant: &TenantRow) -> Result<HashMap<u64, Str
 
 /// Runs the plan. `embedder(name)` loads an embedding model.
 pub fn run(plan: &EvalPlan, embedder: &dyn Fn(&str) -> Result<Arc<dyn Embedder>>, progress: Progress<'_>) -> Result<EvalReport> {
-    let set: BeirSet = beir::load(&plan.data, &plan.split)?;
+    let mut set: BeirSet = beir::load(&plan.data, &plan.split)?;
+    if let Some(n) = plan.limit {
+        set.queries.truncate(n);
+    }
     let docs_dir = plan.scratch.join("docs");
     progress(&format!("writing {} as documents under {}", set.corpus.display(), docs_dir.display()));
     let documents = beir::write_documents(&set.corpus, &docs_dir)?;

@@ -267,6 +267,11 @@ impl<'s> Retriever<'s> {
         &self.options
     }
 
+    /// The query embedder (the model that built the tenant's index), if dense retrieval is on.
+    pub fn embedder(&self) -> Option<&Arc<dyn Embedder>> {
+        self.embedder.as_ref()
+    }
+
     /// The reranker in use, if any.
     pub fn reranker(&self) -> Option<&Arc<dyn Reranker>> {
         self.reranker.as_ref()

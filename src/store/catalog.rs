@@ -18,7 +18,9 @@ use crate::types::{indexed_text, Chunk, ChunkId, ChunkRole, DocId, Lines, Parsed
 /// Bumped when the schema changes incompatibly.
 const SCHEMA_VERSION: i64 = 1;
 
-const SCHEMA: &str = "
+/// The tables of the first release; later tables (sessions, audit) are added by their own modules'
+/// DDL, also `IF NOT EXISTS`, so an older catalog gains them on open.
+pub(super) const SCHEMA: &str = "
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS tenants (
     id INTEGER PRIMARY KEY,
@@ -283,6 +285,8 @@ impl Catalog {
         conn.pragma_update(None, "synchronous", "FULL")?;
         conn.pragma_update(None, "foreign_keys", "ON")?;
         conn.execute_batch(SCHEMA)?;
+        conn.execute_batch(super::conversation::SCHEMA)?;
+        conn.execute_batch(super::annotation::SCHEMA)?;
         let version: Option<String> =
             conn.query_row("SELECT value FROM meta WHERE key = 'schema_version'", [], |r| r.get(0)).optional()?;
         match version {
@@ -306,7 +310,7 @@ impl Catalog {
         &self.path
     }
 
-    fn conn(&self) -> MutexGuard<'_, Connection> {
+    pub(super) fn conn(&self) -> MutexGuard<'_, Connection> {
         // A panic while holding the lock leaves SQLite itself consistent (transactions roll back).
         self.conn.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
     }

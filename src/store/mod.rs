@@ -13,7 +13,9 @@
 //!
 //! One writer per tenant at a time: [`Store::writer`] takes an exclusive lock file.
 
+pub mod annotation;
 pub mod catalog;
+pub mod conversation;
 pub mod layout;
 pub mod lexical;
 pub mod vector;
@@ -28,6 +30,7 @@ pub use catalog::{
     text_hash, Catalog, ChunkRow, CommitBatch, CommitChanges, ContextualChunk, DocumentContent, DocumentRow,
     DocumentStatus, DocumentWrite, IndexEntry, TenantRow, TextHash,
 };
+pub use conversation::{AuditRecord, AuditRow, FeedbackRow, Rating, TurnRow};
 pub use layout::{check_tenant_name, Layout, DEFAULT_TENANT};
 pub use lexical::{LexicalHit, LexicalIndex, LexicalSearcher};
 pub use vector::{Quantization, VectorHit, VectorIndex, VectorMeta, VectorOptions};

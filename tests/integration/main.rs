@@ -9,3 +9,4 @@ mod golden;
 mod ingest;
 mod models;
 mod retrieve;
+mod answer;

@@ -14,7 +14,7 @@ use crate::ingest::sample_corpus;
 
 /// The sample corpus ingested once (MiniLM, default settings) into a data folder shared by the
 /// read-only tests here.
-fn sample_data() -> &'static Path {
+pub(crate) fn sample_data() -> &'static Path {
     static DATA: OnceLock<PathBuf> = OnceLock::new();
     DATA.get_or_init(|| {
         let dir = tempfile::tempdir().unwrap().keep();

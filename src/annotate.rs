@@ -1,0 +1,97 @@
+//! The `llm` contextualiser: the local LLM writes one or two sentences that situate each child
+//! chunk within its whole document (contextual retrieval), put in front of the chunk for
+//! embedding and BM25.
+//!
+//! May import `types`, `error`, `generate`, `ingest` and `answer`. The document part of the
+//! prompt is byte-identical across a document's chunks and comes first, so the generator's
+//! prefix cache computes it once: the first chunk of a document is annotated alone, the rest
+//! together, reusing its prefix. Caching per chunk lives in `ingest` (the catalog's annotation
+//! table), so a chunk is never annotated twice.
+
+use std::sync::Arc;
+
+use crate::answer::prompt::context_messages;
+use crate::error::Result;
+use crate::generate::{block_on, Discard, GenerateRequest, Generator};
+use crate::ingest::Contextualizer;
+
+/// Most characters of a document given with each chunk (its head): bounds the prompt on a CPU.
+pub const DOCUMENT_CHARS: usize = 6000;
+
+/// Most tokens of one context.
+const CONTEXT_MAX_TOKENS: usize = 64;
+
+/// Annotates chunks with a [`Generator`].
+pub struct LlmContextualizer {
+    generator: Arc<dyn Generator>,
+    id: String,
+}
+
+impl LlmContextualizer {
+    /// A contextualiser over `generator`.
+    pub fn new(generator: Arc<dyn Generator>) -> LlmContextualizer {
+        // The id names the model and this prompt's version: a change to either re-annotates.
+        let id = format!("llm-context-v1:{}", generator.model_id());
+        LlmContextualizer { generator, id }
+    }
+}
+
+/// The first `max` characters of `text`.
+fn head(text: &str, max: usize) -> &str {
+    match text.char_indices().nth(max) {
+        Some((end, _)) => &text[..end],
+        None => text,
+    }
+}
+
+/// The first line or two of a reply, without a "Context:" label.
+fn clean(reply: &str) -> String {
+    let text = reply.trim();
+    let text = text.strip_prefix("Context:").or_else(|| text.strip_prefix("context:")).unwrap_or(text).trim();
+    text.split_whitespace().collect::<Vec<_>>().join(" ")
+}
+
+impl Contextualizer for LlmContextualizer {
+    fn id(&self) -> &str {
+        &self.id
+    }
+
+    fn contexts(&self, title: &str, document: &str, chunks: &[&str]) -> Result<Vec<String>> {
+        let document = head(document, DOCUMENT_CHARS);
+        let request = |chunk: &str| GenerateRequest::greedy(context_messages(title, document, chunk), CONTEXT_MAX_TOKENS);
+        block_on(async {
+            let mut out = Vec::with_capacity(chunks.len());
+            let Some((first, rest)) = chunks.split_first() else { return Ok(out) };
+            out.push(clean(&self.generator.generate(&request(first), &mut Discard).await?.text));
+            let requests: Vec<GenerateRequest> = rest.iter().map(|c| request(c)).collect();
+            let replies = futures::future::join_all(requests.iter().map(|r| async move {
+                self.generator.generate(r, &mut Discard).await
+            }))
+            .await;
+            for reply in replies {
+                out.push(clean(&reply?.text));
+            }
+            Ok(out)
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::testing::ScriptedGenerator;
+
+    #[test]
+    fn every_chunk_gets_a_context_and_the_document_leads_every_prompt() {
+        let g = Arc::new(ScriptedGenerator::new(&["Context: From the travel policy.", "About insurance.\n"]));
+        let c = LlmContextualizer::new(g.clone());
+        let out = c.contexts("Travel", "The whole travel policy text.", &["chunk one", "chunk two"]).unwrap();
+        assert_eq!(out, vec!["From the travel policy.".to_string(), "About insurance.".to_string()]);
+        let calls = g.calls();
+        assert_eq!(calls.len(), 2);
+        let (a, b) = (&calls[0].last().unwrap().content, &calls[1].last().unwrap().content);
+        assert!(a.contains("The whole travel policy text.") && a.contains("chunk one"));
+        let shared = a.chars().zip(b.chars()).take_while(|(x, y)| x == y).count();
+        assert!(shared > a.find("chunk one").unwrap() - 40, "the document part is a shared prefix");
+    }
+}

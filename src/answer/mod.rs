@@ -1,0 +1,577 @@
+//! Grounded answers: retrieved passages become a prompt, the generator's reply becomes an answer
+//! whose every sentence carries checked citations and a support flag, and a follow-up question is
+//! rewritten with the turns it refers back to.
+//!
+//! May import `types`, `error`, `chunk`, `embed`, `rerank`, `store`, `retrieve` and `generate`.
+//!
+//! The flow of [`Answerer::answer`]: when retrieval refused (nothing cleared the floor) no
+//! generator is called and the answer says so, listing the closest material as such; otherwise
+//! the top passages go into the prompt (most relevant first, each with a short id), tokens
+//! stream to the caller, citations are parsed and checked against the ids given (unknown ids
+//! removed and reported), each valid id is mapped back to its chunk, and every sentence is
+//! scored against the passages it cites.
+
+pub mod cite;
+pub mod memory;
+pub mod prompt;
+pub mod support;
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Instant;
+
+use serde::Serialize;
+
+use crate::error::Result;
+use crate::generate::{GenerateRequest, Generator, TokenSink};
+use crate::retrieve::{Hit, Retrieval};
+use crate::store::ChunkRow;
+use crate::types::{ChunkId, DocId, Lines, Span};
+
+use cite::{parse_answer, strip_markers};
+use prompt::{answer_messages, is_no_answer, PromptPassage};
+use support::{Claim, SupportChecker, SupportMethod};
+
+/// What the answer says when retrieval found no good source.
+pub const NO_GOOD_SOURCE: &str = "I found no good source for this in your documents, so I will not answer it.";
+
+/// Answer settings (from `[answer]` and `[generate]`).
+#[derive(Debug, Clone, Serialize)]
+pub struct AnswerOptions {
+    /// Passages in the prompt.
+    pub passages: usize,
+    /// Most characters of one passage.
+    pub passage_chars: usize,
+    /// Most tokens generated.
+    pub max_tokens: usize,
+    /// 0: greedy.
+    pub temperature: f64,
+    /// Below this support score a cited sentence is flagged.
+    pub support_floor: f32,
+}
+
+impl Default for AnswerOptions {
+    fn default() -> Self {
+        AnswerOptions { passages: 5, passage_chars: 1500, max_tokens: 256, temperature: 0.0, support_floor: 0.5 }
+    }
+}
+
+/// A passage given to the generator, and where it lives.
+#[derive(Debug, Clone, Serialize)]
+pub struct Source {
+    /// The citation id the prompt gave it (1-based).
+    pub id: usize,
+    /// The chunk whose text was given: the parent section when siblings were merged, else the
+    /// retrieved child.
+    pub chunk: ChunkId,
+    /// The retrieved child that matched the question.
+    pub matched_chunk: ChunkId,
+    /// Its document.
+    pub doc: DocId,
+    /// The document's path.
+    pub document: PathBuf,
+    /// The document's title.
+    pub title: String,
+    /// Heading breadcrumb.
+    pub section_path: Vec<String>,
+    /// Byte range of the passage in the document's normalised text.
+    pub span: Span,
+    /// Page, for paged formats.
+    pub page: Option<u32>,
+    /// Lines.
+    pub lines: Lines,
+    /// Retrieval's score for it.
+    pub score: f32,
+    /// The text given (cut to the passage budget).
+    pub text: String,
+}
+
+/// A checked citation: an id the generator used that names a passage it was given.
+#[derive(Debug, Clone, Serialize)]
+pub struct Citation {
+    /// The id as cited.
+    pub id: usize,
+    /// The chunk cited.
+    pub chunk: ChunkId,
+    /// Its document's path.
+    pub document: PathBuf,
+    /// The document's title.
+    pub title: String,
+    /// Heading breadcrumb.
+    pub section_path: Vec<String>,
+    /// Byte range in the document's normalised text.
+    pub span: Span,
+    /// Page, for paged formats.
+    pub page: Option<u32>,
+}
+
+/// One sentence of the answer and its support.
+#[derive(Debug, Clone, Serialize)]
+pub struct Sentence {
+    /// The sentence, citation markers included.
+    pub text: String,
+    /// The valid ids it cites.
+    pub citations: Vec<usize>,
+    /// False when no cited passage supports it (or it cites nothing).
+    pub supported: bool,
+    /// The support score (method in [`Answer::support_method`]); `None` when it cites nothing.
+    pub support: Option<f32>,
+}
+
+/// Why an answer was refused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Refusal {
+    /// Retrieval found nothing above the floor; no generator was called.
+    NoGoodSource,
+    /// The generator read the passages and said they do not answer the question.
+    PassagesDoNotAnswer,
+}
+
+/// Milliseconds per stage, and generation speed.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct AnswerTimings {
+    /// Retrieval (all its stages).
+    pub retrieve_ms: f64,
+    /// Rewriting a follow-up question.
+    pub rewrite_ms: f64,
+    /// From the generation request to the first token.
+    pub first_token_ms: f64,
+    /// Generation, start to end.
+    pub generate_ms: f64,
+    /// The support check.
+    pub support_ms: f64,
+    /// From the question to the finished answer.
+    pub total_ms: f64,
+    /// Prompt tokens.
+    pub prompt_tokens: usize,
+    /// Tokens generated.
+    pub completion_tokens: usize,
+    /// Decoding speed after the first token.
+    pub tokens_per_second: f64,
+}
+
+/// A finished answer.
+#[derive(Debug, Clone, Serialize)]
+pub struct Answer {
+    /// The audit row's id (what `ragbox feedback` takes); set once recorded.
+    pub answer_id: Option<i64>,
+    /// The question as asked.
+    pub question: String,
+    /// The question retrieval saw (differs when a follow-up was rewritten).
+    pub standalone: String,
+    /// The answer text, invalid citations removed.
+    pub answer: String,
+    /// Valid citations, in order of first use.
+    pub citations: Vec<Citation>,
+    /// Ids the generator cited that it was not given; removed from the text.
+    pub invalid_citations: Vec<String>,
+    /// The answer's sentences with their citations and support flags.
+    pub sentences: Vec<Sentence>,
+    /// True when there was no good source.
+    pub refused: bool,
+    /// Why, when refused.
+    pub refusal: Option<Refusal>,
+    /// When refused: the closest material, which is not a source.
+    pub closest: Vec<Source>,
+    /// The passages the generator was given.
+    pub sources: Vec<Source>,
+    /// The generator, or `None` when none was called.
+    pub model: Option<String>,
+    /// How support was checked.
+    pub support_method: SupportMethod,
+    /// Time per stage.
+    pub timings: AnswerTimings,
+}
+
+impl Answer {
+    /// The chunk ids served: the passages given, or the closest material when refused.
+    pub fn served_chunks(&self) -> Vec<ChunkId> {
+        let list = if self.sources.is_empty() { &self.closest } else { &self.sources };
+        list.iter().map(|s| s.chunk).collect()
+    }
+}
+
+/// Cuts `text` to at most `max_chars` characters, at a word boundary when one is near.
+fn cut(text: &str, max_chars: usize) -> String {
+    match text.char_indices().nth(max_chars) {
+        None => text.to_string(),
+        Some((end, _)) => {
+            let head = &text[..end];
+            let at = head.rfind(char::is_whitespace).filter(|&i| i > end / 2).unwrap_or(end);
+            format!("{}…", head[..at].trim_end())
+        }
+    }
+}
+
+/// The passage of a hit given to the generator: its merged section when that fits the budget,
+/// else the matched child.
+fn source_of(id: usize, hit: &Hit, max_chars: usize) -> Source {
+    let row: &ChunkRow = match &hit.section {
+        Some(section) if section.text.chars().count() <= max_chars => section,
+        _ => &hit.chunk,
+    };
+    Source {
+        id,
+        chunk: row.id,
+        matched_chunk: hit.chunk.id,
+        doc: row.doc,
+        document: row.path.clone(),
+        title: row.title.clone(),
+        section_path: row.section_path.clone(),
+        span: row.span,
+        page: row.page,
+        lines: row.lines,
+        score: hit.score,
+        text: cut(&row.text, max_chars),
+    }
+}
+
+fn document_name(s: &Source) -> String {
+    if !s.title.trim().is_empty() {
+        return s.title.clone();
+    }
+    s.document.file_name().map(|f| f.to_string_lossy().into_owned()).unwrap_or_default()
+}
+
+fn blank(question: &str, standalone: &str, retrieval: &Retrieval, support_method: SupportMethod) -> Answer {
+    Answer {
+        answer_id: None,
+        question: question.to_string(),
+        standalone: standalone.to_string(),
+        answer: String::new(),
+        citations: Vec::new(),
+        invalid_citations: Vec::new(),
+        sentences: Vec::new(),
+        refused: false,
+        refusal: None,
+        closest: Vec::new(),
+        sources: Vec::new(),
+        model: None,
+        support_method,
+        timings: AnswerTimings { retrieve_ms: retrieval.timings.total_ms, ..AnswerTimings::default() },
+    }
+}
+
+/// The answer when retrieval found no good source: says so, lists the closest material as such,
+/// and calls no generator (callers need not even load one).
+pub fn refuse(
+    question: &str,
+    standalone: &str,
+    retrieval: &Retrieval,
+    options: &AnswerOptions,
+    support_method: SupportMethod,
+) -> Answer {
+    let mut answer = blank(question, standalone, retrieval, support_method);
+    answer.refused = true;
+    answer.refusal = Some(Refusal::NoGoodSource);
+    answer.answer = NO_GOOD_SOURCE.to_string();
+    answer.closest = retrieval
+        .hits
+        .iter()
+        .take(options.passages)
+        .enumerate()
+        .map(|(i, h)| source_of(i + 1, h, options.passage_chars))
+        .collect();
+    answer.timings.total_ms = retrieval.timings.total_ms;
+    answer
+}
+
+/// How a question's standalone form was made.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Rewriter {
+    /// Self-contained (or no history): asked as it is.
+    None,
+    /// Rewritten by the generator with the turns that matter.
+    Generator,
+    /// The generator's rewrite was unusable (or none was given): the latest relevant turn's
+    /// question followed by the follow-up.
+    Fallback,
+}
+
+/// A question as retrieval will see it, and how it got that way.
+#[derive(Debug, Clone, Serialize)]
+pub struct Standalone {
+    /// The standalone question.
+    pub question: String,
+    /// What made it a follow-up, if anything.
+    pub cue: Option<memory::FollowUpCue>,
+    /// The prior turns it was rewritten with (indices into the turns given, oldest first).
+    pub turns: Vec<usize>,
+    /// How it was made.
+    pub rewritten_by: Rewriter,
+    /// Milliseconds spent rewriting.
+    pub rewrite_ms: f64,
+}
+
+/// Resolves `question` against the session's `prior` turns (oldest first): a self-contained
+/// question is returned as it is and sees no history; a follow-up that refers back is rewritten
+/// by `generator` with at most `max_turns` turns that matter (the latest, plus earlier ones it
+/// shares words with), or by the deterministic fallback when there is no generator or its
+/// rewrite is unusable.
+pub async fn standalone(
+    question: &str,
+    prior: &[memory::PriorTurn<'_>],
+    max_turns: usize,
+    generator: Option<&dyn Generator>,
+) -> Result<Standalone> {
+    let started = Instant::now();
+    let as_is = |cue| Standalone { question: question.to_string(), cue, turns: Vec::new(), rewritten_by: Rewriter::None, rewrite_ms: 0.0 };
+    let Some(cue) = memory::refers_back(question) else { return Ok(as_is(None)) };
+    if prior.is_empty() || max_turns == 0 {
+        return Ok(as_is(Some(cue)));
+    }
+    let turns = memory::relevant_turns(question, prior, max_turns);
+    let chosen: Vec<memory::PriorTurn> = turns.iter().map(|&i| prior[i]).collect();
+    let mut rewritten = None;
+    if let Some(g) = generator {
+        let request = GenerateRequest::greedy(memory::rewrite_messages(question, &chosen), 64);
+        let reply = g.generate(&request, &mut crate::generate::Discard).await?;
+        rewritten = memory::clean_rewrite(&reply.text, question);
+    }
+    let (text, by) = match rewritten {
+        Some(q) => (q, Rewriter::Generator),
+        None => (memory::fallback_rewrite(question, &chosen), Rewriter::Fallback),
+    };
+    Ok(Standalone { question: text, cue: Some(cue), turns, rewritten_by: by, rewrite_ms: started.elapsed().as_secs_f64() * 1e3 })
+}
+
+/// Turns a retrieval into an answer.
+pub struct Answerer {
+    generator: Arc<dyn Generator>,
+    support: SupportChecker,
+    options: AnswerOptions,
+}
+
+impl Answerer {
+    /// An answerer that writes with `generator` and checks support with `support`.
+    pub fn new(generator: Arc<dyn Generator>, support: SupportChecker, options: AnswerOptions) -> Answerer {
+        Answerer { generator, support, options }
+    }
+
+    /// The generator.
+    pub fn generator(&self) -> &Arc<dyn Generator> {
+        &self.generator
+    }
+
+    /// The prompt `retrieval` would produce, and the passages in it (for `--explain`).
+    pub fn prompt(&self, question: &str, retrieval: &Retrieval) -> (Vec<crate::generate::Message>, Vec<Source>) {
+        let sources: Vec<Source> = retrieval
+            .hits
+            .iter()
+            .take(self.options.passages)
+            .enumerate()
+            .map(|(i, h)| source_of(i + 1, h, self.options.passage_chars))
+            .collect();
+        let names: Vec<String> = sources.iter().map(document_name).collect();
+        let sections: Vec<String> = sources.iter().map(|s| s.section_path.join(" > ")).collect();
+        let passages: Vec<PromptPassage> = sources
+            .iter()
+            .enumerate()
+            .map(|(i, s)| PromptPassage { id: s.id, document: &names[i], section: &sections[i], page: s.page, text: &s.text })
+            .collect();
+        (answer_messages(question, &passages), sources)
+    }
+
+    /// Answers `question` from `retrieval` (run for `standalone`), streaming tokens into `sink`.
+    /// No generator call when retrieval refused.
+    pub async fn answer(
+        &self,
+        question: &str,
+        standalone: &str,
+        retrieval: &Retrieval,
+        sink: &mut (dyn TokenSink + Send),
+    ) -> Result<Answer> {
+        let started = Instant::now();
+        if retrieval.refused || retrieval.hits.is_empty() {
+            let answer = refuse(question, standalone, retrieval, &self.options, self.support.method());
+            sink.token(&answer.answer);
+            return Ok(answer);
+        }
+        let mut answer = blank(question, standalone, retrieval, self.support.method());
+
+        let (messages, sources) = self.prompt(standalone, retrieval);
+        let request = GenerateRequest { messages, max_tokens: self.options.max_tokens, temperature: self.options.temperature };
+        let generation = self.generator.generate(&request, sink).await?;
+        answer.model = Some(self.generator.model_id().to_string());
+        answer.timings.first_token_ms = generation.first_token_ms;
+        answer.timings.generate_ms = generation.total_ms;
+        answer.timings.prompt_tokens = generation.prompt_tokens;
+        answer.timings.completion_tokens = generation.completion_tokens;
+        answer.timings.tokens_per_second = generation.tokens_per_second();
+
+        let ids: Vec<usize> = sources.iter().map(|s| s.id).collect();
+        let parsed = parse_answer(&generation.text, &ids);
+        let by_id = |id: usize| sources.iter().find(|s| s.id == id);
+        answer.citations = parsed
+            .cited
+            .iter()
+            .filter_map(|&id| by_id(id))
+            .map(|s| Citation {
+                id: s.id,
+                chunk: s.chunk,
+                document: s.document.clone(),
+                title: s.title.clone(),
+                section_path: s.section_path.clone(),
+                span: s.span,
+                page: s.page,
+            })
+            .collect();
+        answer.invalid_citations = parsed.invalid.clone();
+        answer.answer = parsed.text.clone();
+
+        if is_no_answer(&parsed.text) {
+            answer.refused = true;
+            answer.refusal = Some(Refusal::PassagesDoNotAnswer);
+            answer.closest = sources;
+            answer.sentences = parsed
+                .sentences
+                .iter()
+                .map(|s| Sentence { text: s.text.clone(), citations: s.citations.clone(), supported: true, support: None })
+                .collect();
+        } else {
+            let t = Instant::now();
+            let claims: Vec<Claim> = parsed
+                .sentences
+                .iter()
+                .map(|s| Claim {
+                    text: strip_markers(&s.text),
+                    passages: s.citations.iter().filter_map(|&id| by_id(id)).map(|p| p.text.as_str()).collect(),
+                })
+                .collect();
+            let scores = self.support.scores(&claims).await?;
+            answer.timings.support_ms = t.elapsed().as_secs_f64() * 1e3;
+            let off = self.support.method() == SupportMethod::Off;
+            answer.sentences = parsed
+                .sentences
+                .iter()
+                .zip(scores)
+                .map(|(s, score)| Sentence {
+                    text: s.text.clone(),
+                    citations: s.citations.clone(),
+                    supported: !s.citations.is_empty() && (off || score.is_some_and(|x| x >= self.options.support_floor)),
+                    support: score,
+                })
+                .collect();
+            answer.sources = sources;
+        }
+        answer.timings.total_ms = started.elapsed().as_secs_f64() * 1e3 + answer.timings.retrieve_ms;
+        Ok(answer)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::generate::block_on;
+    use crate::retrieve::{Evidence, Timings};
+    use crate::testing::{HashEmbedder, ScriptedGenerator};
+    use crate::types::ChunkRole;
+
+    fn row(id: u64, path: &str, text: &str) -> ChunkRow {
+        ChunkRow {
+            id: ChunkId(id),
+            doc: DocId(id),
+            path: PathBuf::from(path),
+            title: format!("Doc {id}"),
+            ordinal: 0,
+            role: ChunkRole::Child,
+            parent: None,
+            section_path: vec!["Policy".into(), format!("{id} Section")],
+            span: Span { start: 10 * id as usize, end: 10 * id as usize + text.len() },
+            page: Some(id as u32),
+            lines: Lines { first: 1, last: 2 },
+            tokens: 10,
+            context: String::new(),
+            text: text.into(),
+        }
+    }
+
+    fn retrieval(refused: bool) -> Retrieval {
+        let texts = ["Expense claims are due within 30 days of the trip.", "Receipts are kept for 7 years."];
+        Retrieval {
+            query: "q".into(),
+            tenant: "t".into(),
+            model: "hash-16".into(),
+            reranker: None,
+            evidence: Evidence::Similarity { model: "hash-16".into() },
+            floor: Some(0.5),
+            best_evidence: Some(if refused { 0.1 } else { 0.9 }),
+            refused,
+            hits: texts
+                .iter()
+                .enumerate()
+                .map(|(i, t)| Hit {
+                    rank: i + 1,
+                    chunk: row(i as u64 + 1, &format!("/docs/{i}.md"), t),
+                    section: None,
+                    children: vec![ChunkId(i as u64 + 1)],
+                    score: 1.0 / (i as f32 + 1.0),
+                    evidence: Some(0.9),
+                })
+                .collect(),
+            candidates: Vec::new(),
+            timings: Timings::default(),
+        }
+    }
+
+    fn answerer(reply: &str) -> (Answerer, Arc<ScriptedGenerator>) {
+        let g = Arc::new(ScriptedGenerator::new(&[reply]));
+        let support = SupportChecker::similarity(Arc::new(HashEmbedder::default()));
+        (Answerer::new(g.clone(), support, AnswerOptions { support_floor: 0.6, ..AnswerOptions::default() }), g)
+    }
+
+    #[test]
+    fn citations_are_checked_mapped_and_each_sentence_flagged() {
+        let (a, g) = answerer("Expense claims are due within 30 days of the trip [1][7]. Receipts are kept for 7 years [2]. Bicycles are free.");
+        let mut streamed = String::new();
+        let answer = block_on(a.answer("When?", "When?", &retrieval(false), &mut |t: &str| streamed.push_str(t))).unwrap();
+        assert_eq!(g.calls().len(), 1, "one generation");
+        assert!(streamed.contains("[7]"), "tokens stream as generated");
+        assert_eq!(answer.invalid_citations, vec!["7".to_string()]);
+        assert!(!answer.answer.contains("[7]") && answer.answer.contains("[1]"), "{}", answer.answer);
+        let ids: Vec<usize> = answer.citations.iter().map(|c| c.id).collect();
+        assert_eq!(ids, vec![1, 2]);
+        assert_eq!(answer.citations[1].chunk, ChunkId(2));
+        assert_eq!(answer.citations[1].document, PathBuf::from("/docs/1.md"));
+        assert_eq!(answer.citations[1].page, Some(2));
+        assert_eq!(answer.citations[1].section_path, vec!["Policy".to_string(), "2 Section".into()]);
+        let flags: Vec<bool> = answer.sentences.iter().map(|s| s.supported).collect();
+        assert_eq!(flags, vec![true, true, false], "{:?}", answer.sentences);
+        assert_eq!(answer.sentences[2].support, None, "an uncited sentence has nothing to check");
+        assert!(!answer.refused && answer.closest.is_empty() && answer.sources.len() == 2);
+        // The prompt gave the passages in rank order, each with its id, before the question.
+        let prompt = g.calls()[0].iter().map(|m| m.content.clone()).collect::<String>();
+        let (p1, p2, q) = (prompt.find("30 days").unwrap(), prompt.find("7 years").unwrap(), prompt.rfind("When?").unwrap());
+        assert!(p1 < p2 && p2 < q, "{prompt}");
+    }
+
+    #[test]
+    fn a_refused_retrieval_calls_no_generator_and_lists_the_closest_material() {
+        let (a, g) = answerer("should never be generated");
+        let answer = block_on(a.answer("q", "q", &retrieval(true), &mut crate::generate::Discard)).unwrap();
+        assert!(g.calls().is_empty());
+        assert!(answer.refused && answer.refusal == Some(Refusal::NoGoodSource));
+        assert_eq!(answer.answer, NO_GOOD_SOURCE);
+        assert_eq!(answer.closest.len(), 2);
+        assert!(answer.model.is_none() && answer.citations.is_empty());
+    }
+
+    #[test]
+    fn the_model_saying_the_passages_do_not_answer_is_a_refusal() {
+        let (a, _) = answerer(prompt::NO_ANSWER);
+        let answer = block_on(a.answer("q", "q", &retrieval(false), &mut crate::generate::Discard)).unwrap();
+        assert!(answer.refused && answer.refusal == Some(Refusal::PassagesDoNotAnswer));
+        assert_eq!(answer.closest.len(), 2);
+    }
+
+    #[test]
+    fn passages_are_cut_at_a_word_boundary() {
+        assert_eq!(cut("short", 10), "short");
+        let long = "alpha beta gamma delta epsilon";
+        let c = cut(long, 12);
+        assert!(c.ends_with('…') && c.len() < long.len(), "{c}");
+        assert!(long.starts_with(c.trim_end_matches('…')));
+    }
+}

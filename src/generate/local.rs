@@ -1,0 +1,190 @@
+//! The local generator: a quantised GGUF model run by mistralrs, from a file in the models
+//! folder. No hub call: the model id given to mistralrs is an existing directory, the token
+//! source is `None`, and the chat template and tokenizer come from the GGUF itself.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Instant;
+
+use mistralrs::{
+    GgufModelBuilder, Model, RequestBuilder, Response, TextMessageRole, TokenSource,
+};
+
+use super::{GenerateRequest, Generation, Generator, Message, Role, TokenSink};
+use crate::error::{Error, Result};
+
+/// How to load the local model.
+#[derive(Debug, Clone)]
+pub struct LocalOptions {
+    /// Manifest name, reported as the model id.
+    pub name: String,
+    /// The GGUF file (already verified against its sha256 pin).
+    pub file: PathBuf,
+    /// Run on the CPU even when a GPU feature is compiled in.
+    pub force_cpu: bool,
+    /// Sequences decoded together (batched yes/no scoring, concurrent requests).
+    pub max_num_seqs: usize,
+    /// Prompt prefixes whose KV cache is kept for reuse (0: no prefix caching).
+    pub prefix_cache: usize,
+}
+
+/// A GGUF chat model on mistralrs.
+pub struct GgufGenerator {
+    name: String,
+    model: Arc<Model>,
+    /// Token ids that spell "yes" and "no" as a first answer token.
+    yes: Vec<u32>,
+    no: Vec<u32>,
+}
+
+fn llm_error(what: &str, e: impl std::fmt::Display) -> Error {
+    Error::Generate(format!("{what}: {e:#}"))
+}
+
+fn role(r: Role) -> TextMessageRole {
+    match r {
+        Role::System => TextMessageRole::System,
+        Role::User => TextMessageRole::User,
+        Role::Assistant => TextMessageRole::Assistant,
+    }
+}
+
+fn builder(messages: &[Message]) -> RequestBuilder {
+    messages.iter().fold(RequestBuilder::new(), |b, m| b.add_message(role(m.role), &m.content))
+}
+
+impl GgufGenerator {
+    /// Loads the model. Must run inside the generation runtime ([`super::runtime`]): mistralrs
+    /// spawns its engine onto the current one.
+    pub async fn load(options: &LocalOptions) -> Result<GgufGenerator> {
+        let dir = options.file.parent().ok_or_else(|| Error::Invalid(format!("{} has no folder", options.file.display())))?;
+        let file = options.file.file_name().and_then(|f| f.to_str()).ok_or_else(|| {
+            Error::Invalid(format!("{}: the GGUF file name must be UTF-8", options.file.display()))
+        })?;
+        if !dir.is_dir() {
+            // mistralrs treats a model id that is not an existing folder as a hub repository.
+            return Err(Error::Invalid(format!("{} is not a folder; refusing to let the model id reach the hub", dir.display())));
+        }
+        let mut b = GgufModelBuilder::new(dir.to_string_lossy(), vec![file])
+            .with_token_source(TokenSource::None)
+            .with_max_num_seqs(options.max_num_seqs.max(1))
+            .with_prefix_cache_n(Some(options.prefix_cache));
+        if options.force_cpu {
+            b = b.with_force_cpu();
+        }
+        let model = b.build().await.map_err(|e| llm_error(&format!("loading {}", options.file.display()), e))?;
+        let model = Arc::new(model);
+        let first_tokens = |words: &'static [&'static str]| {
+            let model = model.clone();
+            async move {
+                let mut ids = Vec::new();
+                for w in words {
+                    let t = model
+                        .tokenize(either::Either::Right(w.to_string()), None, false, false, None)
+                        .await
+                        .map_err(|e| llm_error("tokenizing", e))?;
+                    if let Some(&id) = t.first() {
+                        if t.len() == 1 && !ids.contains(&id) {
+                            ids.push(id);
+                        }
+                    }
+                }
+                Ok::<_, Error>(ids)
+            }
+        };
+        let yes = first_tokens(&["yes", "Yes", " yes", " Yes", "YES"]).await?;
+        let no = first_tokens(&["no", "No", " no", " No", "NO"]).await?;
+        if yes.is_empty() || no.is_empty() {
+            return Err(Error::Generate(format!("{}: no single token spells yes/no", options.name)));
+        }
+        Ok(GgufGenerator { name: options.name.clone(), model, yes, no })
+    }
+
+    async fn log_odds(&self, messages: &[Message]) -> Result<f32> {
+        let (chunks, _tokens) =
+            self.model.send_raw_chat_request(builder(messages)).await.map_err(|e| llm_error("scoring", e))?;
+        let logits = chunks.last().ok_or_else(|| Error::Generate("the model returned no logits".into()))?;
+        // The logits of the next token: the last row when the backend returns one per position.
+        let logits = match logits.dims().len() {
+            0 | 1 => logits.clone(),
+            _ => {
+                let flat = logits.flatten_to(logits.dims().len() - 2).map_err(|e| llm_error("logits", e))?;
+                let rows = flat.dim(0).map_err(|e| llm_error("logits", e))?;
+                flat.get(rows - 1).map_err(|e| llm_error("logits", e))?
+            }
+        };
+        let v: Vec<f32> = logits
+            .to_dtype(candle_core::DType::F32)
+            .and_then(|t| t.to_vec1())
+            .map_err(|e| llm_error("logits", e))?;
+        let lse = |ids: &[u32]| {
+            let xs: Vec<f32> = ids.iter().filter_map(|&i| v.get(i as usize).copied()).collect();
+            let m = xs.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+            m + xs.iter().map(|x| (x - m).exp()).sum::<f32>().ln()
+        };
+        Ok(lse(&self.yes) - lse(&self.no))
+    }
+}
+
+#[async_trait::async_trait]
+impl Generator for GgufGenerator {
+    fn model_id(&self) -> &str {
+        &self.name
+    }
+
+    async fn generate(&self, request: &GenerateRequest, sink: &mut (dyn TokenSink + Send)) -> Result<Generation> {
+        let started = Instant::now();
+        let mut b = builder(&request.messages).set_sampler_max_len(request.max_tokens.max(1));
+        if request.temperature > 0.0 {
+            b = b.set_sampler_temperature(request.temperature);
+        }
+        let mut stream = self.model.stream_chat_request(b).await.map_err(|e| llm_error("generating", e))?;
+        let mut out = Generation::default();
+        while let Some(response) = stream.next().await {
+            match response {
+                Response::Chunk(chunk) => {
+                    if let Some(usage) = &chunk.usage {
+                        out.prompt_tokens = usage.prompt_tokens;
+                        out.completion_tokens = usage.completion_tokens;
+                    }
+                    let mut finished = false;
+                    for choice in &chunk.choices {
+                        if let Some(text) = &choice.delta.content {
+                            if !text.is_empty() {
+                                if out.text.is_empty() {
+                                    out.first_token_ms = started.elapsed().as_secs_f64() * 1e3;
+                                }
+                                out.text.push_str(text);
+                                sink.token(text);
+                            }
+                        }
+                        finished |= choice.finish_reason.is_some();
+                    }
+                    if finished && chunk.usage.is_some() {
+                        break;
+                    }
+                }
+                Response::Done(done) => {
+                    out.prompt_tokens = done.usage.prompt_tokens;
+                    out.completion_tokens = done.usage.completion_tokens;
+                    break;
+                }
+                Response::InternalError(e) | Response::ValidationError(e) => return Err(llm_error("generating", e)),
+                Response::ModelError(e, _) => return Err(llm_error("generating", e)),
+                _ => {}
+            }
+        }
+        out.total_ms = started.elapsed().as_secs_f64() * 1e3;
+        if out.completion_tokens == 0 && !out.text.is_empty() {
+            out.completion_tokens = out.text.split_whitespace().count();
+        }
+        Ok(out)
+    }
+
+    async fn yes_no(&self, conversations: &[Vec<Message>]) -> Result<Vec<f32>> {
+        // All at once: the scheduler batches up to max_num_seqs of them, and the shared prompt
+        // prefix is served from the prefix cache.
+        let scores = futures::future::join_all(conversations.iter().map(|m| self.log_odds(m))).await;
+        scores.into_iter().collect()
+    }
+}

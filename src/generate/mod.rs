@@ -1,0 +1,180 @@
+//! Text generation: the [`Generator`] seam, the local GGUF backend (mistralrs) and the opt-in
+//! Claude backend.
+//!
+//! May import `types`, `error` and `model`. The only async seam of the crate: mistralrs is async.
+//! Callers outside an async context drive it with [`block_on`]. Tokens stream into a
+//! caller-supplied [`TokenSink`]; decoding is greedy unless a temperature is given.
+//!
+//! ```
+//! use ragbox::generate::{Message, Role};
+//! let m = Message::user("What is the capital of France?");
+//! assert_eq!(m.role, Role::User);
+//! ```
+
+#[cfg_attr(feature = "claude", path = "claude.rs")]
+#[cfg_attr(not(feature = "claude"), path = "claude_off.rs")]
+mod claude;
+#[cfg_attr(feature = "llm", path = "local.rs")]
+#[cfg_attr(not(feature = "llm"), path = "local_off.rs")]
+mod local;
+pub mod rerank;
+
+use serde::Serialize;
+
+use crate::error::Result;
+
+pub use claude::{ClaudeGenerator, ClaudeOptions};
+pub use local::{GgufGenerator, LocalOptions};
+
+/// Who speaks a chat message.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Role {
+    /// Instructions.
+    System,
+    /// The person asking.
+    User,
+    /// The model.
+    Assistant,
+}
+
+/// One chat message.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Message {
+    /// Speaker.
+    pub role: Role,
+    /// Text.
+    pub content: String,
+}
+
+impl Message {
+    /// A system message.
+    pub fn system(content: impl Into<String>) -> Message {
+        Message { role: Role::System, content: content.into() }
+    }
+    /// A user message.
+    pub fn user(content: impl Into<String>) -> Message {
+        Message { role: Role::User, content: content.into() }
+    }
+    /// An assistant message.
+    pub fn assistant(content: impl Into<String>) -> Message {
+        Message { role: Role::Assistant, content: content.into() }
+    }
+}
+
+/// What to generate from.
+#[derive(Debug, Clone, Serialize)]
+pub struct GenerateRequest {
+    /// The conversation, rendered by the model's own chat template.
+    pub messages: Vec<Message>,
+    /// Most tokens generated.
+    pub max_tokens: usize,
+    /// 0: greedy (the default); above: sampling temperature.
+    pub temperature: f64,
+}
+
+impl GenerateRequest {
+    /// Greedy decoding of `messages`, at most `max_tokens`.
+    pub fn greedy(messages: Vec<Message>, max_tokens: usize) -> GenerateRequest {
+        GenerateRequest { messages, max_tokens, temperature: 0.0 }
+    }
+}
+
+/// A finished generation.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct Generation {
+    /// The text generated.
+    pub text: String,
+    /// Prompt tokens, as the backend counted them.
+    pub prompt_tokens: usize,
+    /// Tokens generated.
+    pub completion_tokens: usize,
+    /// Milliseconds from the request to the first token.
+    pub first_token_ms: f64,
+    /// Milliseconds from the request to the last token.
+    pub total_ms: f64,
+}
+
+impl Generation {
+    /// Tokens per second after the first token (decoding speed).
+    pub fn tokens_per_second(&self) -> f64 {
+        let decode_ms = self.total_ms - self.first_token_ms;
+        if self.completion_tokens > 1 && decode_ms > 0.0 {
+            (self.completion_tokens - 1) as f64 / (decode_ms / 1e3)
+        } else {
+            0.0
+        }
+    }
+}
+
+/// Receives tokens as they are generated.
+pub trait TokenSink {
+    /// One piece of text, in order.
+    fn token(&mut self, text: &str);
+}
+
+/// A sink that drops every token.
+pub struct Discard;
+
+impl TokenSink for Discard {
+    fn token(&mut self, _text: &str) {}
+}
+
+impl<F: FnMut(&str)> TokenSink for F {
+    fn token(&mut self, text: &str) {
+        self(text)
+    }
+}
+
+/// Generates text from chat messages.
+#[async_trait::async_trait]
+pub trait Generator: Send + Sync {
+    /// Model name, for audit rows and reports.
+    fn model_id(&self) -> &str;
+
+    /// True when text sent to this generator leaves the machine.
+    fn is_remote(&self) -> bool {
+        false
+    }
+
+    /// Generates a reply to `request`, streaming its tokens into `sink`.
+    async fn generate(&self, request: &GenerateRequest, sink: &mut (dyn TokenSink + Send)) -> Result<Generation>;
+
+    /// For each conversation, how much more the model expects its next token to be "yes" than
+    /// "no": the log-odds `logit(yes) - logit(no)`, in input order. Backends without logits
+    /// answer by generating one token (+1 for yes, -1 for no, 0 otherwise).
+    async fn yes_no(&self, conversations: &[Vec<Message>]) -> Result<Vec<f32>> {
+        let mut out = Vec::with_capacity(conversations.len());
+        for messages in conversations {
+            let g = self.generate(&GenerateRequest::greedy(messages.clone(), 2), &mut Discard).await?;
+            let word = g.text.trim().to_ascii_lowercase();
+            out.push(if word.starts_with("yes") {
+                1.0
+            } else if word.starts_with("no") {
+                -1.0
+            } else {
+                0.0
+            });
+        }
+        Ok(out)
+    }
+}
+
+/// Runs a future to completion on a current-thread runtime, from synchronous code. Panics
+/// inside an async context (a runtime cannot block on itself); the CLI and the eval runner are
+/// synchronous, and the server uses `spawn_blocking` around the synchronous stages instead.
+pub fn block_on<F: std::future::Future>(future: F) -> F::Output {
+    runtime().block_on(future)
+}
+
+/// The process's runtime for generation: mistralrs spawns its engine onto it.
+pub fn runtime() -> &'static tokio::runtime::Runtime {
+    static RUNTIME: std::sync::OnceLock<tokio::runtime::Runtime> = std::sync::OnceLock::new();
+    RUNTIME.get_or_init(|| {
+        tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .expect("a tokio runtime can always be built")
+    })
+}

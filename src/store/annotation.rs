@@ -1,0 +1,70 @@
+//! The annotation cache: contexts the `llm` contextualiser wrote, keyed by the sha256 of
+//! (contextualiser, whole document, chunk text), so no chunk is ever annotated twice — not on a
+//! re-run, not after an edit elsewhere in another document, not in another tenant.
+
+use std::collections::HashMap;
+
+use rusqlite::{params, OptionalExtension};
+
+use super::catalog::{Catalog, TextHash};
+use crate::error::Result;
+
+/// Run by [`Catalog::open`]; additive, so older catalogs gain the table.
+pub(super) const SCHEMA: &str = "
+CREATE TABLE IF NOT EXISTS annotations (
+    key BLOB PRIMARY KEY,
+    contextualizer TEXT NOT NULL,
+    context TEXT NOT NULL
+) WITHOUT ROWID;
+";
+
+impl Catalog {
+    /// The cached contexts for those of `keys` that have one.
+    pub fn cached_annotations(&self, keys: &[TextHash]) -> Result<HashMap<TextHash, String>> {
+        let conn = self.conn();
+        let mut st = conn.prepare_cached("SELECT context FROM annotations WHERE key = ?1")?;
+        let mut out = HashMap::new();
+        for k in keys {
+            if let Some(c) = st.query_row([&k[..]], |r| r.get::<_, String>(0)).optional()? {
+                out.insert(*k, c);
+            }
+        }
+        Ok(out)
+    }
+
+    /// Caches contexts written by `contextualizer` (existing entries are kept).
+    pub fn put_annotations(&self, contextualizer: &str, rows: &[(TextHash, String)]) -> Result<()> {
+        let mut conn = self.conn();
+        let tx = conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
+        {
+            let mut put =
+                tx.prepare_cached("INSERT OR IGNORE INTO annotations (key, contextualizer, context) VALUES (?1, ?2, ?3)")?;
+            for (k, c) in rows {
+                put.execute(params![&k[..], contextualizer, c])?;
+            }
+        }
+        tx.commit()?;
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn annotations_round_trip_and_survive_a_reopen() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("catalog.sqlite");
+        let c = Catalog::open(&path).unwrap();
+        let (a, b) = ([1u8; 32], [2u8; 32]);
+        assert!(c.cached_annotations(&[a, b]).unwrap().is_empty());
+        c.put_annotations("llm-context-v1:x", &[(a, "From the travel policy.".into())]).unwrap();
+        c.put_annotations("llm-context-v1:x", &[(a, "ignored: first write wins".into())]).unwrap();
+        drop(c);
+        let c = Catalog::open(&path).unwrap();
+        let got = c.cached_annotations(&[a, b]).unwrap();
+        assert_eq!(got.len(), 1);
+        assert_eq!(got[&a], "From the travel policy.");
+    }
+}

@@ -1,0 +1,573 @@
+//! Conversations and their record in the catalog: sessions and their turns (session memory), the
+//! audit log (one row per answer, whose id is the answer id users rate) and feedback on answers.
+//!
+//! Owns the DDL of the `sessions`, `turns`, `audit` and `feedback` tables, run by
+//! [`Catalog::open`] with `CREATE TABLE IF NOT EXISTS`, so a catalog created before these tables
+//! existed gains them when it is next opened (the schema version stays 1). May import `types` and
+//! `error` only.
+//!
+//! ```
+//! use ragbox::store::{AuditRecord, Catalog, Rating};
+//! let dir = tempfile::tempdir()?;
+//! let catalog = Catalog::open(&dir.path().join("catalog.sqlite"))?;
+//! let tenant = catalog.create_tenant("acme", "fake", 16)?;
+//! let session = catalog.create_session(tenant.id)?;
+//! let timings = serde_json::json!({ "total_ms": 12.5 });
+//! let answer = catalog.record_audit(&AuditRecord {
+//!     tenant: tenant.id,
+//!     session: Some(session),
+//!     question: "Who approves travel?",
+//!     standalone: "Who approves travel?",
+//!     chunk_ids: &[],
+//!     model: "",
+//!     refused: true,
+//!     answer: "I could not find this in the documents.",
+//!     timings: &timings,
+//! })?;
+//! catalog.add_turn(session, "Who approves travel?", "Who approves travel?", "I could not find this.", Some(answer))?;
+//! catalog.add_feedback(answer, "down".parse::<Rating>()?, Some("it is in the handbook"))?;
+//! assert_eq!(catalog.audit_entry(answer)?.map(|a| a.feedback.len()), Some(1));
+//! # Ok::<(), ragbox::Error>(())
+//! ```
+
+use rusqlite::{params, OptionalExtension, TransactionBehavior};
+use serde::Serialize;
+
+use super::catalog::Catalog;
+use crate::error::{Error, Result};
+use crate::types::ChunkId;
+
+/// The conversation tables, added to a catalog of any age on open.
+pub(super) const SCHEMA: &str = "
+CREATE TABLE IF NOT EXISTS sessions (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    tenant_id INTEGER NOT NULL REFERENCES tenants(id),
+    created_ms INTEGER NOT NULL
+);
+CREATE TABLE IF NOT EXISTS audit (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    tenant_id INTEGER NOT NULL REFERENCES tenants(id),
+    session_id INTEGER,
+    question TEXT NOT NULL,
+    standalone TEXT NOT NULL,
+    chunk_ids TEXT NOT NULL,
+    model TEXT NOT NULL,
+    refused INTEGER NOT NULL,
+    answer TEXT NOT NULL,
+    timings TEXT NOT NULL,
+    created_ms INTEGER NOT NULL
+);
+CREATE INDEX IF NOT EXISTS audit_by_tenant ON audit(tenant_id, id);
+CREATE TABLE IF NOT EXISTS turns (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    session_id INTEGER NOT NULL REFERENCES sessions(id) ON DELETE CASCADE,
+    question TEXT NOT NULL,
+    standalone TEXT NOT NULL,
+    answer TEXT NOT NULL,
+    audit_id INTEGER REFERENCES audit(id),
+    created_ms INTEGER NOT NULL
+);
+CREATE INDEX IF NOT EXISTS turns_by_session ON turns(session_id, id);
+CREATE TABLE IF NOT EXISTS feedback (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    audit_id INTEGER NOT NULL REFERENCES audit(id),
+    rating TEXT NOT NULL CHECK (rating IN ('up', 'down')),
+    comment TEXT,
+    created_ms INTEGER NOT NULL
+);
+CREATE INDEX IF NOT EXISTS feedback_by_audit ON feedback(audit_id, id);
+";
+
+/// One answer as the audit log records it, written by [`Catalog::record_audit`].
+#[derive(Debug, Clone, Copy, Serialize)]
+pub struct AuditRecord<'a> {
+    /// Tenant row id.
+    pub tenant: i64,
+    /// The session asked in, if any.
+    pub session: Option<i64>,
+    /// The question as asked.
+    pub question: &'a str,
+    /// The question as retrieval saw it: rewritten when it referred back, else `question`.
+    pub standalone: &'a str,
+    /// The chunks served to the generator (or shown as the closest material when refused).
+    pub chunk_ids: &'a [ChunkId],
+    /// Generator model; empty when the answer was refused without a generator call.
+    pub model: &'a str,
+    /// Whether ragbox declined to answer.
+    pub refused: bool,
+    /// The answer text as shown.
+    pub answer: &'a str,
+    /// Stage timings (a JSON object).
+    pub timings: &'a serde_json::Value,
+}
+
+/// A thumbs up or down on an answer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Rating {
+    /// The answer helped.
+    Up,
+    /// The answer was wrong or unhelpful.
+    Down,
+}
+
+impl Rating {
+    /// `"up"` or `"down"`, as stored.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Rating::Up => "up",
+            Rating::Down => "down",
+        }
+    }
+}
+
+impl std::fmt::Display for Rating {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl std::str::FromStr for Rating {
+    type Err = Error;
+
+    /// `up` or `down`, in any case.
+    fn from_str(s: &str) -> Result<Rating> {
+        match s.trim().to_ascii_lowercase().as_str() {
+            "up" => Ok(Rating::Up),
+            "down" => Ok(Rating::Down),
+            _ => Err(Error::Invalid(format!("rating `{s}`: use up or down"))),
+        }
+    }
+}
+
+/// One piece of feedback on an answer.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct FeedbackRow {
+    /// Row id.
+    pub id: i64,
+    /// The answer (audit row) rated.
+    pub audit_id: i64,
+    /// Up or down.
+    pub rating: Rating,
+    /// What the person said, if anything.
+    pub comment: Option<String>,
+    /// When, in ms since the epoch.
+    pub created_ms: i64,
+}
+
+/// An answer as the audit log holds it, with its feedback.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct AuditRow {
+    /// The answer id (what `ragbox feedback` takes).
+    pub id: i64,
+    /// Tenant name.
+    pub tenant: String,
+    /// The session asked in, if any.
+    pub session: Option<i64>,
+    /// The question as asked.
+    pub question: String,
+    /// The question as retrieval saw it.
+    pub standalone: String,
+    /// The chunks served to the generator (or shown as the closest material).
+    pub chunk_ids: Vec<ChunkId>,
+    /// Generator model; empty when refused without a generator call.
+    pub model: String,
+    /// Whether ragbox declined to answer.
+    pub refused: bool,
+    /// The answer text as shown.
+    pub answer: String,
+    /// Stage timings (a JSON object).
+    pub timings: serde_json::Value,
+    /// When, in ms since the epoch.
+    pub created_ms: i64,
+    /// Feedback given on it, oldest first.
+    pub feedback: Vec<FeedbackRow>,
+}
+
+/// One question and answer of a session.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct TurnRow {
+    /// Row id.
+    pub id: i64,
+    /// The session.
+    pub session: i64,
+    /// The question as asked.
+    pub question: String,
+    /// The question as retrieval saw it: rewritten when it referred back, else `question`.
+    pub standalone: String,
+    /// The answer text as shown.
+    pub answer: String,
+    /// Its audit row (answer id), if one was written.
+    pub audit_id: Option<i64>,
+    /// When, in ms since the epoch.
+    pub created_ms: i64,
+}
+
+/// Milliseconds since the epoch (0 if the clock is before it).
+fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+        .unwrap_or(0)
+}
+
+/// A row limit for SQL (`LIMIT` takes an i64).
+fn sql_limit(limit: usize) -> i64 {
+    i64::try_from(limit).unwrap_or(i64::MAX)
+}
+
+const AUDIT_COLUMNS: &str = "a.id, t.name, a.session_id, a.question, a.standalone, a.chunk_ids, a.model, a.refused, a.answer,
+     a.timings, a.created_ms
+     FROM audit a JOIN tenants t ON t.id = a.tenant_id";
+
+/// An audit row's columns, JSON still as text (parsed outside the rusqlite closure).
+type RawAudit = (AuditRow, String, String);
+
+fn audit_from_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<RawAudit> {
+    Ok((
+        AuditRow {
+            id: r.get(0)?,
+            tenant: r.get(1)?,
+            session: r.get(2)?,
+            question: r.get(3)?,
+            standalone: r.get(4)?,
+            chunk_ids: Vec::new(),
+            model: r.get(6)?,
+            refused: r.get::<_, i64>(7)? != 0,
+            answer: r.get(8)?,
+            timings: serde_json::Value::Null,
+            created_ms: r.get(10)?,
+            feedback: Vec::new(),
+        },
+        r.get(5)?,
+        r.get(9)?,
+    ))
+}
+
+fn turn_from_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<TurnRow> {
+    Ok(TurnRow {
+        id: r.get(0)?,
+        session: r.get(1)?,
+        question: r.get(2)?,
+        standalone: r.get(3)?,
+        answer: r.get(4)?,
+        audit_id: r.get(5)?,
+        created_ms: r.get(6)?,
+    })
+}
+
+impl Catalog {
+    /// Starts a session of `tenant`; returns its id.
+    pub fn create_session(&self, tenant: i64) -> Result<i64> {
+        let mut conn = self.conn();
+        let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+        let known: bool = tx.query_row("SELECT EXISTS (SELECT 1 FROM tenants WHERE id = ?1)", [tenant], |r| r.get(0))?;
+        if !known {
+            return Err(Error::Bug(format!("session for tenant row {tenant}, which does not exist")));
+        }
+        tx.execute("INSERT INTO sessions (tenant_id, created_ms) VALUES (?1, ?2)", params![tenant, now_ms()])?;
+        let id = tx.last_insert_rowid();
+        tx.commit()?;
+        Ok(id)
+    }
+
+    /// The tenant a session belongs to; `None` when there is no such session. Callers check it
+    /// against the tenant asking before they use the session's turns.
+    pub fn session_tenant(&self, session: i64) -> Result<Option<i64>> {
+        let conn = self.conn();
+        Ok(conn.query_row("SELECT tenant_id FROM sessions WHERE id = ?1", [session], |r| r.get(0)).optional()?)
+    }
+
+    /// The last `limit` turns of a session, oldest first.
+    pub fn recent_turns(&self, session: i64, limit: usize) -> Result<Vec<TurnRow>> {
+        let conn = self.conn();
+        let mut st = conn.prepare_cached(
+            "SELECT id, session_id, question, standalone, answer, audit_id, created_ms
+             FROM turns WHERE session_id = ?1 ORDER BY id DESC LIMIT ?2",
+        )?;
+        let mut turns = st.query_map(params![session, sql_limit(limit)], turn_from_row)?.collect::<rusqlite::Result<Vec<_>>>()?;
+        turns.reverse();
+        Ok(turns)
+    }
+
+    /// Appends a turn to a session; returns its id. An unknown session is a user error.
+    pub fn add_turn(&self, session: i64, question: &str, standalone: &str, answer: &str, audit_id: Option<i64>) -> Result<i64> {
+        let mut conn = self.conn();
+        // IMMEDIATE for the reason given in `Catalog::commit`: this reads, then writes.
+        let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+        let known: bool = tx.query_row("SELECT EXISTS (SELECT 1 FROM sessions WHERE id = ?1)", [session], |r| r.get(0))?;
+        if !known {
+            return Err(Error::Invalid(format!("no session {session}; start a new one (leave out --session)")));
+        }
+        tx.execute(
+            "INSERT INTO turns (session_id, question, standalone, answer, audit_id, created_ms) VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+            params![session, question, standalone, answer, audit_id, now_ms()],
+        )?;
+        let id = tx.last_insert_rowid();
+        tx.commit()?;
+        Ok(id)
+    }
+
+    /// Writes one answer to the audit log; returns its id, the answer id users rate with
+    /// `ragbox feedback`. A session of another tenant is refused.
+    pub fn record_audit(&self, record: &AuditRecord) -> Result<i64> {
+        let chunk_ids = serde_json::to_string(record.chunk_ids).map_err(|e| Error::Bug(format!("chunk ids to JSON: {e}")))?;
+        let timings = serde_json::to_string(record.timings).map_err(|e| Error::Bug(format!("timings to JSON: {e}")))?;
+        let mut conn = self.conn();
+        let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+        if let Some(session) = record.session {
+            let owner: Option<i64> =
+                tx.query_row("SELECT tenant_id FROM sessions WHERE id = ?1", [session], |r| r.get(0)).optional()?;
+            if owner != Some(record.tenant) {
+                return Err(Error::Invalid(format!(
+                    "no session {session} for this tenant; start a new one (leave out --session)"
+                )));
+            }
+        }
+        tx.execute(
+            "INSERT INTO audit (tenant_id, session_id, question, standalone, chunk_ids, model, refused, answer, timings, created_ms)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
+            params![
+                record.tenant,
+                record.session,
+                record.question,
+                record.standalone,
+                chunk_ids,
+                record.model,
+                record.refused,
+                record.answer,
+                timings,
+                now_ms()
+            ],
+        )?;
+        let id = tx.last_insert_rowid();
+        tx.commit()?;
+        Ok(id)
+    }
+
+    /// The audit row of answer `id`, with its feedback; `None` when there is none.
+    pub fn audit_entry(&self, id: i64) -> Result<Option<AuditRow>> {
+        let conn = self.conn();
+        let raw = conn.query_row(&format!("SELECT {AUDIT_COLUMNS} WHERE a.id = ?1"), [id], audit_from_row).optional()?;
+        raw.map(|raw| finish_audit(&conn, raw)).transpose()
+    }
+
+    /// A tenant's last `limit` answers, newest first, each with its feedback.
+    pub fn audit_entries(&self, tenant: i64, limit: usize) -> Result<Vec<AuditRow>> {
+        let conn = self.conn();
+        let raws = {
+            let mut st = conn.prepare(&format!("SELECT {AUDIT_COLUMNS} WHERE a.tenant_id = ?1 ORDER BY a.id DESC LIMIT ?2"))?;
+            let rows = st.query_map(params![tenant, sql_limit(limit)], audit_from_row)?;
+            rows.collect::<rusqlite::Result<Vec<_>>>()?
+        };
+        raws.into_iter().map(|raw| finish_audit(&conn, raw)).collect()
+    }
+
+    /// Rates answer `audit_id`; returns the feedback's id. An unknown answer id is a user error.
+    pub fn add_feedback(&self, audit_id: i64, rating: Rating, comment: Option<&str>) -> Result<i64> {
+        let mut conn = self.conn();
+        let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+        let known: bool = tx.query_row("SELECT EXISTS (SELECT 1 FROM audit WHERE id = ?1)", [audit_id], |r| r.get(0))?;
+        if !known {
+            return Err(Error::Invalid(format!(
+                "no answer {audit_id}: answer ids are printed by `ragbox ask --json` (field `answer_id`); rate one of those"
+            )));
+        }
+        tx.execute(
+            "INSERT INTO feedback (audit_id, rating, comment, created_ms) VALUES (?1, ?2, ?3, ?4)",
+            params![audit_id, rating.as_str(), comment, now_ms()],
+        )?;
+        let id = tx.last_insert_rowid();
+        tx.commit()?;
+        Ok(id)
+    }
+}
+
+/// Parses an audit row's JSON columns and attaches its feedback.
+fn finish_audit(conn: &rusqlite::Connection, (mut row, chunk_ids, timings): RawAudit) -> Result<AuditRow> {
+    row.chunk_ids =
+        serde_json::from_str(&chunk_ids).map_err(|e| Error::Bug(format!("audit row {}: chunk ids: {e}", row.id)))?;
+    row.timings = serde_json::from_str(&timings).map_err(|e| Error::Bug(format!("audit row {}: timings: {e}", row.id)))?;
+    let mut st =
+        conn.prepare_cached("SELECT id, audit_id, rating, comment, created_ms FROM feedback WHERE audit_id = ?1 ORDER BY id")?;
+    let rows = st.query_map([row.id], |r| {
+        Ok((r.get::<_, i64>(0)?, r.get::<_, i64>(1)?, r.get::<_, String>(2)?, r.get::<_, Option<String>>(3)?, r.get::<_, i64>(4)?))
+    })?;
+    for r in rows {
+        let (id, audit_id, rating, comment, created_ms) = r?;
+        let rating = match rating.as_str() {
+            "up" => Rating::Up,
+            "down" => Rating::Down,
+            other => return Err(Error::Bug(format!("feedback {id}: rating `{other}`"))),
+        };
+        row.feedback.push(FeedbackRow { id, audit_id, rating, comment, created_ms });
+    }
+    Ok(row)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::error::Fault;
+
+    fn catalog() -> (tempfile::TempDir, Catalog) {
+        let dir = tempfile::tempdir().unwrap();
+        let cat = Catalog::open(&dir.path().join("c.sqlite")).unwrap();
+        (dir, cat)
+    }
+
+    fn record<'a>(tenant: i64, session: Option<i64>, ids: &'a [ChunkId], timings: &'a serde_json::Value) -> AuditRecord<'a> {
+        AuditRecord {
+            tenant,
+            session,
+            question: "And for contractors?",
+            standalone: "What is the travel insurance limit for contractors?",
+            chunk_ids: ids,
+            model: "qwen",
+            refused: false,
+            answer: "Contractors are covered up to £2,000 [1].",
+            timings,
+        }
+    }
+
+    #[test]
+    fn session_round_trip_and_tenant_separation() {
+        let (_dir, cat) = catalog();
+        let a = cat.create_tenant("a", "m", 4).unwrap();
+        let b = cat.create_tenant("b", "m", 4).unwrap();
+        let sa = cat.create_session(a.id).unwrap();
+        let sb = cat.create_session(b.id).unwrap();
+        assert_ne!(sa, sb);
+        assert_eq!(cat.session_tenant(sa).unwrap(), Some(a.id));
+        assert_eq!(cat.session_tenant(sb).unwrap(), Some(b.id));
+        assert_eq!(cat.session_tenant(sb + 100).unwrap(), None);
+        assert!(cat.create_session(b.id + 100).is_err(), "no session for a tenant that does not exist");
+
+        let t = cat.add_turn(sa, "Who approves it?", "Who approves travel requests?", "Line managers [1].", None).unwrap();
+        let turns = cat.recent_turns(sa, 10).unwrap();
+        assert_eq!(turns.len(), 1);
+        assert_eq!(turns[0].id, t);
+        assert_eq!(turns[0].session, sa);
+        assert_eq!(turns[0].question, "Who approves it?");
+        assert_eq!(turns[0].standalone, "Who approves travel requests?");
+        assert_eq!(turns[0].answer, "Line managers [1].");
+        assert_eq!(turns[0].audit_id, None);
+        assert!(turns[0].created_ms > 0);
+        assert!(cat.recent_turns(sb, 10).unwrap().is_empty(), "turns stay in their session");
+
+        // An audit row cannot name another tenant's session.
+        let v = serde_json::json!({});
+        let e = cat.record_audit(&record(b.id, Some(sa), &[], &v)).unwrap_err();
+        assert_eq!(e.fault(), Fault::User, "{e}");
+        let e = cat.add_turn(sb + 100, "q", "q", "a", None).unwrap_err();
+        assert_eq!(e.fault(), Fault::User, "{e}");
+    }
+
+    #[test]
+    fn recent_turns_are_the_last_ones_oldest_first() {
+        let (_dir, cat) = catalog();
+        let t = cat.create_tenant("a", "m", 4).unwrap();
+        let s = cat.create_session(t.id).unwrap();
+        for i in 0..5 {
+            cat.add_turn(s, &format!("q{i}"), &format!("s{i}"), &format!("a{i}"), None).unwrap();
+        }
+        let questions = |n| cat.recent_turns(s, n).unwrap().into_iter().map(|t| t.question).collect::<Vec<_>>();
+        assert_eq!(questions(3), ["q2", "q3", "q4"]);
+        assert_eq!(questions(10), ["q0", "q1", "q2", "q3", "q4"]);
+        assert!(questions(0).is_empty());
+    }
+
+    #[test]
+    fn audit_and_feedback_round_trip() {
+        let (_dir, cat) = catalog();
+        let t = cat.create_tenant("acme", "m", 4).unwrap();
+        let s = cat.create_session(t.id).unwrap();
+        let ids = [ChunkId(7), ChunkId(u64::from(u32::MAX) + 3)];
+        let timings = serde_json::json!({ "retrieve_ms": 3.5, "generate_ms": 120.0 });
+        let first = cat.record_audit(&record(t.id, Some(s), &ids, &timings)).unwrap();
+        let refused = AuditRecord { session: None, model: "", refused: true, chunk_ids: &[], ..record(t.id, None, &[], &timings) };
+        let second = cat.record_audit(&refused).unwrap();
+        assert!(second > first);
+        cat.add_turn(s, "And for contractors?", "What is the travel insurance limit for contractors?", "£2,000", Some(first))
+            .unwrap();
+        assert_eq!(cat.recent_turns(s, 1).unwrap()[0].audit_id, Some(first));
+
+        let up = cat.add_feedback(first, Rating::Up, None).unwrap();
+        let down = cat.add_feedback(first, "Down".parse().unwrap(), Some("wrong office")).unwrap();
+        assert!(down > up);
+
+        let row = cat.audit_entry(first).unwrap().unwrap();
+        assert_eq!(row.id, first);
+        assert_eq!(row.tenant, "acme");
+        assert_eq!(row.session, Some(s));
+        assert_eq!(row.question, "And for contractors?");
+        assert_eq!(row.standalone, "What is the travel insurance limit for contractors?");
+        assert_eq!(row.chunk_ids, ids);
+        assert_eq!(row.model, "qwen");
+        assert!(!row.refused);
+        assert_eq!(row.timings, timings);
+        assert_eq!(row.feedback.len(), 2);
+        assert_eq!((row.feedback[0].rating, row.feedback[0].comment.as_deref()), (Rating::Up, None));
+        assert_eq!((row.feedback[1].rating, row.feedback[1].comment.as_deref()), (Rating::Down, Some("wrong office")));
+        assert_eq!(row.feedback[1].audit_id, first);
+
+        let json = serde_json::to_value(&row).unwrap();
+        assert_eq!(json["chunk_ids"], serde_json::json!([7, u64::from(u32::MAX) + 3]));
+        assert_eq!(json["feedback"][1]["rating"], "down");
+
+        let entries = cat.audit_entries(t.id, 10).unwrap();
+        assert_eq!(entries.iter().map(|e| e.id).collect::<Vec<_>>(), [second, first], "newest first");
+        assert!(entries[0].refused && entries[0].model.is_empty() && entries[0].session.is_none());
+        assert_eq!(cat.audit_entries(t.id, 1).unwrap().len(), 1);
+        let other = cat.create_tenant("other", "m", 4).unwrap();
+        assert!(cat.audit_entries(other.id, 10).unwrap().is_empty());
+        assert!(cat.audit_entry(second + 1).unwrap().is_none());
+    }
+
+    #[test]
+    fn feedback_on_an_unknown_answer_is_a_user_error() {
+        let (_dir, cat) = catalog();
+        let e = cat.add_feedback(42, Rating::Down, None).unwrap_err();
+        assert_eq!(e.fault(), Fault::User);
+        let msg = e.to_string();
+        assert!(msg.contains("no answer 42") && msg.contains("ragbox ask --json"), "{msg}");
+        let e = "sideways".parse::<Rating>().unwrap_err();
+        assert_eq!(e.fault(), Fault::User);
+        assert!(e.to_string().contains("use up or down"), "{e}");
+        assert_eq!(Rating::Up.to_string(), "up");
+        assert_eq!(" UP ".parse::<Rating>().unwrap(), Rating::Up);
+    }
+
+    #[test]
+    fn a_catalog_from_before_the_conversation_tables_gains_them() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("old.sqlite");
+        {
+            // What the first release wrote: its schema only, stamped version 1, with a tenant.
+            let conn = rusqlite::Connection::open(&path).unwrap();
+            conn.execute_batch(super::super::catalog::SCHEMA).unwrap();
+            conn.execute("INSERT INTO meta (key, value) VALUES ('schema_version', '1')", []).unwrap();
+            conn.execute("INSERT INTO tenants (name, model, dims) VALUES ('old', 'm', 4)", []).unwrap();
+            let n: i64 =
+                conn.query_row("SELECT COUNT(*) FROM sqlite_master WHERE name = 'sessions'", [], |r| r.get(0)).unwrap();
+            assert_eq!(n, 0);
+        }
+        let t = {
+            let cat = Catalog::open(&path).unwrap();
+            let t = cat.require_tenant("old").unwrap();
+            let s = cat.create_session(t.id).unwrap();
+            cat.add_turn(s, "q", "q", "a", None).unwrap();
+            let v = serde_json::json!({});
+            let id = cat.record_audit(&record(t.id, Some(s), &[], &v)).unwrap();
+            cat.add_feedback(id, Rating::Up, None).unwrap();
+            t
+        };
+        // Reopening keeps the rows (the DDL is idempotent).
+        let cat = Catalog::open(&path).unwrap();
+        let entries = cat.audit_entries(t.id, 10).unwrap();
+        assert_eq!(entries.len(), 1);
+        assert_eq!(entries[0].feedback.len(), 1);
+        let s = entries[0].session.unwrap();
+        assert_eq!(cat.recent_turns(s, 5).unwrap().len(), 1);
+    }
+}
