@@ -157,6 +157,7 @@ impl App {
             force_cpu: matches!(self.device, Device::Cpu),
             max_num_seqs: g.max_num_seqs,
             prefix_cache: g.prefix_cache,
+            dequantize: g.dequantize,
         };
         let generator: Arc<dyn Generator> = Arc::new(crate::generate::block_on(GgufGenerator::load(&options))?);
         if let Ok(mut m) = self.generators.lock() {

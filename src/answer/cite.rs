@@ -99,7 +99,31 @@ pub fn parse_answer(answer: &str, valid: &[usize]) -> ParsedAnswer {
             AnswerSentence { text: text[span.clone()].to_string(), citations, span }
         })
         .collect();
+    let sentences = inherit_leading_markers(&text, &markers, sentences);
     ParsedAnswer { text, sentences, cited, invalid }
+}
+
+/// Small models often cite in front ("[1] Claims are due in 30 days. Late ones need approval."):
+/// a marker that opens a line covers the uncited sentences after it on the same line.
+fn inherit_leading_markers(text: &str, markers: &[Marker], mut sentences: Vec<AnswerSentence>) -> Vec<AnswerSentence> {
+    let mut carry: Option<(Vec<usize>, usize)> = None; // ids, and where their line ends
+    for s in sentences.iter_mut() {
+        let line_start = text[..s.span.start].rfind('\n').map_or(0, |i| i + 1);
+        let opens_line = text[line_start..s.span.start].trim().is_empty();
+        let first_marker = markers.iter().find(|m| s.span.contains(&m.range.start));
+        let leads = first_marker.is_some_and(|m| text[s.span.start..m.range.start].trim().is_empty()) && opens_line;
+        if leads && !s.citations.is_empty() {
+            let line_end = text[s.span.start..].find('\n').map_or(text.len(), |i| s.span.start + i);
+            carry = Some((s.citations.clone(), line_end));
+        } else if let Some((ids, line_end)) = &carry {
+            if s.citations.is_empty() && s.span.start < *line_end {
+                s.citations = ids.clone();
+            } else {
+                carry = None;
+            }
+        }
+    }
+    sentences
 }
 
 /// `sentence` without its citation markers (any id) or list bullet, trimmed: the claim to give a
@@ -555,6 +579,15 @@ mod tests {
         }
         let p = parse_answer("Paris is big! [1][2] Is it? [3]", V);
         assert_eq!(texts(&p), ["Paris is big! [1][2]", "Is it? [3]"]);
+    }
+
+    #[test]
+    fn a_line_opening_marker_covers_the_rest_of_its_line() {
+        let p = parse_answer("[1] Claims are due in 30 days. Late ones need approval.\nReceipts are kept.", V);
+        let cites: Vec<Vec<usize>> = p.sentences.iter().map(|s| s.citations.clone()).collect();
+        assert_eq!(cites, [vec![1], vec![1], vec![]]);
+        let p = parse_answer("Due in 30 days [1]. Late ones need approval.", V);
+        assert_eq!(p.sentences[1].citations, Vec::<usize>::new(), "a trailing marker covers only its sentence");
     }
 
     #[test]

@@ -393,6 +393,6 @@ mod tests {
         assert_eq!(auc(&[0.5], &[0.5]), 0.5);
         let (t, acc) = best_threshold(&[0.9, 0.8], &[0.1, 0.2]);
         assert_eq!(acc, 1.0);
-        assert!(t > 0.2 && t <= 0.8);
+        assert!(t > 0.2 && t <= f64::from(0.8f32), "{t}");
     }
 }

@@ -6,9 +6,11 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Instant;
 
-use mistralrs::{
-    GgufModelBuilder, Model, RequestBuilder, Response, TextMessageRole, TokenSource,
+use mistralrs::core::{
+    AutoDeviceMapParams, DefaultSchedulerMethod, DeviceMapSetting, GGUFLoaderBuilder, GGUFSpecificConfig,
+    MistralRsBuilder, ModelDType, SchedulerConfig,
 };
+use mistralrs::{Model, RequestBuilder, Response, TextMessageRole, TokenSource};
 
 use super::{GenerateRequest, Generation, Generator, Message, Role, TokenSink};
 use crate::error::{Error, Result};
@@ -26,6 +28,11 @@ pub struct LocalOptions {
     pub max_num_seqs: usize,
     /// Prompt prefixes whose KV cache is kept for reuse (0: no prefix caching).
     pub prefix_cache: usize,
+    /// Dequantise the weights to f32 at load (CPU): candle has no SIMD kernel for Q5_0, the
+    /// type of most of Qwen2.5-0.5B's Q4_K_M tensors (896 is not a multiple of the k-quants'
+    /// 256), and its other kernels need AVX2 at compile time; f32 weights go through gemm,
+    /// which picks AVX2/AVX-512 at run time. Costs about 4 bytes per parameter of memory.
+    pub dequantize: bool,
 }
 
 /// A GGUF chat model on mistralrs.
@@ -65,14 +72,52 @@ impl GgufGenerator {
             // mistralrs treats a model id that is not an existing folder as a hub repository.
             return Err(Error::Invalid(format!("{} is not a folder; refusing to let the model id reach the hub", dir.display())));
         }
-        let mut b = GgufModelBuilder::new(dir.to_string_lossy(), vec![file])
-            .with_token_source(TokenSource::None)
-            .with_max_num_seqs(options.max_num_seqs.max(1))
-            .with_prefix_cache_n(Some(options.prefix_cache));
-        if options.force_cpu {
-            b = b.with_force_cpu();
+        if options.dequantize {
+            // Read by candle's QMatMul when each weight is loaded (per thread, on first use), so
+            // it must be set before the load starts; it affects only quantised weights.
+            if std::env::var_os("RB_F16").is_some() { std::env::set_var("CANDLE_DEQUANTIZE_ALL_F16", "1") } else { std::env::set_var("CANDLE_DEQUANTIZE_ALL", "1") };
         }
-        let model = b.build().await.map_err(|e| llm_error(&format!("loading {}", options.file.display()), e))?;
+        // mistralrs's GgufModelBuilder fixes the activation dtype to "auto", which on a CPU picks
+        // BF16 (slow CPU matmuls and attention); this is its build path with f32 instead.
+        let loader = GGUFLoaderBuilder::new(
+            None,
+            None,
+            dir.to_string_lossy().into_owned(),
+            vec![file.to_string()],
+            GGUFSpecificConfig { topology: None },
+            false,
+            None,
+        )
+        .build();
+        let device = if options.force_cpu {
+            candle_core::Device::Cpu
+        } else {
+            mistralrs::best_device(false).map_err(|e| llm_error("choosing a device", e))?
+        };
+        let pipeline = loader
+            .load_model_from_hf(
+                None,
+                TokenSource::None,
+                &ModelDType::F32,
+                &device,
+                true,
+                DeviceMapSetting::Auto(AutoDeviceMapParams::default_text()),
+                None,
+                None,
+            )
+            .map_err(|e| llm_error(&format!("loading {}", options.file.display()), e))?;
+        let seqs = std::num::NonZeroUsize::new(options.max_num_seqs.max(1)).expect("at least 1");
+        let runner = MistralRsBuilder::new(
+            pipeline,
+            SchedulerConfig::DefaultScheduler { method: DefaultSchedulerMethod::Fixed(seqs) },
+            false,
+            None,
+        )
+        .with_no_prefix_cache(options.prefix_cache == 0)
+        .with_prefix_cache_n(options.prefix_cache.max(1))
+        .build()
+        .await;
+        let model = Model::new(runner);
         let model = Arc::new(model);
         let first_tokens = |words: &'static [&'static str]| {
             let model = model.clone();

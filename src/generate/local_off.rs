@@ -19,6 +19,8 @@ pub struct LocalOptions {
     pub max_num_seqs: usize,
     /// Prompt prefixes kept for reuse.
     pub prefix_cache: usize,
+    /// Dequantise the weights to f32 at load.
+    pub dequantize: bool,
 }
 
 /// The local generator; never constructed in this build.
