@@ -52,7 +52,7 @@ pub struct AnswerOptions {
 
 impl Default for AnswerOptions {
     fn default() -> Self {
-        AnswerOptions { passages: 5, passage_chars: 1500, max_tokens: 256, temperature: 0.0, support_floor: 0.5 }
+        AnswerOptions { passages: 3, passage_chars: 800, max_tokens: 96, temperature: 0.0, support_floor: 0.5 }
     }
 }
 
@@ -337,6 +337,25 @@ pub async fn standalone(
     Ok(Standalone { question: text, cue: Some(cue), turns, rewritten_by: by, rewrite_ms: started.elapsed().as_secs_f64() * 1e3 })
 }
 
+/// The prompt `retrieval` produces for `question`, and the passages in it (also for `--explain`).
+pub fn prompt_for(question: &str, retrieval: &Retrieval, options: &AnswerOptions) -> (Vec<crate::generate::Message>, Vec<Source>) {
+    let sources: Vec<Source> = retrieval
+        .hits
+        .iter()
+        .take(options.passages)
+        .enumerate()
+        .map(|(i, h)| source_of(i + 1, h, options.passage_chars))
+        .collect();
+    let names: Vec<String> = sources.iter().map(document_name).collect();
+    let sections: Vec<String> = sources.iter().map(|s| s.section_path.join(" > ")).collect();
+    let passages: Vec<PromptPassage> = sources
+        .iter()
+        .enumerate()
+        .map(|(i, s)| PromptPassage { id: s.id, document: &names[i], section: &sections[i], page: s.page, text: &s.text })
+        .collect();
+    (answer_messages(question, &passages), sources)
+}
+
 /// Turns a retrieval into an answer.
 pub struct Answerer {
     generator: Arc<dyn Generator>,
@@ -353,25 +372,6 @@ impl Answerer {
     /// The generator.
     pub fn generator(&self) -> &Arc<dyn Generator> {
         &self.generator
-    }
-
-    /// The prompt `retrieval` would produce, and the passages in it (for `--explain`).
-    pub fn prompt(&self, question: &str, retrieval: &Retrieval) -> (Vec<crate::generate::Message>, Vec<Source>) {
-        let sources: Vec<Source> = retrieval
-            .hits
-            .iter()
-            .take(self.options.passages)
-            .enumerate()
-            .map(|(i, h)| source_of(i + 1, h, self.options.passage_chars))
-            .collect();
-        let names: Vec<String> = sources.iter().map(document_name).collect();
-        let sections: Vec<String> = sources.iter().map(|s| s.section_path.join(" > ")).collect();
-        let passages: Vec<PromptPassage> = sources
-            .iter()
-            .enumerate()
-            .map(|(i, s)| PromptPassage { id: s.id, document: &names[i], section: &sections[i], page: s.page, text: &s.text })
-            .collect();
-        (answer_messages(question, &passages), sources)
     }
 
     /// Answers `question` from `retrieval` (run for `standalone`), streaming tokens into `sink`.
@@ -391,7 +391,7 @@ impl Answerer {
         }
         let mut answer = blank(question, standalone, retrieval, self.support.method());
 
-        let (messages, sources) = self.prompt(standalone, retrieval);
+        let (messages, sources) = prompt_for(standalone, retrieval, &self.options);
         let request = GenerateRequest { messages, max_tokens: self.options.max_tokens, temperature: self.options.temperature };
         let generation = self.generator.generate(&request, sink).await?;
         answer.model = Some(self.generator.model_id().to_string());

@@ -49,7 +49,8 @@ pub struct PromptPassage<'a> {
     pub text: &'a str,
 }
 
-const ANSWER_SYSTEM: &str = "You are a helpful assistant that answers questions about company documents.";
+const ANSWER_SYSTEM: &str = "You are a helpful assistant that answers questions about company documents. \
+     When no passage answers the question, you say: The documents provided do not answer this question.";
 
 /// The grounded-answer prompt: a short system message, then one user message with the question,
 /// the passages in `<passages>` tags (in the order given: most relevant first; each `[id]
@@ -58,28 +59,41 @@ const ANSWER_SYSTEM: &str = "You are a helpful assistant that answers questions 
 /// The layout was chosen on Qwen2.5-Coder-0.5B-Instruct (docs/EVAL.md): with the passages before
 /// a lone question and the rules in the system message it listed ids ("[1] [2] [3]") or cited
 /// the wrong passage; asked the question first, then the passages, then the question with the
-/// rules, it picked and cited the passage that answers.
+/// rules, it picked and cited the passage that answers. The "no answer" sentence sits in the
+/// system message: as the last line of the user message the model repeated it for nearly every
+/// question (7 of 8 answerable sample questions).
 pub fn answer_messages(question: &str, passages: &[PromptPassage]) -> Vec<Message> {
     let question = escape_text(question.trim());
     let mut user = String::with_capacity(256 + passages.iter().map(|p| p.text.len() + 128).sum::<usize>());
     let _ = write!(user, "Question: {question}\n\n<passages>\n");
     for p in passages {
-        let _ = write!(user, "<passage id=\"{}\">[{}] {}", p.id, p.id, escape_text(p.document.trim()));
-        if !p.section.trim().is_empty() {
-            let _ = write!(user, ", {}", escape_text(p.section.trim()));
-        }
+        // The section path usually starts with the document's title: name it once.
+        let (document, section) = (p.document.trim(), p.section.trim());
+        let label = if section.is_empty() {
+            document.to_string()
+        } else if section.starts_with(document) {
+            section.to_string()
+        } else {
+            format!("{document}, {section}")
+        };
+        let _ = write!(user, "<passage id=\"{}\">[{}] {}", p.id, p.id, escape_text(&label));
         if let Some(page) = p.page {
             let _ = write!(user, " (page {page})");
         }
-        let _ = writeln!(user, ": {}</passage>", escape_text(&p.text.split_whitespace().collect::<Vec<_>>().join(" ")));
+        let _ = writeln!(user, ": {}</passage>", escape_text(&flatten(p.text)));
     }
     let _ = write!(
         user,
         "</passages>\n\nQuestion: {question}\n\nAnswer the question in one or two sentences using only the passages. \
-         Put the passage number in square brackets at the end of each sentence, like [1]. \
-         If no passage answers the question, reply exactly: {NO_ANSWER}"
+         Put the passage number in square brackets at the end of each sentence, like [1]."
     );
     vec![Message::system(ANSWER_SYSTEM), Message::user(user)]
+}
+
+/// A passage on one line: whitespace collapsed, markdown heading marks dropped (the model copies
+/// what it sees).
+fn flatten(text: &str) -> String {
+    text.split_whitespace().filter(|w| !w.chars().all(|c| c == '#')).collect::<Vec<_>>().join(" ")
 }
 
 const YES_OR_NO: &str = "Answer with one word: yes or no.";
@@ -376,7 +390,8 @@ mod tests {
         // Question, passages, then the question again with the rules.
         let last_q = u.rfind("Question: ").expect("question");
         assert!(u.find("</passages>").expect("passages") < last_q);
-        assert!(u.trim_end().ends_with(NO_ANSWER));
+        assert!(m[0].content.contains(NO_ANSWER));
+        assert!(u.trim_end().ends_with("like [1]."));
         // Order kept as given.
         assert!(u.find("id=\"1\"").expect("1") < u.find("id=\"2\"").expect("2"));
     }

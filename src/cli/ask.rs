@@ -31,7 +31,7 @@ pub struct AskArgs {
     /// Skip the reranker even when its weights are present.
     #[arg(long)]
     pub no_rerank: bool,
-    /// Also print the prompt and retrieval's verdict.
+    /// Also print retrieval's verdict and the prompt the generator was given.
     #[arg(long)]
     pub explain: bool,
 }
@@ -211,6 +211,13 @@ pub fn run(g: &GlobalArgs, args: AskArgs) -> anyhow::Result<u8> {
     print_after(&answer);
     if args.explain {
         super::search::print_verdict(&retrieval);
+        if !answer.refused || answer.refusal != Some(ragbox::answer::Refusal::NoGoodSource) {
+            let (messages, _) = ragbox::answer::prompt_for(&answer.standalone, &retrieval, &app.answer_options());
+            println!("prompt:");
+            for m in messages {
+                println!("--- {:?}\n{}", m.role, m.content);
+            }
+        }
     }
     Ok(0)
 }
