@@ -4,8 +4,7 @@
 //!
 //! May import `types`, `error`, `generate`, `ingest` and `answer`. The document part of the
 //! prompt is byte-identical across a document's chunks and comes first, so the generator's
-//! prefix cache computes it once: the first chunk of a document is annotated alone, the rest
-//! together, reusing its prefix. Caching per chunk lives in `ingest` (the catalog's annotation
+//! prefix cache computes it once: chunks are annotated one after another, each reusing it. Caching per chunk lives in `ingest` (the catalog's annotation
 //! table), so a chunk is never annotated twice.
 
 use std::sync::Arc;
@@ -59,17 +58,13 @@ impl Contextualizer for LlmContextualizer {
     fn contexts(&self, title: &str, document: &str, chunks: &[&str]) -> Result<Vec<String>> {
         let document = head(document, DOCUMENT_CHARS);
         let request = |chunk: &str| GenerateRequest::greedy(context_messages(title, document, chunk), CONTEXT_MAX_TOKENS);
+        // One at a time: the first request computes the document's prefix, every later one
+        // finds it in the generator's prefix cache (running them together computed it anew for
+        // each, and held a KV cache per sequence).
         block_on(async {
             let mut out = Vec::with_capacity(chunks.len());
-            let Some((first, rest)) = chunks.split_first() else { return Ok(out) };
-            out.push(clean(&self.generator.generate(&request(first), &mut Discard).await?.text));
-            let requests: Vec<GenerateRequest> = rest.iter().map(|c| request(c)).collect();
-            let replies = futures::future::join_all(requests.iter().map(|r| async move {
-                self.generator.generate(r, &mut Discard).await
-            }))
-            .await;
-            for reply in replies {
-                out.push(clean(&reply?.text));
+            for chunk in chunks {
+                out.push(clean(&self.generator.generate(&request(chunk), &mut Discard).await?.text));
             }
             Ok(out)
         })

@@ -403,11 +403,10 @@ mod tests {
     }
 
     #[test]
-    fn yes_no_prompts_end_with_the_question() {
-        for m in [support_messages("Paris is big [1].", &["Paris is large.", "x"])] {
-            assert_eq!(m.len(), 2);
-            assert!(m[1].content.ends_with("Answer with one word: yes or no."));
-        }
+    fn the_support_prompt_ends_with_the_question() {
+        let m = support_messages("Paris is big [1].", &["Paris is large.", "x"]);
+        assert_eq!(m.len(), 2);
+        assert!(m[1].content.ends_with("Answer with one word: yes or no."));
         let s = support_messages("Paris is big [1].", &["Paris is large."]);
         assert!(s[1].content.starts_with("<passages>\n<passage>\nParis is large."));
         assert!(s[1].content.contains("<claim>Paris is big.</claim>"));

@@ -6,21 +6,8 @@ use std::time::Instant;
 
 use serde_json::json;
 
-use super::{GenerateRequest, Generation, Generator, Role, TokenSink};
+use super::{ClaudeOptions, GenerateRequest, Generation, Generator, Role, TokenSink};
 use crate::error::{Error, Result};
-
-/// How to reach the API.
-#[derive(Debug, Clone)]
-pub struct ClaudeOptions {
-    /// Model name, e.g. `claude-sonnet-4-5`.
-    pub model: String,
-    /// The API key (read by the caller from the environment variable the configuration names).
-    pub api_key: String,
-    /// API base, `https://api.anthropic.com` unless configured.
-    pub base_url: String,
-    /// Request timeout.
-    pub timeout_ms: u64,
-}
 
 /// Claude through the Messages API.
 pub struct ClaudeGenerator {

@@ -1,21 +1,8 @@
 //! Stand-in for the Claude backend in builds without the `claude` feature: constructing it says
 //! how to rebuild. Nothing here can open a connection.
 
-use super::{GenerateRequest, Generation, Generator, TokenSink};
+use super::{ClaudeOptions, GenerateRequest, Generation, Generator, TokenSink};
 use crate::error::{Error, Result};
-
-/// How to reach the API (unused without the `claude` feature).
-#[derive(Debug, Clone)]
-pub struct ClaudeOptions {
-    /// Model name.
-    pub model: String,
-    /// The API key.
-    pub api_key: String,
-    /// API base.
-    pub base_url: String,
-    /// Request timeout.
-    pub timeout_ms: u64,
-}
 
 /// The remote generator; never constructed in this build.
 pub struct ClaudeGenerator(());

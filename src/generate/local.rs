@@ -2,7 +2,6 @@
 //! folder. No hub call: the model id given to mistralrs is an existing directory, the token
 //! source is `None`, and the chat template and tokenizer come from the GGUF itself.
 
-use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -12,28 +11,8 @@ use mistralrs::core::{
 };
 use mistralrs::{Model, RequestBuilder, Response, TextMessageRole, TokenSource};
 
-use super::{GenerateRequest, Generation, Generator, Message, Role, TokenSink};
+use super::{LocalOptions, GenerateRequest, Generation, Generator, Message, Role, TokenSink};
 use crate::error::{Error, Result};
-
-/// How to load the local model.
-#[derive(Debug, Clone)]
-pub struct LocalOptions {
-    /// Manifest name, reported as the model id.
-    pub name: String,
-    /// The GGUF file (already verified against its sha256 pin).
-    pub file: PathBuf,
-    /// Run on the CPU even when a GPU feature is compiled in.
-    pub force_cpu: bool,
-    /// Sequences decoded together (batched yes/no scoring, concurrent requests).
-    pub max_num_seqs: usize,
-    /// Prompt prefixes whose KV cache is kept for reuse (0: no prefix caching).
-    pub prefix_cache: usize,
-    /// Dequantise the weights to f32 at load (CPU): candle has no SIMD kernel for Q5_0, the
-    /// type of most of Qwen2.5-0.5B's Q4_K_M tensors (896 is not a multiple of the k-quants'
-    /// 256), and its other kernels need AVX2 at compile time; f32 weights go through gemm,
-    /// which picks AVX2/AVX-512 at run time. Costs about 4 bytes per parameter of memory.
-    pub dequantize: bool,
-}
 
 /// A GGUF chat model on mistralrs.
 pub struct GgufGenerator {

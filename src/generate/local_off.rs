@@ -1,27 +1,9 @@
 //! Stand-in for the local generator in builds without the `llm` feature: loading it says how to
 //! rebuild.
 
-use std::path::PathBuf;
 
-use super::{GenerateRequest, Generation, Generator, TokenSink};
+use super::{LocalOptions, GenerateRequest, Generation, Generator, TokenSink};
 use crate::error::{Error, Result};
-
-/// How to load the local model (unused without the `llm` feature).
-#[derive(Debug, Clone)]
-pub struct LocalOptions {
-    /// Manifest name.
-    pub name: String,
-    /// The GGUF file.
-    pub file: PathBuf,
-    /// Run on the CPU.
-    pub force_cpu: bool,
-    /// Sequences decoded together.
-    pub max_num_seqs: usize,
-    /// Prompt prefixes kept for reuse.
-    pub prefix_cache: usize,
-    /// Dequantise the weights to f32 at load.
-    pub dequantize: bool,
-}
 
 /// The local generator; never constructed in this build.
 pub struct GgufGenerator(());

@@ -19,12 +19,47 @@ mod claude;
 mod local;
 pub mod rerank;
 
+use std::path::PathBuf;
+
 use serde::Serialize;
 
 use crate::error::Result;
 
-pub use claude::{ClaudeGenerator, ClaudeOptions};
-pub use local::{GgufGenerator, LocalOptions};
+pub use claude::ClaudeGenerator;
+pub use local::GgufGenerator;
+
+/// How to load the local model.
+#[derive(Debug, Clone)]
+pub struct LocalOptions {
+    /// Manifest name, reported as the model id.
+    pub name: String,
+    /// The GGUF file (already verified against its sha256 pin).
+    pub file: PathBuf,
+    /// Run on the CPU even when a GPU feature is compiled in.
+    pub force_cpu: bool,
+    /// Sequences decoded together (batched yes/no scoring, concurrent requests).
+    pub max_num_seqs: usize,
+    /// Prompt prefixes whose KV cache is kept for reuse (0: no prefix caching).
+    pub prefix_cache: usize,
+    /// Dequantise the weights to f32 at load (CPU): candle has no SIMD kernel for Q5_0, the
+    /// type of most of Qwen2.5-0.5B's Q4_K_M tensors (896 is not a multiple of the k-quants'
+    /// 256), and its other kernels need AVX2 at compile time; f32 weights go through gemm,
+    /// which picks AVX2/AVX-512 at run time. Costs about 4 bytes per parameter of memory.
+    pub dequantize: bool,
+}
+
+/// How to reach the API.
+#[derive(Debug, Clone)]
+pub struct ClaudeOptions {
+    /// Model name, e.g. `claude-sonnet-4-5`.
+    pub model: String,
+    /// The API key (read by the caller from the environment variable the configuration names).
+    pub api_key: String,
+    /// API base, `https://api.anthropic.com` unless configured.
+    pub base_url: String,
+    /// Request timeout.
+    pub timeout_ms: u64,
+}
 
 /// Who speaks a chat message.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
