@@ -4,8 +4,8 @@
 //!
 //! May import `types`, `error`, `generate`, `ingest` and `answer`. The document part of the
 //! prompt is byte-identical across a document's chunks and comes first, so the generator's
-//! prefix cache computes it once: chunks are annotated one after another, each reusing it. Caching per chunk lives in `ingest` (the catalog's annotation
-//! table), so a chunk is never annotated twice.
+//! prefix cache can compute it once: chunks are annotated one after another. Caching per chunk
+//! lives in `ingest` (the catalog's annotation table), so a chunk is never annotated twice.
 
 use std::sync::Arc;
 
@@ -58,9 +58,10 @@ impl Contextualizer for LlmContextualizer {
     fn contexts(&self, title: &str, document: &str, chunks: &[&str]) -> Result<Vec<String>> {
         let document = head(document, DOCUMENT_CHARS);
         let request = |chunk: &str| GenerateRequest::greedy(context_messages(title, document, chunk), CONTEXT_MAX_TOKENS);
-        // One at a time: the first request computes the document's prefix, every later one
-        // finds it in the generator's prefix cache (running them together computed it anew for
-        // each, and held a KV cache per sequence).
+        // One at a time, so a later request can find the document's prefix in the generator's
+        // prefix cache (all at once, every request computed it anew and held its own KV cache:
+        // 5 GB for SmolLM2 on one policy). The measured rate (docs/BENCHMARKS.md) says mistralrs
+        // 0.8.1 does not reuse it here on the CPU: each chunk pays for the whole document.
         block_on(async {
             let mut out = Vec::with_capacity(chunks.len());
             for chunk in chunks {

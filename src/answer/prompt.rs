@@ -1,6 +1,7 @@
 //! Prompts: the grounded-answer prompt, the yes/no support check (read through next-token
 //! yes/no logits), and the contextual-annotation prompt of contextual retrieval (the LLM
-//! reranker's relevance prompt lives with it, in `generate::rerank`). Also [`is_no_answer`], which recognises a model saying the passages do not answer.
+//! reranker's relevance prompt lives with it, in `generate::rerank`). Also [`is_no_answer`],
+//! which recognises a model saying the passages do not answer.
 //!
 //! May import `generate` (for [`Message`]) and `answer::cite` (for its marker stripping). Prompts
 //! are written for a small local model decoding greedily (Qwen2.5-0.5B-Instruct): few, plain rules,
