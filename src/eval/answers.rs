@@ -15,6 +15,7 @@ use std::sync::Arc;
 
 use serde::Serialize;
 
+use crate::answer::cite;
 use crate::answer::support::{Claim, SupportChecker, SupportMethod};
 use crate::answer::{Answer, AnswerOptions, Answerer};
 use crate::embed::Embedder;
@@ -86,7 +87,8 @@ pub struct AnswerReport {
     pub in_domain_declined: usize,
     /// Answers generated in domain.
     pub answered: usize,
-    /// Valid citations in the final answers / all citations left in them (the check makes it 1).
+    /// Citation markers in the final answers that name a passage given and map to its chunk and
+    /// document (read back from the text) / all markers left in them.
     pub citation_validity: f64,
     /// Citations the model made up (ids it was not given) / all citations it wrote.
     pub made_up_citation_rate: f64,
@@ -220,7 +222,7 @@ pub fn run(
         support_methods: Vec::new(),
         answers: Vec::new(),
     };
-    let (mut valid, mut made_up, mut relevant, mut with_citation, mut sentences, mut flagged) = (0, 0, 0, 0, 0, 0);
+    let (mut markers, mut valid, mut cited, mut made_up, mut relevant, mut with_citation, mut sentences, mut flagged) = (0, 0, 0, 0, 0, 0, 0, 0);
     let (mut ttft, mut total, mut speed) = (Vec::new(), Vec::new(), Vec::new());
     let mut record = |a: &Answer, total_ms: f64| {
         if a.model.is_some() {
@@ -243,7 +245,10 @@ pub fn run(
             Some(crate::answer::Refusal::PassagesDoNotAnswer) => out.in_domain_declined += 1,
             None => {
                 out.answered += 1;
-                valid += a.citations.len();
+                let (ok, written) = checked_citations(&a);
+                valid += ok;
+                markers += written;
+                cited += a.citations.len();
                 made_up += a.invalid_citations.len();
                 with_citation += usize::from(!a.citations.is_empty());
                 let judged = &set.qrels[qid];
@@ -279,11 +284,10 @@ pub fn run(
         progress(&format!("out of domain: {}/{} refused", out.out_of_domain_refused, out.out_of_domain));
     }
     let ratio = |a: usize, b: usize| if b == 0 { 0.0 } else { a as f64 / b as f64 };
-    // After the check every citation left in an answer names a passage it was given.
-    out.citation_validity = if valid == 0 { 1.0 } else { ratio(valid, valid) };
-    out.made_up_citation_rate = ratio(made_up, valid + made_up);
+    out.citation_validity = if markers == 0 { 1.0 } else { ratio(valid, markers) };
+    out.made_up_citation_rate = ratio(made_up, markers + made_up);
     out.answers_with_citation = ratio(with_citation, out.answered);
-    out.citation_precision = ratio(relevant, valid);
+    out.citation_precision = ratio(relevant, cited);
     out.unsupported_sentence_share = ratio(flagged, sentences);
     out.first_token_ms = [p(&mut ttft, 50.0), p(&mut ttft, 95.0)];
     out.answer_ms = [p(&mut total, 50.0), p(&mut total, 95.0)];
@@ -293,6 +297,26 @@ pub fn run(
         out.support_methods = compare_support(plan, &set, &retriever, embedder, generator, progress)?;
     }
     Ok(out)
+}
+
+/// Checks a final answer's citations from its text, apart from the citation check that wrote
+/// it: every marker left in the text is read back, and it counts as valid only when it names a
+/// passage the generator was given and its citation maps to that passage's chunk and document.
+/// Returns (valid markers, all markers).
+fn checked_citations(a: &Answer) -> (usize, usize) {
+    // Parsed with no valid ids, every marker in the text comes back as written.
+    let written = cite::parse_answer(&a.answer, &[]).invalid;
+    let valid = written
+        .iter()
+        .filter(|w| {
+            w.parse::<usize>().ok().is_some_and(|id| {
+                let source = a.sources.iter().find(|s| s.id == id);
+                let citation = a.citations.iter().find(|c| c.id == id);
+                matches!((source, citation), (Some(s), Some(c)) if c.chunk == s.chunk && c.document == s.document)
+            })
+        })
+        .count();
+    (valid, written.len())
 }
 
 /// Scores (claim, relevant document) and (claim, best-ranked non-relevant document) pairs with
@@ -385,6 +409,59 @@ mod tests {
     fn claims_become_questions() {
         assert_eq!(claim_question("Vitamin D lowers risk."), "Is it true that vitamin D lowers risk?");
         assert_eq!(claim_question("DNA repair is slow"), "Is it true that DNA repair is slow?");
+    }
+
+    fn answer(text: &str, cited: &[(usize, u64)]) -> Answer {
+        use crate::answer::{Citation, Source};
+        use crate::types::{ChunkId, DocId, Lines, Span};
+        let source = |id: usize| Source {
+            id,
+            chunk: ChunkId(id as u64),
+            matched_chunk: ChunkId(id as u64),
+            doc: DocId(id as u64),
+            document: PathBuf::from(format!("/d/{id}.txt")),
+            title: String::new(),
+            section_path: Vec::new(),
+            span: Span { start: 0, end: 1 },
+            page: None,
+            lines: Lines { first: 1, last: 1 },
+            score: 1.0,
+            text: String::new(),
+        };
+        let citation = |&(id, chunk): &(usize, u64)| Citation {
+            id,
+            chunk: ChunkId(chunk),
+            document: PathBuf::from(format!("/d/{chunk}.txt")),
+            title: String::new(),
+            section_path: Vec::new(),
+            span: Span { start: 0, end: 1 },
+            page: None,
+        };
+        Answer {
+            answer_id: None,
+            question: String::new(),
+            standalone: String::new(),
+            answer: text.into(),
+            citations: cited.iter().map(citation).collect(),
+            invalid_citations: Vec::new(),
+            sentences: Vec::new(),
+            refused: false,
+            refusal: None,
+            closest: Vec::new(),
+            sources: vec![source(1), source(2)],
+            model: Some("m".into()),
+            support_method: SupportMethod::Off,
+            timings: Default::default(),
+        }
+    }
+
+    #[test]
+    fn citation_validity_is_read_back_from_the_answer_text() {
+        assert_eq!(checked_citations(&answer("A [1]. B [2][1].", &[(1, 1), (2, 2)])), (3, 3));
+        // A marker for a passage never given, one with no citation, one mapped to the wrong chunk.
+        assert_eq!(checked_citations(&answer("A [3]. B [2].", &[(3, 3)])), (0, 2));
+        assert_eq!(checked_citations(&answer("A [1]. B [2].", &[(1, 1), (2, 1)])), (1, 2));
+        assert_eq!(checked_citations(&answer("No markers.", &[])), (0, 0));
     }
 
     #[test]

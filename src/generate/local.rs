@@ -2,7 +2,7 @@
 //! folder. No hub call: the model id given to mistralrs is an existing directory, the token
 //! source is `None`, and the chat template and tokenizer come from the GGUF itself.
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use mistralrs::core::{
@@ -54,7 +54,7 @@ impl GgufGenerator {
         if options.dequantize {
             // Read by candle's QMatMul when each weight is loaded (per thread, on first use), so
             // it must be set before the load starts; it affects only quantised weights.
-            if std::env::var_os("RB_F16").is_some() { std::env::set_var("CANDLE_DEQUANTIZE_ALL_F16", "1") } else { std::env::set_var("CANDLE_DEQUANTIZE_ALL", "1") };
+            std::env::set_var("CANDLE_DEQUANTIZE_ALL", "1");
         }
         // mistralrs's GgufModelBuilder fixes the activation dtype to "auto", which on a CPU picks
         // BF16 (slow CPU matmuls and attention); this is its build path with f32 instead.
@@ -124,29 +124,26 @@ impl GgufGenerator {
         Ok(GgufGenerator { name: options.name.clone(), model, yes, no })
     }
 
+    /// Log-odds of "yes" over "no" as the next token. A logits processor reads the next-token
+    /// logits while one token is sampled, so requests batch like any other (mistralrs's raw
+    /// logits responses refuse a batch larger than one).
     async fn log_odds(&self, messages: &[Message]) -> Result<f32> {
-        let (chunks, _tokens) =
-            self.model.send_raw_chat_request(builder(messages)).await.map_err(|e| llm_error("scoring", e))?;
-        let logits = chunks.last().ok_or_else(|| Error::Generate("the model returned no logits".into()))?;
-        // The logits of the next token: the last row when the backend returns one per position.
-        let logits = match logits.dims().len() {
-            0 | 1 => logits.clone(),
-            _ => {
-                let flat = logits.flatten_to(logits.dims().len() - 2).map_err(|e| llm_error("logits", e))?;
-                let rows = flat.dim(0).map_err(|e| llm_error("logits", e))?;
-                flat.get(rows - 1).map_err(|e| llm_error("logits", e))?
-            }
+        let slot: Arc<Mutex<Option<f32>>> = Arc::default();
+        let (yes, no, out) = (self.yes.clone(), self.no.clone(), slot.clone());
+        let read = move |logits: &candle_core::Tensor, _context: &[u32]| -> candle_core::Result<candle_core::Tensor> {
+            let v: Vec<f32> = logits.to_dtype(candle_core::DType::F32)?.flatten_all()?.to_vec1()?;
+            let lse = |ids: &[u32]| {
+                let xs: Vec<f32> = ids.iter().filter_map(|&i| v.get(i as usize).copied()).collect();
+                let m = xs.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+                m + xs.iter().map(|x| (x - m).exp()).sum::<f32>().ln()
+            };
+            out.lock().unwrap_or_else(|e| e.into_inner()).get_or_insert(lse(&yes) - lse(&no));
+            Ok(logits.clone())
         };
-        let v: Vec<f32> = logits
-            .to_dtype(candle_core::DType::F32)
-            .and_then(|t| t.to_vec1())
-            .map_err(|e| llm_error("logits", e))?;
-        let lse = |ids: &[u32]| {
-            let xs: Vec<f32> = ids.iter().filter_map(|&i| v.get(i as usize).copied()).collect();
-            let m = xs.iter().copied().fold(f32::NEG_INFINITY, f32::max);
-            m + xs.iter().map(|x| (x - m).exp()).sum::<f32>().ln()
-        };
-        Ok(lse(&self.yes) - lse(&self.no))
+        let request = builder(messages).add_logits_processor(Arc::new(read)).set_sampler_max_len(1).set_deterministic_sampler();
+        self.model.send_chat_request(request).await.map_err(|e| llm_error("scoring", e))?;
+        let score = slot.lock().unwrap_or_else(|e| e.into_inner()).take();
+        score.ok_or_else(|| Error::Generate("the model returned no logits".into()))
     }
 }
 

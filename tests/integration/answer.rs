@@ -162,10 +162,14 @@ fn the_llm_reranker_scores_the_relevant_passage_above_the_others() {
         "The canteen on the second floor serves lunch from 12:00 to 14:00 on weekdays.",
         "Submit each expense claim in the ExpensePoint app within 30 days of the last day of the trip.",
         "Forklift drivers must renew their licence every three years.",
+        // Prompts of equal length are scheduled in one batch: each must still get its own score.
+        "The canteen on the second floor serves lunch from 12:00 to 14:00 on weekdays.",
+        "Submit each expense claim in the ExpensePoint app within 30 days of the last day of the trip.",
     ];
     let scores = r.score("How many days after a trip do I have to submit my expense claim?", &passages).unwrap();
-    assert_eq!(scores.len(), 3);
+    assert_eq!(scores.len(), 5);
     assert!(scores[1] > scores[0] && scores[1] > scores[2], "{scores:?}");
+    assert!((scores[3] - scores[0]).abs() < 1e-3 && (scores[4] - scores[1]).abs() < 1e-3, "{scores:?}");
     // Streaming and greedy decoding: the same prompt gives the same text twice.
     let req = ragbox::generate::GenerateRequest::greedy(vec![ragbox::generate::Message::user("What is the capital of France?")], 16);
     let mut pieces = Vec::new();
