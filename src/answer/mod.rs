@@ -52,7 +52,7 @@ pub struct AnswerOptions {
 
 impl Default for AnswerOptions {
     fn default() -> Self {
-        AnswerOptions { passages: 3, passage_chars: 800, max_tokens: 96, temperature: 0.0, support_floor: 0.5 }
+        AnswerOptions { passages: 3, passage_chars: 800, max_tokens: 96, temperature: 0.0, support_floor: 0.65 }
     }
 }
 

@@ -125,8 +125,8 @@ impl GgufGenerator {
     }
 
     /// Log-odds of "yes" over "no" as the next token. A logits processor reads the next-token
-    /// logits while one token is sampled, so requests batch like any other (mistralrs's raw
-    /// logits responses refuse a batch larger than one).
+    /// logits while one token is sampled: an ordinary request, where mistralrs's raw logits
+    /// responses refuse to run in a batch larger than one.
     async fn log_odds(&self, messages: &[Message]) -> Result<f32> {
         let slot: Arc<Mutex<Option<f32>>> = Arc::default();
         let (yes, no, out) = (self.yes.clone(), self.no.clone(), slot.clone());
@@ -203,9 +203,15 @@ impl Generator for GgufGenerator {
     }
 
     async fn yes_no(&self, conversations: &[Vec<Message>]) -> Result<Vec<f32>> {
-        // All at once: the scheduler batches up to max_num_seqs of them, and the shared prompt
-        // prefix is served from the prefix cache.
-        let scores = futures::future::join_all(conversations.iter().map(|m| self.log_odds(m))).await;
-        scores.into_iter().collect()
+        // One after another. mistralrs 0.8.1 batches prompts of equal length, and on SciFact's
+        // support pairs a batch next to prefix-cache hits panicked its engine (KV cache "shape
+        // mismatch on dim 2"); on two CPU cores a batch saves little over one prompt at a time
+        // (prefill already keeps both busy), and a shared query prefix is still served from the
+        // prefix cache.
+        let mut out = Vec::with_capacity(conversations.len());
+        for messages in conversations {
+            out.push(self.log_odds(messages).await?);
+        }
+        Ok(out)
     }
 }

@@ -37,7 +37,7 @@ pub struct LocalOptions {
     pub file: PathBuf,
     /// Run on the CPU even when a GPU feature is compiled in.
     pub force_cpu: bool,
-    /// Sequences decoded together (batched yes/no scoring, concurrent requests).
+    /// Sequences decoded together (concurrent requests, e.g. the web server's).
     pub max_num_seqs: usize,
     /// Prompt prefixes whose KV cache is kept for reuse (0: no prefix caching).
     pub prefix_cache: usize,

@@ -1,7 +1,8 @@
 //! A reranker from the local LLM: each (query, passage) pair is scored pointwise by the
 //! generator's next-token log-odds of "yes" over "no" to "does this passage help answer the
-//! query?". All pairs of a query go to the generator at once (batched by its scheduler), and the
-//! prompt puts the query before the passage so its prefix is shared and cached.
+//! query?". All pairs of a query go to the generator in one call (the local backend scores them
+//! one after another: see `GgufGenerator::yes_no`), and the prompt puts the query before the
+//! passage so its prefix is shared and can be served from the prefix cache.
 
 use std::sync::Arc;
 

@@ -162,7 +162,7 @@ fn the_llm_reranker_scores_the_relevant_passage_above_the_others() {
         "The canteen on the second floor serves lunch from 12:00 to 14:00 on weekdays.",
         "Submit each expense claim in the ExpensePoint app within 30 days of the last day of the trip.",
         "Forklift drivers must renew their licence every three years.",
-        // Prompts of equal length are scheduled in one batch: each must still get its own score.
+        // The same passages again: scoring is deterministic, whatever the prefix cache holds.
         "The canteen on the second floor serves lunch from 12:00 to 14:00 on weekdays.",
         "Submit each expense claim in the ExpensePoint app within 30 days of the last day of the trip.",
     ];
