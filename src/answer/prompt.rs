@@ -120,9 +120,11 @@ pub fn support_messages(claim: &str, passages: &[&str]) -> Vec<Message> {
     ]
 }
 
-const CONTEXT_SYSTEM: &str = "You write short notes that situate a chunk of a document within the whole document.";
+const CONTEXT_SYSTEM: &str = "You write one-sentence notes that say where a chunk of a document comes from and what it covers.";
 
-/// Contextual retrieval: asks for one or two sentences that situate `chunk` within `document`.
+/// Contextual retrieval: asks for one sentence that situates `chunk` within `document` (which
+/// section it is in, what it covers). Worded for the 0.5B model, which echoed the published
+/// contextual-retrieval prompt back (docs/BENCHMARKS.md).
 /// The user message opens with the document, byte-identical for every chunk of it, and ends with
 /// the chunk, so a backend's prefix cache covers all but the chunk; the system message is the
 /// same for every call.
@@ -130,12 +132,13 @@ pub fn context_messages(document_title: &str, document: &str, chunk: &str) -> Ve
     let mut user = String::with_capacity(400 + document.len() + chunk.len());
     let _ = writeln!(user, "<document title=\"{}\">", escape_attr(document_title.trim()));
     user.push_str(&escape_text(document));
-    user.push_str("\n</document>\nHere is the chunk we want to situate within the whole document\n<chunk>\n");
+    user.push_str("\n</document>\nHere is one chunk of that document:\n<chunk>\n");
     user.push_str(&escape_text(chunk));
-    user.push_str(
-        "\n</chunk>\nPlease give a short succinct context (one or two sentences) to situate this chunk within \
-         the overall document for the purposes of improving search retrieval of the chunk. Answer only with \
-         the succinct context and nothing else.",
+    let _ = write!(
+        user,
+        "\n</chunk>\nWrite one sentence that starts with \"From {}, section\", names the section this chunk \
+         is in, and says what the chunk covers, with its key terms. Write only that sentence.",
+        escape_text(document_title.trim())
     );
     vec![Message::system(CONTEXT_SYSTEM), Message::user(user)]
 }
@@ -430,8 +433,8 @@ mod tests {
         assert_eq!(a[0], b[0]);
         let u = &a[1].content;
         assert!(u.starts_with("<document title=\"Doc\">\nTitle\n\nFirst part. Second part &lt;b>.\n</document>\n"));
-        assert!(u.contains("Here is the chunk we want to situate within the whole document\n<chunk>\nFirst part.\n</chunk>"));
-        assert!(u.ends_with("Answer only with the succinct context and nothing else."));
+        assert!(u.contains("Here is one chunk of that document:\n<chunk>\nFirst part.\n</chunk>"));
+        assert!(u.contains("starts with \"From Doc, section\"") && u.ends_with("Write only that sentence."), "{u}");
         let cut = u.find("<chunk>").expect("chunk");
         assert_eq!(a[1].content[..cut], b[1].content[..cut]);
     }
