@@ -1,4 +1,4 @@
-//! The `llm` contextualiser: the local LLM writes one or two sentences that situate each child
+//! The `llm` contextualiser: the local LLM writes a sentence that situates each child
 //! chunk within its whole document (contextual retrieval), put in front of the chunk for
 //! embedding and BM25.
 //!

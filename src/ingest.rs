@@ -56,7 +56,7 @@ pub struct IngestOptions {
     pub contextualizer: Option<ContextWriter>,
 }
 
-/// Writes the situating context of a document's child chunks: one or two sentences that place
+/// Writes the situating context of a document's child chunks: a sentence or two that place
 /// each chunk in its whole document (contextual retrieval). Results are cached in the catalog by
 /// [`annotation_key`], so it never runs twice for the same chunk of the same document.
 pub trait Contextualizer: Send + Sync {

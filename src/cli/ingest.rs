@@ -29,7 +29,7 @@ pub struct IngestArgs {
     #[arg(long)]
     pub chunker: Option<ChunkerKind>,
     /// Situating context in front of each child for embedding and BM25: structural (title and
-    /// section path; free, the default), llm (plus one or two sentences the local LLM writes
+    /// section path; free, the default), llm (plus a sentence the local LLM writes
     /// from the whole document; cached per chunk, so it runs once per chunk ever) or none.
     #[arg(long, value_enum, default_value_t = ContextKind::Structural)]
     pub context: ContextKind,
