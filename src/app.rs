@@ -189,11 +189,11 @@ impl App {
     pub fn support_checker(&self, embedder: Option<Arc<dyn Embedder>>, generator: &Arc<dyn Generator>) -> Result<SupportChecker> {
         Ok(match self.config.answer.support.parse::<SupportMethod>()? {
             SupportMethod::Similarity => match embedder {
-                Some(e) => SupportChecker::similarity(e),
-                None => SupportChecker::similarity(self.embedder(None)?),
+                Some(e) => SupportChecker::Similarity(e),
+                None => SupportChecker::Similarity(self.embedder(None)?),
             },
-            SupportMethod::Llm => SupportChecker::llm(generator.clone()),
-            SupportMethod::Off => SupportChecker::off(),
+            SupportMethod::Llm => SupportChecker::Llm(generator.clone()),
+            SupportMethod::Off => SupportChecker::Off,
         })
     }
 

@@ -77,7 +77,7 @@ impl std::fmt::Debug for ContextWriter {
 }
 
 /// Tokens reserved in front of each child for an LLM-written context (on top of the structural
-/// one): two short sentences.
+/// one): a sentence, with room to spare.
 const LLM_CONTEXT_TOKENS: usize = 64;
 
 /// The annotation cache key: the contextualiser, the whole document and the chunk.
@@ -457,7 +457,7 @@ pub fn ingest(
     while todo.peek().is_some() {
         let group: Vec<Pending> = todo.by_ref().take(opts.parse_batch.max(1)).collect();
         // Parse and chunk in parallel.
-        let parsed: Vec<(Pending, std::result::Result<(ParsedDocument, &'static str, Vec<ContextualChunk>), SkipReason>, Duration, Duration)> = group
+        let mut parsed: Vec<(Pending, std::result::Result<(ParsedDocument, &'static str, Vec<ContextualChunk>), SkipReason>, Duration, Duration)> = group
             .into_par_iter()
             .map(|mut p| {
                 let t = Instant::now();
@@ -499,7 +499,6 @@ pub fn ingest(
                 (p, result, parse_time, t.elapsed())
             })
             .collect();
-        let mut parsed = parsed;
         if let Some(ContextWriter(writer)) = &opts.contextualizer {
             let t = Instant::now();
             for (p, result, _, _) in parsed.iter_mut() {

@@ -227,6 +227,12 @@ fn source_of(id: usize, hit: &Hit, max_chars: usize) -> Source {
     }
 }
 
+/// The passages of the first `options.passages` hits, ids from 1: what the generator is given,
+/// or the closest material of a refusal.
+fn sources_of(retrieval: &Retrieval, options: &AnswerOptions) -> Vec<Source> {
+    retrieval.hits.iter().take(options.passages).enumerate().map(|(i, h)| source_of(i + 1, h, options.passage_chars)).collect()
+}
+
 fn document_name(s: &Source) -> String {
     if !s.title.trim().is_empty() {
         return s.title.clone();
@@ -266,13 +272,7 @@ pub fn refuse(
     answer.refused = true;
     answer.refusal = Some(Refusal::NoGoodSource);
     answer.answer = NO_GOOD_SOURCE.to_string();
-    answer.closest = retrieval
-        .hits
-        .iter()
-        .take(options.passages)
-        .enumerate()
-        .map(|(i, h)| source_of(i + 1, h, options.passage_chars))
-        .collect();
+    answer.closest = sources_of(retrieval, options);
     answer.timings.total_ms = retrieval.timings.total_ms;
     answer
 }
@@ -339,13 +339,7 @@ pub async fn standalone(
 
 /// The prompt `retrieval` produces for `question`, and the passages in it (also for `--explain`).
 pub fn prompt_for(question: &str, retrieval: &Retrieval, options: &AnswerOptions) -> (Vec<crate::generate::Message>, Vec<Source>) {
-    let sources: Vec<Source> = retrieval
-        .hits
-        .iter()
-        .take(options.passages)
-        .enumerate()
-        .map(|(i, h)| source_of(i + 1, h, options.passage_chars))
-        .collect();
+    let sources = sources_of(retrieval, options);
     let names: Vec<String> = sources.iter().map(document_name).collect();
     let sections: Vec<String> = sources.iter().map(|s| s.section_path.join(" > ")).collect();
     let passages: Vec<PromptPassage> = sources
@@ -518,7 +512,7 @@ mod tests {
 
     fn answerer(reply: &str) -> (Answerer, Arc<ScriptedGenerator>) {
         let g = Arc::new(ScriptedGenerator::new(&[reply]));
-        let support = SupportChecker::similarity(Arc::new(HashEmbedder::default()));
+        let support = SupportChecker::Similarity(Arc::new(HashEmbedder::default()));
         (Answerer::new(g.clone(), support, AnswerOptions { support_floor: 0.6, ..AnswerOptions::default() }), g)
     }
 

@@ -4,7 +4,7 @@
 //! - [`SupportMethod::Similarity`]: the embedder's cosine similarity of the sentence to the
 //!   closest sentence of its cited passages (a proxy for entailment; tens of milliseconds);
 //! - [`SupportMethod::Llm`]: the generator's log-odds of "yes" over "no" to "does the passage
-//!   support the claim?" (one prompt per sentence, batched; seconds on a CPU).
+//!   support the claim?" (one prompt per sentence; seconds on a CPU).
 //!
 //! A sentence with no valid citation has no support to check and scores `None`: it is flagged.
 
@@ -52,32 +52,24 @@ pub struct Claim<'a> {
     pub passages: Vec<&'a str>,
 }
 
-/// Scores claims against their cited passages.
-pub struct SupportChecker {
-    method: SupportMethod,
-    embedder: Option<Arc<dyn Embedder>>,
-    generator: Option<Arc<dyn Generator>>,
+/// Scores claims against their cited passages, by one method.
+pub enum SupportChecker {
+    /// Embedding cosine with this embedder.
+    Similarity(Arc<dyn Embedder>),
+    /// Yes/no log-odds from this generator.
+    Llm(Arc<dyn Generator>),
+    /// No checking.
+    Off,
 }
 
 impl SupportChecker {
-    /// Checks by embedding similarity.
-    pub fn similarity(embedder: Arc<dyn Embedder>) -> SupportChecker {
-        SupportChecker { method: SupportMethod::Similarity, embedder: Some(embedder), generator: None }
-    }
-
-    /// Checks with the generator's yes/no logits.
-    pub fn llm(generator: Arc<dyn Generator>) -> SupportChecker {
-        SupportChecker { method: SupportMethod::Llm, embedder: None, generator: Some(generator) }
-    }
-
-    /// No checking.
-    pub fn off() -> SupportChecker {
-        SupportChecker { method: SupportMethod::Off, embedder: None, generator: None }
-    }
-
     /// The method in use.
     pub fn method(&self) -> SupportMethod {
-        self.method
+        match self {
+            SupportChecker::Similarity(_) => SupportMethod::Similarity,
+            SupportChecker::Llm(_) => SupportMethod::Llm,
+            SupportChecker::Off => SupportMethod::Off,
+        }
     }
 
     /// One score per claim, in input order; `None` for a claim that cites nothing (or when
@@ -88,20 +80,20 @@ impl SupportChecker {
         if cited.is_empty() {
             return Ok(out);
         }
-        match (self.method, &self.embedder, &self.generator) {
-            (SupportMethod::Similarity, Some(e), _) => {
+        match self {
+            SupportChecker::Similarity(e) => {
                 for (i, score) in cited.iter().zip(similarity_scores(e.as_ref(), claims, &cited)?) {
                     out[*i] = Some(score);
                 }
             }
-            (SupportMethod::Llm, _, Some(g)) => {
+            SupportChecker::Llm(g) => {
                 let prompts: Vec<_> =
                     cited.iter().map(|&i| support_messages(&claims[i].text, &claims[i].passages)).collect();
                 for (i, score) in cited.iter().zip(g.yes_no(&prompts).await?) {
                     out[*i] = Some(score);
                 }
             }
-            _ => {}
+            SupportChecker::Off => {}
         }
         Ok(out)
     }
@@ -150,7 +142,7 @@ mod tests {
 
     #[test]
     fn a_claim_scores_against_its_closest_cited_sentence() {
-        let checker = SupportChecker::similarity(Arc::new(HashEmbedder::default()));
+        let checker = SupportChecker::Similarity(Arc::new(HashEmbedder::default()));
         let passage = "Staff travel insurance covers medical costs abroad. The canteen opens at noon.";
         let claims = vec![
             Claim { text: "The canteen opens at noon.".into(), passages: vec![passage] },
@@ -166,6 +158,6 @@ mod tests {
     #[test]
     fn off_scores_nothing() {
         let claims = vec![Claim { text: "x".into(), passages: vec!["x"] }];
-        assert_eq!(crate::generate::block_on(SupportChecker::off().scores(&claims)).unwrap(), vec![None]);
+        assert_eq!(crate::generate::block_on(SupportChecker::Off.scores(&claims)).unwrap(), vec![None]);
     }
 }

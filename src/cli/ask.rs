@@ -72,12 +72,13 @@ impl<'s> Answering<'s> {
         Ok(g)
     }
 
-    /// Retrieves for `standalone` and answers `question`, streaming tokens to `sink`; records the
-    /// audit row.
+    /// Retrieves for `standalone` (which took `rewrite_ms` to make) and answers `question`,
+    /// streaming tokens to `sink`; records the audit row.
     pub fn answer(
         &mut self,
         question: &str,
         standalone: &str,
+        rewrite_ms: f64,
         session: Option<i64>,
         sink: &mut (dyn ragbox::generate::TokenSink + Send),
     ) -> anyhow::Result<(Retrieval, Answer)> {
@@ -94,6 +95,8 @@ impl<'s> Answering<'s> {
             let answerer = Answerer::new(generator, support, options);
             block_on(answerer.answer(question, standalone, &retrieval, sink))?
         };
+        answer.timings.rewrite_ms = rewrite_ms;
+        answer.timings.total_ms += rewrite_ms;
         let chunks = answer.served_chunks();
         let timings = serde_json::to_value(&answer.timings)?;
         answer.answer_id = Some(self.store.catalog().record_audit(&AuditRecord {
@@ -200,9 +203,9 @@ pub fn run(g: &GlobalArgs, args: AskArgs) -> anyhow::Result<u8> {
         eprintln!("note: {n}");
     }
     let (retrieval, answer) = if g.json {
-        answering.answer(&args.question, &args.question, None, &mut ragbox::generate::Discard)?
+        answering.answer(&args.question, &args.question, 0.0, None, &mut ragbox::generate::Discard)?
     } else {
-        answering.answer(&args.question, &args.question, None, &mut Stdout)?
+        answering.answer(&args.question, &args.question, 0.0, None, &mut Stdout)?
     };
     if g.json {
         print_json(&answer)?;

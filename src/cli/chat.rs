@@ -86,12 +86,12 @@ pub fn run(g: &GlobalArgs, args: ChatArgs) -> anyhow::Result<u8> {
         if !g.json && resolved.question != question {
             println!("(asking: {})", resolved.question);
         }
-        let (_, mut answer) = if g.json {
-            answering.answer(&question, &resolved.question, Some(session), &mut ragbox::generate::Discard)?
+        let (q, ms) = (resolved.question.as_str(), resolved.rewrite_ms);
+        let (_, answer) = if g.json {
+            answering.answer(&question, q, ms, Some(session), &mut ragbox::generate::Discard)?
         } else {
-            answering.answer(&question, &resolved.question, Some(session), &mut Stdout)?
+            answering.answer(&question, q, ms, Some(session), &mut Stdout)?
         };
-        answer.timings.rewrite_ms = resolved.rewrite_ms;
         let turn = catalog.add_turn(session, &question, &resolved.question, &answer.answer, answer.answer_id)?;
         if g.json {
             print_json(&Turn { session, turn, follow_up: &resolved, answer: &answer })?;

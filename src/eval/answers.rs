@@ -194,9 +194,9 @@ pub fn run(
     let tenant = store.catalog().require_tenant(&plan.ingest.tenant)?;
     let retriever = Retriever::new(&store, &tenant, Some(embedder.clone()), reranker, plan.retrieve.clone())?;
     let checker = match plan.support {
-        SupportMethod::Similarity => SupportChecker::similarity(embedder.clone()),
-        SupportMethod::Llm => SupportChecker::llm(generator.clone()),
-        SupportMethod::Off => SupportChecker::off(),
+        SupportMethod::Similarity => SupportChecker::Similarity(embedder.clone()),
+        SupportMethod::Llm => SupportChecker::Llm(generator.clone()),
+        SupportMethod::Off => SupportChecker::Off,
     };
     let answerer = Answerer::new(generator.clone(), checker, plan.answer.clone());
     let doc_of = |path: &Path| beir::doc_id_for_path(path).unwrap_or_default();
@@ -348,7 +348,7 @@ fn compare_support(
     progress(&format!("support methods: {} pairs", pairs.len()));
     let claims: Vec<Claim> = pairs.iter().map(|(c, p, _)| Claim { text: c.clone(), passages: vec![p.as_str()] }).collect();
     let mut out = Vec::new();
-    for checker in [SupportChecker::similarity(embedder), SupportChecker::llm(generator)] {
+    for checker in [SupportChecker::Similarity(embedder), SupportChecker::Llm(generator)] {
         let t = std::time::Instant::now();
         let scores = block_on(checker.scores(&claims))?;
         let ms = t.elapsed().as_secs_f64() * 1e3 / pairs.len().max(1) as f64;
