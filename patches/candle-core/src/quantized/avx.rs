@@ -1,5 +1,6 @@
 use super::k_quants::{
-    BlockQ2K, BlockQ3K, BlockQ4K, BlockQ4_0, BlockQ5K, BlockQ6K, BlockQ8K, BlockQ8_0, QK8_0, QK_K,
+    BlockQ2K, BlockQ3K, BlockQ4K, BlockQ4_0, BlockQ5K, BlockQ5_0, BlockQ6K, BlockQ8K, BlockQ8_0,
+    QK8_0, QK_K,
 };
 use byteorder::{ByteOrder, LittleEndian};
 use half::f16;
@@ -61,6 +62,46 @@ pub(crate) fn vec_dot_q4_0_q8_0(n: usize, xs: &[BlockQ4_0], ys: &[BlockQ8_0]) ->
             let bx = _mm256_sub_epi8(bx, off);
             let by = _mm256_loadu_si256(y.qs.as_ptr() as *const __m256i);
             let q = mul_sum_i8_pairs_float(bx, by);
+            acc = _mm256_fmadd_ps(d, q, acc);
+        }
+        hsum_float_8(acc)
+    }
+}
+
+/// ragbox patch: 32 bits to 32 bytes, 0xFF where the bit is set (ggml's `bytes_from_bits_32`).
+#[inline(always)]
+unsafe fn bytes_from_bits_32(x: *const u8) -> __m256i {
+    let x32 = u32::from_le_bytes(*(x as *const [u8; 4]));
+    let shuf_mask = _mm256_set_epi64x(
+        0x0303030303030303,
+        0x0202020202020202,
+        0x0101010101010101,
+        0x0000000000000000,
+    );
+    let bytes = _mm256_shuffle_epi8(_mm256_set1_epi32(x32 as i32), shuf_mask);
+    let bit_mask = _mm256_set1_epi64x(0x7fbfdfeff7fbfdfe);
+    let bytes = _mm256_or_si256(bytes, bit_mask);
+    _mm256_cmpeq_epi8(bytes, _mm256_set1_epi64x(-1))
+}
+
+/// ragbox patch: the AVX2 Q5_0 x Q8_0 dot product (ggml's `ggml_vec_dot_q5_0_q8_0`); candle
+/// 0.10.2 has only the scalar loop, and Q5_0 is most of a Qwen2.5-0.5B Q4_K_M file.
+#[inline(always)]
+pub(crate) fn vec_dot_q5_0_q8_0(n: usize, xs: &[BlockQ5_0], ys: &[BlockQ8_0]) -> f32 {
+    debug_assert!(
+        n.is_multiple_of(QK8_0),
+        "vec_dot_q5_0_q8_0: {n} is not divisible by {QK8_0}"
+    );
+    unsafe {
+        let mut acc = _mm256_setzero_ps();
+        for (x, y) in xs.iter().zip(ys.iter()) {
+            let d = _mm256_set1_ps(f16::to_f32(x.d) * f16::to_f32(y.d));
+            let qx = bytes_from_nibbles_32(x.qs.as_ptr());
+            let bxhi = bytes_from_bits_32(x.qh.as_ptr());
+            let bxhi = _mm256_andnot_si256(bxhi, _mm256_set1_epi8(0xF0u8 as i8));
+            let qx = _mm256_or_si256(qx, bxhi);
+            let qy = _mm256_loadu_si256(y.qs.as_ptr() as *const __m256i);
+            let q = mul_sum_i8_pairs_float(qx, qy);
             acc = _mm256_fmadd_ps(d, q, acc);
         }
         hsum_float_8(acc)
@@ -665,5 +706,123 @@ pub(crate) fn vec_dot_q8k_q8k(n: usize, xs: &[BlockQ8K], ys: &[BlockQ8K]) -> f32
             acc = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(sumi), acc);
         }
         hsum_float_8(acc)
+    }
+}
+
+/// ragbox patch: a weight block of the 32-element "type 0" formats as 32 signed bytes and its
+/// scale. One decode serves every activation row of a tile.
+pub(crate) trait Q0Block: Sync {
+    /// # Safety
+    /// Needs AVX2 (this module is compiled only with it).
+    unsafe fn decode(&self) -> (__m256i, f32);
+}
+
+impl Q0Block for BlockQ5_0 {
+    #[inline(always)]
+    unsafe fn decode(&self) -> (__m256i, f32) {
+        let qx = bytes_from_nibbles_32(self.qs.as_ptr());
+        let bxhi = bytes_from_bits_32(self.qh.as_ptr());
+        let bxhi = _mm256_andnot_si256(bxhi, _mm256_set1_epi8(0xF0u8 as i8));
+        (_mm256_or_si256(qx, bxhi), f16::to_f32(self.d))
+    }
+}
+
+impl Q0Block for BlockQ8_0 {
+    #[inline(always)]
+    unsafe fn decode(&self) -> (__m256i, f32) {
+        (_mm256_loadu_si256(self.qs.as_ptr() as *const __m256i), f16::to_f32(self.d))
+    }
+}
+
+impl Q0Block for BlockQ4_0 {
+    #[inline(always)]
+    unsafe fn decode(&self) -> (__m256i, f32) {
+        let bx = bytes_from_nibbles_32(self.qs.as_ptr());
+        (_mm256_sub_epi8(bx, _mm256_set1_epi8(8)), f16::to_f32(self.d))
+    }
+}
+
+/// ragbox patch: `RM` activation rows x `RN` weight columns of the output, over all of k. Each
+/// weight block is decoded once for the `RM` rows (upstream decodes it once per dot product),
+/// and each activation block is loaded once for the `RN` columns.
+#[inline(always)]
+unsafe fn q0_tile<W: Q0Block, const RM: usize, const RN: usize>(
+    k_blocks: usize,
+    lhs: &[BlockQ8_0],
+    rhs: &[W],
+    row0: usize,
+    col0: usize,
+    n: usize,
+    dst: *mut f32,
+) {
+    let mut acc = [[_mm256_setzero_ps(); RN]; RM];
+    for b in 0..k_blocks {
+        let mut wx = [_mm256_setzero_si256(); RN];
+        let mut wabs = [_mm256_setzero_si256(); RN];
+        let mut wd = [0f32; RN];
+        for j in 0..RN {
+            let (x, d) = rhs.get_unchecked((col0 + j) * k_blocks + b).decode();
+            wx[j] = x;
+            wabs[j] = _mm256_sign_epi8(x, x);
+            wd[j] = d;
+        }
+        for i in 0..RM {
+            let a = lhs.get_unchecked((row0 + i) * k_blocks + b);
+            let y = _mm256_loadu_si256(a.qs.as_ptr() as *const __m256i);
+            let ad = f16::to_f32(a.d);
+            for j in 0..RN {
+                let sy = _mm256_sign_epi8(y, wx[j]);
+                let q = mul_sum_us8_pairs_float(wabs[j], sy);
+                acc[i][j] = _mm256_fmadd_ps(_mm256_set1_ps(ad * wd[j]), q, acc[i][j]);
+            }
+        }
+    }
+    for i in 0..RM {
+        for j in 0..RN {
+            *dst.add((row0 + i) * n + col0 + j) = hsum_float_8(acc[i][j]);
+        }
+    }
+}
+
+/// ragbox patch: `dst[m x n] = lhs[m x k] . rhs[n x k]^T` for a Q0 weight type and Q8_0
+/// activations, in 4 x 3 tiles; `cols` is the range of weight columns this call owns.
+///
+/// # Safety
+/// `lhs` holds m * k_blocks blocks, `rhs` n * k_blocks, `dst` m * n cells, and no other thread
+/// writes the cells of columns `cols`.
+pub(crate) unsafe fn matmul_q0<W: Q0Block>(
+    m: usize,
+    k_blocks: usize,
+    n: usize,
+    lhs: &[BlockQ8_0],
+    rhs: &[W],
+    cols: std::ops::Range<usize>,
+    dst: *mut f32,
+) {
+    const RM: usize = 4;
+    const RN: usize = 3;
+    let full_cols = cols.start + (cols.len() / RN) * RN;
+    let full_rows = (m / RM) * RM;
+    let mut row = 0;
+    while row < full_rows {
+        let mut col = cols.start;
+        while col < full_cols {
+            q0_tile::<W, RM, RN>(k_blocks, lhs, rhs, row, col, n, dst);
+            col += RN;
+        }
+        for col in full_cols..cols.end {
+            q0_tile::<W, RM, 1>(k_blocks, lhs, rhs, row, col, n, dst);
+        }
+        row += RM;
+    }
+    for row in full_rows..m {
+        let mut col = cols.start;
+        while col < full_cols {
+            q0_tile::<W, 1, RN>(k_blocks, lhs, rhs, row, col, n, dst);
+            col += RN;
+        }
+        for col in full_cols..cols.end {
+            q0_tile::<W, 1, 1>(k_blocks, lhs, rhs, row, col, n, dst);
+        }
     }
 }

@@ -387,6 +387,9 @@ impl GgmlType for BlockQ5_0 {
             (n / qk).is_multiple_of(2),
             "vec_dot_q5_0_q8_0: {n}, nb is not divisible by 2"
         );
+        #[cfg(target_feature = "avx2")]
+        return super::avx::vec_dot_q5_0_q8_0(n, xs, ys);
+        #[cfg(not(target_feature = "avx2"))]
         Self::vec_dot_unopt(n, xs, ys)
     }
 
@@ -2290,17 +2293,16 @@ pub fn matmul<T: GgmlType>(
     if T::DIRECT_COPY {
         T::VecDotType::direct_copy(lhs, &mut lhs_b);
     } else {
-        for row_idx in 0..m {
-            let lhs_b_mut = &mut lhs_b[row_idx * k_in_blocks..(row_idx + 1) * k_in_blocks];
-            let lhs = &lhs[row_idx * k..(row_idx + 1) * k];
-            T::VecDotType::from_float(lhs, lhs_b_mut)
-        }
+        // ragbox patch: rows quantised in parallel (a prompt has hundreds).
+        lhs_b
+            .par_chunks_mut(k_in_blocks)
+            .zip(lhs.par_chunks(k))
+            .with_min_len(8)
+            .for_each(|(lhs_b_mut, lhs)| T::VecDotType::from_float(lhs, lhs_b_mut));
     }
 
-    for row_idx in 0..m {
-        let lhs_row = &lhs_b[row_idx * k_in_blocks..(row_idx + 1) * k_in_blocks];
-        let dst_row = &mut dst[row_idx * n..(row_idx + 1) * n];
-
+    if m == 1 {
+        let dst_row = &mut dst[..n];
         dst_row
             .into_par_iter()
             .enumerate()
@@ -2308,11 +2310,77 @@ pub fn matmul<T: GgmlType>(
             .with_max_len(512)
             .for_each(|(col_idx, dst)| {
                 let rhs_col = &rhs_t[col_idx * k_in_blocks..(col_idx + 1) * k_in_blocks];
-                *dst = T::vec_dot(k, rhs_col, lhs_row);
+                *dst = T::vec_dot(k, rhs_col, &lhs_b);
             });
+        return Ok(());
     }
+    // ragbox patch: several rows (a prompt). Upstream walks the rows one by one and, for each,
+    // streams the whole weight matrix from memory again; here each task takes a block of weight
+    // columns, small enough to stay in the core's L2 cache, and runs every row against it, in
+    // row blocks so the activations stay in cache too.
+    // The 32-element "type 0" formats (Q4_0, Q5_0, Q8_0) go through AVX2 tiles that decode each
+    // weight block once for four rows (`avx::matmul_q0`).
+    const COLS: usize = 24;
+    const ROWS: usize = 64;
+    let out = SendPtr(dst.as_mut_ptr());
+    (0..n.div_ceil(COLS)).into_par_iter().for_each(|block| {
+        let cols = block * COLS..((block + 1) * COLS).min(n);
+        #[cfg(target_feature = "avx2")]
+        {
+            // SAFETY: the dtype names the block type, so the casts are identities; Q4_0, Q5_0
+            // and Q8_0 all take Q8_0 activations; lengths and disjoint columns as below.
+            unsafe {
+                let lhs_q8 = std::slice::from_raw_parts(lhs_b.as_ptr() as *const BlockQ8_0, lhs_b.len());
+                let rhs_ptr = rhs_t.as_ptr();
+                let done = match T::DTYPE {
+                    GgmlDType::Q5_0 => {
+                        let rhs = std::slice::from_raw_parts(rhs_ptr as *const BlockQ5_0, rhs_t.len());
+                        super::avx::matmul_q0(m, k_in_blocks, n, lhs_q8, rhs, cols.clone(), out.get());
+                        true
+                    }
+                    GgmlDType::Q8_0 => {
+                        let rhs = std::slice::from_raw_parts(rhs_ptr as *const BlockQ8_0, rhs_t.len());
+                        super::avx::matmul_q0(m, k_in_blocks, n, lhs_q8, rhs, cols.clone(), out.get());
+                        true
+                    }
+                    GgmlDType::Q4_0 => {
+                        let rhs = std::slice::from_raw_parts(rhs_ptr as *const BlockQ4_0, rhs_t.len());
+                        super::avx::matmul_q0(m, k_in_blocks, n, lhs_q8, rhs, cols.clone(), out.get());
+                        true
+                    }
+                    _ => false,
+                };
+                if done {
+                    return;
+                }
+            }
+        }
+        for rows in (0..m).step_by(ROWS) {
+            for row_idx in rows..(rows + ROWS).min(m) {
+                let lhs_row = &lhs_b[row_idx * k_in_blocks..(row_idx + 1) * k_in_blocks];
+                for col_idx in cols.clone() {
+                    let rhs_col = &rhs_t[col_idx * k_in_blocks..(col_idx + 1) * k_in_blocks];
+                    let v = T::vec_dot(k, rhs_col, lhs_row);
+                    // SAFETY: each (row, column) cell is written by exactly one task (the task
+                    // owning its column block), and `dst` holds m * n cells.
+                    unsafe { *out.get().add(row_idx * n + col_idx) = v };
+                }
+            }
+        }
+    });
     Ok(())
 }
+
+/// A destination pointer shared by tasks that write disjoint cells (ragbox patch).
+struct SendPtr(*mut f32);
+impl SendPtr {
+    /// A method, so closures capture the whole wrapper (Sync), not its raw-pointer field.
+    fn get(&self) -> *mut f32 {
+        self.0
+    }
+}
+unsafe impl Send for SendPtr {}
+unsafe impl Sync for SendPtr {}
 
 pub fn matmul_f16<T: GgmlType>(
     mkn: (usize, usize, usize),
