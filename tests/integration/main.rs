@@ -7,6 +7,7 @@ mod cli;
 mod common;
 mod golden;
 mod ingest;
+mod kernels;
 mod models;
 mod retrieve;
 mod answer;
