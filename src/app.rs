@@ -42,6 +42,10 @@ pub struct DoctorReport {
     pub candle: &'static str,
     /// Compiled features.
     pub features: Vec<&'static str>,
+    /// The CPU baseline the build was compiled for, and what this CPU lacks of it.
+    pub cpu: crate::model::cpu::Baseline,
+    /// The LLM's CPU kernels this build runs.
+    pub llm_kernels: &'static str,
     /// Device in use.
     pub device: String,
     /// Config file read, if any.
@@ -309,7 +313,13 @@ impl App {
         DoctorReport {
             tenants,
             version: env!("CARGO_PKG_VERSION"),
-            candle: "0.10.2",
+            candle: "0.10.2 (patched: patches/README.md)",
+            cpu: crate::model::cpu::baseline(),
+            llm_kernels: if cfg!(target_feature = "avx2") {
+                "quantised weights in memory; AVX2 dot products for Q4_0, Q5_0, Q8_0, Q2_K-Q6_K, Q8_K"
+            } else {
+                "quantised weights in memory; scalar dot products (no avx2 at build time: slow)"
+            },
             features: crate::model::device::compiled_features(),
             device: crate::model::device::describe(&self.device),
             config_file: self.config.config_file.clone(),

@@ -42,7 +42,18 @@ fn exit_code(err: &anyhow::Error) -> u8 {
 /// `mi_option_purge_delay` in mimalloc v2's `mi_option_t` (libmimalloc-sys names no constant).
 const MI_OPTION_PURGE_DELAY: libmimalloc_sys::mi_option_t = 15;
 
+/// Refuses, before anything else runs, a CPU that lacks the instruction sets the build uses
+/// (x86-64-v3): a clear message instead of an illegal-instruction crash later.
+#[inline(never)]
+fn require_cpu_baseline() -> Result<(), String> {
+    ragbox::model::cpu::baseline().refusal().map_or(Ok(()), Err)
+}
+
 fn main() -> ExitCode {
+    if let Err(msg) = require_cpu_baseline() {
+        eprintln!("error: {msg}");
+        return ExitCode::from(2);
+    }
     // Never hand freed pages back to the kernel: each forward pass frees and reallocates the same
     // large activation buffers, and re-faulting them in cost 11% of embedding time (perf).
     // SAFETY: sets a process-wide allocator option; called before any other thread exists.

@@ -11,6 +11,12 @@ pub fn run(g: &GlobalArgs) -> anyhow::Result<()> {
     println!("ragbox {} (candle {})", report.version, report.candle);
     println!("features:   {}", report.features.join(", "));
     println!("device:     {}", report.device);
+    let cpu = &report.cpu;
+    match cpu.refusal() {
+        None => println!("cpu:        build baseline {} ({}): this CPU has it", cpu.target, cpu.required.join(", ")),
+        Some(msg) => println!("cpu:        {msg}"),
+    }
+    println!("llm:        {}", report.llm_kernels);
     if let Some(f) = &report.config_file {
         println!("config:     {}", f.display());
     }

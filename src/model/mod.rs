@@ -6,6 +6,7 @@
 pub mod batch;
 pub mod bert;
 pub mod checksum;
+pub mod cpu;
 pub mod device;
 pub mod gguf;
 pub mod import;
