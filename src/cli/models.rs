@@ -1,4 +1,4 @@
-//! `ragbox models list | verify | import DIR | pull NAME`.
+//! `ragbox models list | verify | path NAME | import DIR | pull NAME`.
 
 use std::path::PathBuf;
 
@@ -17,6 +17,11 @@ pub enum ModelsCmd {
     List,
     /// Verify every file of every model present (sha256); exit non-zero when one fails.
     Verify,
+    /// Print the verified path of a model's main file (the GGUF of an LLM), for other tools.
+    Path {
+        /// Manifest name of the model.
+        name: String,
+    },
     /// Copy models carried into an air gap from DIR into the models folder, verifying each file.
     Import {
         /// Folder holding the files (flat, a folder per model, or a hub cache).
@@ -64,6 +69,13 @@ pub fn run(g: &GlobalArgs, cmd: ModelsCmd) -> anyhow::Result<()> {
                     reason: "failed verification; re-fetch or re-import it".into()
                 });
             }
+            Ok(())
+        }
+        ModelsCmd::Path { name } => {
+            let spec = manifest.get(&name)?;
+            let file = spec.file_ending(".gguf").or_else(|| spec.file_ending(".safetensors")).or(spec.files.first());
+            let file = file.ok_or_else(|| ragbox::Error::Invalid(format!("model `{name}` lists no files")))?;
+            println!("{}", store.verified_file(spec, &file.name)?.display());
             Ok(())
         }
         ModelsCmd::Import { dir, model } => {

@@ -5,6 +5,7 @@
 //! generator for synthetic data, percentiles and resident memory.
 
 mod embed;
+mod llm;
 mod rerank;
 mod vectors;
 
@@ -21,6 +22,8 @@ pub enum BenchCmd {
     Vectors(vectors::VectorsArgs),
     /// Cross-encoder rerank latency at the ms-marco-MiniLM-L-6-v2 shape (random weights).
     Rerank(rerank::RerankArgs),
+    /// The local LLM: prompt processing and generation tokens/s (llama-bench's two figures).
+        Llm(llm::LlmArgs),
 }
 
 /// Runs one benchmark.
@@ -29,6 +32,7 @@ pub fn run(g: &GlobalArgs, cmd: BenchCmd) -> anyhow::Result<()> {
         BenchCmd::Embed(args) => embed::run(g, args),
         BenchCmd::Vectors(args) => vectors::run(g, args),
         BenchCmd::Rerank(args) => rerank::run(g, args),
+                BenchCmd::Llm(args) => llm::run(g, args),
     }
 }
 
