@@ -110,7 +110,7 @@ pub struct GenerateSection {
     pub max_num_seqs: usize,
     /// Prompt prefixes whose KV cache the local model keeps.
     pub prefix_cache: usize,
-    /// Dequantise the local model's weights to f32 at load (much faster on a CPU).
+    /// Dequantise the local model's weights to f32 at load (off: quantised AVX2 kernels decode faster).
     pub dequantize: bool,
     /// The Claude model, when `backend = "claude"`.
     pub claude_model: String,
