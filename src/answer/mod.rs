@@ -182,6 +182,8 @@ pub struct Answer {
     pub support_method: SupportMethod,
     /// Time per stage.
     pub timings: AnswerTimings,
+    /// Generation stopped at the token cap (`generate.max_tokens`): the answer may be cut short.
+    pub hit_token_cap: bool,
 }
 
 impl Answer {
@@ -256,6 +258,7 @@ fn blank(question: &str, standalone: &str, retrieval: &Retrieval, support_method
         model: None,
         support_method,
         timings: AnswerTimings { retrieve_ms: retrieval.timings.total_ms, ..AnswerTimings::default() },
+        hit_token_cap: false,
     }
 }
 
@@ -394,6 +397,7 @@ impl Answerer {
         answer.timings.prompt_tokens = generation.prompt_tokens;
         answer.timings.completion_tokens = generation.completion_tokens;
         answer.timings.tokens_per_second = generation.tokens_per_second();
+        answer.hit_token_cap = generation.completion_tokens >= self.options.max_tokens;
 
         let ids: Vec<usize> = sources.iter().map(|s| s.id).collect();
         let parsed = parse_answer(&generation.text, &ids);

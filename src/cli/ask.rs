@@ -152,6 +152,15 @@ fn source_line(s: &Source) -> String {
 /// What follows the streamed answer: flags, removed citations, sources or closest material.
 pub(super) fn print_after(answer: &Answer) {
     println!();
+    if answer.hit_token_cap {
+        println!(
+            "{}",
+            amber(&format!(
+                "(cut short: the answer reached the token cap of {} tokens; raise generate.max_tokens for longer answers)",
+                answer.timings.completion_tokens
+            ))
+        );
+    }
     if !answer.invalid_citations.is_empty() {
         println!(
             "removed citations to passages the model was not given: {}",

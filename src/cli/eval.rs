@@ -17,8 +17,27 @@ use super::{print_json, GlobalArgs};
 #[derive(Debug, Args)]
 pub struct EvalArgs {
     /// A BEIR folder: corpus.jsonl, queries.jsonl, qrels/<split>.tsv.
+    #[arg(long, value_name = "DIR", required_unless_present = "qa")]
+    pub data: Option<PathBuf>,
+    /// Evaluate answers against reference answers instead: JSON lines with `question`, `answer`,
+    /// `evidence`, `answerable` (tests/data/corpus-questions.jsonl), over the documents of --corpus.
+    #[arg(long, value_name = "FILE", requires = "corpus", conflicts_with_all = ["data", "answers"])]
+    pub qa: Option<PathBuf>,
+    /// With --qa: the folder of documents the questions are about.
     #[arg(long, value_name = "DIR")]
-    pub data: PathBuf,
+    pub corpus: Option<PathBuf>,
+    /// With --qa: a label for this run's row in the report (e.g. the prompt variant tried).
+    #[arg(long, default_value = "default")]
+    pub label: String,
+    /// With --qa: passages given to the model (default: `answer.passages`).
+    #[arg(long)]
+    pub passages: Option<usize>,
+    /// With --qa: most characters per passage (default: `answer.passage_chars`).
+    #[arg(long)]
+    pub passage_chars: Option<usize>,
+    /// With --qa: the token cap (default: `generate.max_tokens`).
+    #[arg(long)]
+    pub max_tokens: Option<usize>,
     /// The qrels split to evaluate.
     #[arg(long, default_value = "test")]
     pub split: String,
@@ -92,7 +111,11 @@ fn machine() -> String {
 
 pub fn run(g: &GlobalArgs, args: EvalArgs) -> anyhow::Result<u8> {
     let app = g.app()?;
-    let sha = ragbox::eval::beir::load(&args.data, &args.split)?.corpus_sha256;
+    if let Some(questions) = &args.qa {
+        return run_qa(g, &app, &args, questions);
+    }
+    let data = args.data.clone().ok_or_else(|| anyhow::anyhow!("--data DIR is required"))?;
+    let sha = ragbox::eval::beir::load(&data, &args.split)?.corpus_sha256;
     let scratch = args.scratch.clone().unwrap_or_else(|| cache_dir().join(&sha[..16]));
     if args.answers {
         return run_answers(g, &app, &args, scratch);
@@ -136,7 +159,7 @@ pub fn run(g: &GlobalArgs, args: EvalArgs) -> anyhow::Result<u8> {
 
     let plan = EvalPlan {
         limit: args.limit,
-        data: args.data.clone(),
+        data: data.clone(),
         split: args.split.clone(),
         scratch,
         ingest: app.ingest_options("eval", None)?,
@@ -182,7 +205,7 @@ fn run_answers(g: &GlobalArgs, app: &ragbox::app::App, args: &EvalArgs, scratch:
     let mut ingest = app.ingest_options("eval", None)?;
     ingest.tenant = ragbox::eval::run::tenant_name(&model, chunker, ingest.chunk.child_tokens, true);
     let plan = AnswerPlan {
-        data: args.data.clone(),
+        data: args.data.clone().ok_or_else(|| anyhow::anyhow!("--data DIR is required"))?,
         split: args.split.clone(),
         scratch,
         ingest,
@@ -216,6 +239,64 @@ fn run_answers(g: &GlobalArgs, app: &ragbox::app::App, args: &EvalArgs, scratch:
     Ok(0)
 }
 
+/// `eval --qa`: reference answers over a folder, the default retrieval, the configured generator.
+fn run_qa(g: &GlobalArgs, app: &ragbox::app::App, args: &EvalArgs, questions: &std::path::Path) -> anyhow::Result<u8> {
+    use ragbox::eval::qa::{markdown_header, markdown_row, run as qa_run, QaPlan};
+    let corpus = args.corpus.clone().ok_or_else(|| anyhow::anyhow!("--qa needs --corpus DIR"))?;
+    let model = app.config.embed.model.clone();
+    let embedder = app.embedder(Some(&model))?;
+    let generator = app.generator(args.llm.as_deref())?;
+    let reranker = match &args.reranker {
+        Some(name) => app.reranker_named(name)?,
+        None => app.reranker()?,
+    };
+    let mut retrieve = app.retrieve_options();
+    let scorer = reranker.as_ref().map_or(model.clone(), |r| r.model_id().to_string());
+    retrieve.floor = app.config.retrieve.floors.get(&scorer).copied();
+    let mut answer = app.answer_options();
+    answer.passages = args.passages.unwrap_or(answer.passages);
+    answer.passage_chars = args.passage_chars.unwrap_or(answer.passage_chars);
+    answer.max_tokens = args.max_tokens.unwrap_or(answer.max_tokens);
+    let ingest = app.ingest_options("qa", None)?;
+    let key = {
+        use sha2::Digest;
+        hex::encode(sha2::Sha256::digest(std::fs::canonicalize(&corpus)?.to_string_lossy().as_bytes()))
+    };
+    let scratch = args.scratch.clone().unwrap_or_else(|| cache_dir().join(format!("qa-{}-{model}", &key[..12])));
+    let plan = QaPlan {
+        questions: questions.to_path_buf(),
+        corpus,
+        scratch,
+        ingest,
+        retrieve,
+        answer,
+        support: app.config.answer.support.parse()?,
+    };
+    let quiet = g.quiet;
+    let report = qa_run(&plan, embedder, generator, reranker, &mut |msg| {
+        if !quiet {
+            eprintln!("{msg}");
+        }
+    })?;
+    let command = std::iter::once("ragbox".to_string()).chain(std::env::args().skip(1)).collect::<Vec<_>>().join(" ");
+    let row = markdown_row(&report, &args.label);
+    if g.json {
+        print_json(&report)?;
+    } else {
+        print!("{}{row}", markdown_header());
+        for r in &report.rows {
+            println!("- {} → {}", r.question, r.answer.replace('\n', " "));
+        }
+    }
+    if !args.no_report {
+        use std::io::Write;
+        let mut f = std::fs::OpenOptions::new().create(true).append(true).open(&args.report)?;
+        writeln!(f, "\n<!-- eval --qa on {}: `{command}` -->\n{}{row}", machine(), markdown_header())?;
+        eprintln!("report appended to {}", args.report.display());
+    }
+    Ok(0)
+}
+
 /// Appends the markdown to the report and writes the plots beside it.
 fn write_report(args: &EvalArgs, report: &EvalReport, md: &str) -> anyhow::Result<()> {
     use std::io::Write;
@@ -224,7 +305,7 @@ fn write_report(args: &EvalArgs, report: &EvalReport, md: &str) -> anyhow::Resul
     }
     let mut f = std::fs::OpenOptions::new().create(true).append(true).open(&args.report)?;
     f.write_all(md.as_bytes())?;
-    let name = args.data.file_name().map_or("data".into(), |n| n.to_string_lossy().to_string());
+    let name = args.data.as_deref().and_then(|d| d.file_name()).map_or("data".into(), |n| n.to_string_lossy().to_string());
     let dir = args.report.parent().unwrap_or(std::path::Path::new("."));
     let rows: Vec<(String, [f64; 4])> =
         report.configs.iter().map(|c| (c.name.clone(), [c.ndcg_at_10, c.recall_at_10, c.recall_at_100, c.mrr_at_10])).collect();

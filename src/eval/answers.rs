@@ -303,7 +303,7 @@ pub fn run(
 /// it: every marker left in the text is read back, and it counts as valid only when it names a
 /// passage the generator was given and its citation maps to that passage's chunk and document.
 /// Returns (valid markers, all markers).
-fn checked_citations(a: &Answer) -> (usize, usize) {
+pub(crate) fn checked_citations(a: &Answer) -> (usize, usize) {
     // Parsed with no valid ids, every marker in the text comes back as written.
     let written = cite::parse_answer(&a.answer, &[]).invalid;
     let valid = written
@@ -452,6 +452,7 @@ mod tests {
             model: Some("m".into()),
             support_method: SupportMethod::Off,
             timings: Default::default(),
+            hit_token_cap: false,
         }
     }
 

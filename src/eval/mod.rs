@@ -4,4 +4,5 @@ pub mod answers;
 pub mod beir;
 pub mod metrics;
 pub mod plot;
+pub mod qa;
 pub mod run;

@@ -1,0 +1,397 @@
+//! Reference-answer evaluation (`ragbox eval --qa FILE --corpus DIR`): questions with a short
+//! reference answer and the evidence sentence (`tests/data/corpus-questions.jsonl`), asked through
+//! the whole answer path over a folder of documents.
+//!
+//! Built to catch an answer that "copies passage 1 until the token cap": it scores the answer's
+//! words against the reference (SQuAD-style token F1, token recall and exact match), whether the
+//! passage holding the evidence was given and cited, citation validity (read back from the text),
+//! the share of sentences flagged unsupported, the share of the answer copied verbatim from a
+//! passage (runs of [`COPY_RUN`] words or more), answers that hit the token cap, refusals on both
+//! sides, and time. One [`QaRow`] per question for inspection.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use serde::{Deserialize, Serialize};
+
+use crate::answer::cite::strip_markers;
+use crate::answer::support::{SupportChecker, SupportMethod};
+use crate::answer::{Answer, AnswerOptions, Answerer, Refusal};
+use crate::embed::Embedder;
+use crate::error::{Error, Result};
+use crate::eval::answers::checked_citations;
+use crate::eval::metrics::percentile;
+use crate::eval::run::Progress;
+use crate::generate::{block_on, Discard, Generator};
+use crate::ingest::{ingest, IngestOptions};
+use crate::rerank::Reranker;
+use crate::retrieve::{RetrieveOptions, Retriever};
+use crate::store::{Store, VectorOptions};
+
+/// Words in a row, copied verbatim from a passage, that count as copying.
+pub const COPY_RUN: usize = 8;
+
+/// One question of the set (extra fields, such as `note`, are ignored).
+#[derive(Debug, Clone, Deserialize)]
+pub struct QaQuestion {
+    /// The question.
+    pub question: String,
+    /// A short reference answer; `null` when the documents do not answer it.
+    pub answer: Option<String>,
+    /// The document (relative to the corpus folder) that answers it.
+    pub file: Option<String>,
+    /// A sentence (or table row) of that document that holds the answer.
+    pub evidence: Option<String>,
+    /// False for questions the documents do not answer (they must be refused).
+    pub answerable: bool,
+}
+
+/// What to evaluate.
+pub struct QaPlan {
+    /// The questions (JSON lines of [`QaQuestion`]).
+    pub questions: PathBuf,
+    /// The documents they are about.
+    pub corpus: PathBuf,
+    /// Scratch folder for the store (reused: ingest is incremental).
+    pub scratch: PathBuf,
+    /// Ingest settings; `tenant` names the scratch tenant.
+    pub ingest: IngestOptions,
+    /// Retrieval settings, floor included.
+    pub retrieve: RetrieveOptions,
+    /// Answer settings.
+    pub answer: AnswerOptions,
+    /// The support method answers are flagged with.
+    pub support: SupportMethod,
+}
+
+/// One question's outcome.
+#[derive(Debug, Clone, Serialize)]
+pub struct QaRow {
+    /// The question.
+    pub question: String,
+    /// The reference answer.
+    pub reference: Option<String>,
+    /// Whether the documents answer it.
+    pub answerable: bool,
+    /// The answer text.
+    pub answer: String,
+    /// Why it was refused, if it was.
+    pub refusal: Option<Refusal>,
+    /// Token F1 against the reference (answerable questions).
+    pub f1: f64,
+    /// Share of the reference's tokens found in the answer.
+    pub recall: f64,
+    /// The normalised answer equals the normalised reference.
+    pub exact: bool,
+    /// A passage given to the model held the evidence.
+    pub evidence_given: bool,
+    /// A valid citation names a passage that holds the evidence.
+    pub evidence_cited: bool,
+    /// Valid citation markers / markers in the text.
+    pub citations: [usize; 2],
+    /// Sentences flagged unsupported / sentences.
+    pub unsupported: [usize; 2],
+    /// Share of the answer's words inside verbatim runs of [`COPY_RUN`]+ words from a passage.
+    pub copied_share: f64,
+    /// The answer stopped at the token cap.
+    pub hit_token_cap: bool,
+    /// Milliseconds to the first token (0 when no model was called).
+    pub first_token_ms: f64,
+    /// Milliseconds from the question to the checked answer.
+    pub total_ms: f64,
+}
+
+/// Everything `eval --qa` reports.
+#[derive(Debug, Clone, Serialize)]
+pub struct QaReport {
+    /// Generator.
+    pub model: String,
+    /// Answer settings used.
+    pub passages: usize,
+    /// Most characters per passage.
+    pub passage_chars: usize,
+    /// The token cap.
+    pub max_tokens: usize,
+    /// Answerable questions asked.
+    pub answerable: usize,
+    /// Of those, refused (by the floor or the model): misses.
+    pub answerable_refused: usize,
+    /// Mean token F1 over answerable questions (a refusal scores 0).
+    pub f1: f64,
+    /// Mean token recall over answerable questions.
+    pub recall: f64,
+    /// Exact matches / answerable.
+    pub exact: f64,
+    /// Answerable questions whose answer reaches at least half of the reference's tokens.
+    pub reached: f64,
+    /// Answerable questions whose evidence passage was given to the model.
+    pub evidence_given: f64,
+    /// Answerable questions whose evidence passage was cited.
+    pub evidence_cited: f64,
+    /// Answerable questions both reached and evidence-cited: the headline.
+    pub reached_and_cited: f64,
+    /// Valid citation markers / all markers, over answers.
+    pub citation_validity: f64,
+    /// Sentences flagged unsupported / sentences.
+    pub unsupported_share: f64,
+    /// Mean share of answers copied verbatim in long runs.
+    pub copied_share: f64,
+    /// Answers that hit the token cap / answers generated.
+    pub hit_token_cap: f64,
+    /// Unanswerable questions asked.
+    pub unanswerable: usize,
+    /// Of those, refused (correct).
+    pub unanswerable_refused: usize,
+    /// Time to first token, ms (p50, p95).
+    pub first_token_ms: [f64; 2],
+    /// Whole answer, ms (p50, p95).
+    pub total_ms: [f64; 2],
+    /// Every question.
+    pub rows: Vec<QaRow>,
+}
+
+/// Reads the questions.
+pub fn load(path: &Path) -> Result<Vec<QaQuestion>> {
+    let text = std::fs::read_to_string(path).map_err(Error::path(path))?;
+    let mut out = Vec::new();
+    for (i, line) in text.lines().enumerate().filter(|(_, l)| !l.trim().is_empty()) {
+        let q: QaQuestion = serde_json::from_str(line)
+            .map_err(|e| Error::Invalid(format!("{}:{}: not a question line: {e}", path.display(), i + 1)))?;
+        if q.answerable && (q.answer.is_none() || q.evidence.is_none()) {
+            return Err(Error::Invalid(format!("{}:{}: an answerable question needs `answer` and `evidence`", path.display(), i + 1)));
+        }
+        out.push(q);
+    }
+    if out.is_empty() {
+        return Err(Error::Invalid(format!("{} holds no questions", path.display())));
+    }
+    Ok(out)
+}
+
+/// SQuAD's answer normalisation: lower case, punctuation and articles dropped, words.
+pub fn words(text: &str) -> Vec<String> {
+    text.to_lowercase()
+        .split(|c: char| !c.is_alphanumeric())
+        .filter(|w| !w.is_empty() && !matches!(*w, "a" | "an" | "the"))
+        .map(str::to_string)
+        .collect()
+}
+
+/// Token F1 and recall of `answer` against `reference` (bags of words, SQuAD's definition).
+pub fn f1_recall(answer: &[String], reference: &[String]) -> (f64, f64) {
+    let mut pool: std::collections::HashMap<&str, usize> = std::collections::HashMap::new();
+    for w in reference {
+        *pool.entry(w).or_default() += 1;
+    }
+    let mut common = 0usize;
+    for w in answer {
+        if let Some(n) = pool.get_mut(w.as_str()).filter(|n| **n > 0) {
+            *n -= 1;
+            common += 1;
+        }
+    }
+    if common == 0 {
+        return (0.0, 0.0);
+    }
+    let precision = common as f64 / answer.len() as f64;
+    let recall = common as f64 / reference.len() as f64;
+    (2.0 * precision * recall / (precision + recall), recall)
+}
+
+/// Share of `answer`'s words that lie in a run of at least `run` consecutive words found, in the
+/// same order, in one of `passages`.
+pub fn copied_share(answer: &[String], passages: &[Vec<String>], run: usize) -> f64 {
+    if answer.is_empty() {
+        return 0.0;
+    }
+    let mut covered = vec![false; answer.len()];
+    for p in passages {
+        for i in 0..answer.len() {
+            for j in 0..p.len() {
+                let len = answer[i..].iter().zip(&p[j..]).take_while(|(a, b)| a == b).count();
+                if len >= run {
+                    covered[i..i + len].iter_mut().for_each(|c| *c = true);
+                }
+            }
+        }
+    }
+    covered.iter().filter(|&&c| c).count() as f64 / answer.len() as f64
+}
+
+/// Whether `passage` holds `evidence` (both normalised to words: tables, markup and spacing differ).
+fn holds(passage: &str, evidence: &[String]) -> bool {
+    let p = words(passage);
+    !evidence.is_empty() && p.windows(evidence.len()).any(|w| w == evidence)
+}
+
+fn score(q: &QaQuestion, a: &Answer, total_ms: f64, max_tokens: usize) -> QaRow {
+    let text = strip_markers(&a.answer);
+    let answer_words = words(&text);
+    let reference_words = q.answer.as_deref().map(words).unwrap_or_default();
+    let (f1, recall) = if a.refused { (0.0, 0.0) } else { f1_recall(&answer_words, &reference_words) };
+    let evidence = q.evidence.as_deref().map(words).unwrap_or_default();
+    let given: Vec<&crate::answer::Source> = a.sources.iter().filter(|s| holds(&s.text, &evidence)).collect();
+    let evidence_cited = !a.refused && a.citations.iter().any(|c| given.iter().any(|s| s.id == c.id && s.chunk == c.chunk));
+    let (valid, written) = if a.refused { (0, 0) } else { checked_citations(a) };
+    let passages: Vec<Vec<String>> = a.sources.iter().map(|s| words(&s.text)).collect();
+    QaRow {
+        question: q.question.clone(),
+        reference: q.answer.clone(),
+        answerable: q.answerable,
+        answer: a.answer.clone(),
+        refusal: a.refusal,
+        f1,
+        recall,
+        exact: !a.refused && !reference_words.is_empty() && answer_words == reference_words,
+        evidence_given: !given.is_empty(),
+        evidence_cited,
+        citations: [valid, written],
+        unsupported: [a.sentences.iter().filter(|s| !s.supported).count(), a.sentences.len()],
+        copied_share: if a.refused { 0.0 } else { copied_share(&answer_words, &passages, COPY_RUN) },
+        hit_token_cap: a.model.is_some() && a.timings.completion_tokens >= max_tokens,
+        first_token_ms: a.timings.first_token_ms,
+        total_ms,
+    }
+}
+
+/// Runs the plan with `embedder` (the index's model), `generator` and an optional reranker.
+pub fn run(
+    plan: &QaPlan,
+    embedder: Arc<dyn Embedder>,
+    generator: Arc<dyn Generator>,
+    reranker: Option<Arc<dyn Reranker>>,
+    progress: Progress<'_>,
+) -> Result<QaReport> {
+    let questions = load(&plan.questions)?;
+    let store = Store::open(&plan.scratch, VectorOptions::default())?;
+    progress(&format!("ingest {} into tenant {}", plan.corpus.display(), plan.ingest.tenant));
+    ingest(&store, &embedder, &plan.corpus, &plan.ingest, &mut |_| {})?;
+    let tenant = store.catalog().require_tenant(&plan.ingest.tenant)?;
+    let retriever = Retriever::new(&store, &tenant, Some(embedder.clone()), reranker, plan.retrieve.clone())?;
+    let checker = match plan.support {
+        SupportMethod::Similarity => SupportChecker::Similarity(embedder.clone()),
+        SupportMethod::Llm => SupportChecker::Llm(generator.clone()),
+        SupportMethod::Off => SupportChecker::Off,
+    };
+    let answerer = Answerer::new(generator.clone(), checker, plan.answer.clone());
+    let mut rows = Vec::new();
+    for (i, q) in questions.iter().enumerate() {
+        let t = std::time::Instant::now();
+        let retrieval = retriever.retrieve(&q.question)?;
+        let a = block_on(answerer.answer(&q.question, &q.question, &retrieval, &mut Discard))?;
+        let row = score(q, &a, t.elapsed().as_secs_f64() * 1e3, plan.answer.max_tokens);
+        progress(&format!(
+            "{}/{} {}: F1 {:.2}, evidence {}, {:.1} s",
+            i + 1,
+            questions.len(),
+            if row.refusal.is_some() { "refused" } else { "answered" },
+            row.f1,
+            if row.evidence_cited { "cited" } else if row.evidence_given { "given, not cited" } else { "not given" },
+            row.total_ms / 1e3
+        ));
+        rows.push(row);
+    }
+    Ok(summarise(generator.model_id(), &plan.answer, rows))
+}
+
+fn summarise(model: &str, options: &AnswerOptions, rows: Vec<QaRow>) -> QaReport {
+    let answerable: Vec<&QaRow> = rows.iter().filter(|r| r.answerable).collect();
+    let answered: Vec<&QaRow> = rows.iter().filter(|r| r.refusal.is_none()).collect();
+    let share = |n: usize, of: usize| if of == 0 { 0.0 } else { n as f64 / of as f64 };
+    let mean = |xs: &mut dyn Iterator<Item = f64>, of: usize| if of == 0 { 0.0 } else { xs.sum::<f64>() / of as f64 };
+    let n = answerable.len();
+    let (valid, written) = answered.iter().fold((0, 0), |(v, w), r| (v + r.citations[0], w + r.citations[1]));
+    let (flagged, sentences) = answered.iter().fold((0, 0), |(f, s), r| (f + r.unsupported[0], s + r.unsupported[1]));
+    let mut ttft: Vec<f64> = answered.iter().filter(|r| r.first_token_ms > 0.0).map(|r| r.first_token_ms).collect();
+    let mut total: Vec<f64> = answered.iter().map(|r| r.total_ms).collect();
+    ttft.sort_by(f64::total_cmp);
+    total.sort_by(f64::total_cmp);
+    let unanswerable = rows.len() - n;
+    QaReport {
+        model: model.to_string(),
+        passages: options.passages,
+        passage_chars: options.passage_chars,
+        max_tokens: options.max_tokens,
+        answerable: n,
+        answerable_refused: answerable.iter().filter(|r| r.refusal.is_some()).count(),
+        f1: mean(&mut answerable.iter().map(|r| r.f1), n),
+        recall: mean(&mut answerable.iter().map(|r| r.recall), n),
+        exact: share(answerable.iter().filter(|r| r.exact).count(), n),
+        reached: share(answerable.iter().filter(|r| r.recall >= 0.5).count(), n),
+        evidence_given: share(answerable.iter().filter(|r| r.evidence_given).count(), n),
+        evidence_cited: share(answerable.iter().filter(|r| r.evidence_cited).count(), n),
+        reached_and_cited: share(answerable.iter().filter(|r| r.recall >= 0.5 && r.evidence_cited).count(), n),
+        citation_validity: if written == 0 { 1.0 } else { share(valid, written) },
+        unsupported_share: share(flagged, sentences),
+        copied_share: mean(&mut answered.iter().map(|r| r.copied_share), answered.len()),
+        hit_token_cap: share(answered.iter().filter(|r| r.hit_token_cap).count(), answered.len()),
+        unanswerable,
+        unanswerable_refused: rows.iter().filter(|r| !r.answerable && r.refusal.is_some()).count(),
+        first_token_ms: [percentile(&ttft, 50.0), percentile(&ttft, 95.0)],
+        total_ms: [percentile(&total, 50.0), percentile(&total, 95.0)],
+        rows,
+    }
+}
+
+/// One markdown table row of the report's headline figures (see [`markdown_header`]).
+pub fn markdown_row(r: &QaReport, label: &str) -> String {
+    format!(
+        "| {label} | {} | {:.0}% | {:.2} | {:.2} | {:.0}% | {:.0}% | {:.0}% | {:.0}% | {:.0}% | {:.0}% | {}/{} | {}/{} | {:.1} | {:.1} |\n",
+        r.model,
+        r.reached_and_cited * 100.0,
+        r.f1,
+        r.recall,
+        r.evidence_cited * 100.0,
+        r.citation_validity * 100.0,
+        r.unsupported_share * 100.0,
+        r.copied_share * 100.0,
+        r.hit_token_cap * 100.0,
+        r.exact * 100.0,
+        r.answerable_refused,
+        r.answerable,
+        r.unanswerable_refused,
+        r.unanswerable,
+        r.first_token_ms[0] / 1e3,
+        r.total_ms[0] / 1e3,
+    )
+}
+
+/// The header of [`markdown_row`]'s table.
+pub fn markdown_header() -> &'static str {
+    "| variant | model | reached & cited | F1 | recall | evidence cited | citation validity | unsupported | copied | hit cap | exact | answerable refused | unanswerable refused | first token p50 (s) | answer p50 (s) |\n\
+     |---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n"
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn w(s: &str) -> Vec<String> {
+        words(s)
+    }
+
+    #[test]
+    fn f1_is_squad_token_overlap() {
+        assert_eq!(f1_recall(&w("GBP 210"), &w("GBP 210")), (1.0, 1.0));
+        let (f1, recall) = f1_recall(&w("The cap is GBP 210 per night."), &w("GBP 210"));
+        assert_eq!(recall, 1.0);
+        assert!((f1 - 2.0 * (2.0 / 6.0) / (2.0 / 6.0 + 1.0)).abs() < 1e-9, "{f1}");
+        assert_eq!(f1_recall(&w("no idea"), &w("GBP 210")), (0.0, 0.0));
+        assert_eq!(w("The Policy, an example!"), vec!["policy", "example"]);
+    }
+
+    #[test]
+    fn copying_is_measured_in_long_verbatim_runs() {
+        let passage = w("Submit each expense claim in the ExpensePoint app within 30 days of the last day of the trip.");
+        let copied = w("Submit each expense claim in the ExpensePoint app within 30 days of the last day of the trip.");
+        assert_eq!(copied_share(&copied, std::slice::from_ref(&passage), COPY_RUN), 1.0);
+        let own = w("You have 30 days after the trip ends to submit the claim.");
+        assert_eq!(copied_share(&own, std::slice::from_ref(&passage), COPY_RUN), 0.0);
+    }
+
+    #[test]
+    fn evidence_matches_across_table_markup() {
+        assert!(holds("| City | Per diem | Hotel |\n|---|---|---|\n| London  | GBP 65 | GBP 210 |", &w("| London | GBP 65 | GBP 210 |")));
+        assert!(!holds("| Paris | EUR 70 | EUR 190 |", &w("| London | GBP 65 | GBP 210 |")));
+    }
+}
