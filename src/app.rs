@@ -185,6 +185,7 @@ impl App {
             max_tokens: g.max_tokens,
             temperature: g.temperature,
             support_floor: a.support_floor,
+            prompt: a.prompt.parse().unwrap_or_default(),
         }
     }
 

@@ -135,6 +135,8 @@ pub struct AnswerSection {
     pub support_floor: f32,
     /// Prior turns a follow-up may be rewritten with.
     pub memory_turns: usize,
+    /// The answer prompt's layout: labelled, tagged or system-context (docs/EVAL.md).
+    pub prompt: String,
 }
 
 /// The configuration as written.
@@ -362,6 +364,9 @@ impl Config {
         }
         if g.max_tokens == 0 || g.max_num_seqs == 0 || raw.answer.passages == 0 || raw.answer.passage_chars == 0 {
             return Err(Error::Config("generate.max_tokens, generate.max_num_seqs, answer.passages and answer.passage_chars must be at least 1".into()));
+        }
+        if !["labelled", "tagged", "system-context"].contains(&raw.answer.prompt.as_str()) {
+            return Err(Error::Config(format!("answer.prompt = `{}`: use labelled, tagged or system-context", raw.answer.prompt)));
         }
         if !["similarity", "llm", "off"].contains(&raw.answer.support.as_str()) {
             return Err(Error::Config(format!("answer.support = `{}`: use similarity, llm or off", raw.answer.support)));

@@ -29,7 +29,7 @@ use crate::store::ChunkRow;
 use crate::types::{ChunkId, DocId, Lines, Span};
 
 use cite::{parse_answer, strip_markers};
-use prompt::{answer_messages, is_no_answer, PromptPassage};
+use prompt::{answer_messages_in, is_no_answer, PromptPassage};
 use support::{Claim, SupportChecker, SupportMethod};
 
 /// What the answer says when retrieval found no good source.
@@ -48,11 +48,13 @@ pub struct AnswerOptions {
     pub temperature: f64,
     /// Below this support score a cited sentence is flagged.
     pub support_floor: f32,
+    /// The prompt's layout.
+    pub prompt: prompt::AnswerPrompt,
 }
 
 impl Default for AnswerOptions {
     fn default() -> Self {
-        AnswerOptions { passages: 3, passage_chars: 800, max_tokens: 96, temperature: 0.0, support_floor: 0.65 }
+        AnswerOptions { passages: 3, passage_chars: 800, max_tokens: 96, temperature: 0.0, support_floor: 0.65, prompt: prompt::AnswerPrompt::default() }
     }
 }
 
@@ -350,7 +352,7 @@ pub fn prompt_for(question: &str, retrieval: &Retrieval, options: &AnswerOptions
         .enumerate()
         .map(|(i, s)| PromptPassage { id: s.id, document: &names[i], section: &sections[i], page: s.page, text: &s.text })
         .collect();
-    (answer_messages(question, &passages), sources)
+    (answer_messages_in(options.prompt, question, &passages), sources)
 }
 
 /// Turns a retrieval into an answer.

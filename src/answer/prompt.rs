@@ -13,7 +13,7 @@
 //! small model is not tempted to echo entities; attribute values escape `&`, `<`, `>` and `"`.
 //!
 //! ```
-//! use ragbox::answer::prompt::{answer_messages, is_no_answer, PromptPassage, NO_ANSWER};
+//! use ragbox::answer::prompt::{answer_messages, answer_messages_in, is_no_answer, AnswerPrompt, PromptPassage, NO_ANSWER};
 //! let passages = [PromptPassage {
 //!     id: 1,
 //!     document: "Travel policy",
@@ -24,6 +24,8 @@
 //! let messages = answer_messages("Am I insured abroad?", &passages);
 //! assert_eq!(messages.len(), 2);
 //! assert!(messages[1].content.contains(r#"<passage id="1">[1] Travel policy, 4 Travel > 4.2 Insurance (page 2): Staff"#));
+//! let tagged = answer_messages_in(AnswerPrompt::Tagged, "Am I insured abroad?", &passages);
+//! assert!(tagged[1].content.contains(r#"<passage id="1" source="Travel policy, 4 Travel / 4.2 Insurance (page 2)">Staff"#));
 //! assert!(is_no_answer(NO_ANSWER));
 //! ```
 
@@ -53,41 +55,103 @@ pub struct PromptPassage<'a> {
 const ANSWER_SYSTEM: &str = "You are a helpful assistant that answers questions about company documents. \
      When no passage answers the question, you say: The documents provided do not answer this question.";
 
+/// The answer prompt's layout. `ragbox eval --qa --prompt NAME` compares them (docs/EVAL.md);
+/// `answer.prompt` picks one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum AnswerPrompt {
+    /// Each passage opens with `[id] document, section:` (the first layout). The 0.5B model
+    /// copies that opening and the passage after it until the token cap.
+    #[default]
+    Labelled,
+    /// The label in the passage tag's attributes, the text alone inside; the rules ask for a
+    /// short answer in the model's own words. The 0.5B model then declined most answerable
+    /// questions. (A variant with one example answer had it repeat the example every time.)
+    Tagged,
+    /// The passages in the system message as context ("Passage 1 (label): text"), the user
+    /// message only the question and the rule: the layout chat models meet most in training.
+    SystemContext,
+}
+
+impl std::str::FromStr for AnswerPrompt {
+    type Err = crate::error::Error;
+    fn from_str(s: &str) -> crate::error::Result<Self> {
+        match s {
+            "labelled" => Ok(AnswerPrompt::Labelled),
+            "tagged" => Ok(AnswerPrompt::Tagged),
+            "system-context" => Ok(AnswerPrompt::SystemContext),
+            other => Err(crate::error::Error::Invalid(format!(
+                "unknown answer prompt `{other}`; use labelled, tagged or system-context"
+            ))),
+        }
+    }
+}
+
+/// A passage's label: document and section, the document named once.
+fn label(p: &PromptPassage) -> String {
+    let (document, section) = (p.document.trim(), p.section.trim());
+    let mut label = if section.is_empty() {
+        document.to_string()
+    } else if section.starts_with(document) {
+        section.to_string()
+    } else {
+        format!("{document}, {section}")
+    };
+    if let Some(page) = p.page {
+        let _ = write!(label, " (page {page})");
+    }
+    label
+}
+
+/// The grounded-answer prompt in the default layout ([`AnswerPrompt::default`]).
+pub fn answer_messages(question: &str, passages: &[PromptPassage]) -> Vec<Message> {
+    answer_messages_in(AnswerPrompt::default(), question, passages)
+}
+
 /// The grounded-answer prompt: a short system message, then one user message with the question,
-/// the passages in `<passages>` tags (in the order given: most relevant first; each `[id]
-/// document, section: text`), the question again, and the rules.
+/// the passages in `<passages>` tags (in the order given: most relevant first), the question
+/// again, and the rules.
 ///
-/// The layout was chosen on Qwen2.5-Coder-0.5B-Instruct (docs/EVAL.md): with the passages before
+/// The order was chosen on Qwen2.5-Coder-0.5B-Instruct (docs/EVAL.md): with the passages before
 /// a lone question and the rules in the system message it listed ids ("[1] [2] [3]") or cited
 /// the wrong passage; asked the question first, then the passages, then the question with the
 /// rules, it picked and cited the passage that answers. The "no answer" sentence sits in the
 /// system message: as the last line of the user message the model repeated it for nearly every
-/// question (7 of 8 answerable sample questions).
-pub fn answer_messages(question: &str, passages: &[PromptPassage]) -> Vec<Message> {
+/// question (7 of 8 answerable sample questions). How each passage is shown is the `style`.
+pub fn answer_messages_in(style: AnswerPrompt, question: &str, passages: &[PromptPassage]) -> Vec<Message> {
     let question = escape_text(question.trim());
+    if style == AnswerPrompt::SystemContext {
+        let mut system = String::from("You answer questions about company documents using only these passages.\n\n");
+        for p in passages {
+            let _ = write!(system, "Passage {} ({}): {}\n\n", p.id, escape_text(&label(p)), escape_text(&flatten(p.text)));
+        }
+        system.push_str(&format!("If the passages do not answer the question, say: {NO_ANSWER}"));
+        let user = format!(
+            "{question}\n\nAnswer in one short sentence with the exact figure, date or name, \
+             and end it with the passage number in square brackets, like [1]."
+        );
+        return vec![Message::system(system), Message::user(user)];
+    }
     let mut user = String::with_capacity(256 + passages.iter().map(|p| p.text.len() + 128).sum::<usize>());
     let _ = write!(user, "Question: {question}\n\n<passages>\n");
     for p in passages {
-        // The section path usually starts with the document's title: name it once.
-        let (document, section) = (p.document.trim(), p.section.trim());
-        let label = if section.is_empty() {
-            document.to_string()
-        } else if section.starts_with(document) {
-            section.to_string()
+        let text = escape_text(&flatten(p.text));
+        if style == AnswerPrompt::Labelled {
+            let _ = writeln!(user, "<passage id=\"{}\">[{}] {}: {text}</passage>", p.id, p.id, escape_text(&label(p)));
         } else {
-            format!("{document}, {section}")
-        };
-        let _ = write!(user, "<passage id=\"{}\">[{}] {}", p.id, p.id, escape_text(&label));
-        if let Some(page) = p.page {
-            let _ = write!(user, " (page {page})");
+            let source = escape_attr(&label(p).replace(" > ", " / "));
+            let _ = writeln!(user, "<passage id=\"{}\" source=\"{source}\">{text}</passage>", p.id);
         }
-        let _ = writeln!(user, ": {}</passage>", escape_text(&flatten(p.text)));
     }
-    let _ = write!(
-        user,
-        "</passages>\n\nQuestion: {question}\n\nAnswer the question in one or two sentences using only the passages. \
+    let rules = if style == AnswerPrompt::Labelled {
+        "Answer the question in one or two sentences using only the passages. \
          Put the passage number in square brackets at the end of each sentence, like [1]."
-    );
+    } else {
+        "Answer the question in one short sentence in your own words, using only the passages. \
+         Give the exact figure, date or name the question asks for. \
+         End the sentence with the id of the passage it comes from in square brackets, like [1]."
+    };
+    let _ = write!(user, "</passages>\n\nQuestion: {question}\n\n{rules}");
     vec![Message::system(ANSWER_SYSTEM), Message::user(user)]
 }
 

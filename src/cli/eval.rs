@@ -38,6 +38,10 @@ pub struct EvalArgs {
     /// With --qa: the token cap (default: `generate.max_tokens`).
     #[arg(long)]
     pub max_tokens: Option<usize>,
+    /// With --qa: the answer prompt's layout (default: `answer.prompt`): labelled, tagged,
+    /// system-context.
+    #[arg(long)]
+    pub prompt: Option<String>,
     /// The qrels split to evaluate.
     #[arg(long, default_value = "test")]
     pub split: String,
@@ -257,6 +261,9 @@ fn run_qa(g: &GlobalArgs, app: &ragbox::app::App, args: &EvalArgs, questions: &s
     answer.passages = args.passages.unwrap_or(answer.passages);
     answer.passage_chars = args.passage_chars.unwrap_or(answer.passage_chars);
     answer.max_tokens = args.max_tokens.unwrap_or(answer.max_tokens);
+    if let Some(p) = &args.prompt {
+        answer.prompt = p.parse()?;
+    }
     let ingest = app.ingest_options("qa", None)?;
     let key = {
         use sha2::Digest;
