@@ -68,7 +68,7 @@ pub enum AnswerPrompt {
     /// short answer in the model's own words. The 0.5B model then declined most answerable
     /// questions. (A variant with one example answer had it repeat the example every time.)
     Tagged,
-    /// The passages in the system message as context ("Passage 1 (label): text"), the user
+    /// The passages in the system message as context ("[1] label: text"), the user
     /// message only the question and the rule: the layout chat models meet most in training.
     SystemContext,
 }
@@ -123,12 +123,13 @@ pub fn answer_messages_in(style: AnswerPrompt, question: &str, passages: &[Promp
     if style == AnswerPrompt::SystemContext {
         let mut system = String::from("You answer questions about company documents using only these passages.\n\n");
         for p in passages {
-            let _ = write!(system, "Passage {} ({}): {}\n\n", p.id, escape_text(&label(p)), escape_text(&flatten(p.text)));
+            let _ = write!(system, "[{}] {}: {}\n\n", p.id, escape_text(&label(p)), escape_text(&flatten(p.text)));
         }
         system.push_str(&format!("If the passages do not answer the question, say: {NO_ANSWER}"));
         let user = format!(
-            "{question}\n\nAnswer in one short sentence with the exact figure, date or name, \
-             and end it with the passage number in square brackets, like [1]."
+            "{question}\n\nAnswer in one short sentence with the exact figure, date or name from the passages. \
+             End the sentence with the number of the passage it comes from, in square brackets: {}.",
+            id_choices(passages)
         );
         return vec![Message::system(system), Message::user(user)];
     }
@@ -153,6 +154,16 @@ pub fn answer_messages_in(style: AnswerPrompt, question: &str, passages: &[Promp
     };
     let _ = write!(user, "</passages>\n\nQuestion: {question}\n\n{rules}");
     vec![Message::system(ANSWER_SYSTEM), Message::user(user)]
+}
+
+/// The passages' ids as the model should write them: "[1]", "[1] or [2]", "[1], [2] or [3]".
+fn id_choices(passages: &[PromptPassage]) -> String {
+    let ids: Vec<String> = passages.iter().map(|p| format!("[{}]", p.id)).collect();
+    match ids.split_last() {
+        None => "[1]".to_string(),
+        Some((last, [])) => last.clone(),
+        Some((last, rest)) => format!("{} or {last}", rest.join(", ")),
+    }
 }
 
 /// A passage on one line: whitespace collapsed, markdown heading marks dropped (the model copies

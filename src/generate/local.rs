@@ -27,6 +27,35 @@ fn llm_error(what: &str, e: impl std::fmt::Display) -> Error {
     Error::Generate(format!("{what}: {e:#}"))
 }
 
+/// The GGUF architectures mistralrs 0.8's GGUF loader builds a model for.
+const ARCHITECTURES: &[&str] = &["llama", "mistral3", "phi2", "phi3", "starcoder2", "qwen2", "qwen3", "qwen3moe"];
+
+/// Reads the file's `general.architecture` and refuses one mistralrs cannot run, before the
+/// load, so the error names the file and the fix instead of a loader's internal message.
+pub fn check_architecture(file: &std::path::Path) -> Result<String> {
+    use candle_core::quantized::gguf_file;
+    let mut reader = std::fs::File::open(file)
+        .map(std::io::BufReader::new)
+        .map_err(|e| Error::Invalid(format!("{}: {e}", file.display())))?;
+    let content = gguf_file::Content::read(&mut reader)
+        .map_err(|e| Error::Invalid(format!("{}: not a readable GGUF file ({e}); fetch it again with scripts/fetch-models.sh", file.display())))?;
+    let architecture = content
+        .metadata
+        .get("general.architecture")
+        .and_then(|v| v.to_string().ok())
+        .map(|s| s.to_ascii_lowercase())
+        .ok_or_else(|| Error::Invalid(format!("{}: the GGUF file names no general.architecture", file.display())))?;
+    if !ARCHITECTURES.contains(&architecture.as_str()) {
+        return Err(Error::Invalid(format!(
+            "{}: GGUF architecture `{architecture}` is not a chat model ragbox can run (supported: {}); \
+             set generate.model to one of the LLMs `ragbox models list` shows",
+            file.display(),
+            ARCHITECTURES.join(", ")
+        )));
+    }
+    Ok(architecture)
+}
+
 fn role(r: Role) -> TextMessageRole {
     match r {
         Role::System => TextMessageRole::System,
@@ -51,6 +80,7 @@ impl GgufGenerator {
             // mistralrs treats a model id that is not an existing folder as a hub repository.
             return Err(Error::Invalid(format!("{} is not a folder; refusing to let the model id reach the hub", dir.display())));
         }
+        check_architecture(&options.file)?;
         if options.dequantize {
             // Read by candle's QMatMul when each weight is loaded (per thread, on first use), so
             // it must be set before the load starts; it affects only quantised weights.

@@ -217,3 +217,28 @@ fn llm_context_annotates_each_chunk_once() {
     let ctx = v["retrieval"]["hits"][0]["chunk"]["context"].as_str().unwrap();
     assert!(ctx.starts_with("Remote Work Policy") && ctx.len() > "Remote Work Policy > 4 Working from abroad".len() + 10, "structural and LLM context: {ctx}");
 }
+
+#[test]
+fn a_gguf_file_that_is_no_chat_model_is_refused_with_the_fix() {
+    // nomic-embed-text-v1.5 ships as a GGUF of architecture `nomic-bert`: a real file that
+    // mistralrs cannot run as a chat model.
+    let data = tempfile::tempdir().unwrap();
+    let (code, stdout, stderr) = run(ragbox(data.path()).args(["models", "path", "nomic-embed-text-v1.5"]));
+    assert_eq!(code, 0, "{stderr}");
+    let file = std::path::PathBuf::from(stdout.trim());
+    let options = ragbox::generate::LocalOptions {
+        name: "nomic-embed-text-v1.5".into(),
+        file: file.clone(),
+        force_cpu: true,
+        max_num_seqs: 1,
+        prefix_cache: 0,
+        dequantize: false,
+    };
+    let err = match block_on(ragbox::generate::GgufGenerator::load(&options)) {
+        Ok(_) => panic!("{} loaded as a chat model", file.display()),
+        Err(e) => e.to_string(),
+    };
+    assert!(err.contains("architecture `nomic-bert`"), "{err}");
+    assert!(err.contains("generate.model"), "the error says what to do: {err}");
+    assert!(err.contains(&file.display().to_string()), "the error names the file: {err}");
+}
