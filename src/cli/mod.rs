@@ -2,6 +2,7 @@
 //! results on stdout (`--json` for machines); logs and progress go to stderr.
 
 mod ask;
+mod backup;
 mod bench;
 mod chat;
 mod doctor;
@@ -94,6 +95,10 @@ pub enum Command {
     /// Measure throughput.
     #[command(subcommand)]
     Bench(bench::BenchCmd),
+    /// Copy the data folder (catalog and indexes, consistent, while in use) into a new folder.
+    Backup(backup::BackupArgs),
+    /// Bring a backup back into an empty data folder (`--force` replaces a used one).
+    Restore(backup::RestoreArgs),
 }
 
 impl GlobalArgs {
@@ -131,6 +136,8 @@ pub fn run(cli: Cli) -> anyhow::Result<u8> {
         Command::Models(cmd) => models::run(g, cmd).map(|()| 0),
         Command::Doctor => doctor::run(g).map(|()| 0),
         Command::Bench(cmd) => bench::run(g, cmd).map(|()| 0),
+        Command::Backup(args) => backup::backup(g, args),
+        Command::Restore(args) => backup::restore_cmd(g, args),
     }
 }
 
