@@ -102,7 +102,20 @@ fn disk_full_during_ingest_loses_nothing_and_the_next_run_finishes() {
         return;
     }
     let tmp = tempfile::tempdir().unwrap();
-    let (corpus, config) = small_corpus_and_config(tmp.path());
+    let (_, config) = small_corpus_and_config(tmp.path());
+    // 240 small documents: ingest commits after each batch of 64 files parsed, so the disk fills
+    // after some documents are acknowledged.
+    let corpus = tmp.path().join("many");
+    std::fs::create_dir_all(&corpus).unwrap();
+    for i in 0..240 {
+        let text = format!(
+            "# Notice {i}\n\nRoom {i} is booked for the meeting of team {} on day {} of the month; bring badge number {}.\n",
+            i % 13,
+            i % 28 + 1,
+            1000 + i * 7
+        );
+        std::fs::write(corpus.join(format!("notice-{i:03}.md")), text).unwrap();
+    }
     let (mnt, out) = (tmp.path().join("mnt"), tmp.path().join("out"));
     std::fs::create_dir_all(&mnt).unwrap();
     std::fs::create_dir_all(&out).unwrap();
@@ -154,6 +167,8 @@ cp -a "$mnt/data" "$out/after-retry"
     assert_eq!(all.len(), ragbox::source::walk::walk(&corpus).count(), "{all:?}");
     assert_consistent(&retry, "after the next run");
     eprintln!("disk full: {} documents acknowledged before the disk filled, {} after the retry", acked.len(), all.len());
+    eprintln!("disk full: the first run said: {}", first_err.lines().last().unwrap_or_default());
+    assert!(!acked.is_empty() && acked.len() < all.len(), "the disk filled between commits: {} of {}", acked.len(), all.len());
 }
 
 #[test]
