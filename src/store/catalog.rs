@@ -307,7 +307,7 @@ impl Catalog {
         if size > 0 && size <= QUICK_CHECK_BYTES {
             let verdict: String = conn.query_row("PRAGMA quick_check(1)", [], |r| r.get(0))?;
             if verdict != "ok" {
-                return Err(Error::CatalogDamaged { path: path.to_path_buf(), detail: verdict });
+                return Err(Error::CatalogDamaged { path: path.to_path_buf(), detail: verdict.split_whitespace().collect::<Vec<_>>().join(" ") });
             }
         }
         conn.busy_timeout(std::time::Duration::from_secs(30))?;
