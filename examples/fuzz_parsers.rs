@@ -1,7 +1,8 @@
 //! The long fuzz run of every parser and the chunkers (issue 16), on stable Rust.
 //!
 //! ```text
-//! cargo run --offline --example fuzz_parsers -- --inputs 1000000 --seed 16 --out target/fuzz \
+//! cargo run --offline --example fuzz_parsers --config 'profile.dev.package.ragbox.opt-level=3' -- \
+//!     --inputs 1000000 --seed 16 --out target/fuzz \
 //!     [--corpus tests/data/corpus --corpus tests/fixtures/source/lppl.pdf] [--hang-s 60] [--slow-ms 10000]
 //! ```
 //!

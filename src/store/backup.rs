@@ -166,11 +166,19 @@ impl Store {
             return Err(Error::Invalid(format!("the backup folder {dest:?} is not empty; give a new or empty folder")));
         }
         std::fs::create_dir_all(dest).map_err(Error::path(dest))?;
-        let names: Vec<String> = self.catalog.tenants()?.into_iter().map(|t| t.name).collect();
-        // Every tenant's write lock, in name order (writers take one lock only, so no deadlock).
-        let mut locks = Vec::with_capacity(names.len());
-        for name in &names {
-            locks.push(self.lock(name, WRITER_WAIT)?);
+        // Every tenant's write lock, in name order (writers take one lock only, so no deadlock),
+        // including tenants created while the locks were being taken.
+        let mut locked: Vec<String> = Vec::new();
+        let mut locks = Vec::new();
+        loop {
+            let names: Vec<String> = self.catalog.tenants()?.into_iter().map(|t| t.name).filter(|n| !locked.contains(n)).collect();
+            if names.is_empty() {
+                break;
+            }
+            for name in names {
+                locks.push(self.lock(&name, WRITER_WAIT)?);
+                locked.push(name);
+            }
         }
         let mut tenants = Vec::new();
         for t in self.catalog.tenants()? {
