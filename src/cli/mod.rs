@@ -2,8 +2,9 @@
 //! results on stdout (`--json` for machines); logs and progress go to stderr.
 
 mod ask;
-mod backup;
 mod bench;
+// After bench, not before: keeps this line apart from other branches' additions.
+mod backup;
 mod chat;
 mod doctor;
 mod documents;
@@ -73,6 +74,10 @@ pub enum Command {
     Rm(documents::RmArgs),
     /// Rebuild a tenant's vectors with another embedding model and switch to it.
     Reembed(documents::ReembedArgs),
+    /// Copy the data folder (catalog and indexes, consistent, while in use) into a new folder.
+    Backup(backup::BackupArgs),
+    /// Bring a backup back into an empty data folder (`--force` replaces a used one).
+    Restore(backup::RestoreArgs),
     /// Ranked passages for a query (`--explain`: every stage's view of every candidate).
     Search(search::SearchArgs),
     /// A grounded answer with checked citations, or a plain "no good source".
@@ -95,10 +100,6 @@ pub enum Command {
     /// Measure throughput.
     #[command(subcommand)]
     Bench(bench::BenchCmd),
-    /// Copy the data folder (catalog and indexes, consistent, while in use) into a new folder.
-    Backup(backup::BackupArgs),
-    /// Bring a backup back into an empty data folder (`--force` replaces a used one).
-    Restore(backup::RestoreArgs),
 }
 
 impl GlobalArgs {
@@ -126,6 +127,8 @@ pub fn run(cli: Cli) -> anyhow::Result<u8> {
         Command::Ls(args) => documents::ls(g, args),
         Command::Rm(args) => documents::rm(g, args),
         Command::Reembed(args) => documents::reembed(g, args),
+        Command::Backup(args) => backup::backup(g, args),
+        Command::Restore(args) => backup::restore_cmd(g, args),
         Command::Search(args) => search::run(g, args),
         Command::Trace(args) => trace::run(g, args),
         Command::Ask(args) => ask::run(g, args),
@@ -136,8 +139,6 @@ pub fn run(cli: Cli) -> anyhow::Result<u8> {
         Command::Models(cmd) => models::run(g, cmd).map(|()| 0),
         Command::Doctor => doctor::run(g).map(|()| 0),
         Command::Bench(cmd) => bench::run(g, cmd).map(|()| 0),
-        Command::Backup(args) => backup::backup(g, args),
-        Command::Restore(args) => backup::restore_cmd(g, args),
     }
 }
 
