@@ -3,7 +3,6 @@
 
 mod ask;
 mod bench;
-// After bench, not before: keeps this line apart from other branches' additions.
 mod backup;
 mod chat;
 mod doctor;
