@@ -15,6 +15,7 @@ declare -A allowed=(
   [chunk]="types error"
   [store]="types error"
   [ingest]="types error source chunk embed store"
+  [fuzz]="types error source chunk"
   [retrieve]="types error embed rerank store"
   [generate]="types error model rerank"
   [annotate]="types error generate ingest answer"

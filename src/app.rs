@@ -278,6 +278,7 @@ impl App {
                 overlap_tokens: c.overlap_tokens,
             },
             max_file_bytes: c.max_file_bytes,
+            parse_timeout: std::time::Duration::from_secs(c.parse_timeout_s.max(1)),
             commit_chunks: c.commit_chunks,
             ..IngestOptions::default()
         })

@@ -52,6 +52,8 @@ pub struct IngestSection {
     pub overlap_tokens: usize,
     /// Largest file ingested.
     pub max_file_bytes: u64,
+    /// Seconds one file's parse may take before it is skipped.
+    pub parse_timeout_s: u64,
     /// Pending chunks that trigger a commit.
     pub commit_chunks: usize,
 }

@@ -144,6 +144,30 @@ pub enum Error {
         /// The tenants there are.
         known: Vec<String>,
     },
+    /// The data folder cannot be written (a read-only mount, permissions).
+    #[error("the data folder {path:?} is not writable ({reason}); ragbox writes its catalog and indexes there: fix its permissions or mount, or choose another with --data-dir")]
+    DataDirNotWritable {
+        /// The folder (or the catalog file in it).
+        path: PathBuf,
+        /// What the operating system said.
+        reason: String,
+    },
+    /// The device holding the data folder is full.
+    #[error("no space left on the device holding the data folder {path:?} ({detail}); free space there and run the command again: everything acknowledged so far is kept and the next run finishes the job")]
+    DiskFull {
+        /// The data folder.
+        path: PathBuf,
+        /// The write that failed.
+        detail: String,
+    },
+    /// The catalog file is damaged.
+    #[error("the catalog {path:?} is damaged ({detail}); restore the data folder from a backup with `ragbox restore BACKUP_DIR --force`, or ingest again into a fresh --data-dir")]
+    CatalogDamaged {
+        /// The catalog file.
+        path: PathBuf,
+        /// What SQLite found.
+        detail: String,
+    },
     /// The text generator (local LLM or remote backend) failed.
     #[error("generation failed: {0}")]
     Generate(String),
@@ -172,6 +196,9 @@ impl Error {
             | Error::Io(_)
             | Error::Catalog(_)
             | Error::Index { .. }
+            | Error::DataDirNotWritable { .. }
+            | Error::DiskFull { .. }
+            | Error::CatalogDamaged { .. }
             | Error::Generate(_) => Fault::Runtime,
             Error::Bug(_) => Fault::Bug,
         }

@@ -25,6 +25,7 @@ use crate::chunk::{
 };
 use crate::embed::Embedder;
 use crate::error::{Error, Result};
+use crate::source::guard::{caught, parse_guarded, ParseLimits};
 use crate::source::walk::{walk, WalkEntry};
 use crate::source::{self, SkipReason};
 use crate::store::{
@@ -44,6 +45,8 @@ pub struct IngestOptions {
     pub chunk: ChunkOptions,
     /// Files larger than this are skipped.
     pub max_file_bytes: u64,
+    /// Time one file's parse may take before the file is skipped ([`source::guard`]).
+    pub parse_timeout: Duration,
     /// Commit when this many new child chunks are pending.
     pub commit_chunks: usize,
     /// Files parsed together (in parallel) before their chunks are embedded.
@@ -98,6 +101,7 @@ impl Default for IngestOptions {
             chunker: ChunkerKind::Structural,
             chunk: ChunkOptions::default(),
             max_file_bytes: 32 << 20,
+            parse_timeout: Duration::from_secs(60),
             commit_chunks: 2048,
             parse_batch: 64,
             structural_context: true,
@@ -319,7 +323,19 @@ fn sha256_hex(bytes: &[u8]) -> String {
 }
 
 /// Runs one incremental ingest of `root` into `opts.tenant`, reporting progress to `on_event`.
+/// A write that fails for want of space is [`Error::DiskFull`], naming the data folder; what was
+/// acknowledged before it stays, and the next run finishes the job.
 pub fn ingest(
+    store: &Store,
+    embedder: &Arc<dyn Embedder>,
+    root: &Path,
+    opts: &IngestOptions,
+    on_event: &mut dyn FnMut(IngestEvent<'_>),
+) -> Result<IngestReport> {
+    ingest_run(store, embedder, root, opts, on_event).map_err(|e| store.explain_write_error(e))
+}
+
+fn ingest_run(
     store: &Store,
     embedder: &Arc<dyn Embedder>,
     root: &Path,
@@ -372,6 +388,7 @@ pub fn ingest(
     on_event(IngestEvent::Found { files: files.len() });
 
     let max_bytes = opts.max_file_bytes;
+    let limits = ParseLimits { max_file_bytes: max_bytes, timeout: opts.parse_timeout, ..ParseLimits::default() };
     let hashed: Vec<Pending> = files
         .into_par_iter()
         .map(|(path, size, mtime_ns)| {
@@ -468,20 +485,20 @@ pub fn ingest(
                             // The file may have changed since it was hashed: record what was parsed.
                             p.sha256 = sha256_hex(&bytes);
                             p.size = bytes.len() as u64;
-                            source::parse(&p.path, &bytes, max_bytes)
+                            parse_guarded(&p.path, bytes, &limits)
                         }
                         Err(e) => Err(SkipReason::Unreadable { detail: e.to_string() }),
                     },
                 };
                 let parse_time = t.elapsed();
                 let t = Instant::now();
-                let result = result.map(|doc| {
+                let result = result.and_then(|doc| {
                     let chunker = match default_chunker_for(&doc, opts.chunker) {
                         ChunkerKind::Code if opts.chunker != ChunkerKind::Code => &code_chunker,
                         _ => &primary,
                     };
-                    let chunks = chunker
-                        .chunk(&doc, &counter)
+                    let chunks = caught(&format!("chunker {}", chunker.name()), || chunker.chunk(&doc, &counter))?;
+                    let chunks = chunks
                         .into_iter()
                         .map(|c| {
                             let context = match c.role {
@@ -494,7 +511,7 @@ pub fn ingest(
                             ContextualChunk { chunk: c, context }
                         })
                         .collect();
-                    (doc, chunker.name(), chunks)
+                    Ok((doc, chunker.name(), chunks))
                 });
                 (p, result, parse_time, t.elapsed())
             })

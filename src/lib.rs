@@ -31,6 +31,7 @@ pub mod config;
 pub mod embed;
 pub mod error;
 pub mod eval;
+pub mod fuzz;
 pub mod generate;
 pub mod ingest;
 pub mod model;

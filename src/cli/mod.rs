@@ -3,6 +3,7 @@
 
 mod ask;
 mod bench;
+mod backup;
 mod chat;
 mod doctor;
 mod documents;
@@ -72,6 +73,10 @@ pub enum Command {
     Rm(documents::RmArgs),
     /// Rebuild a tenant's vectors with another embedding model and switch to it.
     Reembed(documents::ReembedArgs),
+    /// Copy the data folder (catalog and indexes, consistent, while in use) into a new folder.
+    Backup(backup::BackupArgs),
+    /// Bring a backup back into an empty data folder (`--force` replaces a used one).
+    Restore(backup::RestoreArgs),
     /// Ranked passages for a query (`--explain`: every stage's view of every candidate).
     Search(search::SearchArgs),
     /// A grounded answer with checked citations, or a plain "no good source".
@@ -121,6 +126,8 @@ pub fn run(cli: Cli) -> anyhow::Result<u8> {
         Command::Ls(args) => documents::ls(g, args),
         Command::Rm(args) => documents::rm(g, args),
         Command::Reembed(args) => documents::reembed(g, args),
+        Command::Backup(args) => backup::backup(g, args),
+        Command::Restore(args) => backup::restore_cmd(g, args),
         Command::Search(args) => search::run(g, args),
         Command::Trace(args) => trace::run(g, args),
         Command::Ask(args) => ask::run(g, args),

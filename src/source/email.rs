@@ -163,7 +163,8 @@ fn render(out: &mut TextBuilder, message: &Message<'_>, level: u8) {
         let title = format!("Attachment: {name}");
         out.block(BlockKind::Heading { level: (level + 1).min(6), title: title.clone() }, &title, None);
         let content = normalise(content);
-        if subtype == "html" || part.is_text_html() {
+        // A page nested too deep for the HTML parser is read as plain text.
+        if (subtype == "html" || part.is_text_html()) && html::nesting_estimate(&content) <= html::MAX_NESTING {
             let page = html::extract(&content);
             let start = out.raw(&page.text);
             out.blocks.extend(

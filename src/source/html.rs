@@ -14,6 +14,13 @@
 //! classes), `blockquote` as Quote, and each `dt` with its `dd`s as a Definition. Whitespace inside
 //! inline text is collapsed; `br` breaks the line. Title: `<title>`, else the first `h1`, else the
 //! file stem.
+//!
+//! Nesting is bounded twice. A page whose elements nest deeper than [`MAX_NESTING`] (estimated by
+//! a linear scan, [`nesting_estimate`]) is refused before html5ever sees it: html5ever's scope
+//! checks walk the stack of open elements, so building a page nested `d` deep costs `d²` (100,000
+//! nested `div`s ran for minutes). Below [`MAX_DEPTH`] elements the walk stops descending and takes
+//! the rest of the subtree as plain text (a walk that recursed once per element overflowed the
+//! stack on deep pages; both found by fuzzing, issue 16).
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -34,6 +41,12 @@ impl Parser for HtmlParser {
 
     fn parse(&self, path: &Path, bytes: &[u8]) -> Result<ParsedDocument, SkipReason> {
         let source = decode_utf8(bytes)?;
+        let depth = nesting_estimate(&source);
+        if depth > MAX_NESTING {
+            return Err(SkipReason::OverLimit {
+                what: format!("HTML elements nested {depth} deep (the limit is {MAX_NESTING})"),
+            });
+        }
         let page = extract(&source);
         let title = page.title.unwrap_or_else(|| title_from_path(path));
         Ok(finish(self.name(), title, page.text, page.blocks, BTreeMap::new()))
@@ -68,6 +81,66 @@ const INLINE: &[&str] = &[
     "strike", "nobr", "output", "ruby", "rt", "rp",
 ];
 
+/// Elements deeper than this are read as plain text, without recursion.
+pub const MAX_DEPTH: usize = 128;
+
+/// Pages whose elements nest deeper than this are not parsed (html5ever takes time quadratic in
+/// the depth; 4,096 levels parse in well under a second, real pages rarely pass 100).
+pub const MAX_NESTING: usize = 4096;
+
+/// Elements that never nest: void elements and those whose end tag may be left out (an open `li`
+/// is closed by the next `li`, so unclosed ones do not deepen the tree).
+const NON_NESTING: &[&str] = &[
+    "area", "base", "br", "col", "embed", "hr", "img", "input", "link", "meta", "param", "source", "track", "wbr",
+    "p", "li", "dt", "dd", "tr", "td", "th", "option", "optgroup", "thead", "tbody", "tfoot", "colgroup", "caption",
+    "rb", "rt", "rtc", "rp", "html", "head", "body", "!doctype",
+];
+
+/// Elements whose content is raw text, not markup (skipped to their end tag).
+const RAW_TEXT: &[&str] = &["script", "style", "textarea", "title", "xmp", "plaintext", "noembed", "noframes"];
+
+/// The deepest element nesting of a page, estimated in one linear pass over its tags: start tags
+/// minus end tags, ignoring [`NON_NESTING`] and self-closed elements, comments and raw text.
+pub fn nesting_estimate(source: &str) -> usize {
+    let b = source.as_bytes();
+    let (mut depth, mut max, mut i) = (0usize, 0usize, 0usize);
+    while let Some(off) = b[i..].iter().position(|&c| c == b'<') {
+        let at = i + off + 1;
+        if b[at..].starts_with(b"!--") {
+            i = find_from(b, at, b"-->").map_or(b.len(), |j| j + 3);
+            continue;
+        }
+        let closing = b.get(at) == Some(&b'/');
+        let name_start = at + usize::from(closing);
+        let name_len = b[name_start..].iter().take_while(|c| c.is_ascii_alphanumeric() || **c == b'!' || **c == b'-').count();
+        if name_len == 0 {
+            i = at;
+            continue;
+        }
+        let name = source[name_start..name_start + name_len].to_ascii_lowercase();
+        let gt = b[name_start..].iter().position(|&c| c == b'>').map_or(b.len(), |j| name_start + j);
+        let self_closed = gt > 0 && gt < b.len() && b[gt - 1] == b'/';
+        i = (gt + 1).min(b.len());
+        if closing {
+            if !NON_NESTING.contains(&name.as_str()) {
+                depth = depth.saturating_sub(1);
+            }
+        } else if RAW_TEXT.contains(&name.as_str()) {
+            let end = format!("</{name}");
+            let lower_find = b[i..].windows(end.len()).position(|w| w.eq_ignore_ascii_case(end.as_bytes()));
+            i = lower_find.map_or(b.len(), |j| i + j);
+        } else if !self_closed && !NON_NESTING.contains(&name.as_str()) {
+            depth += 1;
+            max = max.max(depth);
+        }
+    }
+    max
+}
+
+fn find_from(b: &[u8], from: usize, needle: &[u8]) -> Option<usize> {
+    b.get(from..)?.windows(needle.len()).position(|w| w == needle).map(|j| from + j)
+}
+
 /// Selectors of the main content element, best first.
 const MAIN_CONTENT: &[&str] = &["main", "[role=main]", "#main-content", "div.body", "article"];
 
@@ -82,8 +155,8 @@ pub(crate) fn extract(source: &str) -> Extracted {
     let root = MAIN_CONTENT.iter().filter_map(|s| Selector::parse(s).ok()).find_map(|s| html.select(&s).next());
     let mut walker = Walker::default();
     match root {
-        Some(main) => walker.walk(main, true),
-        None => walker.walk(html.root_element(), false),
+        Some(main) => walker.walk(main, true, 0),
+        None => walker.walk(html.root_element(), false, 0),
     }
     walker.flush();
     let title = title.or(walker.first_h1);
@@ -100,8 +173,12 @@ struct Walker {
 
 impl Walker {
     /// Reads `el`'s children; `in_article` keeps `header`/`footer` elements (they belong to the
-    /// article, not to the site).
-    fn walk(&mut self, el: ElementRef<'_>, in_article: bool) {
+    /// article, not to the site). Below [`MAX_DEPTH`] the subtree's text is taken as it is.
+    fn walk(&mut self, el: ElementRef<'_>, in_article: bool, depth: usize) {
+        if depth >= MAX_DEPTH {
+            push_subtree_text(&mut self.inline, el);
+            return;
+        }
         for child in el.children() {
             match child.value() {
                 Node::Text(t) => push_collapsed(&mut self.inline, t),
@@ -110,14 +187,14 @@ impl Walker {
                     if is_skipped(child, in_article) {
                         continue;
                     }
-                    self.element(child, in_article);
+                    self.element(child, in_article, depth + 1);
                 }
                 _ => {}
             }
         }
     }
 
-    fn element(&mut self, el: ElementRef<'_>, in_article: bool) {
+    fn element(&mut self, el: ElementRef<'_>, in_article: bool, depth: usize) {
         let name = el.value().name();
         match name {
             "h1" | "h2" | "h3" | "h4" | "h5" | "h6" => {
@@ -161,10 +238,10 @@ impl Walker {
             }
             "br" => self.inline.push('\n'),
             "hr" => self.flush(),
-            _ if INLINE.contains(&name) => self.walk(el, in_article),
+            _ if INLINE.contains(&name) => self.walk(el, in_article, depth),
             _ => {
                 self.flush();
-                self.walk(el, in_article || matches!(name, "article" | "main"));
+                self.walk(el, in_article || matches!(name, "article" | "main"), depth);
                 self.flush();
             }
         }
@@ -253,14 +330,26 @@ fn clean_lines(s: &str) -> String {
     s.lines().map(str::trim).filter(|l| !l.is_empty()).collect::<Vec<_>>().join("\n")
 }
 
+/// Appends the text of `el`'s whole subtree, whitespace collapsed, without recursion (for
+/// subtrees below [`MAX_DEPTH`]).
+fn push_subtree_text(buf: &mut String, el: ElementRef<'_>) {
+    for t in el.text() {
+        push_collapsed(buf, t);
+    }
+}
+
 /// The text inside `el`, whitespace collapsed; `br` and block-level children start new lines.
 fn inline_text(el: ElementRef<'_>) -> String {
     let mut buf = String::new();
-    collect(el, &mut buf);
+    collect(el, &mut buf, 0);
     clean_lines(&buf)
 }
 
-fn collect(el: ElementRef<'_>, buf: &mut String) {
+fn collect(el: ElementRef<'_>, buf: &mut String, depth: usize) {
+    if depth >= MAX_DEPTH {
+        push_subtree_text(buf, el);
+        return;
+    }
     for child in el.children() {
         match child.value() {
             Node::Text(t) => push_collapsed(buf, t),
@@ -273,10 +362,10 @@ fn collect(el: ElementRef<'_>, buf: &mut String) {
                 if name == "br" {
                     buf.push('\n');
                 } else if INLINE.contains(&name) {
-                    collect(child, buf);
+                    collect(child, buf, depth + 1);
                 } else {
                     buf.push('\n');
-                    collect(child, buf);
+                    collect(child, buf, depth + 1);
                     buf.push('\n');
                 }
             }
@@ -285,10 +374,13 @@ fn collect(el: ElementRef<'_>, buf: &mut String) {
     }
 }
 
-/// Appends a list's items as lines (`- item`, `1. item`), nested lists indented two spaces.
+/// Appends a list's items as lines (`- item`, `1. item`), nested lists indented two spaces (up to
+/// [`MAX_DEPTH`] levels; deeper lists are read as text). Numbering saturates: `start` may be any
+/// number a page writes (`<ol start=18446744073709551615>` overflowed it before; found by fuzzing,
+/// issue 16).
 fn render_list(list: ElementRef<'_>, depth: usize, out: &mut String) {
     let ordered = list.value().name() == "ol";
-    let mut n: u64 = list.value().attr("start").and_then(|s| s.parse().ok()).unwrap_or(1);
+    let mut n: i64 = list.value().attr("start").and_then(|s| s.trim().parse().ok()).unwrap_or(1);
     for li in list.children().filter_map(ElementRef::wrap) {
         if is_skipped(li, true) {
             continue;
@@ -304,11 +396,11 @@ fn render_list(list: ElementRef<'_>, depth: usize, out: &mut String) {
                         continue;
                     }
                     match child.value().name() {
-                        "ul" | "ol" | "menu" => nested.push(child),
+                        "ul" | "ol" | "menu" if depth + 1 < MAX_DEPTH => nested.push(child),
                         "br" => text.push('\n'),
                         _ => {
                             text.push(' ');
-                            collect(child, &mut text);
+                            collect(child, &mut text, depth + 1);
                             text.push(' ');
                         }
                     }
@@ -323,7 +415,7 @@ fn render_list(list: ElementRef<'_>, depth: usize, out: &mut String) {
             out.push_str(&marker);
             out.push_str(&item);
             out.push('\n');
-            n += 1;
+            n = n.saturating_add(1);
         }
         for sub in nested {
             render_list(sub, depth + 1, out);
@@ -491,5 +583,45 @@ mod tests {
         );
         let doc = parse("<p>Just a paragraph, no title.</p>");
         assert_eq!(doc.title, "page");
+    }
+
+    #[test]
+    fn r16_deeply_nested_html_is_read_without_recursing_to_the_bottom() {
+        for depth in [MAX_DEPTH - 1, MAX_DEPTH + 1, MAX_NESTING - 8] {
+            for tag in ["div", "span", "ul><li", "table><tr><td", "blockquote", "dl><dd"] {
+                let close: String = tag.split("><").collect::<Vec<_>>().iter().rev().map(|t| format!("</{t}>")).collect();
+                let page = format!("<p>top</p>{}deep text{}", format!("<{tag}>").repeat(depth), close.repeat(depth));
+                assert!(nesting_estimate(&page) <= depth + 1, "{tag} x {depth}: {}", nesting_estimate(&page));
+                // The default test thread has a 2 MiB stack: a walk that recursed per level overflowed it.
+                let doc = parse(&page);
+                assert!(doc.text.contains("deep text"), "{tag} x {depth}");
+            }
+        }
+    }
+
+    #[test]
+    fn r16_nesting_past_the_limit_is_refused_in_linear_time() {
+        let t = std::time::Instant::now();
+        let page = format!("{}x{}", "<div>".repeat(100_000), "</div>".repeat(100_000));
+        let r = HtmlParser.parse(Path::new("deep.html"), page.as_bytes());
+        assert!(matches!(&r, Err(SkipReason::OverLimit { what }) if what.contains("nested 100000 deep")), "{r:?}");
+        assert!(t.elapsed() < std::time::Duration::from_secs(5), "{:?}", t.elapsed());
+        // What does not nest is not counted: unclosed list items, void elements, scripts, comments.
+        let flat = format!(
+            "<!DOCTYPE html><ul>{}</ul><script>{}</script><!-- {} --><p>a<br>b<img src=x><hr/>",
+            "<li>item".repeat(10_000),
+            "if (a<b) x<y;".repeat(10_000),
+            "<div>".repeat(10_000)
+        );
+        assert_eq!(nesting_estimate(&flat), 1);
+        assert_eq!(nesting_estimate("<div><span><b>x</b></span></div><div></div>"), 3);
+    }
+
+    #[test]
+    fn r16_huge_ordered_list_start_saturates() {
+        let doc = parse("<ol start=\"18446744073709551615\"><li>a</li><li>b</li></ol><ol start=-3><li>c</li></ol><ol start=9223372036854775807><li>x</li><li>y</li></ol>");
+        assert!(doc.text.contains("1. a\n2. b"), "an unparsable start counts from 1: {:?}", doc.text);
+        assert!(doc.text.contains("-3. c"), "{:?}", doc.text);
+        assert!(doc.text.contains("9223372036854775807. x\n9223372036854775807. y"), "{:?}", doc.text);
     }
 }

@@ -22,6 +22,7 @@ pub mod code;
 pub mod email;
 pub mod html;
 pub mod markdown;
+pub mod guard;
 pub mod pdf;
 pub mod text;
 pub mod walk;
@@ -66,6 +67,22 @@ pub enum SkipReason {
         /// What the parser said.
         detail: String,
     },
+    /// Parsing ran past its time budget ([`guard`]); the file is skipped, the run goes on.
+    TimedOut {
+        /// The budget, in seconds.
+        limit_s: u64,
+    },
+    /// The file goes past a safety limit of the parsers (a line of many megabytes, PDF streams
+    /// that inflate without bound, a flood of MIME parts).
+    OverLimit {
+        /// Which limit, and by how much.
+        what: String,
+    },
+    /// A parser or chunker panicked on this file (a bug in ragbox, caught by [`guard`]).
+    Crashed {
+        /// The panic message.
+        detail: String,
+    },
 }
 
 impl fmt::Display for SkipReason {
@@ -80,6 +97,13 @@ impl fmt::Display for SkipReason {
             SkipReason::Unreadable { detail } => write!(f, "unreadable: {detail}"),
             SkipReason::Unsupported => f.write_str("unsupported file type"),
             SkipReason::Corrupt { detail } => write!(f, "could not be parsed: {detail}"),
+            SkipReason::TimedOut { limit_s } => {
+                write!(f, "parsing took longer than {limit_s} s (setting ingest.parse_timeout_s)")
+            }
+            SkipReason::OverLimit { what } => write!(f, "over a parser safety limit: {what}"),
+            SkipReason::Crashed { detail } => {
+                write!(f, "the parser failed on this file (a bug in ragbox; please report it): {detail}")
+            }
         }
     }
 }

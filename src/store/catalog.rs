@@ -15,6 +15,22 @@ use serde::Serialize;
 use crate::error::{Error, Result};
 use crate::types::{indexed_text, Chunk, ChunkId, ChunkRole, DocId, Lines, ParsedDocument, Span};
 
+/// Catalogs up to this size are integrity-checked on open (about 0.1 s per 64 MiB).
+pub const QUICK_CHECK_BYTES: u64 = 64 << 20;
+
+/// `e` as [`Error::CatalogDamaged`] when SQLite says the file is not a database or is corrupt.
+fn damaged(path: &Path, e: Error) -> Error {
+    match &e {
+        Error::Catalog(rusqlite::Error::SqliteFailure(f, msg))
+            if matches!(f.code, rusqlite::ErrorCode::NotADatabase | rusqlite::ErrorCode::DatabaseCorrupt) =>
+        {
+            let detail = msg.clone().unwrap_or_else(|| f.to_string());
+            Error::CatalogDamaged { path: path.to_path_buf(), detail }
+        }
+        _ => e,
+    }
+}
+
 /// Bumped when the schema changes incompatibly.
 const SCHEMA_VERSION: i64 = 1;
 
@@ -274,12 +290,26 @@ fn blob_to_vector(b: &[u8]) -> Vec<f32> {
 }
 
 impl Catalog {
-    /// Opens (creating if needed) the catalog at `path`, in WAL mode with foreign keys on.
+    /// Opens (creating if needed) the catalog at `path`, in WAL mode with foreign keys on. A file
+    /// that is not a SQLite database, or whose pages SQLite finds damaged, is
+    /// [`Error::CatalogDamaged`]; catalogs up to [`QUICK_CHECK_BYTES`] are checked page by page
+    /// (`PRAGMA quick_check`) on every open, larger ones only as far as opening reads them.
     pub fn open(path: &Path) -> Result<Catalog> {
+        Self::open_unchecked(path).map_err(|e| damaged(path, e))
+    }
+
+    fn open_unchecked(path: &Path) -> Result<Catalog> {
         if let Some(dir) = path.parent() {
             std::fs::create_dir_all(dir).map_err(Error::path(dir))?;
         }
+        let size = std::fs::metadata(path).map(|m| m.len()).unwrap_or(0);
         let conn = Connection::open(path)?;
+        if size > 0 && size <= QUICK_CHECK_BYTES {
+            let verdict: String = conn.query_row("PRAGMA quick_check(1)", [], |r| r.get(0))?;
+            if verdict != "ok" {
+                return Err(Error::CatalogDamaged { path: path.to_path_buf(), detail: verdict.split_whitespace().collect::<Vec<_>>().join(" ") });
+            }
+        }
         conn.busy_timeout(std::time::Duration::from_secs(30))?;
         conn.pragma_update(None, "journal_mode", "WAL")?;
         conn.pragma_update(None, "synchronous", "FULL")?;
@@ -345,7 +375,8 @@ impl Catalog {
     /// Creates a tenant whose vectors come from `model` (`dims` wide).
     pub fn create_tenant(&self, name: &str, model: &str, dims: usize) -> Result<TenantRow> {
         let conn = self.conn();
-        conn.execute("INSERT INTO tenants (name, model, dims) VALUES (?1, ?2, ?3)", params![name, model, dims as i64])?;
+        // OR IGNORE: two processes creating one tenant at once both get it.
+        conn.execute("INSERT OR IGNORE INTO tenants (name, model, dims) VALUES (?1, ?2, ?3)", params![name, model, dims as i64])?;
         drop(conn);
         self.tenant(name)?.ok_or_else(|| Error::Bug("tenant vanished after insert".into()))
     }

@@ -87,10 +87,14 @@ pub fn check_tenant_name(name: &str) -> Result<()> {
 pub fn write_atomically(path: &Path, bytes: &[u8]) -> Result<()> {
     use std::io::Write;
     let tmp = temp_path(path);
-    let mut f = std::fs::File::create(&tmp).map_err(Error::path(&tmp))?;
-    f.write_all(bytes).map_err(Error::path(&tmp))?;
-    f.sync_all().map_err(Error::path(&tmp))?;
-    drop(f);
+    let written = std::fs::File::create(&tmp).and_then(|mut f| {
+        f.write_all(bytes)?;
+        f.sync_all()
+    });
+    if let Err(e) = written {
+        let _ = std::fs::remove_file(&tmp);
+        return Err(Error::Path { path: tmp, source: e });
+    }
     rename_durably(&tmp, path)
 }
 

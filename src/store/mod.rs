@@ -12,8 +12,15 @@
 //! and nothing half-written is served.
 //!
 //! One writer per tenant at a time: [`Store::writer`] takes an exclusive lock file.
+//!
+//! **Faults.** Opening refuses a data folder it cannot write ([`Error::DataDirNotWritable`]) and a
+//! damaged catalog ([`Error::CatalogDamaged`], naming `ragbox restore`). A write that fails for
+//! want of space is reported as [`Error::DiskFull`] naming the data folder; the catalog
+//! transaction rolls back or the index lags it, which the next open repairs, so freeing space and
+//! running again finishes the job. [`backup`] copies a data folder online and restores it.
 
 pub mod annotation;
+pub mod backup;
 pub mod catalog;
 pub mod conversation;
 pub mod layout;
@@ -90,12 +97,20 @@ pub struct Consistency {
 }
 
 impl Store {
-    /// Opens (creating if needed) the data folder.
+    /// Opens (creating if needed) the data folder. Refuses one it cannot write, and a damaged
+    /// catalog.
     pub fn open(data_dir: &Path, vector_options: VectorOptions) -> Result<Store> {
-        std::fs::create_dir_all(data_dir).map_err(Error::path(data_dir))?;
+        std::fs::create_dir_all(data_dir).map_err(|e| not_writable(data_dir, e))?;
+        check_writable(data_dir)?;
         let layout = Layout::new(data_dir);
-        let catalog = Catalog::open(&layout.catalog())?;
+        let catalog = Catalog::open(&layout.catalog()).map_err(|e| explain_write_error(data_dir, e))?;
         Ok(Store { layout, catalog, vector_options })
+    }
+
+    /// `e`, or [`Error::DiskFull`] naming the data folder when `e` is a write that failed for
+    /// want of space.
+    pub fn explain_write_error(&self, e: Error) -> Error {
+        explain_write_error(self.layout.root(), e)
     }
 
     /// File layout.
@@ -354,6 +369,88 @@ impl Store {
     }
 }
 
+/// An error creating or probing the data folder, as [`Error::DataDirNotWritable`] (or
+/// [`Error::DiskFull`]).
+fn not_writable(path: &Path, e: std::io::Error) -> Error {
+    if is_enospc(&e) {
+        return Error::DiskFull { path: path.to_path_buf(), detail: e.to_string() };
+    }
+    Error::DataDirNotWritable { path: path.to_path_buf(), reason: e.to_string() }
+}
+
+/// Creates and removes a probe file in the data folder, and opens the catalog for writing when it
+/// exists: a read-only mount or a folder without write permission is refused here, before any
+/// work, rather than at the first commit.
+fn check_writable(data_dir: &Path) -> Result<()> {
+    use std::io::Write;
+    let probe = data_dir.join(format!(".write-probe-{}", std::process::id()));
+    let written = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .open(&probe)
+        .and_then(|mut f| f.write_all(b"ragbox"));
+    let _ = std::fs::remove_file(&probe);
+    written.map_err(|e| not_writable(data_dir, e))?;
+    let catalog = data_dir.join(layout::CATALOG_FILE);
+    if catalog.exists() {
+        std::fs::OpenOptions::new().write(true).open(&catalog).map_err(|e| not_writable(&catalog, e))?;
+    }
+    Ok(())
+}
+
+fn is_enospc(e: &std::io::Error) -> bool {
+    e.raw_os_error() == Some(libc::ENOSPC) || e.kind() == std::io::ErrorKind::StorageFull
+}
+
+/// Whether `e` (or any error in its chain) says the device is full.
+fn says_disk_full(e: &Error) -> bool {
+    if let Error::Catalog(rusqlite::Error::SqliteFailure(f, _)) = e {
+        if f.code == rusqlite::ErrorCode::DiskFull {
+            return true;
+        }
+    }
+    let mut cause: Option<&(dyn std::error::Error + 'static)> = Some(e);
+    while let Some(c) = cause {
+        if c.downcast_ref::<std::io::Error>().is_some_and(is_enospc) {
+            return true;
+        }
+        let text = c.to_string().to_ascii_lowercase();
+        if text.contains("no space left") || text.contains("disk is full") || text.contains("disk full") {
+            return true;
+        }
+        cause = c.source();
+    }
+    false
+}
+
+/// Bytes free to us on the device holding `path`, when the system says.
+fn free_bytes(path: &Path) -> Option<u64> {
+    use std::os::unix::ffi::OsStrExt;
+    let c = std::ffi::CString::new(path.as_os_str().as_bytes()).ok()?;
+    // SAFETY: `c` is a valid NUL-terminated path and `st` a zeroed out-parameter statvfs fills.
+    unsafe {
+        let mut st: libc::statvfs = std::mem::zeroed();
+        (libc::statvfs(c.as_ptr(), &mut st) == 0).then(|| st.f_bavail as u64 * st.f_frsize as u64)
+    }
+}
+
+/// `e` as [`Error::DiskFull`] when it says the device is full, or when it is a write error and
+/// the device holding the data folder has (almost) no space left (some index libraries report a
+/// failed write without the system's reason).
+fn explain_write_error(data_dir: &Path, e: Error) -> Error {
+    if matches!(e, Error::DiskFull { .. } | Error::DataDirNotWritable { .. } | Error::CatalogDamaged { .. }) {
+        return e;
+    }
+    let full = says_disk_full(&e)
+        || (matches!(e, Error::Index { .. } | Error::Path { .. } | Error::Io(_) | Error::Catalog(_))
+            && free_bytes(data_dir).is_some_and(|b| b < 1 << 20));
+    if full {
+        return Error::DiskFull { path: data_dir.to_path_buf(), detail: format!("{e:#}") };
+    }
+    e
+}
+
 /// What `reembed` did.
 #[derive(Debug, Clone, Serialize)]
 pub struct ReembedReport {
@@ -394,6 +491,10 @@ impl TenantWriter<'_> {
     /// Commits a batch by the protocol in the module docs. `batch.embeddings` must hold a vector
     /// for every child chunk of the batch's documents that is not cached already.
     pub fn commit(&mut self, batch: &CommitBatch) -> Result<CommitChanges> {
+        self.commit_inner(batch).map_err(|e| self.store.explain_write_error(e))
+    }
+
+    fn commit_inner(&mut self, batch: &CommitBatch) -> Result<CommitChanges> {
         let layout = &self.store.layout;
         let changes = self.store.catalog.commit(&self.tenant, batch)?;
         self.tenant.generation = changes.generation;

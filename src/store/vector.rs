@@ -264,9 +264,20 @@ impl VectorIndex {
             std::fs::create_dir_all(dir).map_err(Error::path(dir))?;
         }
         let tmp = temp_path(path);
-        self.index.save(path_str(&tmp)?).map_err(ffi_err(format!("writing vector index {tmp:?}")))?;
-        std::fs::File::open(&tmp).and_then(|f| f.sync_all()).map_err(Error::path(&tmp))?;
-        let file_bytes = std::fs::metadata(&tmp).map_err(Error::path(&tmp))?.len();
+        let written = self
+            .index
+            .save(path_str(&tmp)?)
+            .map_err(ffi_err(format!("writing vector index {tmp:?}")))
+            .and_then(|()| std::fs::File::open(&tmp).and_then(|f| f.sync_all()).map_err(Error::path(&tmp)))
+            .and_then(|()| Ok(std::fs::metadata(&tmp).map_err(Error::path(&tmp))?.len()));
+        let file_bytes = match written {
+            Ok(n) => n,
+            Err(e) => {
+                // A half-written temporary file (a full disk) must not keep its space.
+                let _ = std::fs::remove_file(&tmp);
+                return Err(e);
+            }
+        };
         rename_durably(&tmp, path)?;
         self.meta.generation = generation;
         self.meta.count = self.index.size();

@@ -11,3 +11,5 @@ mod kernels;
 mod models;
 mod retrieve;
 mod answer;
+mod backup;
+mod faults;
