@@ -10,4 +10,5 @@ mod ingest;
 mod kernels;
 mod models;
 mod retrieve;
+mod server;
 mod answer;

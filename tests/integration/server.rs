@@ -1,0 +1,507 @@
+//! `ragbox serve` end to end: the real binary on a loopback port (127.0.0.1:0), real models
+//! (MiniLM, the cross-encoder when present, SmolLM2-135M for short answers) and a real copy of
+//! the sample corpus. One server process serves every check, in order: probes, keys (missing,
+//! invalid, revoked), tenant isolation (out of scope reads like unknown), search, bad input,
+//! streamed answers, chat, feedback, upload + ingest job + search, path traversal, 413s, the
+//! OpenAI-compatible routes through the `async-openai` client, the full queue's 503 and
+//! cancellation, the admin audit routes, SIGTERM; then `ragbox audit verify` on the chain,
+//! intact and tampered.
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use crate::common::{ragbox, run};
+use crate::retrieve::sample_data;
+
+/// Copies a folder byte for byte (no hard links: the server writes to the catalog).
+fn copy_dir(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for entry in std::fs::read_dir(from).unwrap() {
+        let entry = entry.unwrap();
+        let (src, dst) = (entry.path(), to.join(entry.file_name()));
+        if src.is_dir() {
+            copy_dir(&src, &dst);
+        } else {
+            std::fs::copy(&src, &dst).unwrap();
+        }
+    }
+}
+
+struct Server {
+    child: Child,
+    /// The server's stdout, kept open (a closed pipe would end the server on its next print).
+    _stdout: BufReader<std::process::ChildStdout>,
+    base: String,
+    data: PathBuf,
+    config: PathBuf,
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn cli(server: &Server, args: &[&str]) -> (i32, String, String) {
+    run(ragbox(&server.data).arg("--config").arg(&server.config).args(args))
+}
+
+fn create_key(server: &Server, args: &[&str]) -> String {
+    let mut all = vec!["keys", "create"];
+    all.extend_from_slice(args);
+    let (code, out, err) = cli(server, &all);
+    assert_eq!(code, 0, "{out}\n{err}");
+    let key = out.trim().to_string();
+    assert!(key.starts_with("rbx_") && key.len() == 68, "{key}");
+    key
+}
+
+fn start() -> Server {
+    let dir = tempfile::tempdir().unwrap().keep();
+    let data = dir.join("data");
+    copy_dir(sample_data(), &data);
+    let config = dir.join("server.toml");
+    std::fs::write(
+        &config,
+        "[generate]\nmodel = \"smollm2-135m-instruct\"\nmax_tokens = 48\n\
+         [answer]\npassages = 2\npassage_chars = 400\n\
+         [server]\nqueue = 1\ngenerate_concurrency = 1\nmax_body_bytes = 65536\nmax_question_chars = 2000\n\
+         max_upload_bytes = 200000\nshutdown_grace_ms = 3000\nauth_failures_per_minute = 50\n",
+    )
+    .unwrap();
+    let mut child = ragbox(&data)
+        .arg("--config")
+        .arg(&config)
+        .args(["serve", "--listen", "127.0.0.1:0"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    let mut stdout = BufReader::new(child.stdout.take().unwrap());
+    stdout.read_line(&mut line).unwrap();
+    assert!(line.contains("(loopback only)"), "start-up line: {line:?}");
+    let base = line.split_whitespace().find(|w| w.starts_with("http://")).expect("an address").to_string();
+    Server { child, _stdout: stdout, base, data, config }
+}
+
+/// (status, body as JSON, Retry-After) of a request.
+fn call(method: &str, url: &str, key: Option<&str>, body: Option<&[u8]>, content_type: &str) -> (u16, serde_json::Value, Option<String>) {
+    let mut req = ureq::request(method, url).timeout(Duration::from_secs(120));
+    if let Some(k) = key {
+        req = req.set("Authorization", &format!("Bearer {k}"));
+    }
+    let resp = match body {
+        Some(b) => req.set("Content-Type", content_type).send_bytes(b),
+        None => req.call(),
+    };
+    let resp = match resp {
+        Ok(r) => r,
+        Err(ureq::Error::Status(_, r)) => r,
+        Err(e) => panic!("{method} {url}: {e}"),
+    };
+    let status = resp.status();
+    let retry = resp.header("Retry-After").map(str::to_string);
+    let text = resp.into_string().unwrap();
+    let json = serde_json::from_str(&text).unwrap_or(serde_json::Value::String(text));
+    (status, json, retry)
+}
+
+fn post(url: &str, key: Option<&str>, body: &serde_json::Value) -> (u16, serde_json::Value) {
+    let (s, j, _) = call("POST", url, key, Some(body.to_string().as_bytes()), "application/json");
+    (s, j)
+}
+
+fn get(url: &str, key: Option<&str>) -> (u16, serde_json::Value) {
+    let (s, j, _) = call("GET", url, key, None, "");
+    (s, j)
+}
+
+/// Asserts a 4xx with the error shape, returns its code.
+fn error_code(status: u16, body: &serde_json::Value, want: u16) -> String {
+    assert_eq!(status, want, "{body}");
+    let code = body["error"]["code"].as_str().unwrap_or_else(|| panic!("error shape: {body}"));
+    assert!(body["error"]["message"].as_str().is_some_and(|m| !m.is_empty()), "{body}");
+    code.to_string()
+}
+
+/// Reads a whole event stream: (event name, data as JSON) in order.
+fn events(url: &str, key: &str, body: &serde_json::Value) -> Vec<(String, serde_json::Value)> {
+    let resp = ureq::post(url)
+        .timeout(Duration::from_secs(300))
+        .set("Authorization", &format!("Bearer {key}"))
+        .set("Content-Type", "application/json")
+        .send_string(&body.to_string())
+        .unwrap_or_else(|e| panic!("{url}: {e}"));
+    assert_eq!(resp.header("Content-Type"), Some("text/event-stream"));
+    parse_events(&resp.into_string().unwrap())
+}
+
+fn parse_events(text: &str) -> Vec<(String, serde_json::Value)> {
+    let mut out = Vec::new();
+    for block in text.split("\n\n") {
+        let mut name = "message".to_string();
+        let mut data = String::new();
+        for line in block.lines() {
+            if let Some(n) = line.strip_prefix("event:") {
+                name = n.trim().to_string();
+            } else if let Some(d) = line.strip_prefix("data:") {
+                data.push_str(d.strip_prefix(' ').unwrap_or(d));
+            }
+        }
+        if !data.is_empty() {
+            out.push((name, serde_json::from_str(&data).unwrap_or(serde_json::Value::String(data))));
+        }
+    }
+    out
+}
+
+fn multipart(name: &str, bytes: &[u8]) -> (Vec<u8>, String) {
+    let boundary = "ragboxtestboundary7";
+    let mut body = format!(
+        "--{boundary}\r\nContent-Disposition: form-data; name=\"file\"; filename=\"{name}\"\r\nContent-Type: text/markdown\r\n\r\n"
+    )
+    .into_bytes();
+    body.extend_from_slice(bytes);
+    body.extend_from_slice(format!("\r\n--{boundary}--\r\n").as_bytes());
+    (body, format!("multipart/form-data; boundary={boundary}"))
+}
+
+const HANDBOOK: &str = "# Globex Onboarding Handbook\n\n## Badges\n\nEvery new starter collects a purple visitor badge from \
+the Zanzibar reception desk on their first morning; the badge number is GX-7741.\n";
+
+#[test]
+fn serve_end_to_end() {
+    let started = Instant::now();
+    let server = start();
+    let b = server.base.clone();
+    let reader = create_key(&server, &["--tenant", "default", "--role", "reader", "--name", "alice"]);
+    let writer = create_key(&server, &["--tenant", "globex", "--role", "writer", "--name", "bob"]);
+    let admin = create_key(&server, &["--role", "admin", "--name", "root"]);
+    let revoked = create_key(&server, &["--tenant", "default", "--name", "leaver"]);
+    let (code, out, _) = cli(&server, &["keys", "list", "--json"]);
+    assert_eq!(code, 0);
+    let keys: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
+    let leaver = keys.as_array().unwrap().iter().find(|k| k["name"] == "leaver").unwrap()["id"].as_i64().unwrap();
+    assert!(!out.contains(&reader), "keys list never shows a secret");
+    assert_eq!(cli(&server, &["keys", "revoke", &leaver.to_string()]).0, 0);
+
+    // Probes.
+    assert_eq!(get(&format!("{b}/healthz"), None).0, 200);
+    let (s, ready) = get(&format!("{b}/readyz"), None);
+    assert_eq!(s, 200, "{ready}");
+    assert_eq!(ready["health"]["embedder"], true);
+
+    // Keys: missing, invalid, revoked.
+    let search = format!("{b}/v1/tenants/default/search");
+    let q = serde_json::json!({ "query": "How many days after a trip do I have to submit my expense claim?", "k": 3 });
+    let (s, body) = post(&search, None, &q);
+    assert_eq!(error_code(s, &body, 401), "unauthorized");
+    let (s, body) = post(&search, Some("rbx_0123456789"), &q);
+    assert_eq!(error_code(s, &body, 401), "unauthorized");
+    let (s, body) = post(&search, Some(&revoked), &q);
+    assert_eq!(error_code(s, &body, 401), "unauthorized", "a revoked key is refused");
+
+    // Search.
+    let (s, body) = post(&search, Some(&reader), &q);
+    assert_eq!(s, 200, "{body}");
+    let hits = body["retrieval"]["hits"].as_array().unwrap();
+    assert!(!hits.is_empty() && hits.len() <= 3);
+    assert!(hits[0]["chunk"]["path"].as_str().unwrap().ends_with("travel-and-expenses.md"), "{:#}", hits[0]);
+    assert!(body["retrieval"]["candidates"].as_array().unwrap().is_empty(), "no candidates without explain");
+    let (s, body) = post(&search, Some(&reader), &serde_json::json!({ "query": "expense claim deadline", "explain": true, "no_rerank": true }));
+    assert_eq!(s, 200);
+    assert!(!body["retrieval"]["candidates"].as_array().unwrap().is_empty());
+
+    // Tenant isolation: another tenant reads exactly like one that does not exist.
+    let (s1, other) = post(&format!("{b}/v1/tenants/globex/search"), Some(&reader), &q);
+    let (s2, missing) = post(&format!("{b}/v1/tenants/nope/search"), Some(&reader), &q);
+    assert_eq!((s1, s2), (404, 404));
+    assert_eq!(other["error"]["code"], missing["error"]["code"]);
+    assert_eq!(
+        other["error"]["message"].as_str().unwrap().replace("globex", "X"),
+        missing["error"]["message"].as_str().unwrap().replace("nope", "X")
+    );
+    assert!(!missing.to_string().contains("default"), "the 404 lists no tenants: {missing}");
+    let (s, body) = get(&format!("{b}/v1/tenants"), Some(&reader));
+    assert_eq!(s, 200);
+    assert_eq!(body["tenants"].as_array().unwrap().len(), 1, "a reader sees its own tenant only: {body}");
+
+    // Bad input: each a clear 4xx JSON error, never a 5xx.
+    let raw = |body: &[u8], ct: &str| {
+        let (s, j, _) = call("POST", &search, Some(&reader), Some(body), ct);
+        (s, j)
+    };
+    let (s, j) = raw(b"{\"query\": ", "application/json");
+    assert_eq!(error_code(s, &j, 400), "invalid_request");
+    let (s, j) = raw(br#"{"query": 5}"#, "application/json");
+    assert_eq!(error_code(s, &j, 422), "invalid_field");
+    let (s, j) = raw(br#"{"query": "x", "top": 3}"#, "application/json");
+    assert!(error_code(s, &j, 422) == "invalid_field" && j["error"]["message"].as_str().unwrap().contains("top"), "{j}");
+    let (s, j) = raw(b"{\"query\": \"\xff\xfe\"}", "application/json");
+    error_code(s, &j, 400);
+    let (s, j) = raw(br#"{"query": "x"}"#, "text/plain");
+    error_code(s, &j, 415);
+    let (s, j) = post(&search, Some(&reader), &serde_json::json!({ "query": "   " }));
+    error_code(s, &j, 400);
+    let (s, j) = post(&search, Some(&reader), &serde_json::json!({ "query": "word ".repeat(1000) }));
+    assert_eq!(error_code(s, &j, 413), "too_large");
+    assert!(j["error"]["message"].as_str().unwrap().contains("2000"), "the limit is named: {j}");
+    let (s, j) = post(&search, Some(&reader), &serde_json::json!({ "query": "x".repeat(100_000) }));
+    assert_eq!(error_code(s, &j, 413), "too_large");
+    assert!(j["error"]["message"].as_str().unwrap().contains("65536"), "{j}");
+    let (s, j) = get(&format!("{b}/v1/tenants/default/chat/sessions/abc"), Some(&reader));
+    error_code(s, &j, 400);
+    let (s, j) = get(&format!("{b}/v1/nothing-here"), Some(&reader));
+    error_code(s, &j, 404);
+    let (s, j) = post(&format!("{b}/v1/tenants/default/search"), Some(&reader), &serde_json::json!({ "query": "x", "k": 0 }));
+    error_code(s, &j, 400);
+
+    // A streamed answer: tokens first, then one answer event with citations, sources, timings.
+    let ask = format!("{b}/v1/tenants/default/ask");
+    let evs = events(&ask, &reader, &serde_json::json!({ "question": "How many days after a trip do I have to submit my expense claim?" }));
+    let last = evs.last().unwrap();
+    assert_eq!(last.0, "answer", "{evs:?}");
+    assert!(evs[..evs.len() - 1].iter().all(|e| e.0 == "token"), "tokens come before the answer: {evs:?}");
+    assert!(evs.len() >= 2, "at least one token streamed: {evs:?}");
+    let a = &last.1;
+    let streamed: String = evs.iter().filter(|e| e.0 == "token").map(|e| e.1["text"].as_str().unwrap()).collect();
+    assert!(!a["answer"].as_str().unwrap().is_empty() && !streamed.is_empty());
+    assert_eq!(a["refused"], false, "{a:#}");
+    assert!(!a["sources"].as_array().unwrap().is_empty());
+    assert!(a["timings"]["total_ms"].as_f64().unwrap() > 0.0);
+    assert!(a["citations"].is_array() && a["sentences"].is_array());
+    let answer_id = a["answer_id"].as_i64().unwrap();
+    let refused = events(&ask, &reader, &serde_json::json!({ "question": "How many weeks of parental leave do employees get?" }));
+    assert_eq!(refused.last().unwrap().1["refused"], true, "{refused:?}");
+
+    // Feedback: on its own tenant's answer only.
+    let (s, j) = post(&format!("{b}/v1/tenants/default/feedback"), Some(&reader), &serde_json::json!({ "answer_id": answer_id, "rating": "up", "comment": "right" }));
+    assert_eq!(s, 201, "{j}");
+    let (s, j) = post(&format!("{b}/v1/tenants/default/feedback"), Some(&reader), &serde_json::json!({ "answer_id": answer_id, "rating": "sideways" }));
+    error_code(s, &j, 400);
+    let (s, j) = post(&format!("{b}/v1/tenants/default/feedback"), Some(&reader), &serde_json::json!({ "answer_id": 999_999, "rating": "up" }));
+    error_code(s, &j, 404);
+
+    // Chat: a session, a question, a follow-up rewritten against it, reading it back.
+    let sessions = format!("{b}/v1/tenants/default/chat/sessions");
+    let (s, j) = post(&sessions, Some(&reader), &serde_json::json!(null));
+    assert_eq!(s, 201, "{j}");
+    let session = j["session"].as_i64().unwrap();
+    let messages = format!("{sessions}/{session}/messages");
+    let first = events(&messages, &reader, &serde_json::json!({ "question": "What is the maximum hotel cost per night in London?" }));
+    assert_eq!(first.last().unwrap().0, "answer", "{first:?}");
+    assert_eq!(first.last().unwrap().1["session"], session);
+    let second = events(&messages, &reader, &serde_json::json!({ "question": "And what about the meal allowance there?" }));
+    let f = second.iter().find(|e| e.0 == "follow_up").unwrap_or_else(|| panic!("a follow_up event: {second:?}"));
+    assert!(!f.1["cue"].is_null(), "{f:?}");
+    assert_eq!(second.last().unwrap().0, "answer");
+    let (s, j) = get(&format!("{sessions}/{session}"), Some(&reader));
+    assert_eq!(s, 200);
+    assert_eq!(j["turns"].as_array().unwrap().len(), 2, "{j}");
+    let (s, j) = get(&sessions, Some(&reader));
+    assert!(s == 200 && j["sessions"][0]["session"] == session, "{j}");
+
+    // Upload into another tenant (created by the upload), ingest job, search finds it.
+    let docs = format!("{b}/v1/tenants/globex/documents");
+    let (body, ct) = multipart("handbook.md", HANDBOOK.as_bytes());
+    let (s, j, _) = call("POST", &format!("{b}/v1/tenants/default/documents"), Some(&reader), Some(&body), &ct);
+    assert_eq!(error_code(s, &j, 403), "forbidden", "a reader may not upload");
+    let (s, j, _) = call("POST", &docs, Some(&writer), Some(&body), &ct);
+    assert_eq!(s, 202, "{j}");
+    let job = j["job"]["id"].as_u64().unwrap();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let (s, j) = get(&format!("{b}/v1/tenants/globex/jobs/{job}"), Some(&writer));
+        assert_eq!(s, 200, "{j}");
+        match j["job"]["state"].as_str().unwrap() {
+            "done" => break,
+            "failed" => panic!("ingest job failed: {j}"),
+            _ => {}
+        }
+        assert!(Instant::now() < deadline, "the ingest job finishes: {j}");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let (s, j) = post(&format!("{b}/v1/tenants/globex/search"), Some(&writer), &serde_json::json!({ "query": "Where do new starters collect their visitor badge?" }));
+    assert_eq!(s, 200, "{j}");
+    assert!(j["retrieval"]["hits"][0]["chunk"]["text"].as_str().unwrap().contains("GX-7741"), "{j}");
+    let (s, j) = get(&docs, Some(&writer));
+    assert_eq!(s, 200);
+    let doc = &j["documents"][0];
+    assert_eq!(doc["status"], "indexed");
+    assert!(doc["path"].as_str().unwrap().contains("/tenants/globex/uploads/handbook.md"), "stored in the managed folder: {doc}");
+    let doc_id = doc["id"].as_u64().unwrap();
+    let (s, _) = get(&format!("{b}/v1/tenants/globex/jobs/{job}"), Some(&reader));
+    assert_eq!(s, 404, "another tenant's job is not found");
+    let (s, _) = get(&docs, Some(&reader));
+    assert_eq!(s, 404);
+
+    // Path traversal and bad uploads are refused; nothing is written outside the folder.
+    for name in ["../escape.md", "/etc/passwd", "a/b.md", "..", ".hidden.md", "nul\u{0}.md"] {
+        let (body, ct) = multipart(name, b"# x\n\ntext\n");
+        let (s, j, _) = call("POST", &docs, Some(&writer), Some(&body), &ct);
+        assert!(s == 400, "{name:?}: {s} {j}");
+        error_code(s, &j, 400);
+    }
+    assert!(!server.data.join("tenants/globex/escape.md").exists() && !server.data.join("tenants/escape.md").exists());
+    let (body, ct) = multipart("big.md", &vec![b'a'; 300_000]);
+    let (s, j, _) = call("POST", &docs, Some(&writer), Some(&body), &ct);
+    assert_eq!(error_code(s, &j, 413), "too_large");
+    let (mut body, ct) = multipart("cut.md", b"# cut\n\ntext that stops");
+    body.truncate(body.len() - 20);
+    let (s, j, _) = call("POST", &docs, Some(&writer), Some(&body), &ct);
+    assert!((400..500).contains(&s), "a truncated multipart body: {s} {j}");
+    let (s, j, _) = call("POST", &docs, Some(&writer), Some(b"not multipart"), "application/json");
+    assert!((400..500).contains(&s), "{s} {j}");
+
+    // Re-ingest and remove.
+    let (s, j) = post(&format!("{docs}/{doc_id}/reingest"), Some(&writer), &serde_json::json!(null));
+    assert_eq!(s, 202, "{j}");
+    std::thread::sleep(Duration::from_millis(500));
+    let (s, j, _) = call("DELETE", &format!("{docs}/{doc_id}"), Some(&reader), None, "");
+    assert_eq!(s, 404, "another tenant's document is not found: {j}");
+
+    // OpenAI-compatible routes through a real client library.
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    rt.block_on(async {
+        use async_openai::types::{ChatCompletionRequestUserMessageArgs, CreateChatCompletionRequestArgs};
+        use futures::StreamExt;
+        let config = async_openai::config::OpenAIConfig::new().with_api_base(format!("{b}/v1")).with_api_key(reader.clone());
+        let client = async_openai::Client::with_config(config);
+        let models = client.models().list().await.unwrap();
+        assert!(models.data.iter().any(|m| m.id == "ragbox"), "{models:?}");
+        assert!(models.data.iter().all(|m| m.id == "ragbox" || m.id == "ragbox/default"), "{models:?}");
+        let request = |stream: bool| {
+            CreateChatCompletionRequestArgs::default()
+                .model("ragbox")
+                .stream(stream)
+                .messages([ChatCompletionRequestUserMessageArgs::default()
+                    .content("How many days after a trip do I have to submit my expense claim?")
+                    .build()
+                    .unwrap()
+                    .into()])
+                .build()
+                .unwrap()
+        };
+        let response = client.chat().create(request(false)).await.unwrap();
+        let text = response.choices[0].message.content.clone().unwrap_or_default();
+        assert!(!text.is_empty(), "{response:?}");
+        let mut stream = client.chat().create_stream(request(true)).await.unwrap();
+        let mut streamed = String::new();
+        let mut finished = false;
+        while let Some(chunk) = stream.next().await {
+            let chunk = chunk.unwrap();
+            for c in &chunk.choices {
+                streamed.push_str(c.delta.content.as_deref().unwrap_or(""));
+                finished |= c.finish_reason.is_some();
+            }
+        }
+        assert!(!streamed.is_empty() && finished);
+    });
+    // The extra field with the sources.
+    let (s, j) = post(
+        &format!("{b}/v1/chat/completions"),
+        Some(&reader),
+        &serde_json::json!({ "model": "ragbox/default", "temperature": 0.2, "messages": [{ "role": "user", "content": "How many days after a trip do I have to submit my expense claim?" }] }),
+    );
+    assert_eq!(s, 200, "{j}");
+    assert!(j["ragbox"]["sources"].as_array().is_some_and(|s| !s.is_empty()) && j["ragbox"]["answer_id"].is_i64(), "{j}");
+    let (s, j) = post(&format!("{b}/v1/chat/completions"), Some(&reader), &serde_json::json!({ "model": "ragbox/globex", "messages": [{ "role": "user", "content": "badge?" }] }));
+    error_code(s, &j, 404);
+
+    // The queue: one generating, one waiting, the third refused with Retry-After; a client that
+    // goes away cancels its generation.
+    let open = |q: &str| {
+        ureq::post(&ask)
+            .set("Authorization", &format!("Bearer {reader}"))
+            .set("Content-Type", "application/json")
+            .send_string(&serde_json::json!({ "question": q }).to_string())
+    };
+    let one = open("What is the maximum hotel cost per night in London?").unwrap();
+    let mut one = BufReader::new(one.into_reader());
+    let mut line = String::new();
+    while !line.starts_with("event: token") {
+        line.clear();
+        assert!(one.read_line(&mut line).unwrap() > 0, "the first answer streams");
+    }
+    let two = open("How long do we keep travel receipts?").unwrap();
+    let (s, j, retry) = call("POST", &ask, Some(&reader), Some(serde_json::json!({ "question": "Who approves travel?" }).to_string().as_bytes()), "application/json");
+    assert_eq!(error_code(s, &j, 503), "busy");
+    assert!(retry.is_some_and(|r| r.parse::<u64>().is_ok()), "Retry-After is set");
+    drop(two);
+    drop(one);
+    // Both cancellations show: the waiting one never generates, the streaming one stops.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let (_, m, _) = call("GET", &format!("{b}/metrics"), None, None, "");
+        let m = m.as_str().unwrap().to_string();
+        let cancelled = m.lines().find(|l| l.starts_with("ragbox_generations_total{outcome=\"cancelled\"}"));
+        if cancelled.and_then(|l| l.split_whitespace().last()).and_then(|n| n.parse::<u64>().ok()) >= Some(2) {
+            assert!(m.contains("ragbox_http_requests_total{method=\"POST\",route=\"/v1/tenants/{tenant}/search\",status=\"200\"}"), "{m}");
+            assert!(m.contains("ragbox_queue_waiting"), "{m}");
+            break;
+        }
+        assert!(Instant::now() < deadline, "two cancelled generations: {m}");
+        std::thread::sleep(Duration::from_millis(250));
+    }
+
+    // The audit log over HTTP: admins only.
+    let (s, j) = get(&format!("{b}/v1/admin/audit?limit=500"), Some(&reader));
+    assert_eq!(error_code(s, &j, 403), "forbidden");
+    let (s, j) = get(&format!("{b}/v1/admin/audit?limit=500"), Some(&admin));
+    assert_eq!(s, 200, "{j}");
+    let rows = j["events"].as_array().unwrap();
+    let actions: Vec<&str> = rows.iter().map(|r| r["action"].as_str().unwrap()).collect();
+    for want in ["key_create", "key_revoke", "auth_failed", "search", "ask", "chat", "feedback", "upload", "ingest", "chat_completion"] {
+        assert!(actions.contains(&want), "an audit row for {want}: {actions:?}");
+    }
+    let ask_row = rows.iter().find(|r| r["action"] == "ask" && r["outcome"] == "ok").unwrap();
+    assert_eq!(ask_row["key_name"], "alice");
+    assert_eq!(ask_row["tenant"], "default");
+    assert!(!ask_row["chunk_ids"].as_array().unwrap().is_empty() && !ask_row["model"].as_str().unwrap().is_empty(), "{ask_row}");
+    assert!(rows.iter().any(|r| r["action"] == "ask" && r["outcome"] == "cancelled"), "the dropped stream's answer is recorded as cancelled: {rows:?}");
+    let failed = rows.iter().find(|r| r["action"] == "auth_failed").unwrap();
+    assert!(failed["detail"]["address"].as_str().unwrap().starts_with("127.0.0.1"), "{failed}");
+    let (s, j) = get(&format!("{b}/v1/admin/audit/verify"), Some(&admin));
+    assert!(s == 200 && j["intact"] == true, "{j}");
+    let (s, j) = post(&format!("{b}/v1/admin/keys"), Some(&admin), &serde_json::json!({ "name": "carol", "tenant": "globex", "role": "reader" }));
+    assert!(s == 201 && j["secret"].as_str().unwrap().starts_with("rbx_"), "{j}");
+
+    // SIGTERM: a clean exit within the grace period.
+    let mut server = server;
+    let pid = server.child.id() as i32;
+    // SAFETY: sends a signal to the child this test started.
+    assert_eq!(unsafe { libc::kill(pid, libc::SIGTERM) }, 0);
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let status = loop {
+        if let Some(st) = server.child.try_wait().unwrap() {
+            break st;
+        }
+        assert!(Instant::now() < deadline, "the server exits after SIGTERM");
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    assert!(status.success(), "{status:?}");
+
+    // The audit chain: intact, then tampered by hand and caught.
+    let (code, out, err) = cli(&server, &["audit", "verify"]);
+    assert_eq!(code, 0, "{out}\n{err}");
+    assert!(out.contains("intact"), "{out}");
+    let (code, out, _) = cli(&server, &["audit", "--tenant", "default", "--json"]);
+    assert_eq!(code, 0);
+    let listed: Vec<serde_json::Value> = out.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    assert!(listed.iter().all(|r| r["tenant"] == "default") && listed.len() > 5);
+    let victim = listed[2]["id"].as_i64().unwrap();
+    {
+        let conn = rusqlite::Connection::open(server.data.join("catalog.sqlite")).unwrap();
+        assert!(conn.execute("UPDATE events SET question = 'nothing to see' WHERE id = ?1", [victim]).is_err(), "append-only");
+        conn.execute_batch("DROP TRIGGER events_no_update").unwrap();
+        conn.execute("UPDATE events SET question = 'nothing to see' WHERE id = ?1", [victim]).unwrap();
+    }
+    let (code, out, _) = cli(&server, &["audit", "verify"]);
+    assert_eq!(code, 6, "{out}");
+    assert!(out.contains(&format!("row {victim}")), "names the first broken row: {out}");
+    eprintln!("serve_end_to_end: {:.1} s", started.elapsed().as_secs_f64());
+}
