@@ -31,11 +31,40 @@ impl<T: DeserializeOwned + Send> FromRequest<State> for ApiJson<T> {
 
     async fn from_request(req: Request, state: &State) -> Result<Self, ApiError> {
         let limit = state.config.max_body_bytes;
+        let (parts, body) = req.into_parts();
+        let bytes = read_body(body, limit).await?;
+        let req = Request::from_parts(parts, axum::body::Body::from(bytes));
         match Json::<T>::from_request(req, state).await {
             Ok(Json(v)) => Ok(ApiJson(v)),
             Err(r) => Err(rejection(r.status(), r.body_text(), limit)),
         }
     }
+}
+
+/// How much of an oversized body is still read (and dropped) before the 413, so that a client
+/// that writes its whole body before reading sees the answer instead of a reset connection.
+const DRAIN_BYTES: usize = 1 << 20;
+
+/// Reads a body of at most `limit` bytes. A longer one is read on (up to [`DRAIN_BYTES`] more)
+/// and refused with 413 naming the limit.
+async fn read_body(body: axum::body::Body, limit: usize) -> Result<axum::body::Bytes, ApiError> {
+    use futures::StreamExt;
+    let mut stream = body.into_data_stream();
+    let mut buf = Vec::new();
+    let mut total = 0usize;
+    while let Some(chunk) = stream.next().await {
+        let chunk = chunk.map_err(|e| ApiError::invalid(format!("the request body could not be read: {e}")))?;
+        total = total.saturating_add(chunk.len());
+        if total <= limit {
+            buf.extend_from_slice(&chunk);
+        } else if total > limit.saturating_add(DRAIN_BYTES) {
+            break;
+        }
+    }
+    if total > limit {
+        return Err(ApiError::too_large("the request body", format!("{limit} bytes")));
+    }
+    Ok(buf.into())
 }
 
 /// Path parameters whose rejection (a non-numeric id) is an [`ApiError`].
@@ -462,6 +491,7 @@ pub async fn upload(
     ApiPath(tenant): ApiPath<String>,
     multipart: Result<Multipart, axum::extract::multipart::MultipartRejection>,
 ) -> Result<Response, ApiError> {
+    caller.scope(&tenant).map_err(ApiError::from)?;
     caller.require(KeyRole::Writer, "uploading documents").map_err(ApiError::from)?;
     let limit = state.config.max_upload_bytes;
     let mut multipart = multipart.map_err(|r| rejection(r.status(), r.body_text(), limit))?;

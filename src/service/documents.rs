@@ -153,8 +153,8 @@ impl Service {
 
     /// Removes documents by path (a folder removes everything ingested under it).
     pub fn remove_paths(&self, caller: &Caller, tenant: &str, paths: &[PathBuf]) -> Result<(TenantRow, Vec<PathBuf>)> {
-        caller.require(KeyRole::Writer, "removing documents")?;
         let tenant = self.tenant(caller, tenant)?;
+        caller.require(KeyRole::Writer, "removing documents")?;
         let lock = self.writer_lock(&tenant.name);
         let _guard = lock.lock().unwrap_or_else(|e| e.into_inner());
         let result = crate::ingest::remove(&self.store, &tenant, paths);
@@ -171,8 +171,8 @@ impl Service {
     /// Removes document `id`; a file in the tenant's uploads folder is deleted too, so it does
     /// not come back.
     pub fn remove_document(&self, caller: &Caller, tenant: &str, id: u64) -> Result<PathBuf> {
-        caller.require(KeyRole::Writer, "removing documents")?;
         let t = self.tenant(caller, tenant)?;
+        caller.require(KeyRole::Writer, "removing documents")?;
         let doc = self.document(&t, id)?;
         let (_, removed) = self.remove_paths(caller, tenant, std::slice::from_ref(&doc.path))?;
         let uploads = self.uploads(&t.name);
@@ -186,12 +186,10 @@ impl Service {
     /// Stores `bytes` as `name` in the tenant's uploads folder (the tenant is created with the
     /// configured embedder if it does not exist) and starts an ingest job for it.
     pub fn upload(self: &Arc<Self>, caller: &Caller, tenant: &str, name: &str, bytes: &[u8]) -> Result<Job> {
+        caller.scope(tenant)?;
         caller.require(KeyRole::Writer, "uploading documents")?;
         let name = check_upload_name(name)?;
         crate::store::check_tenant_name(tenant)?;
-        if !caller.reaches(tenant) {
-            return Err(Error::UnknownTenant { name: tenant.to_string(), known: Vec::new() });
-        }
         let dir = self.uploads(tenant);
         std::fs::create_dir_all(&dir).map_err(Error::path(&dir))?;
         let path = dir.join(name);
@@ -206,8 +204,8 @@ impl Service {
 
     /// Ingests document `id` again from its file.
     pub fn reingest(self: &Arc<Self>, caller: &Caller, tenant: &str, id: u64) -> Result<Job> {
-        caller.require(KeyRole::Writer, "re-ingesting documents")?;
         let t = self.tenant(caller, tenant)?;
+        caller.require(KeyRole::Writer, "re-ingesting documents")?;
         let doc = self.document(&t, id)?;
         let detail = serde_json::json!({ "document": id, "path": doc.path.to_string_lossy() });
         self.audit(caller, EventRecord { tenant: &t.name, action: "reingest", detail: &detail, ..EventRecord::default() })?;
@@ -225,9 +223,14 @@ impl Service {
     }
 
     /// A job of `tenant`.
+    /// An upload's job is found before its first commit creates the tenant in the catalog.
     pub fn job(&self, caller: &Caller, tenant: &str, id: u64) -> Result<Job> {
-        let t = self.tenant(caller, tenant)?;
-        self.jobs.get(id).filter(|j| j.tenant == t.name).ok_or_else(|| Error::NotFound(format!("no job {id} in this tenant")))
+        caller.scope(tenant)?;
+        if let Some(job) = self.jobs.get(id).filter(|j| j.tenant == tenant) {
+            return Ok(job);
+        }
+        self.tenant(caller, tenant)?;
+        Err(Error::NotFound(format!("no job {id} in this tenant")))
     }
 
     /// (jobs queued or running, files visited by them, files found by them).

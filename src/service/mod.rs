@@ -84,6 +84,16 @@ impl Caller {
         self.tenant.as_deref().is_none_or(|t| t == tenant)
     }
 
+    /// Refuses a tenant out of scope exactly like one that does not exist. Checked before the
+    /// role, so that what a key may do says nothing about a tenant it cannot see.
+    pub fn scope(&self, tenant: &str) -> Result<()> {
+        if self.reaches(tenant) {
+            Ok(())
+        } else {
+            Err(Error::UnknownTenant { name: tenant.to_string(), known: Vec::new() })
+        }
+    }
+
     fn is_local(&self) -> bool {
         self.key_id.is_none()
     }

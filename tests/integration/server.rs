@@ -9,7 +9,7 @@
 
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Stdio};
 use std::time::{Duration, Instant};
 
 use crate::common::{ragbox, run};
@@ -347,7 +347,7 @@ fn serve_end_to_end() {
         error_code(s, &j, 400);
     }
     assert!(!server.data.join("tenants/globex/escape.md").exists() && !server.data.join("tenants/escape.md").exists());
-    let (body, ct) = multipart("big.md", &vec![b'a'; 300_000]);
+    let (body, ct) = multipart("big.md", &vec![b'a'; 220_000]); // over the limit, under the body cap (limit + 64 KiB): read whole, refused by size
     let (s, j, _) = call("POST", &docs, Some(&writer), Some(&body), &ct);
     assert_eq!(error_code(s, &j, 413), "too_large");
     let (mut body, ct) = multipart("cut.md", b"# cut\n\ntext that stops");
@@ -356,6 +356,24 @@ fn serve_end_to_end() {
     assert!((400..500).contains(&s), "a truncated multipart body: {s} {j}");
     let (s, j, _) = call("POST", &docs, Some(&writer), Some(b"not multipart"), "application/json");
     assert!((400..500).contains(&s), "{s} {j}");
+
+    // The adversarial tenant suite: every route and id-bearing parameter, aimed at the other
+    // tenant's data, must answer exactly like the same request for something that does not exist.
+    let (_, j) = get(&format!("{b}/v1/tenants/default/documents"), Some(&reader));
+    let default_doc = j["documents"][0]["id"].as_u64().unwrap();
+    let default_docs = j["documents"].as_array().unwrap().len();
+    let (attempts, leaks) = adversarial_tenant_suite(&b, &reader, &writer, Victims { answer_id, session, default_doc, globex_doc: doc_id, globex_job: job });
+    eprintln!("adversarial tenant suite: {attempts} attempts, {} leaks", leaks.len());
+    assert!(attempts >= 40, "{attempts}");
+    assert!(leaks.is_empty(), "{} of {attempts} attempts leaked:\n{}", leaks.len(), leaks.join("\n"));
+    // And nothing of either tenant changed.
+    let (_, j) = get(&format!("{b}/v1/tenants/default/documents"), Some(&reader));
+    assert_eq!(j["documents"].as_array().unwrap().len(), default_docs);
+    assert!(!server.data.join("tenants/default/uploads").exists(), "nothing uploaded into default");
+    let (_, j) = get(&format!("{sessions}/{session}"), Some(&reader));
+    assert_eq!(j["turns"].as_array().unwrap().len(), 2, "{j}");
+    let (_, j) = get(&docs, Some(&writer));
+    assert!(j["documents"].as_array().unwrap().iter().any(|d| d["id"] == doc_id), "{j}");
 
     // Re-ingest and remove.
     let (s, j) = post(&format!("{docs}/{doc_id}/reingest"), Some(&writer), &serde_json::json!(null));
@@ -504,4 +522,115 @@ fn serve_end_to_end() {
     assert_eq!(code, 6, "{out}");
     assert!(out.contains(&format!("row {victim}")), "names the first broken row: {out}");
     eprintln!("serve_end_to_end: {:.1} s", started.elapsed().as_secs_f64());
+}
+
+/// Ids of each tenant's data the suite aims at.
+struct Victims {
+    /// An answer of `default`.
+    answer_id: i64,
+    /// A chat session of `default`.
+    session: i64,
+    /// A document of `default`.
+    default_doc: u64,
+    /// A document of `globex`.
+    globex_doc: u64,
+    /// An ingest job of `globex`.
+    globex_job: u64,
+}
+
+/// With `alice` (reader of `default`) and `bob` (writer of `globex`), tries every route on the
+/// other tenant, and every id-bearing parameter with the other tenant's ids under the caller's
+/// own tenant. Each attempt is paired with a control: the same request naming a tenant or id
+/// that does not exist. A leak is any difference between the two (status, error code, or the
+/// message once the names are set aside), or a success. Returns (attempts, leaks).
+fn adversarial_tenant_suite(b: &str, alice: &str, bob: &str, v: Victims) -> (usize, Vec<String>) {
+    const NO_ID: &str = "987654321";
+    let question = serde_json::json!({ "question": "How many days after a trip do I have to submit my expense claim?" });
+    let query = serde_json::json!({ "query": "expense claim deadline", "k": 3 });
+    let (upload, upload_ct) = multipart("planted.md", b"# planted\n\nthis must never be stored\n");
+    let json = "application/json";
+    // (key, method, path with {T} for the tenant and {ID} for the id, body, content type, victim, control)
+    // {T}/{ID} stand for the victim's value in the attempt and the control's in the control.
+    let mut probes: Vec<(&str, &str, String, Option<Vec<u8>>, &str, String, String)> = Vec::new();
+    let body = |v: &serde_json::Value| Some(v.to_string().into_bytes());
+    // 1. Whole routes on the other tenant (tenant name in the path): each attacker at the other.
+    for (key, victim) in [(alice, "globex"), (bob, "default")] {
+        let t = |p: &str| p.to_string();
+        let tenant_routes: Vec<(&str, String, Option<Vec<u8>>, &str)> = vec![
+            ("POST", t("/v1/tenants/{T}/search"), body(&query), json),
+            ("POST", t("/v1/tenants/{T}/search"), body(&serde_json::json!({ "query": "badge", "explain": true })), json),
+            ("POST", t("/v1/tenants/{T}/ask"), body(&question), json),
+            ("POST", t("/v1/tenants/{T}/chat/sessions"), body(&serde_json::json!(null)), json),
+            ("GET", t("/v1/tenants/{T}/chat/sessions"), None, ""),
+            ("GET", format!("/v1/tenants/{{T}}/chat/sessions/{}", v.session), None, ""),
+            ("POST", format!("/v1/tenants/{{T}}/chat/sessions/{}/messages", v.session), body(&question), json),
+            ("POST", t("/v1/tenants/{T}/feedback"), body(&serde_json::json!({ "answer_id": v.answer_id, "rating": "down" })), json),
+            ("GET", t("/v1/tenants/{T}/documents"), None, ""),
+            ("POST", t("/v1/tenants/{T}/documents"), Some(upload.clone()), upload_ct.as_str()),
+            ("DELETE", format!("/v1/tenants/{{T}}/documents/{}", v.default_doc), None, ""),
+            ("DELETE", format!("/v1/tenants/{{T}}/documents/{}", v.globex_doc), None, ""),
+            ("POST", format!("/v1/tenants/{{T}}/documents/{}/reingest", v.default_doc), body(&serde_json::json!(null)), json),
+            ("POST", format!("/v1/tenants/{{T}}/documents/{}/reingest", v.globex_doc), body(&serde_json::json!(null)), json),
+            ("GET", format!("/v1/tenants/{{T}}/jobs/{}", v.globex_job), None, ""),
+            ("POST", t("/v1/chat/completions"), body(&serde_json::json!({ "model": "ragbox/{T}", "messages": [{ "role": "user", "content": "badge?" }] })), json),
+            ("POST", t("/v1/chat/completions"), body(&serde_json::json!({ "model": "ragbox/{T}", "stream": true, "messages": [{ "role": "user", "content": "badge?" }] })), json),
+            ("GET", t("/v1/admin/audit?tenant={T}"), None, ""),
+        ];
+        for (method, path, body, ct) in tenant_routes {
+            probes.push((key, method, path, body, ct, victim.to_string(), "nosuchtenant".to_string()));
+        }
+    }
+    // 2. The other tenant's ids under the caller's own tenant.
+    let ids: Vec<(&str, &str, String, Option<Vec<u8>>, &str, String)> = vec![
+        (bob, "GET", "/v1/tenants/globex/chat/sessions/{ID}".into(), None, "", v.session.to_string()),
+        (bob, "POST", "/v1/tenants/globex/chat/sessions/{ID}/messages".into(), body(&question), json, v.session.to_string()),
+        (bob, "POST", "/v1/tenants/globex/feedback".into(), Some(br#"{"answer_id": {ID}, "rating": "down"}"#.to_vec()), json, v.answer_id.to_string()),
+        (bob, "DELETE", "/v1/tenants/globex/documents/{ID}".into(), None, "", v.default_doc.to_string()),
+        (bob, "POST", "/v1/tenants/globex/documents/{ID}/reingest".into(), body(&serde_json::json!(null)), json, v.default_doc.to_string()),
+        (alice, "GET", "/v1/tenants/default/jobs/{ID}".into(), None, "", v.globex_job.to_string()),
+        (alice, "DELETE", "/v1/tenants/default/documents/{ID}".into(), None, "", v.globex_doc.to_string()),
+        (alice, "POST", "/v1/tenants/default/documents/{ID}/reingest".into(), body(&serde_json::json!(null)), json, v.globex_doc.to_string()),
+    ];
+    for (key, method, path, body, ct, victim) in ids {
+        probes.push((key, method, path, body, ct, victim, NO_ID.to_string()));
+    }
+    // 3. The OpenAI route's plain model name means the key's own tenant; a listing shows no other.
+    let mut leaks = Vec::new();
+    let mut attempts = 0;
+    for (key, want_absent) in [(alice, "globex"), (bob, "default")] {
+        attempts += 2;
+        let (_, models) = get(&format!("{b}/v1/models"), Some(key));
+        if models.to_string().contains(&format!("ragbox/{want_absent}")) {
+            leaks.push(format!("/v1/models lists {want_absent}: {models}"));
+        }
+        let (_, tenants) = get(&format!("{b}/v1/tenants"), Some(key));
+        if tenants.to_string().contains(want_absent) {
+            leaks.push(format!("/v1/tenants lists {want_absent}: {tenants}"));
+        }
+    }
+    let fill = |text: &str, value: &str| text.replace("{T}", value).replace("{ID}", value);
+    for (key, method, path, body, ct, victim, control) in probes {
+        attempts += 1;
+        let send = |value: &str| {
+            let url = format!("{b}{}", fill(&path, value));
+            let body = body.as_ref().map(|bytes| match std::str::from_utf8(bytes) {
+                Ok(text) if ct == json => fill(text, value).into_bytes(),
+                _ => bytes.clone(),
+            });
+            let (s, j, _) = call(method, &url, Some(key), body.as_deref(), ct);
+            (s, j)
+        };
+        let (s1, j1) = send(&victim);
+        let (s2, j2) = send(&control);
+        let what = format!("{method} {} (victim {victim}, control {control})", fill(&path, &victim));
+        let norm = |j: &serde_json::Value, token: &str| j["error"]["message"].as_str().unwrap_or("").replace(token, "<X>");
+        if (200..300).contains(&s1) {
+            leaks.push(format!("{what}: succeeded with {s1}: {j1}"));
+        } else if s1 != s2 || j1["error"]["code"] != j2["error"]["code"] || norm(&j1, &victim) != norm(&j2, &control) {
+            leaks.push(format!("{what}: {s1} {j1} differs from the control's {s2} {j2}"));
+        } else if !(400..500).contains(&s1) {
+            leaks.push(format!("{what}: not a 4xx: {s1} {j1}"));
+        }
+    }
+    (attempts, leaks)
 }
