@@ -105,7 +105,9 @@ pub fn router(state: State) -> Router {
         .fallback(api::not_found)
         .layer(DefaultBodyLimit::max(state.config.max_body_bytes))
         .layer(axum::middleware::from_fn_with_state(state.clone(), metrics::track))
-        .layer(tower_http::trace::TraceLayer::new_for_http());
+        // 5xx responses at debug level: the intended 503s of a full queue are not errors, and the
+        // failures that are (a runtime fault, a bug) are logged where they happen (error.rs).
+        .layer(tower_http::trace::TraceLayer::new_for_http().on_failure(tower_http::trace::DefaultOnFailure::new().level(tracing::Level::DEBUG)));
     if !state.config.cors_origins.is_empty() {
         let origins: Vec<axum::http::HeaderValue> = state.config.cors_origins.iter().filter_map(|o| o.parse().ok()).collect();
         app = app.layer(

@@ -4,6 +4,12 @@
 //! One writer per tenant: jobs of one tenant run one after another (a per-tenant mutex here,
 //! the store's lock file across processes), while readers keep serving the last committed
 //! generation and pick up the new one on their next request.
+//!
+//! Jobs run on their own rayon pool of half the cores (at least one thread). On the global
+//! pool, an ingest's batch of embeddings (a `par_iter` over batches) would hold every worker
+//! until the batch is done, and each search's query embedding would wait behind it (measured:
+//! 22 s per search while 400 files ingested). On a pool apart, searches and the ingest share
+//! the cores through the OS scheduler instead.
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -75,6 +81,7 @@ pub struct Job {
 pub(super) struct Jobs {
     next: AtomicU64,
     all: Mutex<Vec<Job>>,
+    pool: std::sync::OnceLock<Option<rayon::ThreadPool>>,
 }
 
 impl Jobs {
@@ -94,6 +101,16 @@ impl Jobs {
         if let Some(j) = all.iter_mut().find(|j| j.id == id) {
             f(j);
         }
+    }
+
+    /// The jobs' own thread pool (`None` if it could not be made: the global pool then).
+    fn pool(&self) -> Option<&rayon::ThreadPool> {
+        self.pool
+            .get_or_init(|| {
+                let threads = std::thread::available_parallelism().map_or(1, |n| (n.get() / 2).max(1));
+                rayon::ThreadPoolBuilder::new().num_threads(threads).thread_name(|i| format!("ingest-pool-{i}")).build().ok()
+            })
+            .as_ref()
     }
 
     fn get(&self, id: u64) -> Option<Job> {
@@ -257,14 +274,20 @@ impl Service {
             let model = self.store.catalog().tenant(tenant)?.map(|t| t.model);
             let embedder = self.app.embedder(model.as_deref())?;
             let opts = self.app.ingest_options(tenant, None)?;
-            ingest(&self.store, &embedder, path, &opts, &mut |event| match event {
-                IngestEvent::Found { files } => self.jobs.update(id, |j| j.files = files),
-                IngestEvent::Visited { chunks, .. } => self.jobs.update(id, |j| {
-                    j.visited += 1;
-                    j.chunks += chunks;
-                }),
-                _ => {}
-            })
+            let run = || {
+                ingest(&self.store, &embedder, path, &opts, &mut |event| match event {
+                    IngestEvent::Found { files } => self.jobs.update(id, |j| j.files = files),
+                    IngestEvent::Visited { chunks, .. } => self.jobs.update(id, |j| {
+                        j.visited += 1;
+                        j.chunks += chunks;
+                    }),
+                    _ => {}
+                })
+            };
+            match self.jobs.pool() {
+                Some(pool) => pool.install(run),
+                None => run(),
+            }
         })();
         let outcome = match &result {
             Ok(_) => "ok".to_string(),

@@ -1,9 +1,11 @@
 //! `ragbox bench serve`: a bounded loopback load test of the HTTP server, in-process on a free
 //! port, with a temporary admin key (revoked at the end). Three phases, each stopping by itself:
 //! `--clients` concurrent clients searching for `--seconds`; the same while an ingest job runs
-//! (`--ingest DIR` into a scratch tenant); then `--askers` clients asking with a queue of one
+//! (`--ingest DIR` into tenant `bench-ingest` of the data folder: point `--data-dir` at a
+//! scratch copy); after that ingest finishes, `--askers` clients asking with a queue of one
 //! waiting place, so the surplus gets the intended 503s. Reports requests/s, p50/p99 latency,
-//! errors by status, and resident memory at start and end.
+//! errors by status, and resident memory (server and clients: one process) after warm-up (the
+//! LLM loaded) and at the end.
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -40,6 +42,10 @@ pub struct ServeBenchArgs {
     /// Seconds of the asking phase.
     #[arg(long, default_value_t = 30)]
     pub ask_seconds: u64,
+    /// Seconds to wait, after the ingest phase, for the ingest to finish before the asking
+    /// phase starts (it then runs on a quiet store).
+    #[arg(long, default_value_t = 600)]
+    pub ingest_wait: u64,
 }
 
 /// One phase's figures.
@@ -220,10 +226,14 @@ pub fn run(g: &GlobalArgs, args: ServeBenchArgs) -> anyhow::Result<()> {
     let bound = addr_rx.recv_timeout(Duration::from_secs(30))?;
     let base = format!("http://{bound}");
     eprintln!("bench serve: server on {base}; warming up");
-    // Warm-up: a few searches so the first measured one does not pay for lazy loads.
+    // Warm-up: a few searches so the first measured one does not pay for lazy loads, and the
+    // LLM loaded now when there is an asking phase (its weights are not growth).
     let warm = search_call(base.clone(), secret.clone(), args.tenant.clone());
     for i in 0..5 {
         warm(0, i);
+    }
+    if args.askers > 0 {
+        service.warm_up_generator()?;
     }
     let rss_start = status_mb("VmRSS");
     let mut phases = Vec::new();
@@ -233,9 +243,25 @@ pub fn run(g: &GlobalArgs, args: ServeBenchArgs) -> anyhow::Result<()> {
     if let Some(dir) = &args.ingest {
         let job = service.ingest_folder(&caller, "bench-ingest", dir)?;
         eprintln!("bench serve: {} clients searching for {} s while job {} ingests {}", args.clients, args.seconds, job.id, dir.display());
+        let started = Instant::now();
         phases.push(phase("search during ingest", args.clients, args.seconds, search_call(base.clone(), secret.clone(), args.tenant.clone())));
-        let state = service.job(&caller, "bench-ingest", job.id)?;
-        ingest = Some(serde_json::json!({ "job": job.id, "state": state.state, "visited": state.visited, "files": state.files, "chunks": state.chunks }));
+        let at_end = service.job(&caller, "bench-ingest", job.id)?;
+        // The asking phase starts on a quiet store: wait (bounded) for the job to finish.
+        let deadline = Instant::now() + Duration::from_secs(args.ingest_wait);
+        let mut last = at_end.clone();
+        while matches!(last.state, ragbox::service::JobState::Queued | ragbox::service::JobState::Running) && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(250));
+            last = service.job(&caller, "bench-ingest", job.id)?;
+        }
+        ingest = Some(serde_json::json!({
+            "job": job.id,
+            "at_phase_end": { "state": at_end.state, "visited": at_end.visited, "files": at_end.files, "chunks": at_end.chunks },
+            "state": last.state,
+            "files": last.files,
+            "chunks": last.chunks,
+            "seconds": started.elapsed().as_secs_f64(),
+            "error": last.error,
+        }));
     }
     if args.askers > 0 {
         eprintln!("bench serve: {} clients asking for {} s (1 generating, 1 waiting; the rest get 503)", args.askers, args.ask_seconds);
