@@ -5,7 +5,7 @@
 //! scratch copy); after that ingest finishes, `--askers` clients asking with a queue of one
 //! waiting place, so the surplus gets the intended 503s. Reports requests/s, p50/p99 latency,
 //! errors by status, and resident memory (server and clients: one process) after warm-up (the
-//! LLM loaded) and at the end.
+//! LLM loaded, then a few seconds at full concurrency) and at the end.
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -62,11 +62,16 @@ struct Phase {
     p50_ms: f64,
     p99_ms: f64,
     max_ms: f64,
+    /// Resident memory when the phase ended.
+    rss_after_mb: Option<f64>,
 }
 
 #[derive(Debug, Serialize)]
 struct Report {
     tenant: String,
+    /// Resident memory after the single-client warm-up (and the LLM load), before the
+    /// concurrent warm-up.
+    rss_cold_mb: Option<f64>,
     rss_start_mb: Option<f64>,
     rss_end_mb: Option<f64>,
     rss_growth_percent: Option<f64>,
@@ -86,6 +91,9 @@ const QUERIES: &[&str] = &[
     "data protection officer contact",
     "home office internet reimbursement",
 ];
+
+/// Seconds of unmeasured searching at full concurrency before the first RSS sample.
+const WARM_UP_SECONDS: u64 = 10;
 
 const ASKS: &[&str] = &[
     "How many days after a trip do I have to submit my expense claim?",
@@ -133,6 +141,7 @@ fn phase(name: &str, clients: usize, seconds: u64, call: Arc<dyn Fn(usize, usize
         p50_ms: percentile(&ok_latencies, 50.0),
         p99_ms: percentile(&ok_latencies, 99.0),
         max_ms: ok_latencies.last().copied().unwrap_or(0.0),
+        rss_after_mb: status_mb("VmRSS"),
     }
 }
 
@@ -235,6 +244,12 @@ pub fn run(g: &GlobalArgs, args: ServeBenchArgs) -> anyhow::Result<()> {
     if args.askers > 0 {
         service.warm_up_generator()?;
     }
+    // Then a few seconds at full concurrency, unmeasured: the first burst of concurrent searches
+    // grows memory once (threads, each one's working tensors, allocator arenas; +230 MiB at 16
+    // clients, flat afterwards), which is not growth over the run.
+    let rss_cold = status_mb("VmRSS");
+    eprintln!("bench serve: {} clients warming up for {} s", args.clients, WARM_UP_SECONDS);
+    phase("warm-up", args.clients, WARM_UP_SECONDS, search_call(base.clone(), secret.clone(), args.tenant.clone()));
     let rss_start = status_mb("VmRSS");
     let mut phases = Vec::new();
     eprintln!("bench serve: {} clients searching for {} s", args.clients, args.seconds);
@@ -273,6 +288,7 @@ pub fn run(g: &GlobalArgs, args: ServeBenchArgs) -> anyhow::Result<()> {
     service.revoke_key(&caller, key.id)?;
     let report = Report {
         tenant: args.tenant.clone(),
+        rss_cold_mb: rss_cold,
         rss_start_mb: rss_start,
         rss_end_mb: rss_end,
         rss_growth_percent: rss_start.zip(rss_end).map(|(a, b)| (b - a) / a * 100.0),
@@ -283,19 +299,31 @@ pub fn run(g: &GlobalArgs, args: ServeBenchArgs) -> anyhow::Result<()> {
         return print_json(&report);
     }
     println!("bench serve · tenant {} · loopback {}", report.tenant, base);
-    println!("{:<22} {:>7} {:>8} {:>8} {:>9} {:>8} {:>8} {:>8}  errors", "phase", "clients", "requests", "ok", "req/s", "p50 ms", "p99 ms", "max ms");
+    println!(
+        "{:<22} {:>7} {:>8} {:>8} {:>9} {:>8} {:>8} {:>8} {:>8}  errors",
+        "phase", "clients", "requests", "ok", "req/s", "p50 ms", "p99 ms", "max ms", "rss MiB"
+    );
     for p in &report.phases {
         let errors = if p.errors.is_empty() { "none".to_string() } else { p.errors.iter().map(|(s, n)| format!("{s}×{n}")).collect::<Vec<_>>().join(" ") };
         println!(
-            "{:<22} {:>7} {:>8} {:>8} {:>9.1} {:>8.1} {:>8.1} {:>8.1}  {errors}",
-            p.name, p.clients, p.requests, p.ok, p.requests_per_second, p.p50_ms, p.p99_ms, p.max_ms
+            "{:<22} {:>7} {:>8} {:>8} {:>9.1} {:>8.1} {:>8.1} {:>8.1} {:>8}  {errors}",
+            p.name,
+            p.clients,
+            p.requests,
+            p.ok,
+            p.requests_per_second,
+            p.p50_ms,
+            p.p99_ms,
+            p.max_ms,
+            p.rss_after_mb.map_or("?".into(), |m| format!("{m:.0}"))
         );
     }
     if let Some(i) = &report.ingest {
         println!("ingest during phase 2: {i}");
     }
     println!(
-        "rss: {} MiB at start, {} MiB at end ({})",
+        "rss: {} MiB before the concurrent warm-up, {} MiB at start, {} MiB at end ({} over the run)",
+        rss_cold.map_or("?".into(), |m| format!("{m:.0}")),
         rss_start.map_or("?".into(), |m| format!("{m:.0}")),
         rss_end.map_or("?".into(), |m| format!("{m:.0}")),
         report.rss_growth_percent.map_or("?".into(), |p| format!("{p:+.1}%"))
