@@ -157,6 +157,8 @@ pub struct ServerSection {
     pub max_upload_bytes: usize,
     /// Search, documents and admin requests: give up after this long.
     pub request_timeout_ms: u64,
+    /// A request body (JSON or upload) must arrive within this long (slow clients: 408).
+    pub body_timeout_ms: u64,
     /// An answer (queue wait included): cancel after this long.
     pub generate_timeout_ms: u64,
     /// On SIGTERM/SIGINT: how long in-flight requests get to finish before they are cancelled.
@@ -412,7 +414,7 @@ impl Config {
         if sv.generate_concurrency == 0 || sv.max_body_bytes == 0 || sv.max_question_chars == 0 || sv.max_upload_bytes == 0 {
             return Err(Error::Config("server: generate_concurrency, max_body_bytes, max_question_chars and max_upload_bytes must be at least 1".into()));
         }
-        if sv.request_timeout_ms == 0 || sv.generate_timeout_ms == 0 {
+        if sv.request_timeout_ms == 0 || sv.generate_timeout_ms == 0 || sv.body_timeout_ms == 0 {
             return Err(Error::Config("server: timeouts must be above 0 ms".into()));
         }
         Ok(Config {

@@ -26,7 +26,7 @@ pub fn run(g: &GlobalArgs) -> anyhow::Result<()> {
     println!("reranker:   {} ({})", report.rerank_model, report.rerank_status);
     let sv = &report.server;
     println!(
-        "server:     listen {} · queue {} (generating {} at once) · body {} B, question {} chars, upload {} B · timeouts {} ms / answer {} ms · CORS {}",
+        "server:     listen {} · queue {} (generating {} at once) · body {} B, question {} chars, upload {} B · timeouts {} ms / answer {} ms / body {} ms · CORS {}",
         sv.listen,
         sv.queue,
         sv.generate_concurrency,
@@ -35,6 +35,7 @@ pub fn run(g: &GlobalArgs) -> anyhow::Result<()> {
         sv.max_upload_bytes,
         sv.request_timeout_ms,
         sv.generate_timeout_ms,
+        sv.body_timeout_ms,
         if sv.cors_origins.is_empty() { "off".to_string() } else { sv.cors_origins.join(", ") }
     );
     println!("tenants:");

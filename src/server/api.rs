@@ -32,7 +32,7 @@ impl<T: DeserializeOwned + Send> FromRequest<State> for ApiJson<T> {
     async fn from_request(req: Request, state: &State) -> Result<Self, ApiError> {
         let limit = state.config.max_body_bytes;
         let (parts, body) = req.into_parts();
-        let bytes = read_body(body, limit).await?;
+        let bytes = read_body(body, limit, state.config.body_timeout_ms).await?;
         let req = Request::from_parts(parts, axum::body::Body::from(bytes));
         match Json::<T>::from_request(req, state).await {
             Ok(Json(v)) => Ok(ApiJson(v)),
@@ -45,22 +45,26 @@ impl<T: DeserializeOwned + Send> FromRequest<State> for ApiJson<T> {
 /// that writes its whole body before reading sees the answer instead of a reset connection.
 const DRAIN_BYTES: usize = 1 << 20;
 
-/// Reads a body of at most `limit` bytes. A longer one is read on (up to [`DRAIN_BYTES`] more)
-/// and refused with 413 naming the limit.
-async fn read_body(body: axum::body::Body, limit: usize) -> Result<axum::body::Bytes, ApiError> {
+/// Reads a body of at most `limit` bytes within `timeout_ms` (else 408). A longer one is read on
+/// (up to [`DRAIN_BYTES`] more) and refused with 413 naming the limit.
+async fn read_body(body: axum::body::Body, limit: usize, timeout_ms: u64) -> Result<axum::body::Bytes, ApiError> {
     use futures::StreamExt;
     let mut stream = body.into_data_stream();
     let mut buf = Vec::new();
     let mut total = 0usize;
-    while let Some(chunk) = stream.next().await {
-        let chunk = chunk.map_err(|e| ApiError::invalid(format!("the request body could not be read: {e}")))?;
-        total = total.saturating_add(chunk.len());
-        if total <= limit {
-            buf.extend_from_slice(&chunk);
-        } else if total > limit.saturating_add(DRAIN_BYTES) {
-            break;
+    let read = async {
+        while let Some(chunk) = stream.next().await {
+            let chunk = chunk.map_err(|e| ApiError::invalid(format!("the request body could not be read: {e}")))?;
+            total = total.saturating_add(chunk.len());
+            if total <= limit {
+                buf.extend_from_slice(&chunk);
+            } else if total > limit.saturating_add(DRAIN_BYTES) {
+                break;
+            }
         }
-    }
+        Ok::<(), ApiError>(())
+    };
+    tokio::time::timeout(Duration::from_millis(timeout_ms), read).await.map_err(|_| ApiError::slow_body(timeout_ms))??;
     if total > limit {
         return Err(ApiError::too_large("the request body", format!("{limit} bytes")));
     }
@@ -495,24 +499,26 @@ pub async fn upload(
     caller.require(KeyRole::Writer, "uploading documents").map_err(ApiError::from)?;
     let limit = state.config.max_upload_bytes;
     let mut multipart = multipart.map_err(|r| rejection(r.status(), r.body_text(), limit))?;
-    let mut file = None;
-    loop {
-        let field = match multipart.next_field().await {
-            Ok(Some(f)) => f,
-            Ok(None) => break,
-            Err(e) => return Err(multipart_error(e, limit)),
-        };
-        if field.name() != Some("file") {
-            continue;
+    let read = async {
+        loop {
+            let field = match multipart.next_field().await {
+                Ok(Some(f)) => f,
+                Ok(None) => return Ok(None),
+                Err(e) => return Err(multipart_error(e, limit)),
+            };
+            if field.name() != Some("file") {
+                continue;
+            }
+            let name = field.file_name().map(str::to_string).ok_or_else(|| ApiError::invalid("the `file` part has no file name"))?;
+            let bytes = field.bytes().await.map_err(|e| multipart_error(e, limit))?;
+            if bytes.len() > limit {
+                return Err(ApiError::too_large(&format!("the upload ({} bytes)", bytes.len()), format!("{limit} bytes (server.max_upload_bytes)")));
+            }
+            return Ok(Some((name, bytes)));
         }
-        let name = field.file_name().map(str::to_string).ok_or_else(|| ApiError::invalid("the `file` part has no file name"))?;
-        let bytes = field.bytes().await.map_err(|e| multipart_error(e, limit))?;
-        if bytes.len() > limit {
-            return Err(ApiError::too_large(&format!("the upload ({} bytes)", bytes.len()), format!("{limit} bytes (server.max_upload_bytes)")));
-        }
-        file = Some((name, bytes));
-        break;
-    }
+    };
+    let timeout_ms = state.config.body_timeout_ms;
+    let file = tokio::time::timeout(Duration::from_millis(timeout_ms), read).await.map_err(|_| ApiError::slow_body(timeout_ms))??;
     let (name, bytes) = file.ok_or_else(|| ApiError::invalid("send the document as a multipart part named `file`"))?;
     ragbox::service::check_upload_name(&name).map_err(ApiError::from)?;
     let job = state.blocking(move |s| s.upload(&caller, &tenant, &name, &bytes)).await?;

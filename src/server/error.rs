@@ -51,6 +51,15 @@ impl ApiError {
         ApiError::new(StatusCode::GATEWAY_TIMEOUT, "timeout", format!("the request took longer than server.request_timeout_ms = {ms}"))
     }
 
+    /// 408: the body did not arrive in time.
+    pub fn slow_body(ms: u64) -> ApiError {
+        ApiError::new(
+            StatusCode::REQUEST_TIMEOUT,
+            "body_timeout",
+            format!("the request body did not arrive within server.body_timeout_ms = {ms}"),
+        )
+    }
+
     /// 500.
     pub fn internal(message: impl Into<String>) -> ApiError {
         ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", message)

@@ -69,7 +69,7 @@ fn start() -> Server {
         "[generate]\nmodel = \"smollm2-135m-instruct\"\nmax_tokens = 48\n\
          [answer]\npassages = 2\npassage_chars = 400\n\
          [server]\nqueue = 1\ngenerate_concurrency = 1\nmax_body_bytes = 65536\nmax_question_chars = 2000\n\
-         max_upload_bytes = 200000\nshutdown_grace_ms = 3000\nauth_failures_per_minute = 50\n",
+         max_upload_bytes = 200000\nshutdown_grace_ms = 3000\nauth_failures_per_minute = 50\nbody_timeout_ms = 2000\n",
     )
     .unwrap();
     let mut child = ragbox(&data)
@@ -259,6 +259,22 @@ fn serve_end_to_end() {
     error_code(s, &j, 404);
     let (s, j) = post(&format!("{b}/v1/tenants/default/search"), Some(&reader), &serde_json::json!({ "query": "x", "k": 0 }));
     error_code(s, &j, 400);
+
+    // Slow clients: a body that stops arriving gets 408 after server.body_timeout_ms; the
+    // server keeps serving.
+    for (path, ct, declared, sent) in [
+        ("/v1/tenants/default/search", "application/json", 100, &b"{\"query\": \"exp"[..]),
+        ("/v1/tenants/globex/documents", "multipart/form-data; boundary=xx", 5000, &b"--xx\r\nContent-Disposition: form-data; name=\"file\"; filename=\"s.md\"\r\n\r\n# slow"[..]),
+    ] {
+        let key = if path.contains("globex") { &writer } else { &reader };
+        let t = Instant::now();
+        let (status, body) = stall(&b, path, key, ct, declared, sent);
+        assert!(status.contains(" 408 "), "{path}: {status} {body}");
+        let j: serde_json::Value = serde_json::from_str(&body).unwrap_or_else(|e| panic!("{body}: {e}"));
+        assert_eq!(error_code(408, &j, 408), "body_timeout");
+        assert!(t.elapsed() >= Duration::from_millis(1900) && t.elapsed() < Duration::from_secs(20), "{:?}", t.elapsed());
+    }
+    assert_eq!(post(&search, Some(&reader), &q).0, 200, "still serving after the slow clients");
 
     // A streamed answer: tokens first, then one answer event with citations, sources, timings.
     let ask = format!("{b}/v1/tenants/default/ask");
@@ -488,6 +504,25 @@ fn serve_end_to_end() {
     let (s, j) = post(&format!("{b}/v1/admin/keys"), Some(&admin), &serde_json::json!({ "name": "carol", "tenant": "globex", "role": "reader" }));
     assert!(s == 201 && j["secret"].as_str().unwrap().starts_with("rbx_"), "{j}");
 
+    // Failed authentications from one address: past server.auth_failures_per_minute (50) the
+    // address gets 429 + Retry-After before any key is looked at, a valid one included.
+    let mut refused = None;
+    for i in 0..60 {
+        let (s, j, retry) = call("GET", &format!("{b}/v1/tenants"), Some("rbx_not_a_key"), None, "");
+        if s == 429 {
+            refused = Some((i, j, retry));
+            break;
+        }
+        assert_eq!(error_code(s, &j, 401), "unauthorized");
+    }
+    let (attempt, j, retry) = refused.expect("429 within 60 failed attempts");
+    assert!(attempt <= 50, "refused after at most 50 failures in the minute (3 came earlier): {attempt}");
+    assert_eq!(error_code(429, &j, 429), "too_many_failures");
+    assert!(retry.is_some_and(|r| r.parse::<u64>().is_ok_and(|s| (1..=60).contains(&s))), "Retry-After is set");
+    let (s, j, _) = call("GET", &format!("{b}/v1/tenants"), Some(&reader), None, "");
+    assert_eq!(error_code(s, &j, 429), "too_many_failures", "the address is refused, whatever key it sends");
+    assert_eq!(get(&format!("{b}/healthz"), None).0, 200);
+
     // SIGTERM: a clean exit within the grace period.
     let mut server = server;
     let pid = server.child.id() as i32;
@@ -522,6 +557,35 @@ fn serve_end_to_end() {
     assert_eq!(code, 6, "{out}");
     assert!(out.contains(&format!("row {victim}")), "names the first broken row: {out}");
     eprintln!("serve_end_to_end: {:.1} s", started.elapsed().as_secs_f64());
+}
+
+/// Sends a request's head and the first `sent` bytes of a body said to be `declared` bytes long,
+/// then stalls; returns the response's status line and body.
+fn stall(base: &str, path: &str, key: &str, content_type: &str, declared: usize, sent: &[u8]) -> (String, String) {
+    use std::io::{Read, Write};
+    let addr = base.trim_start_matches("http://");
+    let mut s = std::net::TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+    write!(s, "POST {path} HTTP/1.1\r\nHost: {addr}\r\nAuthorization: Bearer {key}\r\nContent-Type: {content_type}\r\nContent-Length: {declared}\r\n\r\n").unwrap();
+    s.write_all(sent).unwrap();
+    s.flush().unwrap();
+    let mut got = Vec::new();
+    let mut buf = [0u8; 4096];
+    loop {
+        let text = String::from_utf8_lossy(&got).to_string();
+        if let Some((head, body)) = text.split_once("\r\n\r\n") {
+            let length = head
+                .lines()
+                .find_map(|l| l.to_ascii_lowercase().strip_prefix("content-length:").map(|v| v.trim().parse::<usize>().unwrap()))
+                .expect("a content-length");
+            if body.len() >= length {
+                return (head.lines().next().unwrap().to_string(), body[..length].to_string());
+            }
+        }
+        let n = s.read(&mut buf).unwrap_or_else(|e| panic!("{path}: no answer to a stalled body: {e}"));
+        assert!(n > 0, "{path}: closed without an answer: {text}");
+        got.extend_from_slice(&buf[..n]);
+    }
 }
 
 /// Ids of each tenant's data the suite aims at.
