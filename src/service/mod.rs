@@ -280,7 +280,7 @@ impl Service {
         Ok(row)
     }
 
-    /// Audit rows (admin: all; another key: its own tenant's only).
+    /// Audit rows (admin keys and the command line only).
     pub fn audit_events(&self, caller: &Caller, filter: &EventFilter) -> Result<Vec<EventRow>> {
         caller.require(KeyRole::Admin, "reading the audit log")?;
         self.store.catalog().events(filter)
