@@ -31,6 +31,10 @@ pub struct App {
     /// Generators loaded so far, by model: one load per process, shared by answers, rewrites,
     /// support checks and the LLM reranker.
     generators: std::sync::Mutex<std::collections::HashMap<String, Arc<dyn Generator>>>,
+    /// Embedders and rerankers loaded so far, by model: a long-running process (the server)
+    /// verifies and loads each once, not per request.
+    embedders: std::sync::Mutex<std::collections::HashMap<String, Arc<dyn Embedder>>>,
+    rerankers: std::sync::Mutex<std::collections::HashMap<String, Arc<dyn Reranker>>>,
 }
 
 /// Everything `doctor` reports.
@@ -64,6 +68,8 @@ pub struct DoctorReport {
     pub models: Vec<ModelStatus>,
     /// Every tenant's model, generations and whether its indexes agree with the catalog.
     pub tenants: Vec<TenantStatus>,
+    /// `ragbox serve`'s settings.
+    pub server: crate::config::ServerSection,
 }
 
 /// One tenant as `doctor` sees it.
@@ -82,7 +88,7 @@ impl App {
     pub fn new(config: Config) -> Result<App> {
         let device = device(config.device)?;
         let models = ModelStore::new(&config.models_dir);
-        Ok(App { config, models, device, generators: Default::default() })
+        Ok(App { config, models, device, generators: Default::default(), embedders: Default::default(), rerankers: Default::default() })
     }
 
     /// The device models run on.
@@ -93,11 +99,18 @@ impl App {
     /// The embedder named (or the configured one), loaded and verified.
     pub fn embedder(&self, name: Option<&str>) -> Result<Arc<dyn Embedder>> {
         let spec = self.models.manifest().get(name.unwrap_or(&self.config.embed.model))?;
+        if let Some(loaded) = self.embedders.lock().ok().and_then(|m| m.get(&spec.name).cloned()) {
+            return Ok(loaded);
+        }
         let options = EmbedOptions {
             device: self.device.clone(),
             batch: BatchLimits { max_items: self.config.embed.batch_size, max_tokens: self.config.embed.max_batch_tokens },
         };
-        load_embedder(&self.models, spec, &options)
+        let embedder = load_embedder(&self.models, spec, &options)?;
+        if let Ok(mut m) = self.embedders.lock() {
+            m.insert(spec.name.clone(), embedder.clone());
+        }
+        Ok(embedder)
     }
 
     /// The configured reranker, or `None` when its files are not in the models folder.
@@ -111,6 +124,9 @@ impl App {
     /// not in the models folder.
     pub fn reranker_named(&self, name: &str) -> Result<Option<Arc<dyn Reranker>>> {
         let spec = self.models.manifest().get(name)?;
+        if let Some(loaded) = self.rerankers.lock().ok().and_then(|m| m.get(&spec.name).cloned()) {
+            return Ok(Some(loaded));
+        }
         // Absent (some file missing, none corrupt): run without the stage. Corrupt: an error.
         let status = self.models.status(spec);
         let missing = status.files.iter().any(|f| f.state == "missing");
@@ -125,7 +141,11 @@ impl App {
             device: self.device.clone(),
             batch: BatchLimits { max_items: self.config.rerank.batch_size, ..BatchLimits::default() },
         };
-        load_reranker(&self.models, spec, &options).map(Some)
+        let reranker = load_reranker(&self.models, spec, &options)?;
+        if let Ok(mut m) = self.rerankers.lock() {
+            m.insert(spec.name.clone(), reranker.clone());
+        }
+        Ok(Some(reranker))
     }
 
     /// The configured generator, or the local model `name` (a `generate` model of the
@@ -314,6 +334,7 @@ impl App {
         }
         DoctorReport {
             tenants,
+            server: self.config.server.clone(),
             version: env!("CARGO_PKG_VERSION"),
             candle: "0.10.2 (patched: patches/README.md)",
             cpu: crate::model::cpu::baseline(),

@@ -141,6 +141,38 @@ pub struct AnswerSection {
     pub prompt: String,
 }
 
+/// `[server]`: `ragbox serve`.
+#[derive(Debug, Clone, Deserialize, serde::Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct ServerSection {
+    /// Address to listen on; loopback unless someone chooses otherwise.
+    pub listen: String,
+    /// Generation requests that may wait for the LLM; beyond this the server answers 503.
+    pub queue: usize,
+    /// Generation requests run at once.
+    pub generate_concurrency: usize,
+    /// Largest JSON request body, in bytes.
+    pub max_body_bytes: usize,
+    /// Longest question or query, in characters.
+    pub max_question_chars: usize,
+    /// Largest upload, in bytes.
+    pub max_upload_bytes: usize,
+    /// Search, documents and admin requests: give up after this long.
+    pub request_timeout_ms: u64,
+    /// A request body (JSON or upload) must arrive within this long (slow clients: 408).
+    pub body_timeout_ms: u64,
+    /// An answer (queue wait included): cancel after this long.
+    pub generate_timeout_ms: u64,
+    /// On SIGTERM/SIGINT: how long in-flight requests get to finish before they are cancelled.
+    pub shutdown_grace_ms: u64,
+    /// Failed authentications per client address per minute before it is refused (429).
+    pub auth_failures_per_minute: u32,
+    /// Origins allowed by CORS; empty (the default) sends no CORS headers at all.
+    pub cors_origins: Vec<String>,
+    /// Load the LLM at start (else on the first answer).
+    pub preload_generator: bool,
+}
+
 /// The configuration as written.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -165,6 +197,8 @@ pub struct RawConfig {
     pub generate: GenerateSection,
     /// Answer settings.
     pub answer: AnswerSection,
+    /// HTTP server settings.
+    pub server: ServerSection,
 }
 
 /// Values from the command line, the strongest layer.
@@ -203,6 +237,8 @@ pub struct Config {
     pub generate: GenerateSection,
     /// Answer settings.
     pub answer: AnswerSection,
+    /// HTTP server settings (`listen` parsed and checked).
+    pub server: ServerSection,
     /// The file read, if any.
     pub config_file: Option<PathBuf>,
 }
@@ -373,6 +409,16 @@ impl Config {
         if !["similarity", "llm", "off"].contains(&raw.answer.support.as_str()) {
             return Err(Error::Config(format!("answer.support = `{}`: use similarity, llm or off", raw.answer.support)));
         }
+        let sv = &raw.server;
+        if sv.listen.parse::<std::net::SocketAddr>().is_err() {
+            return Err(Error::Config(format!("server.listen = `{}`: use an address and port such as 127.0.0.1:7070", sv.listen)));
+        }
+        if sv.generate_concurrency == 0 || sv.max_body_bytes == 0 || sv.max_question_chars == 0 || sv.max_upload_bytes == 0 {
+            return Err(Error::Config("server: generate_concurrency, max_body_bytes, max_question_chars and max_upload_bytes must be at least 1".into()));
+        }
+        if sv.request_timeout_ms == 0 || sv.generate_timeout_ms == 0 || sv.body_timeout_ms == 0 {
+            return Err(Error::Config("server: timeouts must be above 0 ms".into()));
+        }
         Ok(Config {
             data_dir,
             models_dir,
@@ -384,6 +430,7 @@ impl Config {
             retrieve: raw.retrieve,
             generate: raw.generate,
             answer: raw.answer,
+            server: raw.server,
             config_file: o.config_file.clone(),
         })
     }

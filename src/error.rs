@@ -171,6 +171,13 @@ pub enum Error {
     /// The text generator (local LLM or remote backend) failed.
     #[error("generation failed: {0}")]
     Generate(String),
+    /// A thing asked for by id (session, document, answer, job, key) that does not exist, or
+    /// that the caller may not see: the two read alike, so existence does not leak.
+    #[error("{0}")]
+    NotFound(String),
+    /// The caller's key lacks the role this needs.
+    #[error("{0}")]
+    Denied(String),
     /// An invariant broke.
     #[error("internal error (a bug in ragbox): {0}")]
     Bug(String),
@@ -186,7 +193,9 @@ impl Error {
             | Error::ModelMissing { .. }
             | Error::IndexMismatch { .. }
             | Error::UnknownTenant { .. }
-            | Error::NotCompiled(_) => Fault::User,
+            | Error::NotCompiled(_)
+            | Error::NotFound(_)
+            | Error::Denied(_) => Fault::User,
             Error::ModelChecksum { .. }
             | Error::ModelFormat { .. }
             | Error::Candle(_)

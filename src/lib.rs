@@ -13,7 +13,8 @@
 //! embed, rerank, store <- retrieve (read path: hybrid search, fusion, rerank, refusal floor)
 //!   <- eval (BEIR metrics, configurations side by side)
 //! app (composition root: the only place that names concrete backends)
-//!   <- cli (one file per subcommand)
+//!   <- service (what a request does: search, ask, chat, documents, keys, audit; both faces call it)
+//!   <- cli (one file per subcommand), server (HTTP routes; in the binary)
 //! ```
 //!
 //! Nothing imports `app` or `cli`; `scripts/check-layers.sh` enforces the edges. Models load only
@@ -37,6 +38,7 @@ pub mod ingest;
 pub mod model;
 pub mod rerank;
 pub mod retrieve;
+pub mod service;
 pub mod source;
 pub mod store;
 pub mod types;

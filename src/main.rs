@@ -1,6 +1,7 @@
 //! The `ragbox` binary: parse arguments, install logging, run, map errors to exit codes.
 
 mod cli;
+mod server;
 
 /// mimalloc keeps freed tensor buffers for reuse; glibc's malloc returns every large buffer to
 /// the kernel and page-faults it back in on the next forward pass.

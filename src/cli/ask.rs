@@ -4,15 +4,10 @@
 //! writes an audit row; its id is what `ragbox feedback` takes.
 
 use std::io::{IsTerminal, Write};
-use std::sync::Arc;
 
 use clap::Args;
 
-use ragbox::answer::{refuse, Answer, Answerer, Source};
-use ragbox::app::App;
-use ragbox::generate::{block_on, Generator};
-use ragbox::retrieve::Retrieval;
-use ragbox::store::{AuditRecord, Store, TenantRow};
+use ragbox::service::{Answer, AskOptions, Caller, Source};
 
 use super::search::excerpt;
 use super::{print_json, GlobalArgs};
@@ -23,7 +18,7 @@ pub struct AskArgs {
     /// The question, in plain language.
     pub question: String,
     /// Tenant to answer from.
-    #[arg(long, default_value = ragbox::store::DEFAULT_TENANT)]
+    #[arg(long, default_value = ragbox::service::DEFAULT_TENANT)]
     pub tenant: String,
     /// Generate with this local model instead of the configured one (a `generate` model).
     #[arg(long)]
@@ -36,88 +31,10 @@ pub struct AskArgs {
     pub explain: bool,
 }
 
-/// What answering needs, loaded once (per `ask`, or per `chat` session).
-pub(super) struct Answering<'s> {
-    pub app: &'s App,
-    pub store: &'s Store,
-    pub tenant: TenantRow,
-    pub retriever: ragbox::retrieve::Retriever<'s>,
-    pub note: Option<String>,
-    pub llm: Option<String>,
-    generator: Option<Arc<dyn Generator>>,
-}
-
-impl<'s> Answering<'s> {
-    pub fn open(app: &'s App, store: &'s Store, tenant: &str, rerank: bool, llm: Option<String>) -> anyhow::Result<Answering<'s>> {
-        let tenant = store.catalog().require_tenant(tenant)?;
-        let mut options = app.retrieve_options();
-        options.top_k = options.top_k.max(app.config.answer.passages);
-        let (retriever, note) = app.retriever(store, &tenant.name, None, rerank, options)?;
-        Ok(Answering { app, store, tenant, retriever, note, llm, generator: None })
-    }
-
-    /// The generator, loaded on first use (a refused question never loads it).
-    pub fn generator(&mut self) -> anyhow::Result<Arc<dyn Generator>> {
-        if let Some(g) = &self.generator {
-            return Ok(g.clone());
-        }
-        let g = self.app.generator(self.llm.as_deref())?;
-        if g.is_remote() {
-            eprintln!(
-                "warning: generate.backend = \"claude\": the question and the retrieved passages are sent to Anthropic; \
-                 this text leaves the machine"
-            );
-        }
-        self.generator = Some(g.clone());
-        Ok(g)
-    }
-
-    /// Retrieves for `standalone` (which took `rewrite_ms` to make) and answers `question`,
-    /// streaming tokens to `sink`; records the audit row.
-    pub fn answer(
-        &mut self,
-        question: &str,
-        standalone: &str,
-        rewrite_ms: f64,
-        session: Option<i64>,
-        sink: &mut (dyn ragbox::generate::TokenSink + Send),
-    ) -> anyhow::Result<(Retrieval, Answer)> {
-        let retrieval = self.retriever.retrieve(standalone)?;
-        let options = self.app.answer_options();
-        let mut answer = if retrieval.refused || retrieval.hits.is_empty() {
-            let method = self.app.config.answer.support.parse()?;
-            let a = refuse(question, standalone, &retrieval, &options, method);
-            sink.token(&a.answer);
-            a
-        } else {
-            let generator = self.generator()?;
-            let support = self.app.support_checker(self.retriever.embedder().cloned(), &generator)?;
-            let answerer = Answerer::new(generator, support, options);
-            block_on(answerer.answer(question, standalone, &retrieval, sink))?
-        };
-        answer.timings.rewrite_ms = rewrite_ms;
-        answer.timings.total_ms += rewrite_ms;
-        let chunks = answer.served_chunks();
-        let timings = serde_json::to_value(&answer.timings)?;
-        answer.answer_id = Some(self.store.catalog().record_audit(&AuditRecord {
-            tenant: self.tenant.id,
-            session,
-            question,
-            standalone,
-            chunk_ids: &chunks,
-            model: answer.model.as_deref().unwrap_or(""),
-            refused: answer.refused,
-            answer: &answer.answer,
-            timings: &timings,
-        })?);
-        Ok((retrieval, answer))
-    }
-}
-
 /// Streams tokens to stdout as they come (human output only).
 pub(super) struct Stdout;
 
-impl ragbox::generate::TokenSink for Stdout {
+impl ragbox::service::TokenSink for Stdout {
     fn token(&mut self, text: &str) {
         let mut out = std::io::stdout().lock();
         let _ = out.write_all(text.as_bytes());
@@ -205,17 +122,16 @@ pub(super) fn print_after(answer: &Answer) {
 
 pub fn run(g: &GlobalArgs, args: AskArgs) -> anyhow::Result<u8> {
     anyhow::ensure!(!args.question.trim().is_empty(), "the question is empty; type what you want to know");
-    let app = g.app()?;
-    let store = app.store()?;
-    let mut answering = Answering::open(&app, &store, &args.tenant, !args.no_rerank, args.llm.clone())?;
-    if let Some(n) = &answering.note {
-        eprintln!("note: {n}");
-    }
-    let (retrieval, answer) = if g.json {
-        answering.answer(&args.question, &args.question, 0.0, None, &mut ragbox::generate::Discard)?
+    let service = g.service()?;
+    let options = AskOptions { llm: args.llm.clone(), no_rerank: args.no_rerank };
+    let caller = Caller::local();
+    let asked = if g.json {
+        service.ask(&caller, &args.tenant, &args.question, &options, &mut ragbox::service::Discard)?
     } else {
-        answering.answer(&args.question, &args.question, 0.0, None, &mut Stdout)?
+        service.ask(&caller, &args.tenant, &args.question, &options, &mut Stdout)?
     };
+    print_notes(asked.note.as_deref(), &asked.warnings);
+    let (retrieval, answer) = (asked.retrieval, asked.answer);
     if g.json {
         print_json(&answer)?;
         return Ok(0);
@@ -223,13 +139,22 @@ pub fn run(g: &GlobalArgs, args: AskArgs) -> anyhow::Result<u8> {
     print_after(&answer);
     if args.explain {
         super::search::print_verdict(&retrieval);
-        if !answer.refused || answer.refusal != Some(ragbox::answer::Refusal::NoGoodSource) {
-            let (messages, _) = ragbox::answer::prompt_for(&answer.standalone, &retrieval, &app.answer_options());
+        if !answer.refused || answer.refusal != Some(ragbox::service::Refusal::NoGoodSource) {
             println!("prompt:");
-            for m in messages {
+            for m in service.prompt_for(&answer.standalone, &retrieval) {
                 println!("--- {:?}\n{}", m.role, m.content);
             }
         }
     }
     Ok(0)
+}
+
+/// The reranker note and generator warnings, on stderr.
+pub(super) fn print_notes(note: Option<&str>, warnings: &[String]) {
+    if let Some(n) = note {
+        eprintln!("note: {n}");
+    }
+    for w in warnings {
+        eprintln!("warning: {w}");
+    }
 }

@@ -7,20 +7,17 @@
 use std::io::{BufRead, IsTerminal, Write};
 
 use clap::Args;
-use serde::Serialize;
 
-use ragbox::answer::memory::PriorTurn;
-use ragbox::answer::{standalone, Answer, Standalone};
-use ragbox::generate::block_on;
+use ragbox::service::{AskOptions, Caller};
 
-use super::ask::{print_after, Answering, Stdout};
+use super::ask::{print_after, print_notes, Stdout};
 use super::{print_json, GlobalArgs};
 
 /// Arguments of `chat`.
 #[derive(Debug, Args)]
 pub struct ChatArgs {
     /// Tenant to answer from.
-    #[arg(long, default_value = ragbox::store::DEFAULT_TENANT)]
+    #[arg(long, default_value = ragbox::service::DEFAULT_TENANT)]
     pub tenant: String,
     /// Continue this session (its id is printed when a chat starts).
     #[arg(long)]
@@ -33,34 +30,18 @@ pub struct ChatArgs {
     pub no_rerank: bool,
 }
 
-#[derive(Serialize)]
-struct Turn<'a> {
-    session: i64,
-    turn: i64,
-    follow_up: &'a Standalone,
-    answer: &'a Answer,
-}
-
 pub fn run(g: &GlobalArgs, args: ChatArgs) -> anyhow::Result<u8> {
-    let app = g.app()?;
-    let store = app.store()?;
-    let mut answering = Answering::open(&app, &store, &args.tenant, !args.no_rerank, args.llm.clone())?;
-    let catalog = store.catalog();
-    let session = match args.session {
-        Some(id) => match catalog.session_tenant(id)? {
-            Some(t) if t == answering.tenant.id => id,
-            Some(_) => anyhow::bail!("session {id} belongs to another tenant; start a new chat without --session"),
-            None => anyhow::bail!("no session {id}; start a new chat without --session"),
-        },
-        None => catalog.create_session(answering.tenant.id)?,
-    };
+    let service = g.service()?;
+    let caller = Caller::local();
+    let (tenant, session) = service.open_session(&caller, &args.tenant, args.session)?;
+    let options = AskOptions { llm: args.llm.clone(), no_rerank: args.no_rerank };
     let interactive = std::io::stdin().is_terminal() && !g.json;
     if !g.json {
-        eprintln!("session {session} · tenant {} · one question per line; an empty line or Ctrl-D ends", answering.tenant.name);
+        eprintln!("session {session} · tenant {} · one question per line; an empty line or Ctrl-D ends", tenant.name);
     }
-    let max_turns = app.config.answer.memory_turns;
     let stdin = std::io::stdin();
     let mut lines = stdin.lock().lines();
+    let mut noted = false;
     loop {
         if interactive {
             eprint!("> ");
@@ -74,29 +55,25 @@ pub fn run(g: &GlobalArgs, args: ChatArgs) -> anyhow::Result<u8> {
             }
             continue;
         }
-        let rows = catalog.recent_turns(session, 8)?;
-        let prior: Vec<PriorTurn> =
-            rows.iter().map(|t| PriorTurn { question: &t.question, standalone: &t.standalone, answer: &t.answer }).collect();
-        let resolved = if prior.is_empty() || ragbox::answer::memory::refers_back(&question).is_none() {
-            block_on(standalone(&question, &prior, max_turns, None))?
-        } else {
-            let generator = answering.generator()?;
-            block_on(standalone(&question, &prior, max_turns, Some(generator.as_ref())))?
+        let json = g.json;
+        let mut on_resolved = |resolved: &ragbox::service::Standalone| {
+            if !json && resolved.question != question {
+                println!("(asking: {})", resolved.question);
+            }
         };
-        if !g.json && resolved.question != question {
-            println!("(asking: {})", resolved.question);
+        let (turn, asked) = if g.json {
+            service.chat_turn(&caller, &tenant, session, &question, &options, &mut ragbox::service::Discard, &mut on_resolved)?
+        } else {
+            service.chat_turn(&caller, &tenant, session, &question, &options, &mut Stdout, &mut on_resolved)?
+        };
+        if !noted {
+            print_notes(asked.note.as_deref(), &asked.warnings);
+            noted = true;
         }
-        let (q, ms) = (resolved.question.as_str(), resolved.rewrite_ms);
-        let (_, answer) = if g.json {
-            answering.answer(&question, q, ms, Some(session), &mut ragbox::generate::Discard)?
-        } else {
-            answering.answer(&question, q, ms, Some(session), &mut Stdout)?
-        };
-        let turn = catalog.add_turn(session, &question, &resolved.question, &answer.answer, answer.answer_id)?;
         if g.json {
-            print_json(&Turn { session, turn, follow_up: &resolved, answer: &answer })?;
+            print_json(&turn)?;
         } else {
-            print_after(&answer);
+            print_after(&turn.answer);
             println!();
         }
     }

@@ -24,6 +24,20 @@ pub fn run(g: &GlobalArgs) -> anyhow::Result<()> {
     println!("models dir: {}", report.models_dir.display());
     println!("embedder:   {}", report.embed_model);
     println!("reranker:   {} ({})", report.rerank_model, report.rerank_status);
+    let sv = &report.server;
+    println!(
+        "server:     listen {} · queue {} (generating {} at once) · body {} B, question {} chars, upload {} B · timeouts {} ms / answer {} ms / body {} ms · CORS {}",
+        sv.listen,
+        sv.queue,
+        sv.generate_concurrency,
+        sv.max_body_bytes,
+        sv.max_question_chars,
+        sv.max_upload_bytes,
+        sv.request_timeout_ms,
+        sv.generate_timeout_ms,
+        sv.body_timeout_ms,
+        if sv.cors_origins.is_empty() { "off".to_string() } else { sv.cors_origins.join(", ") }
+    );
     println!("tenants:");
     if report.tenants.is_empty() {
         println!("  none yet: `ragbox ingest PATH` creates one");

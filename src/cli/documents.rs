@@ -5,7 +5,7 @@ use std::path::PathBuf;
 
 use clap::Args;
 
-use ragbox::store::DocumentStatus;
+use ragbox::service::{Caller, DocumentStatus};
 use ragbox::types::TextKind;
 
 use super::{print_json, GlobalArgs};
@@ -14,7 +14,7 @@ use super::{print_json, GlobalArgs};
 #[derive(Debug, Args)]
 pub struct LsArgs {
     /// Tenant to list.
-    #[arg(long, default_value = ragbox::store::DEFAULT_TENANT)]
+    #[arg(long, default_value = ragbox::service::DEFAULT_TENANT)]
     pub tenant: String,
 }
 
@@ -25,7 +25,7 @@ pub struct RmArgs {
     #[arg(required = true, value_name = "PATH")]
     pub paths: Vec<PathBuf>,
     /// Tenant to remove from.
-    #[arg(long, default_value = ragbox::store::DEFAULT_TENANT)]
+    #[arg(long, default_value = ragbox::service::DEFAULT_TENANT)]
     pub tenant: String,
 }
 
@@ -36,15 +36,13 @@ pub struct ReembedArgs {
     #[arg(long)]
     pub model: String,
     /// Tenant to re-embed.
-    #[arg(long, default_value = ragbox::store::DEFAULT_TENANT)]
+    #[arg(long, default_value = ragbox::service::DEFAULT_TENANT)]
     pub tenant: String,
 }
 
 pub fn ls(g: &GlobalArgs, args: LsArgs) -> anyhow::Result<u8> {
-    let app = g.app()?;
-    let store = app.store()?;
-    let tenant = store.catalog().require_tenant(&args.tenant)?;
-    let docs = store.catalog().documents(tenant.id)?;
+    let service = g.service()?;
+    let (tenant, docs) = service.documents(&Caller::local(), &args.tenant)?;
     if g.json {
         print_json(&serde_json::json!({ "tenant": tenant, "documents": docs }))?;
         return Ok(0);
@@ -68,10 +66,8 @@ pub fn ls(g: &GlobalArgs, args: LsArgs) -> anyhow::Result<u8> {
 }
 
 pub fn rm(g: &GlobalArgs, args: RmArgs) -> anyhow::Result<u8> {
-    let app = g.app()?;
-    let store = app.store()?;
-    let tenant = store.catalog().require_tenant(&args.tenant)?;
-    let removed = ragbox::ingest::remove(&store, &tenant, &args.paths)?;
+    let service = g.service()?;
+    let (tenant, removed) = service.remove_paths(&Caller::local(), &args.tenant, &args.paths)?;
     if g.json {
         print_json(&serde_json::json!({ "tenant": tenant.name, "removed": removed }))?;
     } else {

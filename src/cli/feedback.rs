@@ -3,7 +3,7 @@
 
 use clap::Args;
 
-use ragbox::store::Rating;
+use ragbox::service::{Caller, Rating};
 
 use super::{print_json, GlobalArgs};
 
@@ -20,9 +20,8 @@ pub struct FeedbackArgs {
 }
 
 pub fn run(g: &GlobalArgs, args: FeedbackArgs) -> anyhow::Result<u8> {
-    let app = g.app()?;
-    let store = app.store()?;
-    let id = store.catalog().add_feedback(args.answer_id, args.rating, args.comment.as_deref())?;
+    let service = g.service()?;
+    let id = service.feedback(&Caller::local(), None, args.answer_id, args.rating, args.comment.as_deref())?;
     if g.json {
         print_json(&serde_json::json!({ "feedback_id": id, "answer_id": args.answer_id, "rating": args.rating.to_string() }))?;
     } else {

@@ -2,6 +2,7 @@
 //! results on stdout (`--json` for machines); logs and progress go to stderr.
 
 mod ask;
+mod audit;
 mod bench;
 mod backup;
 mod chat;
@@ -11,8 +12,10 @@ mod embed;
 mod eval;
 mod feedback;
 mod ingest;
+mod keys;
 mod models;
 mod search;
+pub mod serve;
 mod trace;
 
 use std::path::PathBuf;
@@ -99,6 +102,13 @@ pub enum Command {
     /// Measure throughput.
     #[command(subcommand)]
     Bench(bench::BenchCmd),
+    /// Serve the HTTP API (keys, streaming answers, audit, back-pressure) until SIGTERM/SIGINT.
+    Serve(serve::ServeArgs),
+    /// API keys for `serve`: create (shown once), list, revoke.
+    #[command(subcommand)]
+    Keys(keys::KeysCmd),
+    /// The hash-chained audit log: list rows, or `audit verify` the chain (exit code 6: broken).
+    Audit(audit::AuditArgs),
 }
 
 impl GlobalArgs {
@@ -110,6 +120,11 @@ impl GlobalArgs {
             models_dir: self.models_dir.clone(),
             device: self.device,
         })?)
+    }
+
+    /// Builds the service (application and store) the request commands go through.
+    pub fn service(&self) -> anyhow::Result<ragbox::service::Service> {
+        Ok(ragbox::service::Service::open(self.config()?)?)
     }
 
     /// Builds the application.
@@ -138,6 +153,9 @@ pub fn run(cli: Cli) -> anyhow::Result<u8> {
         Command::Models(cmd) => models::run(g, cmd).map(|()| 0),
         Command::Doctor => doctor::run(g).map(|()| 0),
         Command::Bench(cmd) => bench::run(g, cmd).map(|()| 0),
+        Command::Serve(args) => serve::run(g, args),
+        Command::Keys(cmd) => keys::run(g, cmd),
+        Command::Audit(args) => audit::run(g, args),
     }
 }
 

@@ -4,7 +4,7 @@
 use clap::Args;
 
 use ragbox::retrieve::{Candidate, Evidence, Hit, Outcome, Retrieval};
-use ragbox::store::ChunkRow;
+use ragbox::service::{Caller, ChunkRow, SearchOptions};
 
 use super::{print_json, GlobalArgs};
 
@@ -14,7 +14,7 @@ pub struct SearchArgs {
     /// What to look for, in plain language.
     pub query: String,
     /// Tenant to search.
-    #[arg(long, default_value = ragbox::store::DEFAULT_TENANT)]
+    #[arg(long, default_value = ragbox::service::DEFAULT_TENANT)]
     pub tenant: String,
     /// Passages to return (default: `retrieve.top_k`).
     #[arg(short, long)]
@@ -32,15 +32,13 @@ pub struct SearchArgs {
 }
 
 pub fn run(g: &GlobalArgs, args: SearchArgs) -> anyhow::Result<u8> {
-    let app = g.app()?;
-    let store = app.store()?;
-    let mut options = app.retrieve_options();
     if let Some(k) = args.k {
         anyhow::ensure!(k > 0, "-k must be at least 1");
-        options.top_k = k;
     }
-    let (retriever, note) = app.retriever(&store, &args.tenant, args.model.as_deref(), !args.no_rerank, options)?;
-    let r = retriever.retrieve(&args.query)?;
+    let service = g.service()?;
+    let options = SearchOptions { k: args.k, model: args.model.clone(), no_rerank: args.no_rerank };
+    let found = service.search(&Caller::local(), &args.tenant, &args.query, &options)?;
+    let (r, note) = (found.retrieval, found.note);
     if g.json {
         print_json(&serde_json::json!({ "retrieval": r, "note": note }))?;
         return Ok(0);

@@ -214,6 +214,11 @@ impl Generator for GgufGenerator {
                     if finished && chunk.usage.is_some() {
                         break;
                     }
+                    if sink.cancelled() {
+                        // Dropping the stream makes mistralrs's next send fail, which cancels
+                        // the sequence and frees its slot.
+                        break;
+                    }
                 }
                 Response::Done(done) => {
                     out.prompt_tokens = done.usage.prompt_tokens;

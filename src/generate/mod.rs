@@ -145,6 +145,12 @@ impl Generation {
 pub trait TokenSink {
     /// One piece of text, in order.
     fn token(&mut self, text: &str);
+
+    /// True when whoever reads the tokens has gone (a closed HTTP stream, a deadline passed):
+    /// the generator stops at the next token and returns what it has.
+    fn cancelled(&self) -> bool {
+        false
+    }
 }
 
 /// A sink that drops every token.

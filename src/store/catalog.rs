@@ -317,6 +317,8 @@ impl Catalog {
         conn.execute_batch(SCHEMA)?;
         conn.execute_batch(super::conversation::SCHEMA)?;
         conn.execute_batch(super::annotation::SCHEMA)?;
+        conn.execute_batch(super::keys::SCHEMA)?;
+        conn.execute_batch(super::events::SCHEMA)?;
         let version: Option<String> =
             conn.query_row("SELECT value FROM meta WHERE key = 'schema_version'", [], |r| r.get(0)).optional()?;
         match version {

@@ -278,6 +278,19 @@ impl Catalog {
         Ok(conn.query_row("SELECT tenant_id FROM sessions WHERE id = ?1", [session], |r| r.get(0)).optional()?)
     }
 
+    /// A tenant's sessions, newest first: (id, created ms, turns).
+    pub fn sessions(&self, tenant: i64, limit: usize) -> Result<Vec<(i64, i64, usize)>> {
+        let conn = self.conn();
+        let mut st = conn.prepare_cached(
+            "SELECT s.id, s.created_ms, (SELECT COUNT(*) FROM turns t WHERE t.session_id = s.id)
+             FROM sessions s WHERE s.tenant_id = ?1 ORDER BY s.id DESC LIMIT ?2",
+        )?;
+        let rows = st
+            .query_map(params![tenant, sql_limit(limit)], |r| Ok((r.get(0)?, r.get(1)?, r.get::<_, i64>(2)? as usize)))?
+            .collect::<rusqlite::Result<Vec<_>>>()?;
+        Ok(rows)
+    }
+
     /// The last `limit` turns of a session, oldest first.
     pub fn recent_turns(&self, session: i64, limit: usize) -> Result<Vec<TurnRow>> {
         let conn = self.conn();

@@ -23,6 +23,8 @@ pub const LEXICAL_DIR: &str = "lexical";
 pub const VECTOR_EXT: &str = "usearch";
 /// Extension of a vector index's metadata file.
 pub const VECTOR_META_EXT: &str = "json";
+/// A tenant's uploads folder name.
+pub const UPLOADS_DIR: &str = "uploads";
 /// The tenant used when none is named.
 pub const DEFAULT_TENANT: &str = "default";
 
@@ -51,6 +53,12 @@ impl Layout {
     /// A tenant's folder.
     pub fn tenant(&self, tenant: &str) -> PathBuf {
         self.root.join(TENANTS_DIR).join(tenant)
+    }
+
+    /// A tenant's managed uploads folder: files sent over the HTTP API are stored here, under
+    /// names the server checked, never at a path the client chose.
+    pub fn uploads(&self, tenant: &str) -> PathBuf {
+        self.tenant(tenant).join(UPLOADS_DIR)
     }
 
     /// A tenant's vector index for a model.

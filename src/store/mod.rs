@@ -23,6 +23,8 @@ pub mod annotation;
 pub mod backup;
 pub mod catalog;
 pub mod conversation;
+pub mod events;
+pub mod keys;
 pub mod layout;
 pub mod lexical;
 pub mod vector;
@@ -38,6 +40,8 @@ pub use catalog::{
     DocumentStatus, DocumentWrite, IndexEntry, TenantRow, TextHash,
 };
 pub use conversation::{AuditRecord, AuditRow, FeedbackRow, Rating, TurnRow};
+pub use events::{BrokenLink, ChainReport, EventFilter, EventRecord, EventRow};
+pub use keys::{KeyRole, KeyRow, KEY_PREFIX};
 pub use layout::{check_tenant_name, Layout, DEFAULT_TENANT};
 pub use lexical::{LexicalHit, LexicalIndex, LexicalSearcher};
 pub use vector::{Quantization, VectorHit, VectorIndex, VectorMeta, VectorOptions};

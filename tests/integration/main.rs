@@ -10,6 +10,7 @@ mod ingest;
 mod kernels;
 mod models;
 mod retrieve;
+mod server;
 mod answer;
 mod backup;
 mod faults;

@@ -7,6 +7,7 @@
 mod embed;
 mod llm;
 mod rerank;
+mod serve;
 mod vectors;
 
 use clap::Subcommand;
@@ -24,6 +25,9 @@ pub enum BenchCmd {
     Rerank(rerank::RerankArgs),
     /// The local LLM: prompt processing and generation tokens/s (llama-bench's two figures).
         Llm(llm::LlmArgs),
+    /// The HTTP server under loopback load: search p50/p99 and req/s at N clients, during an
+    /// ingest, and asking with the queue full; RSS at start and end.
+    Serve(serve::ServeBenchArgs),
 }
 
 /// Runs one benchmark.
@@ -33,6 +37,7 @@ pub fn run(g: &GlobalArgs, cmd: BenchCmd) -> anyhow::Result<()> {
         BenchCmd::Vectors(args) => vectors::run(g, args),
         BenchCmd::Rerank(args) => rerank::run(g, args),
                 BenchCmd::Llm(args) => llm::run(g, args),
+        BenchCmd::Serve(args) => serve::run(g, args),
     }
 }
 

@@ -1,0 +1,332 @@
+//! `ragbox bench serve`: a bounded loopback load test of the HTTP server, in-process on a free
+//! port, with a temporary admin key (revoked at the end). Three phases, each stopping by itself:
+//! `--clients` concurrent clients searching for `--seconds`; the same while an ingest job runs
+//! (`--ingest DIR` into tenant `bench-ingest` of the data folder: point `--data-dir` at a
+//! scratch copy); after that ingest finishes, `--askers` clients asking with a queue of one
+//! waiting place, so the surplus gets the intended 503s. Reports requests/s, p50/p99 latency,
+//! errors by status, and resident memory (server and clients: one process) after warm-up (the
+//! LLM loaded, then a few seconds at full concurrency) and at the end.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use clap::Args;
+use serde::Serialize;
+
+use ragbox::eval::metrics::percentile;
+use ragbox::service::{Caller, KeyRole, Service};
+
+use super::{sorted, status_mb};
+use crate::cli::{print_json, GlobalArgs};
+
+/// Arguments of `bench serve`.
+#[derive(Debug, Args)]
+pub struct ServeBenchArgs {
+    /// Tenant to search (it must exist: `ragbox ingest tests/data/corpus` makes `default`).
+    #[arg(long, default_value = ragbox::service::DEFAULT_TENANT)]
+    pub tenant: String,
+    /// Concurrent searching clients.
+    #[arg(long, default_value_t = 16)]
+    pub clients: usize,
+    /// Seconds per search phase.
+    #[arg(long, default_value_t = 60)]
+    pub seconds: u64,
+    /// A folder to ingest (into tenant `bench-ingest`) during the second phase; without it the
+    /// second phase is skipped.
+    #[arg(long)]
+    pub ingest: Option<PathBuf>,
+    /// Concurrent asking clients in the last phase (0 skips it).
+    #[arg(long, default_value_t = 4)]
+    pub askers: usize,
+    /// Seconds of the asking phase.
+    #[arg(long, default_value_t = 30)]
+    pub ask_seconds: u64,
+    /// Seconds to wait, after the ingest phase, for the ingest to finish before the asking
+    /// phase starts (it then runs on a quiet store).
+    #[arg(long, default_value_t = 600)]
+    pub ingest_wait: u64,
+}
+
+/// One phase's figures.
+#[derive(Debug, Serialize)]
+struct Phase {
+    name: String,
+    clients: usize,
+    seconds: f64,
+    requests: usize,
+    ok: usize,
+    /// Status codes other than 200, with counts.
+    errors: std::collections::BTreeMap<u16, usize>,
+    requests_per_second: f64,
+    p50_ms: f64,
+    p99_ms: f64,
+    max_ms: f64,
+    /// Resident memory when the phase ended.
+    rss_after_mb: Option<f64>,
+}
+
+#[derive(Debug, Serialize)]
+struct Report {
+    tenant: String,
+    /// Resident memory after the single-client warm-up (and the LLM load), before the
+    /// concurrent warm-up.
+    rss_cold_mb: Option<f64>,
+    rss_start_mb: Option<f64>,
+    rss_end_mb: Option<f64>,
+    rss_growth_percent: Option<f64>,
+    phases: Vec<Phase>,
+    ingest: Option<serde_json::Value>,
+}
+
+const QUERIES: &[&str] = &[
+    "How many days after a trip do I have to submit my expense claim?",
+    "travel insurance for contractors",
+    "Who approves remote work equipment?",
+    "password rotation policy",
+    "How long are customer records retained?",
+    "scanner contract renewal",
+    "per diem meal allowance",
+    "acceptable use of company laptops",
+    "data protection officer contact",
+    "home office internet reimbursement",
+];
+
+/// Seconds of unmeasured searching at full concurrency before the first RSS sample.
+const WARM_UP_SECONDS: u64 = 10;
+
+const ASKS: &[&str] = &[
+    "How many days after a trip do I have to submit my expense claim?",
+    "Who approves remote work equipment?",
+];
+
+/// Runs `clients` threads, each calling `call` (returning a status) until `seconds` pass.
+fn phase(name: &str, clients: usize, seconds: u64, call: Arc<dyn Fn(usize, usize) -> u16 + Send + Sync>) -> Phase {
+    let deadline = Instant::now() + Duration::from_secs(seconds);
+    let started = Instant::now();
+    let threads: Vec<_> = (0..clients)
+        .map(|c| {
+            let call = call.clone();
+            std::thread::spawn(move || {
+                let mut out = Vec::new();
+                let mut i = 0;
+                while Instant::now() < deadline {
+                    let t = Instant::now();
+                    let status = call(c, i);
+                    out.push((status, t.elapsed().as_secs_f64()));
+                    i += 1;
+                    if status == 503 {
+                        std::thread::sleep(Duration::from_millis(500));
+                    }
+                }
+                out
+            })
+        })
+        .collect();
+    let results: Vec<(u16, f64)> = threads.into_iter().flat_map(|t| t.join().unwrap_or_default()).collect();
+    let wall = started.elapsed().as_secs_f64();
+    let ok_latencies = sorted(results.iter().filter(|r| r.0 == 200).map(|r| r.1 * 1e3).collect());
+    let mut errors = std::collections::BTreeMap::new();
+    for (s, _) in results.iter().filter(|r| r.0 != 200) {
+        *errors.entry(*s).or_insert(0) += 1;
+    }
+    Phase {
+        name: name.into(),
+        clients,
+        seconds: wall,
+        requests: results.len(),
+        ok: ok_latencies.len(),
+        errors,
+        requests_per_second: ok_latencies.len() as f64 / wall.max(1e-9),
+        p50_ms: percentile(&ok_latencies, 50.0),
+        p99_ms: percentile(&ok_latencies, 99.0),
+        max_ms: ok_latencies.last().copied().unwrap_or(0.0),
+        rss_after_mb: status_mb("VmRSS"),
+    }
+}
+
+fn search_call(base: String, key: String, tenant: String) -> Arc<dyn Fn(usize, usize) -> u16 + Send + Sync> {
+    let agent = ureq::AgentBuilder::new().max_idle_connections_per_host(64).build();
+    Arc::new(move |c, i| {
+        let q = QUERIES[(c + i) % QUERIES.len()];
+        let body = serde_json::json!({ "query": q, "k": 5 }).to_string();
+        match agent
+            .post(&format!("{base}/v1/tenants/{tenant}/search"))
+            .set("Authorization", &format!("Bearer {key}"))
+            .set("Content-Type", "application/json")
+            .send_string(&body)
+        {
+            Ok(r) => {
+                let status = r.status();
+                let _ = r.into_string();
+                status
+            }
+            Err(ureq::Error::Status(s, r)) => {
+                let _ = r.into_string();
+                s
+            }
+            Err(_) => 599,
+        }
+    })
+}
+
+fn ask_call(base: String, key: String, tenant: String) -> Arc<dyn Fn(usize, usize) -> u16 + Send + Sync> {
+    let agent = ureq::AgentBuilder::new().timeout(Duration::from_secs(600)).build();
+    Arc::new(move |c, i| {
+        let q = ASKS[(c + i) % ASKS.len()];
+        let body = serde_json::json!({ "question": q }).to_string();
+        match agent
+            .post(&format!("{base}/v1/tenants/{tenant}/ask"))
+            .set("Authorization", &format!("Bearer {key}"))
+            .set("Content-Type", "application/json")
+            .send_string(&body)
+        {
+            Ok(r) => {
+                let status = r.status();
+                // The event stream ends with the answer (or an error event).
+                let text = r.into_string().unwrap_or_default();
+                if text.contains("event: answer") {
+                    status
+                } else {
+                    598
+                }
+            }
+            Err(ureq::Error::Status(s, r)) => {
+                let _ = r.into_string();
+                s
+            }
+            Err(_) => 599,
+        }
+    })
+}
+
+pub fn run(g: &GlobalArgs, args: ServeBenchArgs) -> anyhow::Result<()> {
+    let mut config = g.config()?;
+    // One generation at a time and one waiting place: the asking phase fills the queue.
+    config.server.queue = 1;
+    config.server.generate_concurrency = 1;
+    config.server.auth_failures_per_minute = 1000;
+    let server_config = config.server.clone();
+    let service = Arc::new(Service::open(config)?);
+    let caller = Caller::local();
+    service.tenant(&caller, &args.tenant)?;
+    service.warm_up()?;
+    let (key, secret) = service.create_key(&caller, "bench-serve", None, KeyRole::Admin)?;
+    let rt = crate::cli::serve::runtime()?;
+    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+    let (addr_tx, addr_rx) = std::sync::mpsc::channel();
+    let server = {
+        let service = service.clone();
+        rt.spawn(async move {
+            crate::server::serve(
+                service,
+                server_config,
+                "127.0.0.1:0".parse().expect("a literal address"),
+                move |bound| {
+                    let _ = addr_tx.send(bound);
+                },
+                async move {
+                    let _ = stop_rx.await;
+                },
+            )
+            .await
+        })
+    };
+    let bound = addr_rx.recv_timeout(Duration::from_secs(30))?;
+    let base = format!("http://{bound}");
+    eprintln!("bench serve: server on {base}; warming up");
+    // Warm-up: a few searches so the first measured one does not pay for lazy loads, and the
+    // LLM loaded now when there is an asking phase (its weights are not growth).
+    let warm = search_call(base.clone(), secret.clone(), args.tenant.clone());
+    for i in 0..5 {
+        warm(0, i);
+    }
+    if args.askers > 0 {
+        service.warm_up_generator()?;
+    }
+    // Then a few seconds at full concurrency, unmeasured: the first burst of concurrent searches
+    // grows memory once (threads, each one's working tensors, allocator arenas; +230 MiB at 16
+    // clients, flat afterwards), which is not growth over the run.
+    let rss_cold = status_mb("VmRSS");
+    eprintln!("bench serve: {} clients warming up for {} s", args.clients, WARM_UP_SECONDS);
+    phase("warm-up", args.clients, WARM_UP_SECONDS, search_call(base.clone(), secret.clone(), args.tenant.clone()));
+    let rss_start = status_mb("VmRSS");
+    let mut phases = Vec::new();
+    eprintln!("bench serve: {} clients searching for {} s", args.clients, args.seconds);
+    phases.push(phase("search", args.clients, args.seconds, search_call(base.clone(), secret.clone(), args.tenant.clone())));
+    let mut ingest = None;
+    if let Some(dir) = &args.ingest {
+        let job = service.ingest_folder(&caller, "bench-ingest", dir)?;
+        eprintln!("bench serve: {} clients searching for {} s while job {} ingests {}", args.clients, args.seconds, job.id, dir.display());
+        let started = Instant::now();
+        phases.push(phase("search during ingest", args.clients, args.seconds, search_call(base.clone(), secret.clone(), args.tenant.clone())));
+        let at_end = service.job(&caller, "bench-ingest", job.id)?;
+        // The asking phase starts on a quiet store: wait (bounded) for the job to finish.
+        let deadline = Instant::now() + Duration::from_secs(args.ingest_wait);
+        let mut last = at_end.clone();
+        while matches!(last.state, ragbox::service::JobState::Queued | ragbox::service::JobState::Running) && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(250));
+            last = service.job(&caller, "bench-ingest", job.id)?;
+        }
+        ingest = Some(serde_json::json!({
+            "job": job.id,
+            "at_phase_end": { "state": at_end.state, "visited": at_end.visited, "files": at_end.files, "chunks": at_end.chunks },
+            "state": last.state,
+            "files": last.files,
+            "chunks": last.chunks,
+            "seconds": started.elapsed().as_secs_f64(),
+            "error": last.error,
+        }));
+    }
+    if args.askers > 0 {
+        eprintln!("bench serve: {} clients asking for {} s (1 generating, 1 waiting; the rest get 503)", args.askers, args.ask_seconds);
+        phases.push(phase("ask, queue full", args.askers, args.ask_seconds, ask_call(base.clone(), secret.clone(), args.tenant.clone())));
+    }
+    let rss_end = status_mb("VmRSS");
+    let _ = stop_tx.send(());
+    let _ = rt.block_on(server);
+    service.revoke_key(&caller, key.id)?;
+    let report = Report {
+        tenant: args.tenant.clone(),
+        rss_cold_mb: rss_cold,
+        rss_start_mb: rss_start,
+        rss_end_mb: rss_end,
+        rss_growth_percent: rss_start.zip(rss_end).map(|(a, b)| (b - a) / a * 100.0),
+        phases,
+        ingest,
+    };
+    if g.json {
+        return print_json(&report);
+    }
+    println!("bench serve · tenant {} · loopback {}", report.tenant, base);
+    println!(
+        "{:<22} {:>7} {:>8} {:>8} {:>9} {:>8} {:>8} {:>8} {:>8}  errors",
+        "phase", "clients", "requests", "ok", "req/s", "p50 ms", "p99 ms", "max ms", "rss MiB"
+    );
+    for p in &report.phases {
+        let errors = if p.errors.is_empty() { "none".to_string() } else { p.errors.iter().map(|(s, n)| format!("{s}×{n}")).collect::<Vec<_>>().join(" ") };
+        println!(
+            "{:<22} {:>7} {:>8} {:>8} {:>9.1} {:>8.1} {:>8.1} {:>8.1} {:>8}  {errors}",
+            p.name,
+            p.clients,
+            p.requests,
+            p.ok,
+            p.requests_per_second,
+            p.p50_ms,
+            p.p99_ms,
+            p.max_ms,
+            p.rss_after_mb.map_or("?".into(), |m| format!("{m:.0}"))
+        );
+    }
+    if let Some(i) = &report.ingest {
+        println!("ingest during phase 2: {i}");
+    }
+    println!(
+        "rss: {} MiB before the concurrent warm-up, {} MiB at start, {} MiB at end ({} over the run)",
+        rss_cold.map_or("?".into(), |m| format!("{m:.0}")),
+        rss_start.map_or("?".into(), |m| format!("{m:.0}")),
+        rss_end.map_or("?".into(), |m| format!("{m:.0}")),
+        report.rss_growth_percent.map_or("?".into(), |p| format!("{p:+.1}%"))
+    );
+    Ok(())
+}

@@ -1,0 +1,197 @@
+//! `ragbox serve`: the HTTP face of the service layer (axum on tokio).
+//!
+//! Holds routing, authentication, limits, the generation queue, metrics and shutdown; every
+//! request's work is a [`Service`] call on a blocking thread. Imports only `ragbox::service`
+//! (and `config` for its settings): no store or model internals (`scripts/check-layers.sh`).
+//!
+//! - Every `/v1` route needs `Authorization: Bearer <key>`; failed attempts are counted per
+//!   client address and refused with 429 past `server.auth_failures_per_minute`.
+//! - A tenant outside the key's scope answers 404 exactly like one that does not exist.
+//! - Answers wait in a bounded queue ([`queue::Queue`]); when it is full: 503 + Retry-After.
+//!   A client that goes away cancels its generation (the token stream's receiver is dropped,
+//!   the generator sees [`ragbox::service::TokenSink::cancelled`]).
+//! - Bodies, questions and uploads are limited (413 with the limit); every error is
+//!   `{"error": {"code", "message"}}`.
+//! - SIGTERM/SIGINT: stop accepting, give in-flight requests `server.shutdown_grace_ms`, then
+//!   cancel the generations still running and exit.
+
+mod api;
+mod auth;
+mod error;
+mod metrics;
+mod openai;
+mod queue;
+
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::extract::DefaultBodyLimit;
+use axum::routing::{delete, get, post};
+use axum::Router;
+
+use ragbox::config::ServerSection;
+use ragbox::service::Service;
+
+pub use error::ApiError;
+
+/// What every handler shares.
+pub struct AppState {
+    /// The service layer.
+    pub service: Arc<Service>,
+    /// `[server]` settings.
+    pub config: ServerSection,
+    /// The generation queue.
+    pub queue: queue::Queue,
+    /// Counters and histograms for `/metrics`.
+    pub metrics: metrics::Metrics,
+    /// Failed authentications per client address.
+    pub auth_failures: auth::FailureLimiter,
+    /// Set when shutdown's grace period is over: running generations stop.
+    pub stopping: AtomicBool,
+}
+
+/// Shared state handle.
+pub type State = Arc<AppState>;
+
+impl AppState {
+    /// Runs a service call on a blocking thread within the request timeout.
+    pub async fn blocking<T: Send + 'static>(
+        self: &Arc<Self>,
+        f: impl FnOnce(&Arc<Service>) -> ragbox::Result<T> + Send + 'static,
+    ) -> Result<T, ApiError> {
+        let service = self.service.clone();
+        let timeout = Duration::from_millis(self.config.request_timeout_ms);
+        let task = tokio::task::spawn_blocking(move || f(&service));
+        match tokio::time::timeout(timeout, task).await {
+            Ok(Ok(result)) => result.map_err(ApiError::from),
+            Ok(Err(join)) => Err(ApiError::internal(format!("the request's worker failed: {join}"))),
+            Err(_) => Err(ApiError::timeout(self.config.request_timeout_ms)),
+        }
+    }
+}
+
+/// The router over `state`.
+pub fn router(state: State) -> Router {
+    let upload_limit = state.config.max_upload_bytes.saturating_add(64 * 1024);
+    let v1 = Router::new()
+        .route("/tenants", get(api::tenants))
+        .route("/tenants/{tenant}/search", post(api::search))
+        .route("/tenants/{tenant}/ask", post(api::ask))
+        .route("/tenants/{tenant}/chat/sessions", post(api::create_session).get(api::list_sessions))
+        .route("/tenants/{tenant}/chat/sessions/{session}", get(api::read_session))
+        .route("/tenants/{tenant}/chat/sessions/{session}/messages", post(api::chat_message))
+        .route("/tenants/{tenant}/feedback", post(api::feedback))
+        .route(
+            "/tenants/{tenant}/documents",
+            get(api::list_documents).post(api::upload).layer(DefaultBodyLimit::max(upload_limit)),
+        )
+        .route("/tenants/{tenant}/documents/{doc}", delete(api::remove_document))
+        .route("/tenants/{tenant}/documents/{doc}/reingest", post(api::reingest))
+        .route("/tenants/{tenant}/jobs/{job}", get(api::job))
+        .route("/admin/audit", get(api::audit))
+        .route("/admin/audit/verify", get(api::audit_verify))
+        .route("/admin/keys", get(api::list_keys).post(api::create_key))
+        .route("/admin/keys/{key}", delete(api::revoke_key))
+        .route("/models", get(openai::models))
+        .route("/chat/completions", post(openai::chat_completions))
+        .fallback(api::not_found);
+    let mut app = Router::new()
+        .route("/healthz", get(api::healthz))
+        .route("/readyz", get(api::readyz))
+        .route("/metrics", get(api::metrics))
+        .nest("/v1", v1)
+        .fallback(api::not_found)
+        .layer(DefaultBodyLimit::max(state.config.max_body_bytes))
+        .layer(axum::middleware::from_fn_with_state(state.clone(), metrics::track))
+        // 5xx responses at debug level: the intended 503s of a full queue are not errors, and the
+        // failures that are (a runtime fault, a bug) are logged where they happen (error.rs).
+        .layer(tower_http::trace::TraceLayer::new_for_http().on_failure(tower_http::trace::DefaultOnFailure::new().level(tracing::Level::DEBUG)));
+    if !state.config.cors_origins.is_empty() {
+        let origins: Vec<axum::http::HeaderValue> = state.config.cors_origins.iter().filter_map(|o| o.parse().ok()).collect();
+        app = app.layer(
+            tower_http::cors::CorsLayer::new()
+                .allow_origin(origins)
+                .allow_methods([axum::http::Method::GET, axum::http::Method::POST, axum::http::Method::DELETE])
+                .allow_headers([axum::http::header::AUTHORIZATION, axum::http::header::CONTENT_TYPE]),
+        );
+    }
+    app.with_state(state)
+}
+
+/// Whether an address only reaches this machine.
+pub fn is_loopback(addr: &SocketAddr) -> bool {
+    addr.ip().is_loopback()
+}
+
+/// Serves until SIGTERM or SIGINT. `on_listening` gets the bound address (port 0 picks one).
+pub async fn serve(
+    service: Arc<Service>,
+    config: ServerSection,
+    listen: SocketAddr,
+    on_listening: impl FnOnce(SocketAddr),
+    stop: impl std::future::Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
+    let listener = tokio::net::TcpListener::bind(listen).await?;
+    let bound = listener.local_addr()?;
+    let state = Arc::new(AppState {
+        queue: queue::Queue::new(config.generate_concurrency, config.queue),
+        metrics: metrics::Metrics::default(),
+        auth_failures: auth::FailureLimiter::new(config.auth_failures_per_minute),
+        stopping: AtomicBool::new(false),
+        service,
+        config: config.clone(),
+    });
+    on_listening(bound);
+    let app = router(state.clone()).into_make_service_with_connect_info::<SocketAddr>();
+    let (signalled_tx, signalled_rx) = tokio::sync::oneshot::channel::<()>();
+    let server = axum::serve(listener, app).with_graceful_shutdown(async move {
+        stop.await;
+        let _ = signalled_tx.send(());
+    });
+    let server = tokio::spawn(async move { server.await });
+    // Wait for the signal (or the server's end), then give in-flight work its grace period.
+    let mut server = server;
+    tokio::select! {
+        done = &mut server => return done.map_err(std::io::Error::other)?,
+        _ = signalled_rx => {}
+    }
+    tracing::info!("shutting down: no new connections; {} ms for in-flight requests", config.shutdown_grace_ms);
+    eprintln!("ragbox serve: stopping; in-flight requests get {} ms", config.shutdown_grace_ms);
+    let grace = Duration::from_millis(config.shutdown_grace_ms);
+    match tokio::time::timeout(grace, &mut server).await {
+        Ok(done) => done.map_err(std::io::Error::other)??,
+        Err(_) => {
+            // Cancel what still runs: generations stop at their next token and their streams end.
+            state.stopping.store(true, Ordering::SeqCst);
+            let _ = tokio::time::timeout(Duration::from_secs(5), &mut server).await;
+            server.abort();
+        }
+    }
+    state.stopping.store(true, Ordering::SeqCst);
+    eprintln!("ragbox serve: stopped");
+    Ok(())
+}
+
+/// Resolves on SIGTERM or SIGINT.
+pub async fn shutdown_signal() {
+    let ctrl_c = async {
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    #[cfg(unix)]
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    #[cfg(not(unix))]
+    let term = std::future::pending::<()>();
+    tokio::select! {
+        _ = ctrl_c => {}
+        _ = term => {}
+    }
+}

@@ -1,0 +1,319 @@
+//! The service layer: what a request does, once, for both faces (the CLI and the HTTP server).
+//!
+//! A [`Service`] owns the application (configuration, loaded models) and the open store; every
+//! operation takes a [`Caller`] (who asks, in which role, for which tenants) and writes its
+//! hash-chained audit row. Operations are synchronous, like the stages below them; the server
+//! runs them on blocking threads. The faces parse arguments or HTTP and print or serialise;
+//! they import neither `store` nor `model` internals, only what this module re-exports.
+//!
+//! A tenant outside the caller's scope reads exactly like one that does not exist
+//! ([`Error::UnknownTenant`] with no names listed), and so do sessions, answers, documents and
+//! jobs of another tenant ([`Error::NotFound`]).
+//!
+//! May import `types`, `error`, `config`, `store`, `ingest`, `retrieve`, `generate`, `answer`
+//! and `app`.
+//!
+//! ```
+//! use ragbox::service::{Caller, KeyRole};
+//! let me = Caller::local();
+//! assert_eq!(me.role, KeyRole::Admin);
+//! assert!(me.reaches("any-tenant"));
+//! let alice = Caller { tenant: Some("acme".into()), role: KeyRole::Reader, ..Caller::local() };
+//! assert!(alice.reaches("acme") && !alice.reaches("globex"));
+//! ```
+
+mod answering;
+mod documents;
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+
+use serde::Serialize;
+
+use crate::app::App;
+use crate::config::Config;
+use crate::error::{Error, Result};
+use crate::store::{EventRecord, Store};
+
+pub use crate::answer::{Answer, Refusal, Source, Standalone};
+pub use crate::generate::{Discard, Message, TokenSink};
+pub use crate::ingest::IngestReport;
+pub use crate::retrieve::Retrieval;
+pub use crate::store::{
+    ChainReport, ChunkRow, DocumentRow, DocumentStatus, EventFilter, EventRow, KeyRole, KeyRow, Rating, TenantRow, TurnRow,
+    DEFAULT_TENANT,
+};
+pub use answering::{AskOptions, Asked, ChatTurn, SearchOptions, SearchResult};
+pub use documents::{check_upload_name, Job, JobKind, JobState};
+
+/// Who is asking: a key of the HTTP API, or the local command line.
+#[derive(Debug, Clone, Serialize)]
+pub struct Caller {
+    /// The key's id (`None`: the command line).
+    pub key_id: Option<i64>,
+    /// The key's name (`cli` for the command line).
+    pub name: String,
+    /// What it may do.
+    pub role: KeyRole,
+    /// The tenant it reaches; `None` reaches every tenant (admin keys, the command line).
+    pub tenant: Option<String>,
+    /// The client's address, when it came over the network.
+    pub address: Option<String>,
+}
+
+impl Caller {
+    /// The local command line: whoever can read the data folder already has every tenant.
+    pub fn local() -> Caller {
+        Caller { key_id: None, name: "cli".into(), role: KeyRole::Admin, tenant: None, address: None }
+    }
+
+    /// The caller a key describes.
+    pub fn from_key(key: &KeyRow, address: Option<String>) -> Caller {
+        Caller {
+            key_id: Some(key.id),
+            name: key.name.clone(),
+            role: key.role,
+            tenant: if key.role == KeyRole::Admin { None } else { key.tenant.clone() },
+            address,
+        }
+    }
+
+    /// Whether `tenant` is in scope.
+    pub fn reaches(&self, tenant: &str) -> bool {
+        self.tenant.as_deref().is_none_or(|t| t == tenant)
+    }
+
+    /// Refuses a tenant out of scope exactly like one that does not exist. Checked before the
+    /// role, so that what a key may do says nothing about a tenant it cannot see.
+    pub fn scope(&self, tenant: &str) -> Result<()> {
+        if self.reaches(tenant) {
+            Ok(())
+        } else {
+            Err(Error::UnknownTenant { name: tenant.to_string(), known: Vec::new() })
+        }
+    }
+
+    fn is_local(&self) -> bool {
+        self.key_id.is_none()
+    }
+
+    /// Refuses a caller whose role is below `role`.
+    pub fn require(&self, role: KeyRole, what: &str) -> Result<()> {
+        if self.role >= role {
+            Ok(())
+        } else {
+            Err(Error::Denied(format!("{what} needs a {role} key; this key is a {}", self.role)))
+        }
+    }
+}
+
+/// Whether the service is ready to answer, for `/readyz` and `doctor`.
+#[derive(Debug, Clone, Serialize)]
+pub struct Health {
+    /// The store opened and its catalog answers.
+    pub store: bool,
+    /// The configured embedder is loaded.
+    pub embedder: bool,
+    /// The reranker is loaded (`None`: its weights are absent; retrieval runs without it).
+    pub reranker: Option<bool>,
+    /// Tenants in the catalog.
+    pub tenants: usize,
+    /// Everything a request needs is loaded.
+    pub ready: bool,
+    /// Why not, when not.
+    pub problems: Vec<String>,
+}
+
+/// The shared service: one per process, behind an [`Arc`] in the server.
+pub struct Service {
+    app: App,
+    store: Store,
+    jobs: documents::Jobs,
+    /// One writer per tenant inside this process (the store's lock file covers other processes).
+    writers: Mutex<HashMap<String, Arc<Mutex<()>>>>,
+}
+
+impl Service {
+    /// Builds the application and opens the data folder.
+    pub fn open(config: Config) -> Result<Service> {
+        let app = App::new(config)?;
+        let store = app.store()?;
+        Ok(Service { app, store, jobs: documents::Jobs::default(), writers: Mutex::default() })
+    }
+
+    /// The configuration in force.
+    pub fn config(&self) -> &Config {
+        &self.app.config
+    }
+
+    /// The application (models and settings), for tool commands that run no request.
+    pub fn app(&self) -> &App {
+        &self.app
+    }
+
+    /// The tenant `name` if the caller reaches it. Out of scope reads exactly like unknown;
+    /// the command line also lists the tenants there are.
+    pub fn tenant(&self, caller: &Caller, name: &str) -> Result<TenantRow> {
+        if caller.is_local() {
+            return self.store.catalog().require_tenant(name);
+        }
+        match self.store.catalog().tenant(name)? {
+            Some(t) if caller.reaches(&t.name) => Ok(t),
+            _ => Err(Error::UnknownTenant { name: name.to_string(), known: Vec::new() }),
+        }
+    }
+
+    /// The tenants the caller reaches.
+    pub fn tenants(&self, caller: &Caller) -> Result<Vec<TenantRow>> {
+        Ok(self.store.catalog().tenants()?.into_iter().filter(|t| caller.reaches(&t.name)).collect())
+    }
+
+    /// Loads the configured embedder and reranker now, so the first request does not pay for it.
+    pub fn warm_up(&self) -> Result<()> {
+        self.app.embedder(None)?;
+        for t in self.store.catalog().tenants()? {
+            self.app.embedder(Some(&t.model))?;
+        }
+        self.app.reranker()?;
+        Ok(())
+    }
+
+    /// Loads the generator now (the server does this at start unless told not to).
+    pub fn warm_up_generator(&self) -> Result<String> {
+        Ok(self.app.generator(None)?.model_id().to_string())
+    }
+
+    /// What is loaded and open.
+    pub fn health(&self) -> Health {
+        let mut problems = Vec::new();
+        let (store, tenants) = match self.store.catalog().tenants() {
+            Ok(t) => (true, t.len()),
+            Err(e) => {
+                problems.push(format!("catalog: {e}"));
+                (false, 0)
+            }
+        };
+        let embedder = match self.app.embedder(None) {
+            Ok(_) => true,
+            Err(e) => {
+                problems.push(format!("embedder: {e}"));
+                false
+            }
+        };
+        let reranker = match self.app.reranker() {
+            Ok(r) => r.map(|_| true),
+            Err(e) => {
+                problems.push(format!("reranker: {e}"));
+                Some(false)
+            }
+        };
+        Health { store, embedder, reranker, tenants, ready: problems.is_empty(), problems }
+    }
+
+    /// Appends an audit row for `caller`. Failing to write the audit trail fails the request:
+    /// an action that cannot be recorded is not done silently.
+    pub(crate) fn audit(&self, caller: &Caller, record: EventRecord<'_>) -> Result<i64> {
+        let detail;
+        let record = match (&caller.address, record.detail.is_null()) {
+            (Some(addr), true) => {
+                detail = serde_json::json!({ "address": addr });
+                EventRecord { detail: &detail, ..record }
+            }
+            (Some(addr), false) => {
+                let mut d = record.detail.clone();
+                if let Some(o) = d.as_object_mut() {
+                    o.insert("address".into(), serde_json::Value::String(addr.clone()));
+                }
+                detail = d;
+                EventRecord { detail: &detail, ..record }
+            }
+            _ => record,
+        };
+        self.store.catalog().append_event(&EventRecord { key_id: caller.key_id, key_name: &caller.name, ..record })
+    }
+
+    /// Records a failed authentication (no key, an unknown or revoked key) from `address`.
+    pub fn record_failed_auth(&self, address: &str, tenant: &str, reason: &str) -> Result<i64> {
+        let detail = serde_json::json!({ "address": address, "reason": reason });
+        self.store.catalog().append_event(&EventRecord {
+            tenant,
+            action: "auth_failed",
+            outcome: "denied",
+            detail: &detail,
+            ..EventRecord::default()
+        })
+    }
+
+    /// The key a presented secret belongs to, if it is active.
+    pub fn authenticate(&self, secret: &str) -> Result<Option<KeyRow>> {
+        self.store.catalog().authenticate(secret)
+    }
+
+    /// Makes a key (admin); the secret is returned once and never stored.
+    pub fn create_key(&self, caller: &Caller, name: &str, tenant: Option<&str>, role: KeyRole) -> Result<(KeyRow, String)> {
+        caller.require(KeyRole::Admin, "creating keys")?;
+        let (row, secret) = self.store.catalog().create_key(name, tenant, role)?;
+        let detail = serde_json::json!({ "key": row.id, "name": row.name, "role": row.role });
+        self.audit(caller, EventRecord { tenant: tenant.unwrap_or(""), action: "key_create", detail: &detail, ..EventRecord::default() })?;
+        Ok((row, secret))
+    }
+
+    /// Every key (admin).
+    pub fn keys(&self, caller: &Caller) -> Result<Vec<KeyRow>> {
+        caller.require(KeyRole::Admin, "listing keys")?;
+        self.store.catalog().keys()
+    }
+
+    /// Revokes a key (admin).
+    pub fn revoke_key(&self, caller: &Caller, id: i64) -> Result<KeyRow> {
+        caller.require(KeyRole::Admin, "revoking keys")?;
+        let row = self.store.catalog().revoke_key(id).map_err(|e| match e {
+            Error::Invalid(m) if !caller.is_local() => Error::NotFound(m),
+            e => e,
+        })?;
+        let detail = serde_json::json!({ "key": row.id, "name": row.name });
+        self.audit(
+            caller,
+            EventRecord { tenant: row.tenant.as_deref().unwrap_or(""), action: "key_revoke", detail: &detail, ..EventRecord::default() },
+        )?;
+        Ok(row)
+    }
+
+    /// Audit rows (admin keys and the command line only).
+    pub fn audit_events(&self, caller: &Caller, filter: &EventFilter) -> Result<Vec<EventRow>> {
+        caller.require(KeyRole::Admin, "reading the audit log")?;
+        self.store.catalog().events(filter)
+    }
+
+    /// Walks the audit chain (admin).
+    pub fn verify_audit(&self, caller: &Caller) -> Result<ChainReport> {
+        caller.require(KeyRole::Admin, "verifying the audit log")?;
+        self.store.catalog().verify_events()
+    }
+
+    /// Rates an answer. `tenant`, when given, must be the answer's tenant (else: not found).
+    pub fn feedback(&self, caller: &Caller, tenant: Option<&str>, answer_id: i64, rating: Rating, comment: Option<&str>) -> Result<i64> {
+        let not_found = || Error::NotFound(format!("no answer {answer_id} in this tenant"));
+        if !caller.is_local() || tenant.is_some() {
+            let entry = self.store.catalog().audit_entry(answer_id)?.ok_or_else(not_found)?;
+            if !caller.reaches(&entry.tenant) || tenant.is_some_and(|t| t != entry.tenant) {
+                return Err(not_found());
+            }
+        }
+        let id = self.store.catalog().add_feedback(answer_id, rating, comment)?;
+        let answer_tenant = self.store.catalog().audit_entry(answer_id)?.map(|e| e.tenant).unwrap_or_default();
+        let detail = serde_json::json!({ "answer_id": answer_id, "rating": rating, "feedback_id": id });
+        self.audit(caller, EventRecord { tenant: &answer_tenant, action: "feedback", question: comment.unwrap_or(""), detail: &detail, ..EventRecord::default() })?;
+        Ok(id)
+    }
+
+    fn writer_lock(&self, tenant: &str) -> Arc<Mutex<()>> {
+        let mut m = self.writers.lock().unwrap_or_else(|e| e.into_inner());
+        m.entry(tenant.to_string()).or_default().clone()
+    }
+
+    fn uploads(&self, tenant: &str) -> PathBuf {
+        self.store.layout().uploads(tenant)
+    }
+}
