@@ -70,7 +70,7 @@ pub enum AnswerPrompt {
     /// short answer in the model's own words. The 0.5B model then declined most answerable
     /// questions. (A variant with one example answer had it repeat the example every time.)
     Tagged,
-    /// The passages in the system message as context ("[1] label: text"), the user
+    /// The passages in the system message as context ("[1] text (from label)"), the user
     /// message only the question and the rule: the layout chat models meet most in training.
     /// Each passage's text comes before its source: with the source first, the 0.5B model
     /// answered with the section heading ("[1] 7.1 Deadline"). The default: F1 0.37 against
