@@ -192,9 +192,17 @@ pub fn run(g: &GlobalArgs, args: EvalArgs) -> anyhow::Result<u8> {
     Ok(0)
 }
 
-/// `eval --answers`: the default configuration's retrieval, the configured generator.
-fn run_answers(g: &GlobalArgs, app: &ragbox::app::App, args: &EvalArgs, scratch: PathBuf) -> anyhow::Result<u8> {
-    use ragbox::eval::answers::{markdown as answers_markdown, run as answers_run, AnswerPlan};
+/// What the answer evaluations run: the configured embedder, the generator (`--llm`), the reranker
+/// (`--reranker`), and retrieval with the floor of whichever model scores the hits.
+struct AnswerStack {
+    model: String,
+    embedder: std::sync::Arc<dyn ragbox::embed::Embedder>,
+    generator: std::sync::Arc<dyn ragbox::generate::Generator>,
+    reranker: Option<std::sync::Arc<dyn ragbox::rerank::Reranker>>,
+    retrieve: ragbox::retrieve::RetrieveOptions,
+}
+
+fn answer_stack(app: &ragbox::app::App, args: &EvalArgs) -> anyhow::Result<AnswerStack> {
     let model = app.config.embed.model.clone();
     let embedder = app.embedder(Some(&model))?;
     let generator = app.generator(args.llm.as_deref())?;
@@ -205,6 +213,13 @@ fn run_answers(g: &GlobalArgs, app: &ragbox::app::App, args: &EvalArgs, scratch:
     let mut retrieve = app.retrieve_options();
     let scorer = reranker.as_ref().map_or(model.clone(), |r| r.model_id().to_string());
     retrieve.floor = app.config.retrieve.floors.get(&scorer).copied();
+    Ok(AnswerStack { model, embedder, generator, reranker, retrieve })
+}
+
+/// `eval --answers`: the default configuration's retrieval, the configured generator.
+fn run_answers(g: &GlobalArgs, app: &ragbox::app::App, args: &EvalArgs, scratch: PathBuf) -> anyhow::Result<u8> {
+    use ragbox::eval::answers::{markdown as answers_markdown, run as answers_run, AnswerPlan};
+    let AnswerStack { model, embedder, generator, reranker, retrieve } = answer_stack(app, args)?;
     let chunker: ChunkerKind = app.config.ingest.chunker.parse()?;
     let mut ingest = app.ingest_options("eval", None)?;
     ingest.tenant = ragbox::eval::run::tenant_name(&model, chunker, ingest.chunk.child_tokens, true);
@@ -247,16 +262,7 @@ fn run_answers(g: &GlobalArgs, app: &ragbox::app::App, args: &EvalArgs, scratch:
 fn run_qa(g: &GlobalArgs, app: &ragbox::app::App, args: &EvalArgs, questions: &std::path::Path) -> anyhow::Result<u8> {
     use ragbox::eval::qa::{markdown_header, markdown_row, run as qa_run, QaPlan};
     let corpus = args.corpus.clone().ok_or_else(|| anyhow::anyhow!("--qa needs --corpus DIR"))?;
-    let model = app.config.embed.model.clone();
-    let embedder = app.embedder(Some(&model))?;
-    let generator = app.generator(args.llm.as_deref())?;
-    let reranker = match &args.reranker {
-        Some(name) => app.reranker_named(name)?,
-        None => app.reranker()?,
-    };
-    let mut retrieve = app.retrieve_options();
-    let scorer = reranker.as_ref().map_or(model.clone(), |r| r.model_id().to_string());
-    retrieve.floor = app.config.retrieve.floors.get(&scorer).copied();
+    let AnswerStack { model, embedder, generator, reranker, retrieve } = answer_stack(app, args)?;
     let mut answer = app.answer_options();
     answer.passages = args.passages.unwrap_or(answer.passages);
     answer.passage_chars = args.passage_chars.unwrap_or(answer.passage_chars);
