@@ -114,7 +114,7 @@ impl ModelSpec {
         if self.fetchable() {
             format!("scripts/fetch-models.sh {}", self.name)
         } else {
-            format!("ragbox models pull {0}` (or, offline, `ragbox models import DIR --model {0}", self.name)
+            format!("ragbox models pull {0}`, or offline `ragbox models import DIR --model {0}", self.name)
         }
     }
 }
