@@ -19,6 +19,11 @@ if ! need unshare || ! need ip || ! need python3; then
   echo "installing util-linux, iproute2, python3" >&2
   apt-get update -qq && apt-get install -y -qq util-linux iproute2 python3 python3-pip >/dev/null
 fi
+# The web page's browser test drives Debian's headless chromium through chromedriver.
+if ! need chromium || ! need chromedriver; then
+  echo "installing chromium and chromium-driver (the web page's browser test)" >&2
+  apt-get update -qq && apt-get install -y -qq chromium chromium-driver >/dev/null
+fi
 if ! need cargo; then
   echo "error: cargo is not installed; install a Rust toolchain (rustup) first" >&2
   exit 2

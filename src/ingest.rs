@@ -322,6 +322,16 @@ fn sha256_hex(bytes: &[u8]) -> String {
     hex::encode(sha2::Sha256::digest(bytes))
 }
 
+/// A stored document's file read and parsed again the way ingest parses it (same limits), so
+/// that its chunks' spans point into the returned text. Also returns the sha256 of the bytes
+/// read: when it differs from the catalog's, the file changed after it was ingested.
+pub fn reparse(path: &Path, opts: &IngestOptions) -> std::result::Result<(ParsedDocument, String), SkipReason> {
+    let limits = ParseLimits { max_file_bytes: opts.max_file_bytes, timeout: opts.parse_timeout, ..ParseLimits::default() };
+    let bytes = std::fs::read(path).map_err(|e| SkipReason::Unreadable { detail: e.to_string() })?;
+    let sha256 = sha256_hex(&bytes);
+    Ok((parse_guarded(path, bytes, &limits)?, sha256))
+}
+
 /// Runs one incremental ingest of `root` into `opts.tenant`, reporting progress to `on_event`.
 /// A write that fails for want of space is [`Error::DiskFull`], naming the data folder; what was
 /// acknowledged before it stays, and the next run finishes the job.

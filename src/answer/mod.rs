@@ -68,6 +68,9 @@ pub struct Source {
     pub chunk: ChunkId,
     /// The retrieved child that matched the question.
     pub matched_chunk: ChunkId,
+    /// The matched child's byte range in the document's normalised text (inside `span` when
+    /// the passage is its merged section).
+    pub matched_span: Span,
     /// Its document.
     pub doc: DocId,
     /// The document's path.
@@ -219,6 +222,7 @@ fn source_of(id: usize, hit: &Hit, max_chars: usize) -> Source {
         id,
         chunk: row.id,
         matched_chunk: hit.chunk.id,
+        matched_span: hit.chunk.span,
         doc: row.doc,
         document: row.path.clone(),
         title: row.title.clone(),

@@ -54,8 +54,9 @@ pub fn run(g: &GlobalArgs, args: ServeArgs) -> anyhow::Result<u8> {
         service,
         server_config,
         addr,
-        |bound| {
+        |bound, signin| {
             println!("{}", startup_line(bound));
+            println!("ragbox serve: open {signin} to use the web page (signs in as the local admin; works once)");
             let _ = std::io::stdout().flush();
         },
         crate::server::shutdown_signal(),

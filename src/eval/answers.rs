@@ -418,6 +418,7 @@ mod tests {
             id,
             chunk: ChunkId(id as u64),
             matched_chunk: ChunkId(id as u64),
+            matched_span: Span { start: 0, end: 1 },
             doc: DocId(id as u64),
             document: PathBuf::from(format!("/d/{id}.txt")),
             title: String::new(),

@@ -543,6 +543,16 @@ pub async fn remove_document(
     Ok(Json(serde_json::json!({ "removed": removed.to_string_lossy() })))
 }
 
+/// `GET /v1/tenants/{tenant}/documents/{doc}/text`: the document's text as ingest parsed it
+/// (chunk spans are byte offsets into it).
+pub async fn document_text(
+    Extract(state): Extract<State>,
+    Authed(caller): Authed,
+    ApiPath((tenant, doc)): ApiPath<(String, u64)>,
+) -> Result<Json<ragbox::service::DocumentText>, ApiError> {
+    Ok(Json(state.blocking(move |s| s.document_text(&caller, &tenant, doc)).await?))
+}
+
 /// `POST /v1/tenants/{tenant}/documents/{doc}/reingest`.
 pub async fn reingest(Extract(state): Extract<State>, Authed(caller): Authed, ApiPath((tenant, doc)): ApiPath<(String, u64)>) -> Result<Response, ApiError> {
     let job = state.blocking(move |s| s.reingest(&caller, &tenant, doc)).await?;
@@ -579,6 +589,12 @@ pub async fn audit(
 pub async fn audit_verify(Extract(state): Extract<State>, Authed(caller): Authed) -> Result<Json<serde_json::Value>, ApiError> {
     let report = state.blocking(move |s| s.verify_audit(&caller)).await?;
     Ok(Json(serde_json::json!({ "intact": report.broken.is_none(), "report": report })))
+}
+
+/// `GET /v1/admin/doctor`: `ragbox doctor --json` (build, device, models verified, each
+/// tenant's generations and consistency, the server settings).
+pub async fn doctor(Extract(state): Extract<State>, Authed(caller): Authed) -> Result<Json<ragbox::service::DoctorReport>, ApiError> {
+    Ok(Json(state.blocking(move |s| s.doctor(&caller)).await?))
 }
 
 /// `GET /v1/admin/keys`.

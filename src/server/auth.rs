@@ -14,7 +14,7 @@ use axum::http::{header, StatusCode};
 
 use ragbox::service::Caller;
 
-use super::{ApiError, State};
+use super::{web, ApiError, State};
 
 /// Failures per address in the current minute.
 pub struct FailureLimiter {
@@ -63,51 +63,72 @@ fn tenant_in_path(path: &str) -> &str {
     path.strip_prefix("/v1/tenants/").and_then(|rest| rest.split('/').next()).unwrap_or("")
 }
 
+/// The client's address (`0.0.0.0:0` when the server runs without connection info, in tests).
+pub fn client_address(parts: &Parts) -> SocketAddr {
+    parts.extensions.get::<ConnectInfo<SocketAddr>>().map(|c| c.0).unwrap_or_else(|| SocketAddr::from(([0, 0, 0, 0], 0)))
+}
+
+/// 429 when `address` failed too often this minute.
+pub fn check_not_blocked(state: &State, address: SocketAddr) -> Result<(), ApiError> {
+    match state.auth_failures.blocked(address.ip()) {
+        Some(secs) => {
+            state.metrics.auth_failure("rate_limited");
+            Err(ApiError {
+                retry_after: Some(secs),
+                ..ApiError::new(StatusCode::TOO_MANY_REQUESTS, "too_many_failures", "too many failed authentications from this address; wait a minute")
+            })
+        }
+        None => Ok(()),
+    }
+}
+
+/// Counts and records (audit row) a failed attempt from `address`, and returns the 401.
+pub async fn refuse(state: &State, address: SocketAddr, tenant: &str, reason: &'static str, message: &str) -> ApiError {
+    let count = state.auth_failures.fail(address.ip());
+    state.metrics.auth_failure(reason);
+    record(state, address, tenant, reason, count).await;
+    ApiError::new(StatusCode::UNAUTHORIZED, "unauthorized", message)
+}
+
+/// The caller a presented key stands for, or the 401 (counted and audited).
+pub async fn caller_for_key(state: &State, address: SocketAddr, tenant: &str, secret: String) -> Result<Caller, ApiError> {
+    let service = state.service.clone();
+    let found = tokio::task::spawn_blocking(move || service.authenticate(&secret))
+        .await
+        .map_err(|e| ApiError::internal(format!("authentication worker failed: {e}")))??;
+    match found {
+        Some(key) => Ok(Caller::from_key(&key, Some(address.to_string()))),
+        None => Err(refuse(state, address, tenant, "invalid", "the key is not valid (unknown or revoked)").await),
+    }
+}
+
 impl FromRequestParts<State> for Authed {
     type Rejection = ApiError;
 
+    /// A bearer key, or else the web page's session cookie (whose state-changing requests must
+    /// come from the page's own origin).
     async fn from_request_parts(parts: &mut Parts, state: &State) -> Result<Authed, ApiError> {
-        let address = parts
-            .extensions
-            .get::<ConnectInfo<SocketAddr>>()
-            .map(|c| c.0)
-            .unwrap_or_else(|| SocketAddr::from(([0, 0, 0, 0], 0)));
-        let ip = address.ip();
-        if let Some(secs) = state.auth_failures.blocked(ip) {
-            state.metrics.auth_failure("rate_limited");
-            return Err(ApiError {
-                retry_after: Some(secs),
-                ..ApiError::new(StatusCode::TOO_MANY_REQUESTS, "too_many_failures", "too many failed authentications from this address; wait a minute")
-            });
-        }
+        let address = client_address(parts);
+        check_not_blocked(state, address)?;
         let presented = parts
             .headers
             .get(header::AUTHORIZATION)
             .and_then(|v| v.to_str().ok())
             .and_then(|v| v.strip_prefix("Bearer ").or_else(|| v.strip_prefix("bearer ")))
-            .map(|k| k.trim().to_string());
+            .map(|k| k.trim().to_string())
+            .filter(|k| !k.is_empty());
         let tenant = tenant_in_path(parts.uri.path()).to_string();
-        let fail = |reason: &'static str| {
-            let count = state.auth_failures.fail(ip);
-            state.metrics.auth_failure(reason);
-            (count, reason)
+        if let Some(secret) = presented {
+            return caller_for_key(state, address, &tenant, secret).await.map(Authed);
+        }
+        let Some(token) = web::session_cookie(&parts.headers) else {
+            return Err(refuse(state, address, &tenant, "missing", "send `Authorization: Bearer <key>`; `ragbox keys create` makes keys").await);
         };
-        let Some(secret) = presented.filter(|k| !k.is_empty()) else {
-            let (count, reason) = fail("missing");
-            record(state, address, &tenant, reason, count).await;
-            return Err(ApiError::new(StatusCode::UNAUTHORIZED, "unauthorized", "send `Authorization: Bearer <key>`; `ragbox keys create` makes keys"));
-        };
-        let service = state.service.clone();
-        let found = tokio::task::spawn_blocking(move || service.authenticate(&secret))
-            .await
-            .map_err(|e| ApiError::internal(format!("authentication worker failed: {e}")))??;
-        match found {
-            Some(key) => Ok(Authed(Caller::from_key(&key, Some(address.to_string())))),
-            None => {
-                let (count, reason) = fail("invalid");
-                record(state, address, &tenant, reason, count).await;
-                Err(ApiError::new(StatusCode::UNAUTHORIZED, "unauthorized", "the key is not valid (unknown or revoked)"))
-            }
+        web::check_origin(&parts.method, &parts.headers)?;
+        match state.web.login(&token) {
+            Some(web::Login::Key(secret)) => caller_for_key(state, address, &tenant, secret).await.map(Authed),
+            Some(web::Login::Local) => Ok(Authed(web::local_caller(address))),
+            None => Err(refuse(state, address, &tenant, "session_expired", "your sign-in has expired; sign in again").await),
         }
     }
 }

@@ -21,6 +21,7 @@ mod error;
 mod metrics;
 mod openai;
 mod queue;
+mod web;
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -50,6 +51,8 @@ pub struct AppState {
     pub auth_failures: auth::FailureLimiter,
     /// Set when shutdown's grace period is over: running generations stop.
     pub stopping: AtomicBool,
+    /// The web page's sessions and its one-time sign-in link.
+    pub web: web::WebSessions,
 }
 
 /// Shared state handle.
@@ -88,16 +91,22 @@ pub fn router(state: State) -> Router {
             get(api::list_documents).post(api::upload).layer(DefaultBodyLimit::max(upload_limit)),
         )
         .route("/tenants/{tenant}/documents/{doc}", delete(api::remove_document))
+        .route("/tenants/{tenant}/documents/{doc}/text", get(api::document_text))
         .route("/tenants/{tenant}/documents/{doc}/reingest", post(api::reingest))
         .route("/tenants/{tenant}/jobs/{job}", get(api::job))
         .route("/admin/audit", get(api::audit))
         .route("/admin/audit/verify", get(api::audit_verify))
+        .route("/admin/doctor", get(api::doctor))
         .route("/admin/keys", get(api::list_keys).post(api::create_key))
         .route("/admin/keys/{key}", delete(api::revoke_key))
         .route("/models", get(openai::models))
         .route("/chat/completions", post(openai::chat_completions))
         .fallback(api::not_found);
     let mut app = Router::new()
+        .route("/", get(web::index))
+        .route("/assets/{name}", get(web::asset))
+        .route("/signin", get(web::sign_in_link))
+        .route("/web/session", get(web::whoami).post(web::sign_in).delete(web::sign_out))
         .route("/healthz", get(api::healthz))
         .route("/readyz", get(api::readyz))
         .route("/metrics", get(api::metrics))
@@ -120,22 +129,32 @@ pub fn router(state: State) -> Router {
     app.with_state(state)
 }
 
+/// The start-up sign-in link for a server bound to `bound` (an unspecified address such as
+/// 0.0.0.0 is reached locally through loopback).
+fn signin_link(bound: SocketAddr, token: &str) -> String {
+    let host = if bound.ip().is_unspecified() { SocketAddr::from(([127, 0, 0, 1], bound.port())) } else { bound };
+    format!("http://{host}/signin?token={token}")
+}
+
 /// Whether an address only reaches this machine.
 pub fn is_loopback(addr: &SocketAddr) -> bool {
     addr.ip().is_loopback()
 }
 
-/// Serves until SIGTERM or SIGINT. `on_listening` gets the bound address (port 0 picks one).
+/// Serves until SIGTERM or SIGINT. `on_listening` gets the bound address (port 0 picks one)
+/// and the web page's one-time sign-in link.
 pub async fn serve(
     service: Arc<Service>,
     config: ServerSection,
     listen: SocketAddr,
-    on_listening: impl FnOnce(SocketAddr),
+    on_listening: impl FnOnce(SocketAddr, &str),
     stop: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
     let listener = tokio::net::TcpListener::bind(listen).await?;
     let bound = listener.local_addr()?;
+    let (web, signin_token) = web::WebSessions::new();
     let state = Arc::new(AppState {
+        web,
         queue: queue::Queue::new(config.generate_concurrency, config.queue),
         metrics: metrics::Metrics::default(),
         auth_failures: auth::FailureLimiter::new(config.auth_failures_per_minute),
@@ -143,7 +162,7 @@ pub async fn serve(
         service,
         config: config.clone(),
     });
-    on_listening(bound);
+    on_listening(bound, &signin_link(bound, &signin_token));
     let app = router(state.clone()).into_make_service_with_connect_info::<SocketAddr>();
     let (signalled_tx, signalled_rx) = tokio::sync::oneshot::channel::<()>();
     let server = axum::serve(listener, app).with_graceful_shutdown(async move {

@@ -22,6 +22,17 @@ use crate::error::{Error, Result};
 use crate::ingest::{ingest, IngestEvent, IngestReport};
 use crate::store::{DocumentRow, EventRecord, KeyRole, TenantRow};
 
+/// A document's parsed text, for the web page's source view.
+#[derive(Debug, Clone, Serialize)]
+pub struct DocumentText {
+    /// The document.
+    pub document: DocumentRow,
+    /// Its text; chunk spans are byte offsets into it.
+    pub text: String,
+    /// The file changed since it was ingested: spans may no longer point at the cited words.
+    pub changed: bool,
+}
+
 /// Longest upload file name, in bytes.
 const MAX_NAME_BYTES: usize = 200;
 
@@ -166,6 +177,22 @@ impl Service {
             .into_iter()
             .find(|d| d.id.0 == id)
             .ok_or_else(|| Error::NotFound(format!("no document {id} in this tenant")))
+    }
+
+    /// Document `id`'s text as ingest parsed it, for showing a cited span in its place (the
+    /// chunks' spans are byte offsets into this text). The file is parsed again within the
+    /// ingest limits; `changed` says it no longer matches what was ingested. Audited
+    /// (`read_document`): reading a whole document is an access like a search.
+    pub fn document_text(&self, caller: &Caller, tenant: &str, id: u64) -> Result<DocumentText> {
+        let t = self.tenant(caller, tenant)?;
+        let doc = self.document(&t, id)?;
+        let opts = self.app.ingest_options(&t.name, None)?;
+        let (parsed, sha256) = crate::ingest::reparse(&doc.path, &opts).map_err(|reason| {
+            Error::NotFound(format!("the file of document {id} cannot be shown now ({reason}); re-ingest or remove it"))
+        })?;
+        let detail = serde_json::json!({ "document": id, "path": doc.path.to_string_lossy() });
+        self.audit(caller, EventRecord { tenant: &t.name, action: "read_document", detail: &detail, ..EventRecord::default() })?;
+        Ok(DocumentText { changed: sha256 != doc.sha256, text: parsed.text, document: doc })
     }
 
     /// Removes documents by path (a folder removes everything ingested under it).

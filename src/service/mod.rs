@@ -45,7 +45,8 @@ pub use crate::store::{
     DEFAULT_TENANT,
 };
 pub use answering::{AskOptions, Asked, ChatTurn, SearchOptions, SearchResult};
-pub use documents::{check_upload_name, Job, JobKind, JobState};
+pub use crate::app::DoctorReport;
+pub use documents::{check_upload_name, DocumentText, Job, JobKind, JobState};
 
 /// Who is asking: a key of the HTTP API, or the local command line.
 #[derive(Debug, Clone, Serialize)]
@@ -231,6 +232,13 @@ impl Service {
             _ => record,
         };
         self.store.catalog().append_event(&EventRecord { key_id: caller.key_id, key_name: &caller.name, ..record })
+    }
+
+    /// `doctor`'s report (build, device, models verified, every tenant's generations and
+    /// consistency): admins only.
+    pub fn doctor(&self, caller: &Caller) -> Result<DoctorReport> {
+        caller.require(KeyRole::Admin, "the doctor's report")?;
+        Ok(self.app.doctor())
     }
 
     /// Records a failed authentication (no key, an unknown or revoked key) from `address`.

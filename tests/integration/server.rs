@@ -29,12 +29,14 @@ fn copy_dir(from: &Path, to: &Path) {
     }
 }
 
-struct Server {
+pub(crate) struct Server {
     child: Child,
     /// The server's stdout, kept open (a closed pipe would end the server on its next print).
     _stdout: BufReader<std::process::ChildStdout>,
-    base: String,
-    data: PathBuf,
+    pub(crate) base: String,
+    /// The web page's one-time sign-in link, from the second start-up line.
+    pub(crate) signin: String,
+    pub(crate) data: PathBuf,
     config: PathBuf,
 }
 
@@ -45,11 +47,11 @@ impl Drop for Server {
     }
 }
 
-fn cli(server: &Server, args: &[&str]) -> (i32, String, String) {
+pub(crate) fn cli(server: &Server, args: &[&str]) -> (i32, String, String) {
     run(ragbox(&server.data).arg("--config").arg(&server.config).args(args))
 }
 
-fn create_key(server: &Server, args: &[&str]) -> String {
+pub(crate) fn create_key(server: &Server, args: &[&str]) -> String {
     let mut all = vec!["keys", "create"];
     all.extend_from_slice(args);
     let (code, out, err) = cli(server, &all);
@@ -59,22 +61,25 @@ fn create_key(server: &Server, args: &[&str]) -> String {
     key
 }
 
-fn start() -> Server {
-    let dir = tempfile::tempdir().unwrap().keep();
-    let data = dir.join("data");
-    copy_dir(sample_data(), &data);
-    let config = dir.join("server.toml");
+pub(crate) fn start() -> Server {
     // The fast test model answers the sample question from the labelled layout; with the default
     // (system-context) it declines it (SmolLM2's eval --qa row, docs/EVAL.md). This test is about
     // serving, so it keeps the layout the small model answers with.
-    std::fs::write(
-        &config,
+    start_with(
         "[generate]\nmodel = \"smollm2-135m-instruct\"\nmax_tokens = 48\n\
          [answer]\npassages = 2\npassage_chars = 400\nprompt = \"labelled\"\n\
          [server]\nqueue = 1\ngenerate_concurrency = 1\nmax_body_bytes = 65536\nmax_question_chars = 2000\n\
          max_upload_bytes = 200000\nshutdown_grace_ms = 3000\nauth_failures_per_minute = 50\nbody_timeout_ms = 2000\n",
     )
-    .unwrap();
+}
+
+/// A server over a copy of the sample data with the configuration `toml`.
+pub(crate) fn start_with(toml: &str) -> Server {
+    let dir = tempfile::tempdir().unwrap().keep();
+    let data = dir.join("data");
+    copy_dir(sample_data(), &data);
+    let config = dir.join("server.toml");
+    std::fs::write(&config, toml).unwrap();
     let mut child = ragbox(&data)
         .arg("--config")
         .arg(&config)
@@ -88,7 +93,11 @@ fn start() -> Server {
     stdout.read_line(&mut line).unwrap();
     assert!(line.contains("(loopback only)"), "start-up line: {line:?}");
     let base = line.split_whitespace().find(|w| w.starts_with("http://")).expect("an address").to_string();
-    Server { child, _stdout: stdout, base, data, config }
+    line.clear();
+    stdout.read_line(&mut line).unwrap();
+    let signin = line.split_whitespace().find(|w| w.starts_with("http://")).unwrap_or_else(|| panic!("sign-in line: {line:?}")).to_string();
+    assert!(signin.starts_with(&format!("{base}/signin?token=")), "{signin}");
+    Server { child, _stdout: stdout, base, signin, data, config }
 }
 
 /// (status, body as JSON, Retry-After) of a request.
@@ -118,7 +127,7 @@ fn post(url: &str, key: Option<&str>, body: &serde_json::Value) -> (u16, serde_j
     (s, j)
 }
 
-fn get(url: &str, key: Option<&str>) -> (u16, serde_json::Value) {
+pub(crate) fn get(url: &str, key: Option<&str>) -> (u16, serde_json::Value) {
     let (s, j, _) = call("GET", url, key, None, "");
     (s, j)
 }
@@ -173,7 +182,7 @@ fn multipart(name: &str, bytes: &[u8]) -> (Vec<u8>, String) {
     (body, format!("multipart/form-data; boundary={boundary}"))
 }
 
-const HANDBOOK: &str = "# Globex Onboarding Handbook\n\n## Badges\n\nEvery new starter collects a purple visitor badge from \
+pub(crate) const HANDBOOK: &str = "# Globex Onboarding Handbook\n\n## Badges\n\nEvery new starter collects a purple visitor badge from \
 the Zanzibar reception desk on their first morning; the badge number is GX-7741.\n";
 
 #[test]

@@ -222,7 +222,7 @@ pub fn run(g: &GlobalArgs, args: ServeBenchArgs) -> anyhow::Result<()> {
                 service,
                 server_config,
                 "127.0.0.1:0".parse().expect("a literal address"),
-                move |bound| {
+                move |bound, _| {
                     let _ = addr_tx.send(bound);
                 },
                 async move {
