@@ -40,6 +40,14 @@ pub(crate) struct Server {
     config: PathBuf,
 }
 
+impl Server {
+    /// SIGKILL: the server stops at once, mid-request.
+    pub(crate) fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
 impl Drop for Server {
     fn drop(&mut self) {
         let _ = self.child.kill();

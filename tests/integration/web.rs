@@ -7,7 +7,8 @@
 //! thumbs up makes a feedback row; a chat session answers and is listed; 360 px wide without
 //! sideways scrolling; an out-of-domain question shows the refusal; a wrong key is refused in
 //! words; a writer uploads a file, watches it reach "ingested" and sees none of the other
-//! tenant's documents; a reader has no upload control and the API refuses its upload anyway.
+//! tenant's documents; a reader has no upload control and the API refuses its upload anyway;
+//! the server killed mid-answer: the page says the connection was lost and offers a retry.
 //! Screenshots of the main states go to `<target>/web-screenshots/`.
 //!
 //! Needs `chromium` and `chromedriver` on the PATH (`scripts/test.sh` installs them).
@@ -150,7 +151,7 @@ const QUESTION: &str = "How many days after a trip do I have to submit my expens
 #[test]
 fn web_page_in_a_real_browser() {
     // The default model and prompt layout (what a person gets), answers kept short.
-    let server = start_with("[generate]\nmax_tokens = 96\n[server]\nmax_upload_bytes = 200000\n");
+    let mut server = start_with("[generate]\nmax_tokens = 96\n[server]\nmax_upload_bytes = 200000\n");
     let b = server.base.clone();
     let reader = create_key(&server, &["--tenant", "default", "--role", "reader", "--name", "web-reader"]);
     let writer = create_key(&server, &["--tenant", "webco", "--role", "writer", "--name", "web-writer"]);
@@ -313,16 +314,31 @@ fn web_page_in_a_real_browser() {
         assert!(!displayed(&c, "#tabs button[data-view=admin]").await);
         assert_eq!(page_fetch(&c, "POST", "/v1/tenants/default/documents", true).await, 403, "the API refuses a reader's upload");
 
+        // A used start-up link does not sign in again.
+        let again = ureq::builder().redirects(0).build().get(&server.signin).call().unwrap();
+        assert_eq!(again.status(), 303);
+        assert_eq!(again.header("Location"), Some("/?signin=used"));
+        assert!(again.header("Set-Cookie").is_none());
+        // A cookie-less, key-less request stays refused, and the audit chain still verifies.
+        assert_eq!(get(&format!("{b}/web/session"), None).0, 401);
+        let (code, out, err) = cli(&server, &["audit", "verify"]);
+        assert_eq!(code, 0, "{out}\n{err}");
+
+        // The server dies while an answer streams: the page says the connection was lost and
+        // offers a retry.
+        tab(&c, "ask").await;
+        let q = find(&c, "#question").await;
+        q.clear().await.unwrap();
+        q.send_keys(QUESTION).await.unwrap();
+        find(&c, "#ask-button").await.click().await.unwrap();
+        // The stream is open (the server accepted the question) and the model is still reading.
+        until(&c, 60, "the stream open", "const s = document.querySelector('#answer .status'); return s && s.textContent.includes('Reading the passages')").await;
+        server.kill();
+        until(&c, 30, "the lost connection", "return !!document.querySelector('#answer .error-box')").await;
+        assert!(text(&c, "#answer .error-box").await.contains("connection to the server was lost"));
+        assert!(displayed(&c, "#answer .error-box button.retry").await);
+        shot(&c, "lost-connection").await;
+
         c.close().await.unwrap();
     });
-
-    // A used start-up link does not sign in again.
-    let again = ureq::builder().redirects(0).build().get(&server.signin).call().unwrap();
-    assert_eq!(again.status(), 303);
-    assert_eq!(again.header("Location"), Some("/?signin=used"));
-    assert!(again.header("Set-Cookie").is_none());
-    // A cookie-less, key-less request stays refused, and the audit chain still verifies.
-    assert_eq!(get(&format!("{b}/web/session"), None).0, 401);
-    let (code, out, err) = cli(&server, &["audit", "verify"]);
-    assert_eq!(code, 0, "{out}\n{err}");
 }

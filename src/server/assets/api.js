@@ -80,8 +80,8 @@ function parseEvent(block) {
   try { return { name, data: JSON.parse(data.join('\n')) }; } catch { return null; }
 }
 
-// POSTs `body` and calls onEvent(name, data) for each server-sent event until the `answer` or
-// `error` event. A stream that ends before either (a lost connection) throws code 'lost'.
+// POSTs `body` and calls onEvent(name, data): `open` once the server has accepted the question,
+// then each server-sent event until the `answer` or `error` event. A stream that ends before either (a lost connection) throws code 'lost'.
 export async function stream(path, body, onEvent, signal) {
   let res;
   try {
@@ -97,6 +97,7 @@ export async function stream(path, body, onEvent, signal) {
     throw new ApiError(0, 'offline', OFFLINE);
   }
   if (!res.ok) throw errorFrom(res.status, res.headers.get('Retry-After'), await parse(res));
+  onEvent('open', null);
   const reader = res.body.getReader();
   const decoder = new TextDecoder();
   let buffer = '';

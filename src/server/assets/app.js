@@ -173,6 +173,10 @@ class AnswerView {
     }
   }
 
+  opened() {
+    if (!this.text) this.status.textContent = 'Reading the passages…';
+  }
+
   token(t) {
     if (!this.text) this.status.textContent = 'Writing the answer…';
     this.text += t;
@@ -309,7 +313,8 @@ async function ask(question) {
   $('#ask-button').disabled = true;
   try {
     await stream(tenantPath(state.tenant, '/ask'), { question }, (name, data) => {
-      if (name === 'token') view.token(data.text);
+      if (name === 'open') view.opened();
+      else if (name === 'token') view.token(data.text);
       else if (name === 'answer') view.final(data);
       else if (name === 'error') view.error(new ApiError(0, data.code || 'error', (data.error && data.error.message) || data.message || 'The answer failed.'), () => ask(question));
     }, asking.signal);
@@ -418,7 +423,8 @@ $('#chat-form').addEventListener('submit', async (ev) => {
     $('#turns').append(h('div', { class: 'turn' }, h('p', { class: 'you' }, question), answer, sources));
     const view = new AnswerView(answer, sources);
     await stream(tenantPath(state.tenant, `/chat/sessions/${state.session}/messages`), { question }, (name, data) => {
-      if (name === 'follow_up') view.followUp(data);
+      if (name === 'open') view.opened();
+      else if (name === 'follow_up') view.followUp(data);
       else if (name === 'token') view.token(data.text);
       else if (name === 'answer') view.final(data);
       else if (name === 'error') view.error(new ApiError(0, 'error', (data.error && data.error.message) || 'The answer failed.'));
