@@ -168,11 +168,11 @@ pub async fn whoami(Extract(state): Extract<State>, Authed(caller): Authed) -> R
     let c = caller.clone();
     let tenants = state.blocking(move |s| s.tenants(&c)).await?;
     let mut names: Vec<String> = tenants.iter().map(|t| t.name.clone()).collect();
-    // A key of a tenant that has no documents yet still works in it (an upload creates it).
-    if let Some(own) = &caller.tenant {
-        if !names.contains(own) {
-            names.push(own.clone());
-        }
+    // A key of a tenant that has no documents yet still works in it (an upload creates it); an
+    // admin of an empty data folder starts with the default tenant.
+    let own = caller.tenant.clone().or_else(|| names.is_empty().then(|| ragbox::service::DEFAULT_TENANT.to_string()));
+    if let Some(own) = own.filter(|t| !names.contains(t)) {
+        names.push(own);
     }
     Ok(Json(serde_json::json!({
         "name": caller.name,
