@@ -45,6 +45,10 @@ pub fn run(g: &GlobalArgs, args: ServeArgs) -> anyhow::Result<u8> {
     let server_config = config.server.clone();
     let service = Arc::new(Service::open(config)?);
     service.warm_up()?;
+    let resumed = service.resume_uploads()?;
+    if !resumed.is_empty() {
+        eprintln!("ragbox serve: checking {} tenants' uploads (ingesting any that a stop interrupted)", resumed.len());
+    }
     if server_config.preload_generator {
         let model = service.warm_up_generator()?;
         eprintln!("ragbox serve: {model} loaded");

@@ -163,30 +163,49 @@ pub async fn serve(
         config: config.clone(),
     });
     on_listening(bound, &signin_link(bound, &signin_token));
-    let app = router(state.clone()).into_make_service_with_connect_info::<SocketAddr>();
-    let (signalled_tx, signalled_rx) = tokio::sync::oneshot::channel::<()>();
-    let server = axum::serve(listener, app).with_graceful_shutdown(async move {
-        stop.await;
-        let _ = signalled_tx.send(());
-    });
-    let server = tokio::spawn(async move { server.await });
-    // Wait for the signal (or the server's end), then give in-flight work its grace period.
-    let mut server = server;
-    tokio::select! {
-        done = &mut server => return done.map_err(std::io::Error::other)?,
-        _ = signalled_rx => {}
+    let app = router(state.clone());
+    // Each request head must arrive within server.body_timeout_ms (a client that opens a
+    // connection and never finishes its head would otherwise hold it for ever); the same
+    // timer closes a keep-alive connection left idle that long.
+    let mut http = hyper::server::conn::http1::Builder::new();
+    http.timer(hyper_util::rt::TokioTimer::new()).header_read_timeout(Duration::from_millis(config.body_timeout_ms));
+    let connections = hyper_util::server::graceful::GracefulShutdown::new();
+    let mut stop = std::pin::pin!(stop);
+    loop {
+        tokio::select! {
+            accepted = listener.accept() => {
+                let (stream, remote) = match accepted {
+                    Ok(a) => a,
+                    Err(e) => {
+                        // Out of file descriptors and the like: wait a moment, keep serving.
+                        tracing::warn!("accepting a connection failed: {e}");
+                        tokio::time::sleep(Duration::from_millis(50)).await;
+                        continue;
+                    }
+                };
+                let app = app.clone();
+                let service = hyper::service::service_fn(move |mut request: hyper::Request<hyper::body::Incoming>| {
+                    request.extensions_mut().insert(axum::extract::ConnectInfo(remote));
+                    tower_service::Service::call(&mut app.clone(), request)
+                });
+                let connection = connections.watch(http.serve_connection(hyper_util::rt::TokioIo::new(stream), service));
+                tokio::spawn(async move {
+                    if let Err(e) = connection.await {
+                        tracing::debug!("connection from {remote}: {e}");
+                    }
+                });
+            }
+            _ = &mut stop => break,
+        }
     }
+    drop(listener);
     tracing::info!("shutting down: no new connections; {} ms for in-flight requests", config.shutdown_grace_ms);
     eprintln!("ragbox serve: stopping; in-flight requests get {} ms", config.shutdown_grace_ms);
-    let grace = Duration::from_millis(config.shutdown_grace_ms);
-    match tokio::time::timeout(grace, &mut server).await {
-        Ok(done) => done.map_err(std::io::Error::other)??,
-        Err(_) => {
-            // Cancel what still runs: generations stop at their next token and their streams end.
-            state.stopping.store(true, Ordering::SeqCst);
-            let _ = tokio::time::timeout(Duration::from_secs(5), &mut server).await;
-            server.abort();
-        }
+    let mut drained = std::pin::pin!(connections.shutdown());
+    if tokio::time::timeout(Duration::from_millis(config.shutdown_grace_ms), &mut drained).await.is_err() {
+        // Cancel what still runs: generations stop at their next token and their streams end.
+        state.stopping.store(true, Ordering::SeqCst);
+        let _ = tokio::time::timeout(Duration::from_secs(5), &mut drained).await;
     }
     state.stopping.store(true, Ordering::SeqCst);
     eprintln!("ragbox serve: stopped");

@@ -46,6 +46,9 @@ pub enum JobKind {
     Reingest,
     /// Ingest a folder on the server (admin, local tools such as `bench serve`).
     Folder,
+    /// Ingest a tenant's uploads folder when the server starts: uploads acknowledged before a
+    /// stop (a crash, a kill) whose ingest did not finish.
+    Resume,
 }
 
 /// Where a job is.
@@ -264,6 +267,34 @@ impl Service {
         let detail = serde_json::json!({ "path": path.to_string_lossy() });
         self.audit(caller, EventRecord { tenant, action: "ingest_folder", detail: &detail, ..EventRecord::default() })?;
         self.start_job(caller, tenant, JobKind::Folder, path.to_path_buf())
+    }
+
+    /// Starts an ingest job for every tenant's uploads folder, so that an upload the server
+    /// acknowledged (202) but did not finish ingesting before it stopped is ingested now (files
+    /// already ingested and unchanged cost a hash). Half-written uploads (`.NAME.part`, never
+    /// acknowledged) are deleted first. Run by `ragbox serve` at start.
+    pub fn resume_uploads(self: &Arc<Self>) -> Result<Vec<Job>> {
+        let root = self.store.layout().root().join(crate::store::TENANTS_DIR);
+        let Ok(entries) = std::fs::read_dir(&root) else {
+            return Ok(Vec::new());
+        };
+        let mut jobs = Vec::new();
+        for entry in entries.flatten() {
+            let name = entry.file_name().to_string_lossy().into_owned();
+            let uploads = self.uploads(&name);
+            if crate::store::check_tenant_name(&name).is_err() || !uploads.is_dir() {
+                continue;
+            }
+            for file in std::fs::read_dir(&uploads).map_err(Error::path(&uploads))?.flatten() {
+                let file_name = file.file_name().to_string_lossy().into_owned();
+                if file_name.starts_with('.') && file_name.ends_with(".part") {
+                    std::fs::remove_file(file.path()).map_err(Error::path(&file.path()))?;
+                }
+            }
+            let caller = Caller { name: "server start".into(), ..Caller::local() };
+            jobs.push(self.start_job(&caller, &name, JobKind::Resume, uploads)?);
+        }
+        Ok(jobs)
     }
 
     /// A job of `tenant`.

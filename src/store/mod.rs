@@ -42,7 +42,7 @@ pub use catalog::{
 pub use conversation::{AuditRecord, AuditRow, FeedbackRow, Rating, TurnRow};
 pub use events::{BrokenLink, ChainReport, EventFilter, EventRecord, EventRow};
 pub use keys::{KeyRole, KeyRow, KEY_PREFIX};
-pub use layout::{check_tenant_name, Layout, DEFAULT_TENANT};
+pub use layout::{check_tenant_name, Layout, DEFAULT_TENANT, TENANTS_DIR};
 pub use lexical::{LexicalHit, LexicalIndex, LexicalSearcher};
 pub use vector::{Quantization, VectorHit, VectorIndex, VectorMeta, VectorOptions};
 

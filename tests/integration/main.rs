@@ -11,6 +11,7 @@ mod kernels;
 mod models;
 mod retrieve;
 mod server;
+mod serve_faults;
 mod web;
 mod answer;
 mod backup;

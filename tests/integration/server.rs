@@ -46,6 +46,17 @@ impl Server {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
+
+    /// Kills the server (if it runs) and starts it again on the same data and configuration.
+    pub(crate) fn restart(&mut self) {
+        self.kill();
+        *self = spawn(self.data.clone(), self.config.clone());
+    }
+
+    /// Everything the server (and its restarts) wrote to stderr.
+    pub(crate) fn stderr(&self) -> String {
+        std::fs::read_to_string(self.config.with_file_name("server.err")).unwrap_or_default()
+    }
 }
 
 impl Drop for Server {
@@ -88,12 +99,19 @@ pub(crate) fn start_with(toml: &str) -> Server {
     copy_dir(sample_data(), &data);
     let config = dir.join("server.toml");
     std::fs::write(&config, toml).unwrap();
+    spawn(data, config)
+}
+
+/// `ragbox serve` on `data` with `config`, on a free loopback port; its stderr goes to
+/// `server.err` beside the config (appended across restarts).
+fn spawn(data: PathBuf, config: PathBuf) -> Server {
+    let err = std::fs::OpenOptions::new().create(true).append(true).open(config.with_file_name("server.err")).unwrap();
     let mut child = ragbox(&data)
         .arg("--config")
         .arg(&config)
         .args(["serve", "--listen", "127.0.0.1:0"])
         .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
+        .stderr(err)
         .spawn()
         .unwrap();
     let mut line = String::new();
@@ -109,7 +127,7 @@ pub(crate) fn start_with(toml: &str) -> Server {
 }
 
 /// (status, body as JSON, Retry-After) of a request.
-fn call(method: &str, url: &str, key: Option<&str>, body: Option<&[u8]>, content_type: &str) -> (u16, serde_json::Value, Option<String>) {
+pub(crate) fn call(method: &str, url: &str, key: Option<&str>, body: Option<&[u8]>, content_type: &str) -> (u16, serde_json::Value, Option<String>) {
     let mut req = ureq::request(method, url).timeout(Duration::from_secs(120));
     if let Some(k) = key {
         req = req.set("Authorization", &format!("Bearer {k}"));
@@ -130,7 +148,7 @@ fn call(method: &str, url: &str, key: Option<&str>, body: Option<&[u8]>, content
     (status, json, retry)
 }
 
-fn post(url: &str, key: Option<&str>, body: &serde_json::Value) -> (u16, serde_json::Value) {
+pub(crate) fn post(url: &str, key: Option<&str>, body: &serde_json::Value) -> (u16, serde_json::Value) {
     let (s, j, _) = call("POST", url, key, Some(body.to_string().as_bytes()), "application/json");
     (s, j)
 }
@@ -179,7 +197,7 @@ fn parse_events(text: &str) -> Vec<(String, serde_json::Value)> {
     out
 }
 
-fn multipart(name: &str, bytes: &[u8]) -> (Vec<u8>, String) {
+pub(crate) fn multipart(name: &str, bytes: &[u8]) -> (Vec<u8>, String) {
     let boundary = "ragboxtestboundary7";
     let mut body = format!(
         "--{boundary}\r\nContent-Disposition: form-data; name=\"file\"; filename=\"{name}\"\r\nContent-Type: text/markdown\r\n\r\n"

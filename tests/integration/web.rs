@@ -15,6 +15,7 @@
 
 use std::net::TcpListener;
 use std::path::PathBuf;
+use std::os::unix::process::CommandExt;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -23,7 +24,8 @@ use fantoccini::{Client, ClientBuilder, Locator};
 
 use crate::server::{cli, create_key, get, start_with, HANDBOOK};
 
-/// A chromedriver process on a free loopback port; killed on drop.
+/// A chromedriver process on a free loopback port, in a process group of its own; the group
+/// (chromedriver and the browsers it started) is killed on drop, also when a check fails.
 struct Driver {
     child: Child,
     url: String,
@@ -31,7 +33,7 @@ struct Driver {
 
 impl Drop for Driver {
     fn drop(&mut self) {
-        let _ = self.child.kill();
+        unsafe { libc::kill(-(self.child.id() as i32), libc::SIGKILL) };
         let _ = self.child.wait();
     }
 }
@@ -46,7 +48,13 @@ fn driver() -> Driver {
          (scripts/test.sh installs them: apt-get install chromium chromium-driver)",
     );
     let port = TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
-    let child = Command::new(exe).arg(format!("--port={port}")).stdout(Stdio::null()).stderr(Stdio::null()).spawn().unwrap();
+    let child = Command::new(exe)
+        .arg(format!("--port={port}"))
+        .process_group(0)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
     let url = format!("http://127.0.0.1:{port}");
     let deadline = Instant::now() + Duration::from_secs(30);
     while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
