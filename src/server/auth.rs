@@ -1,5 +1,6 @@
-//! Bearer keys: the [`Authed`] extractor turns `Authorization: Bearer rbx_…` into a
-//! [`Caller`], or answers 401 (and writes an `auth_failed` audit row). Failed attempts are
+//! Bearer keys: the [`Authed`] extractor turns `Authorization: Bearer rbx_…` (or, for the web
+//! page, its session cookie: [`super::web`]) into a [`Caller`], or answers 401 (and writes an
+//! `auth_failed` audit row). Failed attempts are
 //! counted per client address; past the limit the address gets 429 for the rest of the minute,
 //! before its key is even looked at.
 
@@ -82,11 +83,16 @@ pub fn check_not_blocked(state: &State, address: SocketAddr) -> Result<(), ApiEr
     }
 }
 
-/// Counts and records (audit row) a failed attempt from `address`, and returns the 401.
-pub async fn refuse(state: &State, address: SocketAddr, tenant: &str, reason: &'static str, message: &str) -> ApiError {
+/// Counts a failed attempt from `address` (towards its 429) and writes its audit row.
+pub async fn count_failure(state: &State, address: SocketAddr, tenant: &str, reason: &'static str) {
     let count = state.auth_failures.fail(address.ip());
     state.metrics.auth_failure(reason);
     record(state, address, tenant, reason, count).await;
+}
+
+/// Counts a failed attempt ([`count_failure`]) and returns the 401.
+pub async fn refuse(state: &State, address: SocketAddr, tenant: &str, reason: &'static str, message: &str) -> ApiError {
+    count_failure(state, address, tenant, reason).await;
     ApiError::new(StatusCode::UNAUTHORIZED, "unauthorized", message)
 }
 

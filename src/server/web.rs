@@ -252,7 +252,7 @@ pub async fn sign_in_link(Extract(state): Extract<State>, info: RequestInfo, Que
         r
     };
     if !state.web.redeem(&q.token) {
-        auth::refuse(&state, info.address, "", "signin_link", "").await;
+        auth::count_failure(&state, info.address, "", "signin_link").await;
         return Ok(redirect("/?signin=used"));
     }
     let token = state.web.start(Login::Local);

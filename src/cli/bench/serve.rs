@@ -6,6 +6,9 @@
 //! waiting place, so the surplus gets the intended 503s. Reports requests/s, p50/p99 latency,
 //! errors by status, and resident memory (server and clients: one process) after warm-up (the
 //! LLM loaded, then a few seconds at full concurrency) and at the end.
+//!
+//! Its HTTP client (ureq) only ever connects to the server this command started, bound to
+//! `127.0.0.1:0`; `run` refuses to load anything else.
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -233,6 +236,7 @@ pub fn run(g: &GlobalArgs, args: ServeBenchArgs) -> anyhow::Result<()> {
         })
     };
     let bound = addr_rx.recv_timeout(Duration::from_secs(30))?;
+    anyhow::ensure!(bound.ip().is_loopback(), "bench serve loads only its own loopback server, not {bound}");
     let base = format!("http://{bound}");
     eprintln!("bench serve: server on {base}; warming up");
     // Warm-up: a few searches so the first measured one does not pay for lazy loads, and the
