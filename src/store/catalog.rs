@@ -304,13 +304,15 @@ impl Catalog {
         }
         let size = std::fs::metadata(path).map(|m| m.len()).unwrap_or(0);
         let conn = Connection::open(path)?;
+        // Before anything reads: another process creating or writing the catalog makes this one
+        // wait rather than fail with "database is locked" (the quick check below reads it all).
+        conn.busy_timeout(std::time::Duration::from_secs(30))?;
         if size > 0 && size <= QUICK_CHECK_BYTES {
             let verdict: String = conn.query_row("PRAGMA quick_check(1)", [], |r| r.get(0))?;
             if verdict != "ok" {
                 return Err(Error::CatalogDamaged { path: path.to_path_buf(), detail: verdict.split_whitespace().collect::<Vec<_>>().join(" ") });
             }
         }
-        conn.busy_timeout(std::time::Duration::from_secs(30))?;
         conn.pragma_update(None, "journal_mode", "WAL")?;
         conn.pragma_update(None, "synchronous", "FULL")?;
         conn.pragma_update(None, "foreign_keys", "ON")?;
