@@ -3,8 +3,8 @@
 
 mod ask;
 mod audit;
-mod bench;
 mod backup;
+mod bench;
 mod chat;
 mod doctor;
 mod documents;

@@ -5,11 +5,16 @@
 //! `ragbox bench embed` showed: query, key and value in one fused matmul and one copy instead of
 //! three; the query scaled before `QKᵀ` (a `T×d` tensor, not `T×T`); and the padding mask added
 //! only to batches that have padding, broadcast once per batch into a contiguous tensor rather than
-//! per layer through candle's strided (element-by-element) broadcast path.
+//! per layer through candle's strided (element-by-element) broadcast path. The dense layers run
+//! in f32 or int8 (`model::precision`).
 
 use candle_core::{DType, Module, Tensor};
 use candle_nn::{embedding, layer_norm, linear, Embedding, LayerNorm, Linear, VarBuilder};
 use candle_transformers::models::bert::{Config, HiddenAct};
+use ragbox_kernels::Activation;
+
+use crate::model::int8::Int8Dense;
+use crate::model::Precision;
 
 /// Token, position and segment embeddings, then layer norm.
 struct Embeddings {
@@ -24,8 +29,16 @@ impl Embeddings {
     fn load(vb: VarBuilder, cfg: &Config) -> candle_core::Result<Self> {
         Ok(Embeddings {
             word: embedding(cfg.vocab_size, cfg.hidden_size, vb.pp("word_embeddings"))?,
-            position: embedding(cfg.max_position_embeddings, cfg.hidden_size, vb.pp("position_embeddings"))?,
-            token_type: embedding(cfg.type_vocab_size, cfg.hidden_size, vb.pp("token_type_embeddings"))?,
+            position: embedding(
+                cfg.max_position_embeddings,
+                cfg.hidden_size,
+                vb.pp("position_embeddings"),
+            )?,
+            token_type: embedding(
+                cfg.type_vocab_size,
+                cfg.hidden_size,
+                vb.pp("token_type_embeddings"),
+            )?,
             norm: layer_norm(cfg.hidden_size, cfg.layer_norm_eps, vb.pp("LayerNorm"))?,
             span: tracing::trace_span!("embeddings"),
         })
@@ -41,29 +54,58 @@ impl Embeddings {
     }
 }
 
-/// A dense layer whose weight is stored transposed and contiguous, `(in, out)`. candle's
-/// [`Linear`] multiplies by a transposed view of the `(out, in)` weight, and gemm then repacks that
-/// column-major operand element by element on every call: for a short query (a few rows) the
-/// repacking cost more than the arithmetic (perf: 43% of a query's time).
-struct Dense {
-    weight_t: Tensor,
-    bias: Option<Tensor>,
+/// A dense layer, at the precision the body was loaded with.
+///
+/// f32: the weight stored transposed and contiguous, `(in, out)`. candle's [`Linear`] multiplies
+/// by a transposed view of the `(out, in)` weight, and gemm then repacks that column-major operand
+/// element by element on every call: for a short query (a few rows) the repacking cost more than
+/// the arithmetic (perf: 43% of a query's time). int8: see [`Int8Dense`].
+enum Dense {
+    F32 {
+        weight_t: Tensor,
+        bias: Option<Tensor>,
+    },
+    Int8(Int8Dense),
 }
 
 impl Dense {
-    fn new(linear: Linear) -> candle_core::Result<Dense> {
-        Ok(Dense { weight_t: linear.weight().t()?.contiguous()?, bias: linear.bias().cloned() })
+    fn new(linear: Linear, precision: Precision) -> candle_core::Result<Dense> {
+        Ok(match precision {
+            Precision::Int8 => Dense::Int8(Int8Dense::new(&linear)?),
+            _ => Dense::F32 {
+                weight_t: linear.weight().t()?.contiguous()?,
+                bias: linear.bias().cloned(),
+            },
+        })
     }
 
     /// `x`: `(batch, seq, in)` → `(batch, seq, out)`.
     fn forward(&self, x: &Tensor) -> candle_core::Result<Tensor> {
-        let (b, t, i) = x.dims3()?;
-        let y = x.reshape((b * t, i))?.matmul(&self.weight_t)?;
-        let y = match &self.bias {
-            Some(bias) => y.broadcast_add(bias)?,
-            None => y,
-        };
-        y.reshape((b, t, ()))
+        match self {
+            Dense::F32 { weight_t, bias } => {
+                let (b, t, i) = x.dims3()?;
+                let y = x.reshape((b * t, i))?.matmul(weight_t)?;
+                let y = match bias {
+                    Some(bias) => y.broadcast_add(bias)?,
+                    None => y,
+                };
+                y.reshape((b, t, ()))
+            }
+            Dense::Int8(dense) => dense.forward(x, Activation::None),
+        }
+    }
+
+    /// [`Dense::forward`] then the activation; int8 fuses the exact GELU into its output pass.
+    fn forward_activated(&self, x: &Tensor, act: HiddenAct) -> candle_core::Result<Tensor> {
+        if let (Dense::Int8(dense), HiddenAct::Gelu) = (self, act) {
+            return dense.forward(x, Activation::GeluErf);
+        }
+        let y = self.forward(x)?;
+        match act {
+            HiddenAct::Gelu => y.gelu_erf(),
+            HiddenAct::GeluApproximate => y.gelu(),
+            HiddenAct::Relu => y.relu(),
+        }
     }
 }
 
@@ -82,7 +124,7 @@ struct Layer {
 }
 
 impl Layer {
-    fn load(vb: VarBuilder, cfg: &Config) -> candle_core::Result<Self> {
+    fn load(vb: VarBuilder, cfg: &Config, precision: Precision) -> candle_core::Result<Self> {
         let h = cfg.hidden_size;
         let att = vb.pp("attention");
         let part = |name: &str| linear(h, h, att.pp("self").pp(name));
@@ -93,11 +135,17 @@ impl Layer {
             _ => None,
         };
         Ok(Layer {
-            qkv: Dense::new(Linear::new(weight, bias))?,
-            attn_out: Dense::new(linear(h, h, att.pp("output").pp("dense"))?)?,
+            qkv: Dense::new(Linear::new(weight, bias), precision)?,
+            attn_out: Dense::new(linear(h, h, att.pp("output").pp("dense"))?, precision)?,
             attn_norm: layer_norm(h, cfg.layer_norm_eps, att.pp("output").pp("LayerNorm"))?,
-            intermediate: Dense::new(linear(h, cfg.intermediate_size, vb.pp("intermediate").pp("dense"))?)?,
-            output: Dense::new(linear(cfg.intermediate_size, h, vb.pp("output").pp("dense"))?)?,
+            intermediate: Dense::new(
+                linear(h, cfg.intermediate_size, vb.pp("intermediate").pp("dense"))?,
+                precision,
+            )?,
+            output: Dense::new(
+                linear(cfg.intermediate_size, h, vb.pp("output").pp("dense"))?,
+                precision,
+            )?,
             out_norm: layer_norm(h, cfg.layer_norm_eps, vb.pp("output").pp("LayerNorm"))?,
             act: cfg.hidden_act,
             heads: cfg.num_attention_heads,
@@ -124,13 +172,10 @@ impl Layer {
         }
         let probs = candle_nn::ops::softmax_last_dim(&scores)?;
         let context = probs.matmul(&v)?.transpose(1, 2)?.reshape((b, t, h))?;
-        let x = self.attn_norm.forward(&(self.attn_out.forward(&context)? + x)?)?;
-        let inner = self.intermediate.forward(&x)?;
-        let inner = match self.act {
-            HiddenAct::Gelu => inner.gelu_erf()?,
-            HiddenAct::GeluApproximate => inner.gelu()?,
-            HiddenAct::Relu => inner.relu()?,
-        };
+        let x = self
+            .attn_norm
+            .forward(&(self.attn_out.forward(&context)? + x)?)?;
+        let inner = self.intermediate.forward_activated(&x, self.act)?;
         self.out_norm.forward(&(self.output.forward(&inner)? + x)?)
     }
 }
@@ -144,10 +189,21 @@ pub struct BertBody {
 }
 
 impl BertBody {
-    /// Loads from `vb` (its prefix already pointing at the body: `""` or `"bert"`).
-    pub fn load(vb: VarBuilder, cfg: &Config) -> candle_core::Result<BertBody> {
+    /// Loads from `vb` (its prefix already pointing at the body: `""` or `"bert"`), the dense
+    /// layers at `precision` (already resolved: `Auto` counts as f32).
+    pub fn load(
+        vb: VarBuilder,
+        cfg: &Config,
+        precision: Precision,
+    ) -> candle_core::Result<BertBody> {
         let layers = (0..cfg.num_hidden_layers)
-            .map(|i| Layer::load(vb.pp("encoder").pp("layer").pp(i.to_string()), cfg))
+            .map(|i| {
+                Layer::load(
+                    vb.pp("encoder").pp("layer").pp(i.to_string()),
+                    cfg,
+                    precision,
+                )
+            })
             .collect::<candle_core::Result<_>>()?;
         Ok(BertBody {
             embeddings: Embeddings::load(vb.pp("embeddings"), cfg)?,
@@ -158,7 +214,12 @@ impl BertBody {
     }
 
     /// `(batch, seq)` ids, segment ids and 0/1 mask in; `(batch, seq, hidden)` states out.
-    pub fn forward(&self, ids: &Tensor, type_ids: &Tensor, mask: &Tensor) -> candle_core::Result<Tensor> {
+    pub fn forward(
+        &self,
+        ids: &Tensor,
+        type_ids: &Tensor,
+        mask: &Tensor,
+    ) -> candle_core::Result<Tensor> {
         let _e = self.span.enter();
         let mut x = self.embeddings.forward(ids, type_ids)?;
         let (b, t) = mask.dims2()?;

@@ -10,12 +10,15 @@ pub mod cpu;
 pub mod device;
 pub mod gguf;
 pub mod import;
+pub mod int8;
 pub mod manifest;
+pub mod precision;
 pub mod pull;
 pub mod store;
 pub mod tokenizer;
 
 pub use device::{device, DeviceChoice};
 pub use manifest::{Architecture, Manifest, ModelFile, ModelSpec, Pooling};
+pub use precision::Precision;
 pub use store::ModelStore;
 pub use tokenizer::{TextTokenizer, Tokens};

@@ -33,34 +33,56 @@ fn minilm_matches_sentence_transformers() {
         worst = worst.min(c);
     }
     let truncated = out.iter().filter(|o| o.truncated_from.is_some()).count();
-    assert!(truncated >= 1, "the golden set has a text over 256 tokens; its truncation must be reported");
+    assert!(
+        truncated >= 1,
+        "the golden set has a text over 256 tokens; its truncation must be reported"
+    );
     for t in golden["tokenization"].as_array().unwrap() {
-        let ids = e.token_ids(t["text"].as_str().unwrap(), TextKind::Passage).unwrap();
+        let ids = e
+            .token_ids(t["text"].as_str().unwrap(), TextKind::Passage)
+            .unwrap();
         assert_eq!(ids, u32s(&t["input_ids"]));
     }
-    eprintln!("golden minilm: {} texts, worst cosine {worst:.7}", texts.len());
+    eprintln!(
+        "golden minilm: {} texts, worst cosine {worst:.7}",
+        texts.len()
+    );
 }
 
 #[test]
 fn nomic_matches_the_float64_reference_and_llama_cpp() {
     let golden = json_fixture("golden-nomic.json");
     let e = embedder("nomic-embed-text-v1.5");
-    assert!(e.max_tokens() >= 8192, "nomic is not truncated below 8,192 tokens");
+    assert!(
+        e.max_tokens() >= 8192,
+        "nomic is not truncated below 8,192 tokens"
+    );
     let items = golden["items"].as_array().unwrap();
     let (mut worst, mut worst_llama) = (1f32, 1f32);
     for kind in [TextKind::Passage, TextKind::Query] {
-        let prefix = if kind == TextKind::Query { "search_query: " } else { "search_document: " };
-        let chosen: Vec<&serde_json::Value> = items.iter().filter(|i| i["prefix"] == prefix).collect();
+        let prefix = if kind == TextKind::Query {
+            "search_query: "
+        } else {
+            "search_document: "
+        };
+        let chosen: Vec<&serde_json::Value> =
+            items.iter().filter(|i| i["prefix"] == prefix).collect();
         assert!(!chosen.is_empty());
         let texts: Vec<&str> = chosen.iter().map(|i| i["text"].as_str().unwrap()).collect();
         let out = e.embed(&texts, kind).unwrap();
         for (i, item) in chosen.iter().enumerate() {
-            assert_eq!(e.token_ids(texts[i], kind).unwrap(), u32s(&item["input_ids"]), "{prefix}{}", texts[i]);
+            assert_eq!(
+                e.token_ids(texts[i], kind).unwrap(),
+                u32s(&item["input_ids"]),
+                "{prefix}{}",
+                texts[i]
+            );
             assert_eq!(out[i].truncated_from, None);
             let c = cosine(&out[i].vector, &f32s(&item["embedding"]));
             assert!(c >= 0.9999, "{prefix}{}: cosine {c}", texts[i]);
             worst = worst.min(c);
-            worst_llama = worst_llama.min(cosine(&out[i].vector, &f32s(&item["embedding_llama_cpp"])));
+            worst_llama =
+                worst_llama.min(cosine(&out[i].vector, &f32s(&item["embedding_llama_cpp"])));
         }
     }
     eprintln!("golden nomic: {} inputs, worst cosine {worst:.7} (float64 reference), {worst_llama:.7} (llama.cpp)", items.len());
@@ -70,7 +92,11 @@ fn nomic_matches_the_float64_reference_and_llama_cpp() {
 fn nomic_ranks_the_paris_passage_first() {
     let e = embedder("nomic-embed-text-v1.5");
     let q = e.embed_one("capital of France", TextKind::Query).unwrap();
-    let docs = ["Paris is the capital and largest city of France.", "Berlin is the capital of Germany.", "Mitochondria produce most of the cell's energy."];
+    let docs = [
+        "Paris is the capital and largest city of France.",
+        "Berlin is the capital of Germany.",
+        "Mitochondria produce most of the cell's energy.",
+    ];
     let d = e.embed(&docs, TextKind::Passage).unwrap();
     let s: Vec<f32> = d.iter().map(|v| cosine(&q.vector, &v.vector)).collect();
     assert!(s[0] > s[1] && s[1] > s[2], "{s:?}");
@@ -98,16 +124,28 @@ fn cross_encoder_matches_transformers_logits() {
         assert_eq!(t.ids, u32s(&p["input_ids"]));
         assert_eq!(t.type_ids, u32s(&p["token_type_ids"]));
     }
-    let queries: std::collections::BTreeSet<&str> = pairs.iter().map(|p| p["query"].as_str().unwrap()).collect();
+    let queries: std::collections::BTreeSet<&str> =
+        pairs.iter().map(|p| p["query"].as_str().unwrap()).collect();
     for q in queries {
         let mine: Vec<&serde_json::Value> = pairs.iter().filter(|p| p["query"] == q).collect();
-        let passages: Vec<&str> = mine.iter().map(|p| p["passage"].as_str().unwrap()).collect();
+        let passages: Vec<&str> = mine
+            .iter()
+            .map(|p| p["passage"].as_str().unwrap())
+            .collect();
         let scores = ce.score(q, &passages).unwrap();
         for (p, s) in mine.iter().zip(scores) {
             let d = (s - p["logit"].as_f64().unwrap() as f32).abs();
-            assert!(d <= 1e-3, "{q} / {}: logit {s}, reference {}", p["passage"], p["logit"]);
+            assert!(
+                d <= 1e-3,
+                "{q} / {}: logit {s}, reference {}",
+                p["passage"],
+                p["logit"]
+            );
             worst = worst.max(d);
         }
     }
-    eprintln!("golden cross-encoder: {} pairs, worst |logit diff| {worst:.2e}", pairs.len());
+    eprintln!(
+        "golden cross-encoder: {} pairs, worst |logit diff| {worst:.2e}",
+        pairs.len()
+    );
 }

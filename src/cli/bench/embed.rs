@@ -39,6 +39,8 @@ struct EmbedBench {
     implementation: &'static str,
     model: String,
     device: String,
+    /// What ran: the precision and its kernel (`model::precision::describe`).
+    precision: String,
     texts: usize,
     tokens: usize,
     truncated: usize,
@@ -54,15 +56,27 @@ struct EmbedBench {
 pub fn peak_rss_mb() -> f64 {
     std::fs::read_to_string("/proc/self/status")
         .ok()
-        .and_then(|s| s.lines().find(|l| l.starts_with("VmHWM:")).map(str::to_owned))
-        .and_then(|l| l.split_whitespace().nth(1).and_then(|kb| kb.parse::<f64>().ok()))
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("VmHWM:"))
+                .map(str::to_owned)
+        })
+        .and_then(|l| {
+            l.split_whitespace()
+                .nth(1)
+                .and_then(|kb| kb.parse::<f64>().ok())
+        })
         .map_or(0.0, |kb| kb / 1024.0)
 }
 
 fn read_beir_corpus(dir: &std::path::Path, limit: Option<usize>) -> anyhow::Result<Vec<String>> {
     let path = dir.join("corpus.jsonl");
-    let file = std::fs::File::open(&path)
-        .map_err(|e| ragbox::Error::Invalid(format!("{}: {e}; --data must be a BEIR folder with corpus.jsonl", path.display())))?;
+    let file = std::fs::File::open(&path).map_err(|e| {
+        ragbox::Error::Invalid(format!(
+            "{}: {e}; --data must be a BEIR folder with corpus.jsonl",
+            path.display()
+        ))
+    })?;
     let mut texts = Vec::new();
     for line in std::io::BufReader::new(file).lines() {
         let line = line?;
@@ -82,11 +96,19 @@ fn read_beir_corpus(dir: &std::path::Path, limit: Option<usize>) -> anyhow::Resu
 }
 
 pub fn run(g: &GlobalArgs, args: EmbedArgs) -> anyhow::Result<()> {
-    let EmbedArgs { data, model, limit, batch_size, threads } = args;
+    let EmbedArgs {
+        data,
+        model,
+        limit,
+        batch_size,
+        threads,
+    } = args;
     if let Some(n) = threads {
         // candle's matmuls read RAYON_NUM_THREADS on every call; rayon's pool reads it once.
         std::env::set_var("RAYON_NUM_THREADS", n.to_string());
-        let _ = rayon::ThreadPoolBuilder::new().num_threads(n).build_global();
+        let _ = rayon::ThreadPoolBuilder::new()
+            .num_threads(n)
+            .build_global();
     }
     let mut config = g.config()?;
     if let Some(b) = batch_size {
@@ -106,6 +128,7 @@ pub fn run(g: &GlobalArgs, args: EmbedArgs) -> anyhow::Result<()> {
         implementation: "ragbox",
         model: embedder.model_id().to_string(),
         device: ragbox::model::device::describe(app.device()),
+        precision: ragbox::model::precision::describe(app.config.embed.precision, app.device()),
         texts: out.len(),
         tokens,
         truncated: out.iter().filter(|e| e.truncated_from.is_some()).count(),
@@ -120,8 +143,8 @@ pub fn run(g: &GlobalArgs, args: EmbedArgs) -> anyhow::Result<()> {
         return print_json(&result);
     }
     println!(
-        "{}: {} texts, {} tokens in {:.2} s: {:.1} texts/s, {:.0} tokens/s, peak RSS {:.0} MiB ({} truncated)",
-        result.model, result.texts, result.tokens, result.seconds, result.chunks_per_s, result.tokens_per_s, result.peak_rss_mb, result.truncated
+        "{} [{}]: {} texts, {} tokens in {:.2} s: {:.1} texts/s, {:.0} tokens/s, peak RSS {:.0} MiB ({} truncated)",
+        result.model, result.precision, result.texts, result.tokens, result.seconds, result.chunks_per_s, result.tokens_per_s, result.peak_rss_mb, result.truncated
     );
     Ok(())
 }

@@ -1,0 +1,25 @@
+//! ragbox's CPU kernels for quantised encoder inference.
+//!
+//! A separate crate for one reason: ragbox's tuned dev profile (the one tests and the README's
+//! first command build) compiles every dependency at opt-level 3 and ragbox itself at 0 to keep
+//! builds short; the per-element loops here (quantising activations, the dequantising epilogue
+//! with GELU) run ~30x slower unoptimised and would undo what int8 gains. Everything else of ragbox
+//! stays in its one crate (STYLE.md). The matrix multiplication itself is rten-gemm's, a
+//! maintained int8 GEMM with AVX-512 VNNI, AVX2, Arm dot-product/i8mm and generic kernels chosen
+//! at run time.
+//!
+//! ```
+//! use ragbox_kernels::{Activation, Int8Linear};
+//! // y = x · Wᵀ + b for a (2 × 3) input and a (4 out × 3 in) weight.
+//! let w = [1.0, 0.0, 0.0, 0.0, 1.0, 0.0, 0.0, 0.0, 1.0, 1.0, 1.0, 1.0];
+//! let layer = Int8Linear::new(&w, 4, 3, Some(&[0.0, 0.0, 0.0, 1.0]));
+//! let mut y = vec![0.0; 8];
+//! layer.forward(&[1.0, 2.0, 3.0, -1.0, 0.5, 0.25], 2, &mut y, Activation::None);
+//! assert!((y[3] - 7.0).abs() < 0.05 && (y[4] + 1.0).abs() < 0.02);
+//! ```
+
+mod gelu;
+mod int8;
+
+pub use gelu::{erf, gelu_erf};
+pub use int8::{profile_parts, Activation, Int8Linear};
