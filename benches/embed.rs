@@ -16,10 +16,7 @@ fn texts(n: usize, words: usize, seed: u64) -> Vec<String> {
         .map(|_| {
             let len = words / 2 + ((rng.next_f32(1.0).abs() * words as f32) as usize);
             (0..len)
-                .map(|_| {
-                    TINY_WORDS[((rng.next_f32(1.0).abs() * TINY_WORDS.len() as f32) as usize)
-                        .min(TINY_WORDS.len() - 1)]
-                })
+                .map(|_| TINY_WORDS[((rng.next_f32(1.0).abs() * TINY_WORDS.len() as f32) as usize).min(TINY_WORDS.len() - 1)])
                 .collect::<Vec<_>>()
                 .join(" ")
         })
@@ -31,10 +28,7 @@ fn bench_embedders(c: &mut Criterion) {
         .map(std::path::PathBuf::from)
         .unwrap_or_else(|| std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("models"));
     let store = ModelStore::new(dir);
-    for (name, n, words) in [
-        ("all-minilm-l6-v2", 64, 150),
-        ("nomic-embed-text-v1.5", 16, 150),
-    ] {
+    for (name, n, words) in [("all-minilm-l6-v2", 64, 150), ("nomic-embed-text-v1.5", 16, 150)] {
         let spec = store.manifest().get(name).expect("known model");
         let embedder = load_embedder(&store, spec, &EmbedOptions::default())
             .unwrap_or_else(|e| panic!("{e} (run scripts/fetch-models.sh)"));
@@ -43,9 +37,7 @@ fn bench_embedders(c: &mut Criterion) {
         let mut group = c.benchmark_group("embed");
         group.sample_size(10);
         group.throughput(Throughput::Elements(n as u64));
-        group.bench_function(name, |b| {
-            b.iter(|| embedder.embed(&refs, TextKind::Passage).unwrap())
-        });
+        group.bench_function(name, |b| b.iter(|| embedder.embed(&refs, TextKind::Passage).unwrap()));
         group.finish();
     }
 }

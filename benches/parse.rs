@@ -21,21 +21,14 @@ fn inputs() -> Vec<PathBuf> {
 }
 
 fn bench_parse(c: &mut Criterion) {
-    let structural = chunker(ChunkerKind::Structural, ChunkOptions::default())
-        .expect("structural needs no embedder");
+    let structural = chunker(ChunkerKind::Structural, ChunkOptions::default()).expect("structural needs no embedder");
     for path in inputs() {
         let bytes = std::fs::read(&path).expect("bench input exists");
-        let name = path
-            .file_name()
-            .expect("file name")
-            .to_string_lossy()
-            .into_owned();
+        let name = path.file_name().expect("file name").to_string_lossy().into_owned();
         let mut group = c.benchmark_group(format!("parse/{name}"));
         group.throughput(Throughput::Bytes(bytes.len() as u64));
         group.sample_size(10);
-        group.bench_function("parse", |b| {
-            b.iter(|| ragbox::source::parse(&path, &bytes, u64::MAX).expect("parses"))
-        });
+        group.bench_function("parse", |b| b.iter(|| ragbox::source::parse(&path, &bytes, u64::MAX).expect("parses")));
         let doc = ragbox::source::parse(&path, &bytes, u64::MAX).expect("parses");
         group.bench_function("chunk", |b| b.iter(|| structural.chunk(&doc, &WordCounter)));
         group.finish();

@@ -58,19 +58,11 @@ fn parse_args() -> Result<Args, String> {
             "--worker-start" => start = Some(value()?.parse::<u64>().map_err(|e| e.to_string())?),
             "--worker-count" => count = Some(value()?.parse::<u64>().map_err(|e| e.to_string())?),
             "--worker-progress" => progress = Some(PathBuf::from(value()?)),
-            other => {
-                return Err(format!(
-                    "unknown argument {other}; see the header of examples/fuzz_parsers.rs"
-                ))
-            }
+            other => return Err(format!("unknown argument {other}; see the header of examples/fuzz_parsers.rs")),
         }
     }
     if a.corpus.is_empty() {
-        a.corpus = vec![
-            root.join("tests/data/corpus"),
-            root.join("tests/fixtures/source/lppl.pdf"),
-            root.join("tests/fixtures/fuzz"),
-        ];
+        a.corpus = vec![root.join("tests/data/corpus"), root.join("tests/fixtures/source/lppl.pdf"), root.join("tests/fixtures/fuzz")];
     }
     if let (Some(s), Some(c), Some(p)) = (start, count, progress) {
         a.worker = Some((s, c, p));
@@ -89,24 +81,14 @@ fn corpus(args: &Args) -> Corpus {
 }
 
 fn extension(target: &str) -> &'static str {
-    TARGETS
-        .iter()
-        .find(|t| t.name == target)
-        .and_then(|t| t.file.rsplit('.').next())
-        .unwrap_or("bin")
+    TARGETS.iter().find(|t| t.name == target).and_then(|t| t.file.rsplit('.').next()).unwrap_or("bin")
 }
 
 fn save(out: &Path, f: &Finding) {
     let kind = format!("{:?}", f.kind).to_lowercase();
     let base = out.join(format!("{kind}-{}-{}", f.index, f.target));
     let _ = std::fs::write(base.with_extension(extension(f.target)), &f.input);
-    let _ = std::fs::write(
-        base.with_extension("txt"),
-        format!(
-            "case {} ({}): {:?}\n{}\n",
-            f.index, f.target, f.kind, f.detail
-        ),
-    );
+    let _ = std::fs::write(base.with_extension("txt"), format!("case {} ({}): {:?}\n{}\n", f.index, f.target, f.kind, f.detail));
 }
 
 /// Panics seen by the hook (escaped or caught inside a parser).
@@ -116,22 +98,12 @@ fn worker(args: &Args, start: u64, count: u64, progress: &Path) -> Result<(), St
     std::panic::set_hook(Box::new(|_| {
         PANICS.fetch_add(1, Ordering::Relaxed);
     }));
-    let file = std::fs::OpenOptions::new()
-        .read(true)
-        .write(true)
-        .open(progress)
-        .map_err(|e| e.to_string())?;
+    let file = std::fs::OpenOptions::new().read(true).write(true).open(progress).map_err(|e| e.to_string())?;
     // SAFETY: the file is ours (made by the driver for this worker) and 8 bytes long; the driver
     // only reads it.
     let mut map = unsafe { memmap2::MmapMut::map_mut(&file) }.map_err(|e| e.to_string())?;
     let corpus = corpus(args);
-    let options = FuzzOptions {
-        seed: args.seed,
-        start,
-        count,
-        slow: Duration::from_millis(args.slow_ms),
-        ..FuzzOptions::default()
-    };
+    let options = FuzzOptions { seed: args.seed, start, count, slow: Duration::from_millis(args.slow_ms), ..FuzzOptions::default() };
     let out = args.out.clone();
     let handle = std::thread::Builder::new()
         .stack_size(ragbox::source::guard::PARSE_STACK_BYTES)
@@ -149,9 +121,7 @@ fn worker(args: &Args, start: u64, count: u64, progress: &Path) -> Result<(), St
             (report, found)
         })
         .map_err(|e| e.to_string())?;
-    let (report, _) = handle
-        .join()
-        .map_err(|_| "the fuzz thread panicked".to_string())?;
+    let (report, _) = handle.join().map_err(|_| "the fuzz thread panicked".to_string())?;
     let escaped: u64 = report.targets.values().map(|t| t.panics).sum();
     let line = serde_json::json!({ "report": report, "panics_seen": PANICS.load(Ordering::Relaxed), "panics_escaped": escaped });
     println!("{line}");
@@ -169,34 +139,16 @@ enum Ended {
     Died { at: u64, hung: bool, status: String },
 }
 
-fn run_worker(
-    exe: &Path,
-    args: &Args,
-    start: u64,
-    count: u64,
-    progress: &Path,
-) -> Result<Ended, String> {
+fn run_worker(exe: &Path, args: &Args, start: u64, count: u64, progress: &Path) -> Result<Ended, String> {
     std::fs::write(progress, start.to_le_bytes()).map_err(|e| e.to_string())?;
     let mut cmd = Command::new(exe);
-    cmd.args(["--seed", &args.seed.to_string(), "--out"])
-        .arg(&args.out);
+    cmd.args(["--seed", &args.seed.to_string(), "--out"]).arg(&args.out);
     cmd.args(["--slow-ms", &args.slow_ms.to_string()]);
     for c in &args.corpus {
         cmd.arg("--corpus").arg(c);
     }
-    cmd.args([
-        "--worker-start",
-        &start.to_string(),
-        "--worker-count",
-        &count.to_string(),
-        "--worker-progress",
-    ])
-    .arg(progress);
-    let mut child = cmd
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .map_err(|e| e.to_string())?;
+    cmd.args(["--worker-start", &start.to_string(), "--worker-count", &count.to_string(), "--worker-progress"]).arg(progress);
+    let mut child = cmd.stdout(Stdio::piped()).stderr(Stdio::null()).spawn().map_err(|e| e.to_string())?;
     // Drain stdout meanwhile (one line at the end, but never let a pipe fill).
     let mut stdout = child.stdout.take().expect("piped");
     let reader = std::thread::spawn(move || {
@@ -205,10 +157,7 @@ fn run_worker(
         s
     });
     let read_at = || {
-        std::fs::read(progress).ok().and_then(|b| {
-            b.get(..8)
-                .map(|b| u64::from_le_bytes(b.try_into().expect("8 bytes")))
-        })
+        std::fs::read(progress).ok().and_then(|b| b.get(..8).map(|b| u64::from_le_bytes(b.try_into().expect("8 bytes"))))
     };
     let mut last = (start, Instant::now());
     let mut hung = false;
@@ -228,43 +177,25 @@ fn run_worker(
     };
     let stdout = reader.join().unwrap_or_default();
     if status.success() && !hung {
-        let v: serde_json::Value = serde_json::from_str(stdout.trim())
-            .map_err(|e| format!("worker printed {stdout:?}: {e}"))?;
-        let targets =
-            serde_json::from_value(v["report"]["targets"].clone()).map_err(|e| e.to_string())?;
+        let v: serde_json::Value = serde_json::from_str(stdout.trim()).map_err(|e| format!("worker printed {stdout:?}: {e}"))?;
+        let targets = serde_json::from_value(v["report"]["targets"].clone()).map_err(|e| e.to_string())?;
         return Ok(Ended::Done(
             FuzzReport { targets },
             v["panics_seen"].as_u64().unwrap_or(0),
             v["panics_escaped"].as_u64().unwrap_or(0),
         ));
     }
-    Ok(Ended::Died {
-        at: read_at().unwrap_or(start),
-        hung,
-        status: status.to_string(),
-    })
+    Ok(Ended::Died { at: read_at().unwrap_or(start), hung, status: status.to_string() })
 }
 
 fn driver(args: &Args) -> Result<(), String> {
     std::fs::create_dir_all(&args.out).map_err(|e| format!("{}: {e}", args.out.display()))?;
     let corpus = corpus(args);
-    let seeds: Vec<String> = TARGETS
-        .iter()
-        .enumerate()
-        .map(|(i, t)| format!("{} {}", t.name, corpus.seeds(i).len()))
-        .collect();
-    eprintln!(
-        "fuzzing {} inputs, seed {}, seeds per target: {}",
-        args.inputs,
-        args.seed,
-        seeds.join(", ")
-    );
+    let seeds: Vec<String> = TARGETS.iter().enumerate().map(|(i, t)| format!("{} {}", t.name, corpus.seeds(i).len())).collect();
+    eprintln!("fuzzing {} inputs, seed {}, seeds per target: {}", args.inputs, args.seed, seeds.join(", "));
     let exe = std::env::current_exe().map_err(|e| e.to_string())?;
     let progress = args.out.join(".progress");
-    let options = FuzzOptions {
-        seed: args.seed,
-        ..FuzzOptions::default()
-    };
+    let options = FuzzOptions { seed: args.seed, ..FuzzOptions::default() };
     let mut total = FuzzReport::default();
     let (mut panics_seen, mut panics_escaped) = (0u64, 0u64);
     let started = Instant::now();
@@ -290,18 +221,8 @@ fn driver(args: &Args) -> Result<(), String> {
             }
             Ended::Died { at, hung, status } => {
                 let (t, input) = case(&corpus, &options, at);
-                let kind = if hung {
-                    FindingKind::Hang
-                } else {
-                    FindingKind::Abort
-                };
-                let f = Finding {
-                    index: at,
-                    target: TARGETS[t].name,
-                    kind,
-                    detail: format!("worker exit: {status}"),
-                    input,
-                };
+                let kind = if hung { FindingKind::Hang } else { FindingKind::Abort };
+                let f = Finding { index: at, target: TARGETS[t].name, kind, detail: format!("worker exit: {status}"), input };
                 save(&args.out, &f);
                 eprintln!("finding: {kind:?} on case {at} ({})", f.target);
                 let stats = total.targets.entry(f.target.to_string()).or_default();
@@ -321,12 +242,7 @@ fn driver(args: &Args) -> Result<(), String> {
             }
         }
         let secs = started.elapsed().as_secs_f64();
-        eprintln!(
-            "{done} / {} inputs, {:.0}/s, {} failures",
-            args.inputs,
-            done as f64 / secs,
-            total.failures()
-        );
+        eprintln!("{done} / {} inputs, {:.0}/s, {} failures", args.inputs, done as f64 / secs, total.failures());
     }
     let secs = started.elapsed().as_secs_f64();
     let summary = serde_json::json!({

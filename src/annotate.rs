@@ -46,11 +46,7 @@ fn head(text: &str, max: usize) -> &str {
 /// The first line or two of a reply, without a "Context:" label.
 fn clean(reply: &str) -> String {
     let text = reply.trim();
-    let text = text
-        .strip_prefix("Context:")
-        .or_else(|| text.strip_prefix("context:"))
-        .unwrap_or(text)
-        .trim();
+    let text = text.strip_prefix("Context:").or_else(|| text.strip_prefix("context:")).unwrap_or(text).trim();
     text.split_whitespace().collect::<Vec<_>>().join(" ")
 }
 
@@ -61,9 +57,7 @@ impl Contextualizer for LlmContextualizer {
 
     fn contexts(&self, title: &str, document: &str, chunks: &[&str]) -> Result<Vec<String>> {
         let document = head(document, DOCUMENT_CHARS);
-        let request = |chunk: &str| {
-            GenerateRequest::greedy(context_messages(title, document, chunk), CONTEXT_MAX_TOKENS)
-        };
+        let request = |chunk: &str| GenerateRequest::greedy(context_messages(title, document, chunk), CONTEXT_MAX_TOKENS);
         // One at a time, so a later request can find the document's prefix in the generator's
         // prefix cache (all at once, every request computed it anew and held its own KV cache:
         // 5 GB for SmolLM2 on one policy). Measured with the 0.5B model (docs/BENCHMARKS.md): 4.8
@@ -71,13 +65,7 @@ impl Contextualizer for LlmContextualizer {
         block_on(async {
             let mut out = Vec::with_capacity(chunks.len());
             for chunk in chunks {
-                out.push(clean(
-                    &self
-                        .generator
-                        .generate(&request(chunk), &mut Discard)
-                        .await?
-                        .text,
-                ));
+                out.push(clean(&self.generator.generate(&request(chunk), &mut Discard).await?.text));
             }
             Ok(out)
         })
@@ -91,36 +79,15 @@ mod tests {
 
     #[test]
     fn every_chunk_gets_a_context_and_the_document_leads_every_prompt() {
-        let g = Arc::new(ScriptedGenerator::new(&[
-            "Context: From the travel policy.",
-            "About insurance.\n",
-        ]));
+        let g = Arc::new(ScriptedGenerator::new(&["Context: From the travel policy.", "About insurance.\n"]));
         let c = LlmContextualizer::new(g.clone());
-        let out = c
-            .contexts(
-                "Travel",
-                "The whole travel policy text.",
-                &["chunk one", "chunk two"],
-            )
-            .unwrap();
-        assert_eq!(
-            out,
-            vec![
-                "From the travel policy.".to_string(),
-                "About insurance.".to_string()
-            ]
-        );
+        let out = c.contexts("Travel", "The whole travel policy text.", &["chunk one", "chunk two"]).unwrap();
+        assert_eq!(out, vec!["From the travel policy.".to_string(), "About insurance.".to_string()]);
         let calls = g.calls();
         assert_eq!(calls.len(), 2);
-        let (a, b) = (
-            &calls[0].last().unwrap().content,
-            &calls[1].last().unwrap().content,
-        );
+        let (a, b) = (&calls[0].last().unwrap().content, &calls[1].last().unwrap().content);
         assert!(a.contains("The whole travel policy text.") && a.contains("chunk one"));
         let shared = a.chars().zip(b.chars()).take_while(|(x, y)| x == y).count();
-        assert!(
-            shared > a.find("chunk one").unwrap() - 40,
-            "the document part is a shared prefix"
-        );
+        assert!(shared > a.find("chunk one").unwrap() - 40, "the document part is a shared prefix");
     }
 }

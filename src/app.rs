@@ -5,21 +5,21 @@ use std::sync::Arc;
 use candle_core::Device;
 use serde::Serialize;
 
-use crate::answer::support::{SupportChecker, SupportMethod};
-use crate::answer::AnswerOptions;
 use crate::chunk::{ChunkOptions, ChunkerKind};
 use crate::config::Config;
+use crate::ingest::IngestOptions;
+use crate::store::{Quantization, Store, VectorOptions};
 use crate::embed::{load_embedder, EmbedOptions, Embedder};
 use crate::error::Result;
-use crate::generate::rerank::LlmReranker;
-use crate::generate::{ClaudeGenerator, ClaudeOptions, Generator, GgufGenerator, LocalOptions};
-use crate::ingest::IngestOptions;
 use crate::model::batch::BatchLimits;
 use crate::model::store::ModelStatus;
 use crate::model::{device, ModelStore};
 use crate::rerank::{load_reranker, RerankOptions, Reranker};
 use crate::retrieve::{RetrieveOptions, Retriever};
-use crate::store::{Quantization, Store, VectorOptions};
+use crate::answer::support::{SupportChecker, SupportMethod};
+use crate::answer::AnswerOptions;
+use crate::generate::rerank::LlmReranker;
+use crate::generate::{ClaudeGenerator, ClaudeOptions, GgufGenerator, Generator, LocalOptions};
 
 /// The assembled application.
 pub struct App {
@@ -90,14 +90,7 @@ impl App {
     pub fn new(config: Config) -> Result<App> {
         let device = device(config.device)?;
         let models = ModelStore::new(&config.models_dir);
-        Ok(App {
-            config,
-            models,
-            device,
-            generators: Default::default(),
-            embedders: Default::default(),
-            rerankers: Default::default(),
-        })
+        Ok(App { config, models, device, generators: Default::default(), embedders: Default::default(), rerankers: Default::default() })
     }
 
     /// The device models run on.
@@ -107,24 +100,13 @@ impl App {
 
     /// The embedder named (or the configured one), loaded and verified.
     pub fn embedder(&self, name: Option<&str>) -> Result<Arc<dyn Embedder>> {
-        let spec = self
-            .models
-            .manifest()
-            .get(name.unwrap_or(&self.config.embed.model))?;
-        if let Some(loaded) = self
-            .embedders
-            .lock()
-            .ok()
-            .and_then(|m| m.get(&spec.name).cloned())
-        {
+        let spec = self.models.manifest().get(name.unwrap_or(&self.config.embed.model))?;
+        if let Some(loaded) = self.embedders.lock().ok().and_then(|m| m.get(&spec.name).cloned()) {
             return Ok(loaded);
         }
         let options = EmbedOptions {
             device: self.device.clone(),
-            batch: BatchLimits {
-                max_items: self.config.embed.batch_size,
-                max_tokens: self.config.embed.max_batch_tokens,
-            },
+            batch: BatchLimits { max_items: self.config.embed.batch_size, max_tokens: self.config.embed.max_batch_tokens },
             precision: self.config.embed.precision,
         };
         let embedder = load_embedder(&self.models, spec, &options)?;
@@ -145,12 +127,7 @@ impl App {
     /// not in the models folder.
     pub fn reranker_named(&self, name: &str) -> Result<Option<Arc<dyn Reranker>>> {
         let spec = self.models.manifest().get(name)?;
-        if let Some(loaded) = self
-            .rerankers
-            .lock()
-            .ok()
-            .and_then(|m| m.get(&spec.name).cloned())
-        {
+        if let Some(loaded) = self.rerankers.lock().ok().and_then(|m| m.get(&spec.name).cloned()) {
             return Ok(Some(loaded));
         }
         // Absent (some file missing, none corrupt): run without the stage. Corrupt: an error.
@@ -161,16 +138,11 @@ impl App {
             return Ok(None);
         }
         if spec.role == crate::types::ModelRole::Generate {
-            return Ok(Some(Arc::new(LlmReranker::new(
-                self.generator(Some(&spec.name))?,
-            ))));
+            return Ok(Some(Arc::new(LlmReranker::new(self.generator(Some(&spec.name))?))));
         }
         let options = RerankOptions {
             device: self.device.clone(),
-            batch: BatchLimits {
-                max_items: self.config.rerank.batch_size,
-                ..BatchLimits::default()
-            },
+            batch: BatchLimits { max_items: self.config.rerank.batch_size, ..BatchLimits::default() },
             precision: self.config.embed.precision,
         };
         let reranker = load_reranker(&self.models, spec, &options)?;
@@ -197,26 +169,15 @@ impl App {
             return Ok(Arc::new(ClaudeGenerator::new(options)?));
         }
         let spec = self.models.manifest().get(name.unwrap_or(&g.model))?;
-        if let Some(loaded) = self
-            .generators
-            .lock()
-            .ok()
-            .and_then(|m| m.get(&spec.name).cloned())
-        {
+        if let Some(loaded) = self.generators.lock().ok().and_then(|m| m.get(&spec.name).cloned()) {
             return Ok(loaded);
         }
         if spec.role != crate::types::ModelRole::Generate {
-            return Err(crate::error::Error::Invalid(format!(
-                "model `{}` is a {} model, not a generator",
-                spec.name, spec.role
-            )));
+            return Err(crate::error::Error::Invalid(format!("model `{}` is a {} model, not a generator", spec.name, spec.role)));
         }
-        let file = spec.file_ending(".gguf").ok_or_else(|| {
-            crate::error::Error::Bug(format!(
-                "generator {} has no .gguf file in the manifest",
-                spec.name
-            ))
-        })?;
+        let file = spec
+            .file_ending(".gguf")
+            .ok_or_else(|| crate::error::Error::Bug(format!("generator {} has no .gguf file in the manifest", spec.name)))?;
         let path = self.models.verified_file(spec, &file.name)?;
         let options = LocalOptions {
             name: spec.name.clone(),
@@ -226,8 +187,7 @@ impl App {
             prefix_cache: g.prefix_cache,
             dequantize: g.dequantize,
         };
-        let generator: Arc<dyn Generator> =
-            Arc::new(crate::generate::block_on(GgufGenerator::load(&options))?);
+        let generator: Arc<dyn Generator> = Arc::new(crate::generate::block_on(GgufGenerator::load(&options))?);
         if let Ok(mut m) = self.generators.lock() {
             m.insert(spec.name.clone(), generator.clone());
         }
@@ -237,9 +197,7 @@ impl App {
     /// The `llm` contextualiser over the configured local generator.
     pub fn contextualizer(&self) -> Result<crate::ingest::ContextWriter> {
         let generator = self.generator(Some(&self.config.generate.model))?;
-        Ok(crate::ingest::ContextWriter(Arc::new(
-            crate::annotate::LlmContextualizer::new(generator),
-        )))
+        Ok(crate::ingest::ContextWriter(Arc::new(crate::annotate::LlmContextualizer::new(generator))))
     }
 
     /// Answer settings from the configuration.
@@ -257,11 +215,7 @@ impl App {
 
     /// The configured support check: embedding similarity with the tenant's embedder, or the
     /// generator's yes/no logits.
-    pub fn support_checker(
-        &self,
-        embedder: Option<Arc<dyn Embedder>>,
-        generator: &Arc<dyn Generator>,
-    ) -> Result<SupportChecker> {
+    pub fn support_checker(&self, embedder: Option<Arc<dyn Embedder>>, generator: &Arc<dyn Generator>) -> Result<SupportChecker> {
         Ok(match self.config.answer.support.parse::<SupportMethod>()? {
             SupportMethod::Similarity => match embedder {
                 Some(e) => SupportChecker::Similarity(e),
@@ -303,11 +257,7 @@ impl App {
         mut options: RetrieveOptions,
     ) -> Result<(Retriever<'s>, Option<String>)> {
         let row = store.catalog().require_tenant(tenant)?;
-        let embedder = if options.dense_candidates > 0 {
-            Some(self.embedder(Some(model.unwrap_or(&row.model)))?)
-        } else {
-            None
-        };
+        let embedder = if options.dense_candidates > 0 { Some(self.embedder(Some(model.unwrap_or(&row.model)))?) } else { None };
         let (reranker, note) = match rerank {
             false => (None, None),
             true => match self.reranker()? {
@@ -322,15 +272,9 @@ impl App {
                 ),
             },
         };
-        let scorer = reranker
-            .as_ref()
-            .map(|r| r.model_id().to_string())
-            .unwrap_or_else(|| row.model.clone());
+        let scorer = reranker.as_ref().map(|r| r.model_id().to_string()).unwrap_or_else(|| row.model.clone());
         options.floor = self.config.retrieve.floors.get(&scorer).copied();
-        Ok((
-            Retriever::new(store, &row, embedder, reranker, options)?,
-            note,
-        ))
+        Ok((Retriever::new(store, &row, embedder, reranker, options)?, note))
     }
 
     /// Opens the data folder's store.
@@ -340,20 +284,12 @@ impl App {
             "i8" => Quantization::I8,
             _ => Quantization::F32,
         };
-        let options = VectorOptions {
-            quantization,
-            exact_below: self.config.store.exact_below,
-            ..VectorOptions::default()
-        };
+        let options = VectorOptions { quantization, exact_below: self.config.store.exact_below, ..VectorOptions::default() };
         Store::open(&self.config.data_dir, options)
     }
 
     /// Ingest settings from the configuration, for `tenant`, with an optional chunker override.
-    pub fn ingest_options(
-        &self,
-        tenant: &str,
-        chunker: Option<ChunkerKind>,
-    ) -> Result<IngestOptions> {
+    pub fn ingest_options(&self, tenant: &str, chunker: Option<ChunkerKind>) -> Result<IngestOptions> {
         let c = &self.config.ingest;
         let configured: ChunkerKind = c.chunker.parse()?;
         Ok(IngestOptions {
@@ -374,19 +310,10 @@ impl App {
 
     /// Features, device, and every model's files verified.
     pub fn doctor(&self) -> DoctorReport {
-        let models: Vec<ModelStatus> = self
-            .models
-            .manifest()
-            .models
-            .iter()
-            .map(|m| self.models.status(m))
-            .collect();
+        let models: Vec<ModelStatus> = self.models.manifest().models.iter().map(|m| self.models.status(m)).collect();
         let rerank = models.iter().find(|m| m.name == self.config.rerank.model);
         let rerank_status = match rerank {
-            Some(m) if m.ready && m.role == "generate" => format!(
-                "ready: retrieval reranks with {} (LLM yes/no logits)",
-                m.name
-            ),
+            Some(m) if m.ready && m.role == "generate" => format!("ready: retrieval reranks with {} (LLM yes/no logits)", m.name),
             Some(m) if m.ready => "ready: retrieval reranks with the cross-encoder".to_string(),
             Some(m) => format!(
                 "absent: retrieval runs without a reranker until it arrives: `{}`",
@@ -395,25 +322,15 @@ impl App {
             None => "not configured".to_string(),
         };
         let mut tenants = Vec::new();
-        if crate::store::Layout::new(&self.config.data_dir)
-            .catalog()
-            .exists()
-        {
-            match self
-                .store()
-                .and_then(|s| s.catalog().tenants().map(|t| (s, t)))
-            {
+        if crate::store::Layout::new(&self.config.data_dir).catalog().exists() {
+            match self.store().and_then(|s| s.catalog().tenants().map(|t| (s, t))) {
                 Ok((store, rows)) => {
                     for t in rows {
                         let (consistency, error) = match store.check_consistency(&t) {
                             Ok(c) => (Some(c), None),
                             Err(e) => (None, Some(format!("{e:#}"))),
                         };
-                        tenants.push(TenantStatus {
-                            tenant: t,
-                            consistency,
-                            error,
-                        });
+                        tenants.push(TenantStatus { tenant: t, consistency, error });
                     }
                 }
                 Err(e) => tracing::warn!("cannot open the store: {e:#}"),
@@ -430,10 +347,7 @@ impl App {
             } else {
                 "quantised weights in memory; scalar dot products (no avx2 at build time: slow)"
             },
-            encoder_kernels: crate::model::precision::describe(
-                self.config.embed.precision,
-                &self.device,
-            ),
+            encoder_kernels: crate::model::precision::describe(self.config.embed.precision, &self.device),
             features: crate::model::device::compiled_features(),
             device: crate::model::device::describe(&self.device),
             config_file: self.config.config_file.clone(),

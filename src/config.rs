@@ -265,19 +265,12 @@ fn merge(base: &mut toml::Value, top: toml::Value) {
 fn env_layer(env: &dyn Fn(&str) -> Option<String>) -> toml::Value {
     let mut t = toml::Table::new();
     let mut embed = toml::Table::new();
-    for (var, key) in [
-        ("RAGBOX_DATA_DIR", "data_dir"),
-        ("RAGBOX_MODELS_DIR", "models_dir"),
-        ("RAGBOX_DEVICE", "device"),
-    ] {
+    for (var, key) in [("RAGBOX_DATA_DIR", "data_dir"), ("RAGBOX_MODELS_DIR", "models_dir"), ("RAGBOX_DEVICE", "device")] {
         if let Some(v) = env(var).filter(|v| !v.is_empty()) {
             t.insert(key.into(), toml::Value::String(v));
         }
     }
-    for (var, key) in [
-        ("RAGBOX_EMBED_MODEL", "model"),
-        ("RAGBOX_EMBED_PRECISION", "precision"),
-    ] {
+    for (var, key) in [("RAGBOX_EMBED_MODEL", "model"), ("RAGBOX_EMBED_PRECISION", "precision")] {
         if let Some(v) = env(var).filter(|v| !v.is_empty()) {
             embed.insert(key.into(), toml::Value::String(v));
         }
@@ -292,9 +285,7 @@ fn absolute(p: &Path) -> PathBuf {
     if p.is_absolute() {
         p.to_path_buf()
     } else {
-        std::env::current_dir()
-            .map(|d| d.join(p))
-            .unwrap_or_else(|_| p.to_path_buf())
+        std::env::current_dir().map(|d| d.join(p)).unwrap_or_else(|_| p.to_path_buf())
     }
 }
 
@@ -331,18 +322,12 @@ impl Config {
     }
 
     /// Loads the configuration with an explicit environment (for tests).
-    pub fn load_with_env(
-        overrides: &Overrides,
-        env: &dyn Fn(&str) -> Option<String>,
-    ) -> Result<Config> {
-        let mut value: toml::Value =
-            toml::from_str(DEFAULT_TOML).expect("shipped defaults parse (tested)");
+    pub fn load_with_env(overrides: &Overrides, env: &dyn Fn(&str) -> Option<String>) -> Result<Config> {
+        let mut value: toml::Value = toml::from_str(DEFAULT_TOML).expect("shipped defaults parse (tested)");
         let mut file_dir = None;
         if let Some(path) = &overrides.config_file {
             let text = std::fs::read_to_string(path).map_err(|e| {
-                Error::Config(format!(
-                    "cannot read config file {path:?}: {e}; check the --config path"
-                ))
+                Error::Config(format!("cannot read config file {path:?}: {e}; check the --config path"))
             })?;
             let file: toml::Value =
                 toml::from_str(&text).map_err(|e| Error::Config(format!("{path:?}: {e}")))?;
@@ -356,12 +341,7 @@ impl Config {
         Config::validate(raw, overrides, file_dir, env)
     }
 
-    fn validate(
-        raw: RawConfig,
-        o: &Overrides,
-        file_dir: Option<PathBuf>,
-        env: &dyn Fn(&str) -> Option<String>,
-    ) -> Result<Config> {
+    fn validate(raw: RawConfig, o: &Overrides, file_dir: Option<PathBuf>, env: &dyn Fn(&str) -> Option<String>) -> Result<Config> {
         let relative_to_file = |s: &str| {
             let p = PathBuf::from(s);
             match (&file_dir, p.is_relative()) {
@@ -382,10 +362,7 @@ impl Config {
         let manifest = Manifest::builtin();
         let embed_spec = manifest.get(&raw.embed.model)?;
         if embed_spec.role != ModelRole::Embed {
-            return Err(Error::Config(format!(
-                "embed.model = `{}` is a {} model, not an embedder",
-                raw.embed.model, embed_spec.role
-            )));
+            return Err(Error::Config(format!("embed.model = `{}` is a {} model, not an embedder", raw.embed.model, embed_spec.role)));
         }
         let rerank_spec = manifest.get(&raw.rerank.model)?;
         if rerank_spec.role != ModelRole::Rerank && rerank_spec.role != ModelRole::Generate {
@@ -394,21 +371,13 @@ impl Config {
                 raw.rerank.model, rerank_spec.role
             )));
         }
-        if raw.embed.batch_size == 0
-            || raw.embed.max_batch_tokens == 0
-            || raw.rerank.batch_size == 0
-        {
+        if raw.embed.batch_size == 0 || raw.embed.max_batch_tokens == 0 || raw.rerank.batch_size == 0 {
             return Err(Error::Config("batch sizes must be at least 1".into()));
         }
         if !["f32", "f16", "i8"].contains(&raw.store.quantization.as_str()) {
-            return Err(Error::Config(format!(
-                "store.quantization = `{}`: use f32, f16 or i8",
-                raw.store.quantization
-            )));
+            return Err(Error::Config(format!("store.quantization = `{}`: use f32, f16 or i8", raw.store.quantization)));
         }
-        if !["structural", "fixed", "semantic", "code", "whole"]
-            .contains(&raw.ingest.chunker.as_str())
-        {
+        if !["structural", "fixed", "semantic", "code", "whole"].contains(&raw.ingest.chunker.as_str()) {
             return Err(Error::Config(format!(
                 "ingest.chunker = `{}`: use structural, fixed, semantic, code or whole",
                 raw.ingest.chunker
@@ -417,68 +386,39 @@ impl Config {
         let r = &raw.retrieve;
         if r.dense_candidates + r.lexical_candidates == 0 || r.top_k == 0 || r.rrf_k <= 0.0 {
             return Err(Error::Config(
-                "retrieve: at least one candidate list above 0, top_k at least 1, rrf_k above 0"
-                    .into(),
+                "retrieve: at least one candidate list above 0, top_k at least 1, rrf_k above 0".into(),
             ));
         }
         if !(0.0..=1.0).contains(&r.mmr_lambda) || r.dense_weight < 0.0 || r.lexical_weight < 0.0 {
-            return Err(Error::Config(
-                "retrieve: mmr_lambda between 0 and 1, weights not negative".into(),
-            ));
+            return Err(Error::Config("retrieve: mmr_lambda between 0 and 1, weights not negative".into()));
         }
-        if raw.ingest.child_tokens == 0
-            || raw.ingest.max_child_tokens < raw.ingest.child_tokens
-            || raw.ingest.commit_chunks == 0
-        {
+        if raw.ingest.child_tokens == 0 || raw.ingest.max_child_tokens < raw.ingest.child_tokens || raw.ingest.commit_chunks == 0 {
             return Err(Error::Config(
                 "ingest: child_tokens must be at least 1, max_child_tokens at least child_tokens, commit_chunks at least 1".into(),
             ));
         }
         let g = &raw.generate;
         if !["local", "claude"].contains(&g.backend.as_str()) {
-            return Err(Error::Config(format!(
-                "generate.backend = `{}`: use local or claude",
-                g.backend
-            )));
+            return Err(Error::Config(format!("generate.backend = `{}`: use local or claude", g.backend)));
         }
         let generate_spec = manifest.get(&g.model)?;
         if generate_spec.role != ModelRole::Generate {
-            return Err(Error::Config(format!(
-                "generate.model = `{}` is a {} model, not a generator",
-                g.model, generate_spec.role
-            )));
+            return Err(Error::Config(format!("generate.model = `{}` is a {} model, not a generator", g.model, generate_spec.role)));
         }
-        if g.max_tokens == 0
-            || g.max_num_seqs == 0
-            || raw.answer.passages == 0
-            || raw.answer.passage_chars == 0
-        {
+        if g.max_tokens == 0 || g.max_num_seqs == 0 || raw.answer.passages == 0 || raw.answer.passage_chars == 0 {
             return Err(Error::Config("generate.max_tokens, generate.max_num_seqs, answer.passages and answer.passage_chars must be at least 1".into()));
         }
         if !["labelled", "tagged", "system-context"].contains(&raw.answer.prompt.as_str()) {
-            return Err(Error::Config(format!(
-                "answer.prompt = `{}`: use labelled, tagged or system-context",
-                raw.answer.prompt
-            )));
+            return Err(Error::Config(format!("answer.prompt = `{}`: use labelled, tagged or system-context", raw.answer.prompt)));
         }
         if !["similarity", "llm", "off"].contains(&raw.answer.support.as_str()) {
-            return Err(Error::Config(format!(
-                "answer.support = `{}`: use similarity, llm or off",
-                raw.answer.support
-            )));
+            return Err(Error::Config(format!("answer.support = `{}`: use similarity, llm or off", raw.answer.support)));
         }
         let sv = &raw.server;
         if sv.listen.parse::<std::net::SocketAddr>().is_err() {
-            return Err(Error::Config(format!(
-                "server.listen = `{}`: use an address and port such as 127.0.0.1:7070",
-                sv.listen
-            )));
+            return Err(Error::Config(format!("server.listen = `{}`: use an address and port such as 127.0.0.1:7070", sv.listen)));
         }
-        if sv.generate_concurrency == 0
-            || sv.max_body_bytes == 0
-            || sv.max_question_chars == 0
-            || sv.max_upload_bytes == 0
-        {
+        if sv.generate_concurrency == 0 || sv.max_body_bytes == 0 || sv.max_question_chars == 0 || sv.max_upload_bytes == 0 {
             return Err(Error::Config("server: generate_concurrency, max_body_bytes, max_question_chars and max_upload_bytes must be at least 1".into()));
         }
         if sv.request_timeout_ms == 0 || sv.generate_timeout_ms == 0 || sv.body_timeout_ms == 0 {
@@ -520,36 +460,16 @@ mod tests {
     fn layers_apply_in_order() {
         let dir = tempfile::tempdir().unwrap();
         let file = dir.path().join("c.toml");
-        std::fs::write(
-            &file,
-            "data_dir = \"d\"\n[embed]\nmodel = \"nomic-embed-text-v1.5\"\n",
-        )
-        .unwrap();
-        let o = Overrides {
-            config_file: Some(file),
-            ..Default::default()
-        };
+        std::fs::write(&file, "data_dir = \"d\"\n[embed]\nmodel = \"nomic-embed-text-v1.5\"\n").unwrap();
+        let o = Overrides { config_file: Some(file), ..Default::default() };
         let c = Config::load_with_env(&o, &no_env).unwrap();
-        assert_eq!(
-            c.data_dir,
-            dir.path().join("d"),
-            "relative paths resolve against the file"
-        );
+        assert_eq!(c.data_dir, dir.path().join("d"), "relative paths resolve against the file");
         assert_eq!(c.embed.model, "nomic-embed-text-v1.5");
         assert_eq!(c.embed.batch_size, 8, "unset keys keep their defaults");
         let env = |k: &str| (k == "RAGBOX_EMBED_MODEL").then(|| "all-minilm-l6-v2".to_string());
-        assert_eq!(
-            Config::load_with_env(&o, &env).unwrap().embed.model,
-            "all-minilm-l6-v2"
-        );
-        let o = Overrides {
-            data_dir: Some("/x".into()),
-            ..o
-        };
-        assert_eq!(
-            Config::load_with_env(&o, &env).unwrap().data_dir,
-            PathBuf::from("/x")
-        );
+        assert_eq!(Config::load_with_env(&o, &env).unwrap().embed.model, "all-minilm-l6-v2");
+        let o = Overrides { data_dir: Some("/x".into()), ..o };
+        assert_eq!(Config::load_with_env(&o, &env).unwrap().data_dir, PathBuf::from("/x"));
     }
 
     #[test]
@@ -557,18 +477,9 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let file = dir.path().join("c.toml");
         std::fs::write(&file, "[embed]\nmodle = \"x\"\n").unwrap();
-        let o = Overrides {
-            config_file: Some(file.clone()),
-            ..Default::default()
-        };
-        assert!(Config::load_with_env(&o, &no_env)
-            .unwrap_err()
-            .to_string()
-            .contains("modle"));
+        let o = Overrides { config_file: Some(file.clone()), ..Default::default() };
+        assert!(Config::load_with_env(&o, &no_env).unwrap_err().to_string().contains("modle"));
         std::fs::write(&file, "[embed]\nmodel = \"qwen2.5-coder-0.5b-instruct\"\n").unwrap();
-        assert!(Config::load_with_env(&o, &no_env)
-            .unwrap_err()
-            .to_string()
-            .contains("not an embedder"));
+        assert!(Config::load_with_env(&o, &no_env).unwrap_err().to_string().contains("not an embedder"));
     }
 }

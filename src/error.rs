@@ -222,9 +222,7 @@ impl Error {
 
 impl Error {
     /// Wraps an index backend's error with what was being done.
-    pub fn index(
-        what: impl Into<String>,
-    ) -> impl FnOnce(Box<dyn std::error::Error + Send + Sync>) -> Error {
+    pub fn index(what: impl Into<String>) -> impl FnOnce(Box<dyn std::error::Error + Send + Sync>) -> Error {
         let what = what.into();
         move |source| Error::Index { what, source }
     }
@@ -255,10 +253,7 @@ mod tests {
 
     #[test]
     fn unknown_model_lists_the_known_ones() {
-        let e = Error::UnknownModel {
-            name: "foo".into(),
-            known: vec!["a".into(), "b".into()],
-        };
+        let e = Error::UnknownModel { name: "foo".into(), known: vec!["a".into(), "b".into()] };
         assert_eq!(e.to_string(), "unknown model `foo`; known models: a, b");
     }
 }

@@ -36,8 +36,8 @@ use std::time::{Duration, Instant};
 use serde::{Deserialize, Serialize};
 
 use crate::chunk::{
-    ChunkOptions, Chunker, CodeChunker, FixedChunker, FixedOptions, SemanticChunker,
-    SemanticOptions, SentenceEmbedder, StructuralChunker, WholeChunker, WordCounter,
+    ChunkOptions, Chunker, CodeChunker, FixedChunker, FixedOptions, SemanticChunker, SemanticOptions, SentenceEmbedder,
+    StructuralChunker, WholeChunker, WordCounter,
 };
 use crate::source::guard::panic_message;
 use crate::source::{parser_for, LineIndex};
@@ -57,66 +57,18 @@ pub struct Target {
 /// Every target. PDFs cost a hundred times more per case than the text formats, so they get a
 /// smaller share; every target still gets tens of thousands of cases in a long run.
 pub const TARGETS: &[Target] = &[
-    Target {
-        name: "markdown",
-        file: "fuzz.md",
-        weight: 12,
-    },
-    Target {
-        name: "text",
-        file: "fuzz.txt",
-        weight: 10,
-    },
-    Target {
-        name: "html",
-        file: "fuzz.html",
-        weight: 12,
-    },
-    Target {
-        name: "eml",
-        file: "fuzz.eml",
-        weight: 10,
-    },
-    Target {
-        name: "mbox",
-        file: "fuzz.mbox",
-        weight: 6,
-    },
-    Target {
-        name: "pdf",
-        file: "fuzz.pdf",
-        weight: 3,
-    },
-    Target {
-        name: "rust",
-        file: "fuzz.rs",
-        weight: 6,
-    },
-    Target {
-        name: "python",
-        file: "fuzz.py",
-        weight: 6,
-    },
-    Target {
-        name: "javascript",
-        file: "fuzz.js",
-        weight: 5,
-    },
-    Target {
-        name: "typescript",
-        file: "fuzz.ts",
-        weight: 5,
-    },
-    Target {
-        name: "tsx",
-        file: "fuzz.tsx",
-        weight: 3,
-    },
-    Target {
-        name: "go",
-        file: "fuzz.go",
-        weight: 5,
-    },
+    Target { name: "markdown", file: "fuzz.md", weight: 12 },
+    Target { name: "text", file: "fuzz.txt", weight: 10 },
+    Target { name: "html", file: "fuzz.html", weight: 12 },
+    Target { name: "eml", file: "fuzz.eml", weight: 10 },
+    Target { name: "mbox", file: "fuzz.mbox", weight: 6 },
+    Target { name: "pdf", file: "fuzz.pdf", weight: 3 },
+    Target { name: "rust", file: "fuzz.rs", weight: 6 },
+    Target { name: "python", file: "fuzz.py", weight: 6 },
+    Target { name: "javascript", file: "fuzz.js", weight: 5 },
+    Target { name: "typescript", file: "fuzz.ts", weight: 5 },
+    Target { name: "tsx", file: "fuzz.tsx", weight: 3 },
+    Target { name: "go", file: "fuzz.go", weight: 5 },
 ];
 
 /// A small, fast, seedable generator (SplitMix64).
@@ -185,198 +137,16 @@ const BUILTIN: &[(&str, &str)] = &[
 /// Format tokens the mutator inserts, per target (and a shared list).
 fn dictionary(target: &str) -> &'static [&'static str] {
     match target {
-        "markdown" => &[
-            "# ",
-            "\n## ",
-            "> ",
-            "- ",
-            "1. ",
-            "18446744073709551615. ",
-            "* ",
-            "```",
-            "~~~",
-            "    ",
-            "| a |",
-            "|---|",
-            "**",
-            "__",
-            "[^1]",
-            "[^1]: ",
-            "[a](b)",
-            "<div>",
-            "---\n",
-            "\n===\n",
-            "$$",
-            "\\",
-            "<!--",
-            "-->",
-            "\t",
-            "\u{feff}",
-        ],
-        "text" => &[
-            "\n\n",
-            "1. ",
-            "4.2 ",
-            "1.2.3.4.5.6.7.8.9.10 ",
-            "ARTICLE IV\n",
-            "Section 3 — ",
-            "\n=====\n",
-            "\n-----\n",
-            "- ",
-            "• ",
-            "(iv) ",
-            "a) ",
-            "\x0c",
-            "\r",
-            "\u{a0}",
-        ],
-        "html" => &[
-            "<div>",
-            "</div>",
-            "<ol start=18446744073709551615>",
-            "<ol start=-9223372036854775808>",
-            "<li>",
-            "<ul>",
-            "<table>",
-            "<tr>",
-            "<td>",
-            "<th>",
-            "<thead>",
-            "<caption>",
-            "<pre class=language-x>",
-            "<h1>",
-            "<h7>",
-            "<p>",
-            "<br>",
-            "<b>",
-            "<a href=#>",
-            "<dl>",
-            "<dt>",
-            "<dd>",
-            "<blockquote>",
-            "<main>",
-            "<article>",
-            "<script>",
-            "</script>",
-            "<template>",
-            "<svg>",
-            "<math>",
-            "<!--",
-            "-->",
-            "&amp;",
-            "&#x10FFFF;",
-            "&#0;",
-            "<![CDATA[",
-            "hidden ",
-            "style=display:none ",
-            "aria-hidden=true ",
-        ],
-        "eml" | "mbox" => &[
-            "\nFrom a@b Mon Jan  1 00:00:00 2024\n",
-            "From: ",
-            "Subject: ",
-            "=?UTF-8?B?",
-            "=?ISO-8859-1?Q?",
-            "?=",
-            "Content-Type: multipart/mixed; boundary=X\n",
-            "\n--X\n",
-            "\n--X--\n",
-            "Content-Type: message/rfc822\n\n",
-            "Content-Type: text/html\n\n",
-            "Content-Transfer-Encoding: base64\n",
-            "Content-Transfer-Encoding: quoted-printable\n",
-            "=\n",
-            "=E2=82",
-            "charset=",
-            "\r\n\r\n",
-            "> ",
-            "-----Original Message-----\n",
-            "wrote:\n",
-            "Date: ",
-            "Mon, 32 Foo 99999 99:99:99 +9999",
-        ],
-        "pdf" => &[
-            "obj",
-            "endobj",
-            "stream\n",
-            "\nendstream",
-            "<<",
-            ">>",
-            "[",
-            "]",
-            "/Length 999999999",
-            "/Filter /FlateDecode",
-            "/Type /Page",
-            "/Kids [",
-            "/Count 99999999",
-            "xref",
-            "trailer",
-            "startxref",
-            "%%EOF",
-            "/Encrypt",
-            "/ObjStm",
-            "BT",
-            "ET",
-            "Tj",
-            "TJ",
-            "Tf",
-            "(",
-            ")",
-            "<ff>",
-            "-1",
-            "1 0 R",
-            "99999 0 R",
-            "/Font",
-            "/ToUnicode",
-        ],
-        _ => &[
-            "{",
-            "}",
-            "(",
-            ")",
-            "[",
-            "]",
-            "\"",
-            "'",
-            "`",
-            "/*",
-            "*/",
-            "//",
-            "#",
-            "fn ",
-            "def ",
-            "class ",
-            "func ",
-            "function ",
-            "impl ",
-            "=>",
-            "<",
-            ">",
-            "</",
-            "/>",
-            "\n    ",
-            "\t",
-            "${",
-            "r#\"",
-            "\"\"\"",
-            "\\",
-        ],
+        "markdown" => &["# ", "\n## ", "> ", "- ", "1. ", "18446744073709551615. ", "* ", "```", "~~~", "    ", "| a |", "|---|", "**", "__", "[^1]", "[^1]: ", "[a](b)", "<div>", "---\n", "\n===\n", "$$", "\\", "<!--", "-->", "\t", "\u{feff}"],
+        "text" => &["\n\n", "1. ", "4.2 ", "1.2.3.4.5.6.7.8.9.10 ", "ARTICLE IV\n", "Section 3 — ", "\n=====\n", "\n-----\n", "- ", "• ", "(iv) ", "a) ", "\x0c", "\r", "\u{a0}"],
+        "html" => &["<div>", "</div>", "<ol start=18446744073709551615>", "<ol start=-9223372036854775808>", "<li>", "<ul>", "<table>", "<tr>", "<td>", "<th>", "<thead>", "<caption>", "<pre class=language-x>", "<h1>", "<h7>", "<p>", "<br>", "<b>", "<a href=#>", "<dl>", "<dt>", "<dd>", "<blockquote>", "<main>", "<article>", "<script>", "</script>", "<template>", "<svg>", "<math>", "<!--", "-->", "&amp;", "&#x10FFFF;", "&#0;", "<![CDATA[", "hidden ", "style=display:none ", "aria-hidden=true "],
+        "eml" | "mbox" => &["\nFrom a@b Mon Jan  1 00:00:00 2024\n", "From: ", "Subject: ", "=?UTF-8?B?", "=?ISO-8859-1?Q?", "?=", "Content-Type: multipart/mixed; boundary=X\n", "\n--X\n", "\n--X--\n", "Content-Type: message/rfc822\n\n", "Content-Type: text/html\n\n", "Content-Transfer-Encoding: base64\n", "Content-Transfer-Encoding: quoted-printable\n", "=\n", "=E2=82", "charset=", "\r\n\r\n", "> ", "-----Original Message-----\n", "wrote:\n", "Date: ", "Mon, 32 Foo 99999 99:99:99 +9999"],
+        "pdf" => &["obj", "endobj", "stream\n", "\nendstream", "<<", ">>", "[", "]", "/Length 999999999", "/Filter /FlateDecode", "/Type /Page", "/Kids [", "/Count 99999999", "xref", "trailer", "startxref", "%%EOF", "/Encrypt", "/ObjStm", "BT", "ET", "Tj", "TJ", "Tf", "(", ")", "<ff>", "-1", "1 0 R", "99999 0 R", "/Font", "/ToUnicode"],
+        _ => &["{", "}", "(", ")", "[", "]", "\"", "'", "`", "/*", "*/", "//", "#", "fn ", "def ", "class ", "func ", "function ", "impl ", "=>", "<", ">", "</", "/>", "\n    ", "\t", "${", "r#\"", "\"\"\"", "\\"],
     }
 }
 
-const NUMBERS: &[&str] = &[
-    "0",
-    "-1",
-    "4294967295",
-    "4294967296",
-    "18446744073709551615",
-    "18446744073709551616",
-    "9223372036854775807",
-    "-9223372036854775808",
-    "1e308",
-    "NaN",
-    "99999999999999999999999999",
-];
+const NUMBERS: &[&str] = &["0", "-1", "4294967295", "4294967296", "18446744073709551615", "18446744073709551616", "9223372036854775807", "-9223372036854775808", "1e308", "NaN", "99999999999999999999999999"];
 
 impl Corpus {
     /// The built-in seeds only.
@@ -393,9 +163,7 @@ impl Corpus {
     /// Adds a file as a seed of the targets its parser serves (a `.eml` also seeds `.mbox` and
     /// the other way round; code seeds every code language).
     pub fn add_file(&mut self, path: &Path, bytes: Vec<u8>) {
-        let Some(parser) = parser_for(path) else {
-            return;
-        };
+        let Some(parser) = parser_for(path) else { return };
         let names: &[&str] = match parser.name() {
             "markdown" => &["markdown"],
             "text" => &["text"],
@@ -449,13 +217,7 @@ pub struct FuzzOptions {
 
 impl Default for FuzzOptions {
     fn default() -> Self {
-        FuzzOptions {
-            seed: 16,
-            start: 0,
-            count: 1000,
-            slow: Duration::from_secs(10),
-            max_len: 256 << 10,
-        }
+        FuzzOptions { seed: 16, start: 0, count: 1000, slow: Duration::from_secs(10), max_len: 256 << 10 }
     }
 }
 
@@ -478,11 +240,7 @@ pub fn case(corpus: &Corpus, options: &FuzzOptions, i: u64) -> (usize, Vec<u8>) 
         return (t, hostile(&mut rng, name));
     }
     let seeds = corpus.seeds(t);
-    let mut data = if seeds.is_empty() {
-        Vec::new()
-    } else {
-        rng.pick(seeds).clone()
-    };
+    let mut data = if seeds.is_empty() { Vec::new() } else { rng.pick(seeds).clone() };
     let rounds = 1 + rng.size(16);
     for _ in 0..rounds {
         mutate(&mut rng, &mut data, dictionary(name), seeds);
@@ -502,10 +260,7 @@ fn mutate(rng: &mut Rng, data: &mut Vec<u8>, dict: &[&str], seeds: &[Vec<u8>]) {
         }
         1 if len > 0 => {
             let i = rng.below(len);
-            data[i] = *rng.pick(&[
-                0u8, 0xff, 0x7f, 0x80, b'\n', b'\r', b'<', b'>', b'\\', b'"', 0xc3, 0xe2, 0xf0,
-                b' ',
-            ]);
+            data[i] = *rng.pick(&[0u8, 0xff, 0x7f, 0x80, b'\n', b'\r', b'<', b'>', b'\\', b'"', 0xc3, 0xe2, 0xf0, b' ']);
         }
         2 => {
             let token = rng.pick(dict).as_bytes().to_vec();
@@ -545,16 +300,8 @@ fn mutate(rng: &mut Rng, data: &mut Vec<u8>, dict: &[&str], seeds: &[Vec<u8>]) {
         8 => data.truncate(at),
         9 => {
             // A multi-byte character, whole or cut.
-            let c = rng
-                .pick(&[
-                    "é", "€", "𝄞", "\u{200b}", "\u{2028}", "\u{feff}", "\u{fffd}", "中",
-                ])
-                .as_bytes();
-            let cut = if rng.one_in(3) {
-                rng.below(c.len())
-            } else {
-                c.len()
-            };
+            let c = rng.pick(&["é", "€", "𝄞", "\u{200b}", "\u{2028}", "\u{feff}", "\u{fffd}", "中"]).as_bytes();
+            let cut = if rng.one_in(3) { rng.below(c.len()) } else { c.len() };
             data.splice(at..at, c[..cut].iter().copied());
         }
         _ => {
@@ -684,19 +431,12 @@ pub fn check_case(file: &str, bytes: &[u8], i: u64) -> Result<Outcome, String> {
         (_, 0 | 1) => Box::new(StructuralChunker::new(options)),
         (_, 2) => Box::new(FixedChunker::new(FixedOptions::default(), options)),
         (_, 3) => Box::new(WholeChunker),
-        (_, 4) => Box::new(SemanticChunker::new(
-            options,
-            SemanticOptions::default(),
-            Arc::new(ByteEmbedder),
-        )),
+        (_, 4) => Box::new(SemanticChunker::new(options, SemanticOptions::default(), Arc::new(ByteEmbedder))),
         _ => Box::new(StructuralChunker::new(options)),
     };
     let chunks = chunker.chunk(&doc, &WordCounter);
     check_chunks(&doc, &chunks).map_err(|e| format!("chunker {}: {e}", chunker.name()))?;
-    Ok(Outcome::Parsed {
-        blocks: doc.blocks.len(),
-        chunks: chunks.len(),
-    })
+    Ok(Outcome::Parsed { blocks: doc.blocks.len(), chunks: chunks.len() })
 }
 
 /// The parser invariants of [`crate::source`], as an error instead of a panic.
@@ -712,31 +452,19 @@ pub fn check_document(doc: &ParsedDocument) -> Result<(), String> {
     let mut prev_end = 0;
     for (i, b) in doc.blocks.iter().enumerate() {
         let Some(s) = doc.text.get(b.span.range()) else {
-            return fail(format!(
-                "block {i} {:?} is outside the text ({} bytes) or inside a character",
-                b.span,
-                doc.text.len()
-            ));
+            return fail(format!("block {i} {:?} is outside the text ({} bytes) or inside a character", b.span, doc.text.len()));
         };
         if b.span.start < prev_end {
-            return fail(format!(
-                "block {i} overlaps the one before or is out of order: {b:?}"
-            ));
+            return fail(format!("block {i} overlaps the one before or is out of order: {b:?}"));
         }
         if s.trim().is_empty() {
             return fail(format!("block {i} is blank"));
         }
         if s.ends_with(char::is_whitespace) || s.starts_with('\n') {
-            return fail(format!(
-                "block {i} is not trimmed: {:?}",
-                s.chars().take(40).collect::<String>()
-            ));
+            return fail(format!("block {i} is not trimmed: {:?}", s.chars().take(40).collect::<String>()));
         }
         if b.lines != index.lines(b.span) {
-            return fail(format!(
-                "block {i} lines {:?} disagree with its span",
-                b.lines
-            ));
+            return fail(format!("block {i} lines {:?} disagree with its span", b.lines));
         }
         if let BlockKind::Heading { level, title } = &b.kind {
             if !(1..=6).contains(level) || title.is_empty() {
@@ -756,11 +484,7 @@ pub fn check_chunks(doc: &ParsedDocument, chunks: &[crate::types::Chunk]) -> Res
             return Err(format!("chunk {i} has ordinal {}", c.ordinal));
         }
         let Some(t) = doc.text.get(c.span.range()) else {
-            return Err(format!(
-                "chunk {i} span {:?} is outside the text ({} bytes) or inside a character",
-                c.span,
-                doc.text.len()
-            ));
+            return Err(format!("chunk {i} span {:?} is outside the text ({} bytes) or inside a character", c.span, doc.text.len()));
         };
         if t.trim().is_empty() {
             return Err(format!("chunk {i} is blank"));
@@ -773,10 +497,7 @@ pub fn check_chunks(doc: &ParsedDocument, chunks: &[crate::types::Chunk]) -> Res
                 return Err(format!("chunk {i}'s parent {p} is not an earlier parent"));
             }
             if parent.span.start > c.span.start || c.span.end > parent.span.end {
-                return Err(format!(
-                    "chunk {i} {:?} lies outside its parent {:?}",
-                    c.span, parent.span
-                ));
+                return Err(format!("chunk {i} {:?} lies outside its parent {:?}", c.span, parent.span));
             }
         }
     }
@@ -872,10 +593,7 @@ impl FuzzReport {
     }
     /// Panics, invariant failures, aborts and hangs (slow cases are not failures).
     pub fn failures(&self) -> u64 {
-        self.targets
-            .values()
-            .map(|t| t.panics + t.invariants + t.aborts + t.hangs)
-            .sum()
+        self.targets.values().map(|t| t.panics + t.invariants + t.aborts + t.hangs).sum()
     }
     /// Adds `other` in.
     pub fn add(&mut self, other: &FuzzReport) {
@@ -908,13 +626,7 @@ pub fn run(
         let ms = elapsed.as_millis() as u64;
         stats.max_ms = stats.max_ms.max(ms);
         stats.total_ms += ms;
-        let finding = |kind, detail: String| Finding {
-            index: i,
-            target: target.name,
-            kind,
-            detail,
-            input: input.clone(),
-        };
+        let finding = |kind, detail: String| Finding { index: i, target: target.name, kind, detail, input: input.clone() };
         match result {
             Ok(Ok(Outcome::Parsed { chunks, .. })) => {
                 stats.parsed += 1;
@@ -945,9 +657,7 @@ pub fn run_on_parse_stack(corpus: Corpus, options: FuzzOptions) -> (FuzzReport, 
         .stack_size(crate::source::guard::PARSE_STACK_BYTES)
         .spawn(move || {
             let mut findings = Vec::new();
-            let report = run(&corpus, &options, &mut |_| {}, &mut |f| {
-                findings.push(f.clone())
-            });
+            let report = run(&corpus, &options, &mut |_| {}, &mut |f| findings.push(f.clone()));
             (report, findings)
         })
         .expect("a thread starts")
@@ -963,8 +673,7 @@ mod tests {
         let root = Path::new(env!("CARGO_MANIFEST_DIR"));
         let mut c = Corpus::builtin();
         c.add_path(&root.join("tests/data/corpus")).unwrap();
-        c.add_path(&root.join("tests/fixtures/source/lppl.pdf"))
-            .unwrap();
+        c.add_path(&root.join("tests/fixtures/source/lppl.pdf")).unwrap();
         c
     }
 
@@ -975,25 +684,17 @@ mod tests {
         for i in [0, 1, 77, 123_456] {
             assert_eq!(case(&c, &o, i), case(&c, &o, i));
         }
-        let targets: std::collections::BTreeSet<usize> =
-            (0..500).map(|i| case(&c, &o, i).0).collect();
+        let targets: std::collections::BTreeSet<usize> = (0..500).map(|i| case(&c, &o, i).0).collect();
         assert_eq!(targets.len(), TARGETS.len(), "every target is drawn");
     }
 
     /// The short run of the suite: 1,500 cases over the sample corpus, seconds.
     #[test]
     fn short_run_finds_nothing() {
-        let options = FuzzOptions {
-            seed: 0x16,
-            count: 1500,
-            slow: Duration::from_secs(20),
-            ..FuzzOptions::default()
-        };
+        let options = FuzzOptions { seed: 0x16, count: 1500, slow: Duration::from_secs(20), ..FuzzOptions::default() };
         let (report, findings) = run_on_parse_stack(corpus(), options);
-        let findings: Vec<String> = findings
-            .iter()
-            .map(|f| format!("{:?} case {} ({}): {}", f.kind, f.index, f.target, f.detail))
-            .collect();
+        let findings: Vec<String> =
+            findings.iter().map(|f| format!("{:?} case {} ({}): {}", f.kind, f.index, f.target, f.detail)).collect();
         assert!(findings.is_empty(), "{findings:#?}");
         assert_eq!(report.inputs(), 1500);
         let parsed: u64 = report.targets.values().map(|t| t.parsed).sum();
@@ -1014,11 +715,7 @@ mod tests {
             let name = format!("fuzz.{}", path.extension().unwrap().to_string_lossy());
             let checked = std::thread::Builder::new()
                 .stack_size(crate::source::guard::PARSE_STACK_BYTES)
-                .spawn(move || {
-                    (0..6)
-                        .map(|i| check_case(&name, &bytes, i).map(|_| ()))
-                        .collect::<Result<Vec<()>, String>>()
-                })
+                .spawn(move || (0..6).map(|i| check_case(&name, &bytes, i).map(|_| ())).collect::<Result<Vec<()>, String>>())
                 .unwrap()
                 .join();
             assert!(matches!(checked, Ok(Ok(_))), "{path:?}: {checked:?}");

@@ -20,8 +20,8 @@ use serde::Serialize;
 use std::sync::Arc;
 
 use crate::chunk::{
-    chunker, default_chunker_for, ChunkOptions, Chunker, ChunkerKind, SemanticChunker,
-    SemanticOptions, SentenceEmbedder, TokenCounter,
+    chunker, default_chunker_for, ChunkOptions, Chunker, ChunkerKind, SemanticChunker, SemanticOptions, SentenceEmbedder,
+    TokenCounter,
 };
 use crate::embed::Embedder;
 use crate::error::{Error, Result};
@@ -29,8 +29,8 @@ use crate::source::guard::{caught, parse_guarded, ParseLimits};
 use crate::source::walk::{walk, WalkEntry};
 use crate::source::{self, SkipReason};
 use crate::store::{
-    text_hash, CommitBatch, ContextualChunk, DocumentContent, DocumentRow, DocumentStatus,
-    DocumentWrite, Store, TenantRow, TenantWriter, TextHash,
+    text_hash, CommitBatch, ContextualChunk, DocumentContent, DocumentRow, DocumentStatus, DocumentWrite, Store,
+    TenantRow, TenantWriter, TextHash,
 };
 use crate::types::{indexed_text, ChunkRole, ParsedDocument, TextKind};
 
@@ -167,10 +167,7 @@ fn lossy_path<S: serde::Serializer>(p: &Path, s: S) -> std::result::Result<S::Ok
     s.serialize_str(&p.to_string_lossy())
 }
 
-fn lossy_paths<S: serde::Serializer>(
-    paths: &[PathBuf],
-    s: S,
-) -> std::result::Result<S::Ok, S::Error> {
+fn lossy_paths<S: serde::Serializer>(paths: &[PathBuf], s: S) -> std::result::Result<S::Ok, S::Error> {
     s.collect_seq(paths.iter().map(|p| p.to_string_lossy()))
 }
 
@@ -259,12 +256,7 @@ struct SentenceVectors(Arc<dyn Embedder>);
 
 impl SentenceEmbedder for SentenceVectors {
     fn embed_sentences(&self, sentences: &[&str]) -> Result<Vec<Vec<f32>>> {
-        Ok(self
-            .0
-            .embed(sentences, TextKind::Passage)?
-            .into_iter()
-            .map(|e| e.vector)
-            .collect())
+        Ok(self.0.embed(sentences, TextKind::Passage)?.into_iter().map(|e| e.vector).collect())
     }
 }
 
@@ -286,58 +278,28 @@ pub fn structural_context(title: &str, section_path: &[String]) -> String {
 /// Adds the contextualiser's sentences after each child's structural context: from the catalog's
 /// cache where this chunk of this document was annotated before, else written now and cached.
 /// Returns how many chunks were newly annotated.
-fn annotate(
-    store: &Store,
-    writer: &dyn Contextualizer,
-    doc: &ParsedDocument,
-    chunks: &mut [ContextualChunk],
-) -> Result<usize> {
-    let children: Vec<usize> = (0..chunks.len())
-        .filter(|&i| chunks[i].chunk.role == ChunkRole::Child)
-        .collect();
-    let keys: Vec<TextHash> = children
-        .iter()
-        .map(|&i| {
-            annotation_key(
-                writer.id(),
-                &doc.text,
-                &doc.text[chunks[i].chunk.span.range()],
-            )
-        })
-        .collect();
+fn annotate(store: &Store, writer: &dyn Contextualizer, doc: &ParsedDocument, chunks: &mut [ContextualChunk]) -> Result<usize> {
+    let children: Vec<usize> = (0..chunks.len()).filter(|&i| chunks[i].chunk.role == ChunkRole::Child).collect();
+    let keys: Vec<TextHash> =
+        children.iter().map(|&i| annotation_key(writer.id(), &doc.text, &doc.text[chunks[i].chunk.span.range()])).collect();
     let cached = store.catalog().cached_annotations(&keys)?;
-    let missing: Vec<usize> = (0..children.len())
-        .filter(|&k| !cached.contains_key(&keys[k]))
-        .collect();
+    let missing: Vec<usize> = (0..children.len()).filter(|&k| !cached.contains_key(&keys[k])).collect();
     let mut written: HashMap<TextHash, String> = HashMap::new();
     if !missing.is_empty() {
-        let texts: Vec<&str> = missing
-            .iter()
-            .map(|&k| &doc.text[chunks[children[k]].chunk.span.range()])
-            .collect();
+        let texts: Vec<&str> = missing.iter().map(|&k| &doc.text[chunks[children[k]].chunk.span.range()]).collect();
         let contexts = writer.contexts(&doc.title, &doc.text, &texts)?;
-        let rows: Vec<(TextHash, String)> = missing
-            .iter()
-            .zip(contexts)
-            .map(|(&k, c)| (keys[k], c))
-            .collect();
+        let rows: Vec<(TextHash, String)> = missing.iter().zip(contexts).map(|(&k, c)| (keys[k], c)).collect();
         store.catalog().put_annotations(writer.id(), &rows)?;
         written.extend(rows);
     }
     for (k, &i) in children.iter().enumerate() {
-        let Some(extra) = cached.get(&keys[k]).or_else(|| written.get(&keys[k])) else {
-            continue;
-        };
+        let Some(extra) = cached.get(&keys[k]).or_else(|| written.get(&keys[k])) else { continue };
         let extra = extra.trim();
         if extra.is_empty() {
             continue;
         }
         let c = &mut chunks[i].context;
-        *c = if c.is_empty() {
-            extra.to_string()
-        } else {
-            format!("{c}. {extra}")
-        };
+        *c = if c.is_empty() { extra.to_string() } else { format!("{c}. {extra}") };
     }
     Ok(missing.len())
 }
@@ -363,18 +325,9 @@ fn sha256_hex(bytes: &[u8]) -> String {
 /// A stored document's file read and parsed again the way ingest parses it (same limits), so
 /// that its chunks' spans point into the returned text. Also returns the sha256 of the bytes
 /// read: when it differs from the catalog's, the file changed after it was ingested.
-pub fn reparse(
-    path: &Path,
-    opts: &IngestOptions,
-) -> std::result::Result<(ParsedDocument, String), SkipReason> {
-    let limits = ParseLimits {
-        max_file_bytes: opts.max_file_bytes,
-        timeout: opts.parse_timeout,
-        ..ParseLimits::default()
-    };
-    let bytes = std::fs::read(path).map_err(|e| SkipReason::Unreadable {
-        detail: e.to_string(),
-    })?;
+pub fn reparse(path: &Path, opts: &IngestOptions) -> std::result::Result<(ParsedDocument, String), SkipReason> {
+    let limits = ParseLimits { max_file_bytes: opts.max_file_bytes, timeout: opts.parse_timeout, ..ParseLimits::default() };
+    let bytes = std::fs::read(path).map_err(|e| SkipReason::Unreadable { detail: e.to_string() })?;
     let sha256 = sha256_hex(&bytes);
     Ok((parse_guarded(path, bytes, &limits)?, sha256))
 }
@@ -401,31 +354,19 @@ fn ingest_run(
 ) -> Result<IngestReport> {
     let started = Instant::now();
     let root = std::fs::canonicalize(root).map_err(|e| {
-        Error::Invalid(format!(
-            "cannot ingest {root:?}: {e}; give an existing file or folder"
-        ))
+        Error::Invalid(format!("cannot ingest {root:?}: {e}; give an existing file or folder"))
     })?;
     let tenant = store.tenant_for_model(&opts.tenant, embedder.model_id(), embedder.dims())?;
     let mut writer = store.writer(&tenant)?;
-    let mut report = IngestReport {
-        tenant: tenant.name.clone(),
-        model: tenant.model.clone(),
-        ..Default::default()
-    };
+    let mut report = IngestReport { tenant: tenant.name.clone(), model: tenant.model.clone(), ..Default::default() };
     if let Some(why) = &writer.repair().vector {
         report.repaired.push(format!("vector index rebuilt: {why}"));
     }
     if let Some(why) = &writer.repair().lexical {
-        report
-            .repaired
-            .push(format!("lexical index rebuilt: {why}"));
+        report.repaired.push(format!("lexical index rebuilt: {why}"));
     }
-    let known: HashMap<PathBuf, DocumentRow> = store
-        .catalog()
-        .documents(tenant.id)?
-        .into_iter()
-        .map(|d| (d.path.clone(), d))
-        .collect();
+    let known: HashMap<PathBuf, DocumentRow> =
+        store.catalog().documents(tenant.id)?.into_iter().map(|d| (d.path.clone(), d)).collect();
 
     // Walk, then hash in parallel. Files too large are not read at all.
     let t = Instant::now();
@@ -434,19 +375,11 @@ fn ingest_run(
     for entry in walk(&root) {
         match entry {
             WalkEntry::File { path, .. } if path.to_str().is_none() => {
-                let reason =
-                    "the file name is not valid UTF-8; rename the file to ingest it".to_string();
-                on_event(IngestEvent::Skipped {
-                    path: &path,
-                    reason: &reason,
-                });
+                let reason = "the file name is not valid UTF-8; rename the file to ingest it".to_string();
+                on_event(IngestEvent::Skipped { path: &path, reason: &reason });
                 report.skipped.push(Skipped { path, reason });
             }
-            WalkEntry::File {
-                path,
-                size,
-                mtime_ns,
-            } => {
+            WalkEntry::File { path, size, mtime_ns } => {
                 if source::parser_for(&path).is_none() {
                     report.ignored.push(path);
                 } else {
@@ -455,10 +388,7 @@ fn ingest_run(
             }
             WalkEntry::Skipped { path, reason } => {
                 let reason = reason.to_string();
-                on_event(IngestEvent::Skipped {
-                    path: &path,
-                    reason: &reason,
-                });
+                on_event(IngestEvent::Skipped { path: &path, reason: &reason });
                 unreadable_dirs.push(path.clone());
                 report.skipped.push(Skipped { path, reason });
             }
@@ -468,52 +398,22 @@ fn ingest_run(
     on_event(IngestEvent::Found { files: files.len() });
 
     let max_bytes = opts.max_file_bytes;
-    let limits = ParseLimits {
-        max_file_bytes: max_bytes,
-        timeout: opts.parse_timeout,
-        ..ParseLimits::default()
-    };
+    let limits = ParseLimits { max_file_bytes: max_bytes, timeout: opts.parse_timeout, ..ParseLimits::default() };
     let hashed: Vec<Pending> = files
         .into_par_iter()
         .map(|(path, size, mtime_ns)| {
             let existing = known.contains_key(&path);
             if size > max_bytes {
-                let skip = SkipReason::TooLarge {
-                    bytes: size,
-                    limit: max_bytes,
-                };
-                return Pending {
-                    sha256: format!("too-large:{size}:{mtime_ns}"),
-                    path,
-                    size,
-                    mtime_ns,
-                    skip: Some(skip),
-                    existing,
-                };
+                let skip = SkipReason::TooLarge { bytes: size, limit: max_bytes };
+                return Pending { sha256: format!("too-large:{size}:{mtime_ns}"), path, size, mtime_ns, skip: Some(skip), existing };
             }
             // Only the hash is kept: the bytes of changed files are read again when their batch is
             // parsed, so memory holds one batch of files, not the whole folder.
             match std::fs::read(&path) {
-                Ok(bytes) => Pending {
-                    path,
-                    size,
-                    mtime_ns,
-                    sha256: sha256_hex(&bytes),
-                    skip: None,
-                    existing,
-                },
+                Ok(bytes) => Pending { path, size, mtime_ns, sha256: sha256_hex(&bytes), skip: None, existing },
                 Err(e) => {
-                    let skip = SkipReason::Unreadable {
-                        detail: e.to_string(),
-                    };
-                    Pending {
-                        path,
-                        size,
-                        mtime_ns,
-                        sha256: String::new(),
-                        skip: Some(skip),
-                        existing,
-                    }
+                    let skip = SkipReason::Unreadable { detail: e.to_string() };
+                    Pending { path, size, mtime_ns, sha256: String::new(), skip: Some(skip), existing }
                 }
             }
         })
@@ -526,18 +426,9 @@ fn ingest_run(
         let previous = known.get(&p.path);
         if let (Some(SkipReason::Unreadable { detail }), _) = (&p.skip, previous) {
             // Unreadable now: report, and keep whatever version was ingested before.
-            let reason = SkipReason::Unreadable {
-                detail: detail.clone(),
-            }
-            .to_string();
-            on_event(IngestEvent::Skipped {
-                path: &p.path,
-                reason: &reason,
-            });
-            report.skipped.push(Skipped {
-                path: p.path.clone(),
-                reason,
-            });
+            let reason = SkipReason::Unreadable { detail: detail.clone() }.to_string();
+            on_event(IngestEvent::Skipped { path: &p.path, reason: &reason });
+            report.skipped.push(Skipped { path: p.path.clone(), reason });
             continue;
         }
         match previous {
@@ -545,19 +436,10 @@ fn ingest_run(
                 report.unchanged += 1;
                 if row.status == DocumentStatus::Skipped {
                     let reason = row.skip_reason.clone().unwrap_or_default();
-                    on_event(IngestEvent::Skipped {
-                        path: &p.path,
-                        reason: &reason,
-                    });
-                    report.skipped.push(Skipped {
-                        path: p.path.clone(),
-                        reason,
-                    });
+                    on_event(IngestEvent::Skipped { path: &p.path, reason: &reason });
+                    report.skipped.push(Skipped { path: p.path.clone(), reason });
                 }
-                on_event(IngestEvent::Visited {
-                    path: &p.path,
-                    chunks: 0,
-                });
+                on_event(IngestEvent::Visited { path: &p.path, chunks: 0 });
             }
             _ => todo.push(p),
         }
@@ -567,20 +449,11 @@ fn ingest_run(
     let removed: Vec<&DocumentRow> = known
         .values()
         .filter(|d| d.path.starts_with(&root) && !seen.contains(&d.path))
-        .filter(|d| {
-            !unreadable_dirs
-                .iter()
-                .any(|u| !u.as_os_str().is_empty() && d.path.starts_with(u))
-        })
+        .filter(|d| !unreadable_dirs.iter().any(|u| !u.as_os_str().is_empty() && d.path.starts_with(u)))
         .collect();
     report.stages.walk_hash_s = t.elapsed().as_secs_f64();
 
-    let reserved = CONTEXT_TOKENS
-        + if opts.contextualizer.is_some() {
-            LLM_CONTEXT_TOKENS
-        } else {
-            0
-        };
+    let reserved = CONTEXT_TOKENS + if opts.contextualizer.is_some() { LLM_CONTEXT_TOKENS } else { 0 };
     let limit = embedder.max_tokens().saturating_sub(2 + reserved).max(16);
     let chunk_opts = ChunkOptions {
         child_tokens: opts.chunk.child_tokens.min(limit),
@@ -611,12 +484,7 @@ fn ingest_run(
     while todo.peek().is_some() {
         let group: Vec<Pending> = todo.by_ref().take(opts.parse_batch.max(1)).collect();
         // Parse and chunk in parallel.
-        let mut parsed: Vec<(
-            Pending,
-            std::result::Result<(ParsedDocument, &'static str, Vec<ContextualChunk>), SkipReason>,
-            Duration,
-            Duration,
-        )> = group
+        let mut parsed: Vec<(Pending, std::result::Result<(ParsedDocument, &'static str, Vec<ContextualChunk>), SkipReason>, Duration, Duration)> = group
             .into_par_iter()
             .map(|mut p| {
                 let t = Instant::now();
@@ -629,9 +497,7 @@ fn ingest_run(
                             p.size = bytes.len() as u64;
                             parse_guarded(&p.path, bytes, &limits)
                         }
-                        Err(e) => Err(SkipReason::Unreadable {
-                            detail: e.to_string(),
-                        }),
+                        Err(e) => Err(SkipReason::Unreadable { detail: e.to_string() }),
                     },
                 };
                 let parse_time = t.elapsed();
@@ -641,9 +507,7 @@ fn ingest_run(
                         ChunkerKind::Code if opts.chunker != ChunkerKind::Code => &code_chunker,
                         _ => &primary,
                     };
-                    let chunks = caught(&format!("chunker {}", chunker.name()), || {
-                        chunker.chunk(&doc, &counter)
-                    })?;
+                    let chunks = caught(&format!("chunker {}", chunker.name()), || chunker.chunk(&doc, &counter))?;
                     let chunks = chunks
                         .into_iter()
                         .map(|c| {
@@ -668,10 +532,7 @@ fn ingest_run(
                 if let Ok((doc, _, chunks)) = result {
                     let n = annotate(store, writer.as_ref(), doc, chunks)?;
                     report.annotated += n;
-                    on_event(IngestEvent::Annotated {
-                        path: &p.path,
-                        chunks: n,
-                    });
+                    on_event(IngestEvent::Annotated { path: &p.path, chunks: n });
                 }
             }
             report.stages.annotate_s += t.elapsed().as_secs_f64();
@@ -718,86 +579,43 @@ fn ingest_run(
         }
 
         for (p, result, _, _) in parsed {
-            let change = if p.existing {
-                Change::Updated
-            } else {
-                Change::Added
-            };
+            let change = if p.existing { Change::Updated } else { Change::Added };
             let content = match result {
                 Ok((doc, chunker, chunks)) => {
-                    let children = chunks
-                        .iter()
-                        .filter(|c| c.chunk.role == ChunkRole::Child)
-                        .count();
+                    let children = chunks.iter().filter(|c| c.chunk.role == ChunkRole::Child).count();
                     report.chunks += children;
                     report.parents += chunks.len() - children;
                     batch_chunks += children;
-                    on_event(IngestEvent::Visited {
-                        path: &p.path,
-                        chunks: children,
-                    });
+                    on_event(IngestEvent::Visited { path: &p.path, chunks: children });
                     if p.existing {
                         report.updated += 1;
                     } else {
                         report.added += 1;
                     }
                     batch_changes.push((p.path.clone(), change));
-                    DocumentContent::Indexed {
-                        doc,
-                        chunker: chunker.to_string(),
-                        chunks,
-                    }
+                    DocumentContent::Indexed { doc, chunker: chunker.to_string(), chunks }
                 }
                 Err(skip) => {
                     let reason = skip.to_string();
-                    on_event(IngestEvent::Skipped {
-                        path: &p.path,
-                        reason: &reason,
-                    });
-                    on_event(IngestEvent::Visited {
-                        path: &p.path,
-                        chunks: 0,
-                    });
-                    report.skipped.push(Skipped {
-                        path: p.path.clone(),
-                        reason: reason.clone(),
-                    });
+                    on_event(IngestEvent::Skipped { path: &p.path, reason: &reason });
+                    on_event(IngestEvent::Visited { path: &p.path, chunks: 0 });
+                    report.skipped.push(Skipped { path: p.path.clone(), reason: reason.clone() });
                     batch_changes.push((p.path.clone(), Change::Skipped));
                     DocumentContent::Skipped { reason }
                 }
             };
-            batch.documents.push(DocumentWrite {
-                path: p.path,
-                sha256: p.sha256,
-                size: p.size,
-                mtime_ns: p.mtime_ns,
-                content,
-            });
+            batch.documents.push(DocumentWrite { path: p.path, sha256: p.sha256, size: p.size, mtime_ns: p.mtime_ns, content });
         }
-        batch
-            .embeddings
-            .extend(vectors.into_iter().filter(|(_, v)| !v.is_empty()));
+        batch.embeddings.extend(vectors.into_iter().filter(|(_, v)| !v.is_empty()));
         // Each commit rewrites the whole vector file, so on a large index commits are spaced in
         // proportion to its size (at most ~1/8 of the work is redone after a crash); that keeps the
         // total bytes written proportional to the index size times a small factor.
         if batch_chunks >= opts.commit_chunks.max(writer.vector_len() / 8) {
-            commit(
-                &mut writer,
-                &mut batch,
-                &mut batch_changes,
-                &mut report,
-                on_event,
-            )?;
+            commit(&mut writer, &mut batch, &mut batch_changes, &mut report, on_event)?;
             batch_chunks = 0;
         }
     }
-    commit(
-        &mut writer,
-        &mut batch,
-        &mut batch_changes,
-        &mut report,
-        on_event,
-    )?;
+    commit(&mut writer, &mut batch, &mut batch_changes, &mut report, on_event)?;
     report.wall_s = started.elapsed().as_secs_f64();
     Ok(report)
 }
@@ -818,10 +636,7 @@ fn commit(
     report.stages.commit_s += t.elapsed().as_secs_f64();
     report.commits += 1;
     for (path, change) in changes.drain(..) {
-        on_event(IngestEvent::Committed {
-            path: &path,
-            change,
-        });
+        on_event(IngestEvent::Committed { path: &path, change });
     }
     *batch = CommitBatch::default();
     Ok(())
@@ -839,15 +654,10 @@ pub fn remove(store: &Store, tenant: &TenantRow, paths: &[PathBuf]) -> Result<Ve
             if p.is_absolute() {
                 p.clone()
             } else {
-                std::env::current_dir()
-                    .map(|d| d.join(p))
-                    .unwrap_or_else(|_| p.clone())
+                std::env::current_dir().map(|d| d.join(p)).unwrap_or_else(|_| p.clone())
             }
         });
-        let matching: Vec<&DocumentRow> = docs
-            .iter()
-            .filter(|d| d.path == abs || d.path.starts_with(&abs))
-            .collect();
+        let matching: Vec<&DocumentRow> = docs.iter().filter(|d| d.path == abs || d.path.starts_with(&abs)).collect();
         if matching.is_empty() {
             return Err(Error::Invalid(format!(
                 "no document of tenant `{}` is at or under {abs:?}; `ragbox ls --tenant {}` lists them",
@@ -871,15 +681,8 @@ mod tests {
 
     #[test]
     fn structural_context_dedupes_the_title() {
-        let path = vec![
-            "Travel policy".to_string(),
-            "4 Travel".into(),
-            "4.2 Insurance".into(),
-        ];
-        assert_eq!(
-            structural_context("Travel policy", &path),
-            "Travel policy > 4 Travel > 4.2 Insurance"
-        );
+        let path = vec!["Travel policy".to_string(), "4 Travel".into(), "4.2 Insurance".into()];
+        assert_eq!(structural_context("Travel policy", &path), "Travel policy > 4 Travel > 4.2 Insurance");
         assert_eq!(structural_context("", &[]), "");
     }
 }

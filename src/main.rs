@@ -22,11 +22,7 @@ fn install_logging(g: &cli::GlobalArgs) {
     };
     let filter = tracing_subscriber::EnvFilter::try_from_env("RAGBOX_LOG")
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(format!("ragbox={default},warn")));
-    tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .with_target(false)
-        .init();
+    tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).with_target(false).init();
 }
 
 fn exit_code(err: &anyhow::Error) -> u8 {

@@ -44,21 +44,12 @@ impl Embedder for HashEmbedder {
                 let mut v = vec![0f32; self.dims];
                 let words: Vec<&str> = t.split_whitespace().collect();
                 for w in &words {
-                    let h = w
-                        .to_lowercase()
-                        .bytes()
-                        .fold(0xcbf29ce484222325u64, |h, b| {
-                            (h ^ u64::from(b)).wrapping_mul(0x100000001b3)
-                        });
+                    let h = w.to_lowercase().bytes().fold(0xcbf29ce484222325u64, |h, b| (h ^ u64::from(b)).wrapping_mul(0x100000001b3));
                     v[(h % self.dims as u64) as usize] += 1.0;
                 }
                 let n = v.iter().map(|x| x * x).sum::<f32>().sqrt().max(1e-12);
                 v.iter_mut().for_each(|x| *x /= n);
-                Embedding {
-                    vector: v,
-                    tokens: words.len(),
-                    truncated_from: None,
-                }
+                Embedding { vector: v, tokens: words.len(), truncated_from: None }
             })
             .collect())
     }
@@ -97,40 +88,9 @@ impl SeededRng {
 
 /// Words of the tiny model's vocabulary (after the five special tokens).
 pub const TINY_WORDS: &[&str] = &[
-    "the",
-    "policy",
-    "travel",
-    "insurance",
-    "claim",
-    "a",
-    "is",
-    "of",
-    "and",
-    "to",
-    "in",
-    "for",
-    "data",
-    "retention",
-    "security",
-    "##s",
-    "##ing",
-    "ed",
-    "report",
-    "cat",
-    "dog",
-    "sat",
-    "on",
-    "mat",
-    ".",
-    ",",
-    "?",
-    "what",
-    "how",
-    "long",
-    "must",
-    "we",
-    "keep",
-    "records",
+    "the", "policy", "travel", "insurance", "claim", "a", "is", "of", "and", "to", "in", "for", "data",
+    "retention", "security", "##s", "##ing", "ed", "report", "cat", "dog", "sat", "on", "mat", ".",
+    ",", "?", "what", "how", "long", "must", "we", "keep", "records",
 ];
 
 /// The files of a generated tiny BERT.
@@ -153,31 +113,18 @@ pub fn write_tiny_bert(dir: &Path, seed: u64, classifier: bool) -> Result<TinyBe
     use tokenizers::processors::bert::BertProcessing;
 
     let (hidden, inter, layers, heads, max_pos) = (16usize, 32usize, 2usize, 2usize, 64usize);
-    let words: Vec<&str> = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
-        .iter()
-        .chain(TINY_WORDS)
-        .copied()
-        .collect();
+    let words: Vec<&str> = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"].iter().chain(TINY_WORDS).copied().collect();
     let vocab_size = words.len();
     let vocab_file = dir.join("vocab.txt");
     std::fs::write(&vocab_file, words.join("\n") + "\n")?;
-    let vocab_file = vocab_file
-        .to_str()
-        .ok_or_else(|| crate::error::Error::Invalid("non-UTF-8 temp path".into()))?;
-    let wp = WordPiece::from_file(vocab_file)
-        .unk_token("[UNK]".into())
-        .build()
-        .map_err(crate::error::Error::Tokenizer)?;
+    let vocab_file = vocab_file.to_str().ok_or_else(|| crate::error::Error::Invalid("non-UTF-8 temp path".into()))?;
+    let wp = WordPiece::from_file(vocab_file).unk_token("[UNK]".into()).build().map_err(crate::error::Error::Tokenizer)?;
     let mut tok = tokenizers::Tokenizer::new(wp);
     tok.with_normalizer(Some(BertNormalizer::default()));
     tok.with_pre_tokenizer(Some(BertPreTokenizer));
-    tok.with_post_processor(Some(BertProcessing::new(
-        ("[SEP]".into(), 3),
-        ("[CLS]".into(), 2),
-    )));
+    tok.with_post_processor(Some(BertProcessing::new(("[SEP]".into(), 3), ("[CLS]".into(), 2))));
     let tokenizer = dir.join("tokenizer.json");
-    tok.save(&tokenizer, false)
-        .map_err(crate::error::Error::Tokenizer)?;
+    tok.save(&tokenizer, false).map_err(crate::error::Error::Tokenizer)?;
 
     let config = dir.join("config.json");
     let cfg = serde_json::json!({
@@ -193,61 +140,24 @@ pub fn write_tiny_bert(dir: &Path, seed: u64, classifier: bool) -> Result<TinyBe
     let p = if classifier { "bert." } else { "" };
     let mut add = |name: String, shape: &[usize], ones: bool| -> Result<()> {
         let n: usize = shape.iter().product();
-        let data: Vec<f32> = (0..n)
-            .map(|_| {
-                if ones {
-                    1.0 + rng.next_f32(0.1)
-                } else {
-                    rng.next_f32(0.2)
-                }
-            })
-            .collect();
+        let data: Vec<f32> = (0..n).map(|_| if ones { 1.0 + rng.next_f32(0.1) } else { rng.next_f32(0.2) }).collect();
         tensors.insert(name, Tensor::from_vec(data, shape, &Device::Cpu)?);
         Ok(())
     };
-    add(
-        format!("{p}embeddings.word_embeddings.weight"),
-        &[vocab_size, hidden],
-        false,
-    )?;
-    add(
-        format!("{p}embeddings.position_embeddings.weight"),
-        &[max_pos, hidden],
-        false,
-    )?;
-    add(
-        format!("{p}embeddings.token_type_embeddings.weight"),
-        &[2, hidden],
-        false,
-    )?;
+    add(format!("{p}embeddings.word_embeddings.weight"), &[vocab_size, hidden], false)?;
+    add(format!("{p}embeddings.position_embeddings.weight"), &[max_pos, hidden], false)?;
+    add(format!("{p}embeddings.token_type_embeddings.weight"), &[2, hidden], false)?;
     add(format!("{p}embeddings.LayerNorm.weight"), &[hidden], true)?;
     add(format!("{p}embeddings.LayerNorm.bias"), &[hidden], false)?;
     for l in 0..layers {
         let b = format!("{p}encoder.layer.{l}");
-        for m in [
-            "attention.self.query",
-            "attention.self.key",
-            "attention.self.value",
-            "attention.output.dense",
-        ] {
+        for m in ["attention.self.query", "attention.self.key", "attention.self.value", "attention.output.dense"] {
             add(format!("{b}.{m}.weight"), &[hidden, hidden], false)?;
             add(format!("{b}.{m}.bias"), &[hidden], false)?;
         }
-        add(
-            format!("{b}.attention.output.LayerNorm.weight"),
-            &[hidden],
-            true,
-        )?;
-        add(
-            format!("{b}.attention.output.LayerNorm.bias"),
-            &[hidden],
-            false,
-        )?;
-        add(
-            format!("{b}.intermediate.dense.weight"),
-            &[inter, hidden],
-            false,
-        )?;
+        add(format!("{b}.attention.output.LayerNorm.weight"), &[hidden], true)?;
+        add(format!("{b}.attention.output.LayerNorm.bias"), &[hidden], false)?;
+        add(format!("{b}.intermediate.dense.weight"), &[inter, hidden], false)?;
         add(format!("{b}.intermediate.dense.bias"), &[inter], false)?;
         add(format!("{b}.output.dense.weight"), &[hidden, inter], false)?;
         add(format!("{b}.output.dense.bias"), &[hidden], false)?;
@@ -262,11 +172,7 @@ pub fn write_tiny_bert(dir: &Path, seed: u64, classifier: bool) -> Result<TinyBe
     }
     let weights = dir.join("model.safetensors");
     candle_core::safetensors::save(&tensors, &weights)?;
-    Ok(TinyBert {
-        config,
-        tokenizer,
-        weights,
-    })
+    Ok(TinyBert { config, tokenizer, weights })
 }
 
 /// A manifest entry for a generated tiny embedder (no files pinned: tests load it by path).
@@ -299,10 +205,7 @@ pub struct ScriptedGenerator {
 impl ScriptedGenerator {
     /// A generator that says `replies`, one per request.
     pub fn new(replies: &[&str]) -> ScriptedGenerator {
-        ScriptedGenerator {
-            replies: replies.iter().map(|r| r.to_string()).collect(),
-            ..Default::default()
-        }
+        ScriptedGenerator { replies: replies.iter().map(|r| r.to_string()).collect(), ..Default::default() }
     }
 
     /// Also answers yes/no prompts with these log-odds, cycled.
@@ -329,56 +232,31 @@ impl crate::generate::Generator for ScriptedGenerator {
         sink: &mut (dyn crate::generate::TokenSink + Send),
     ) -> Result<crate::generate::Generation> {
         let n = {
-            let mut calls = self
-                .calls
-                .lock()
-                .map_err(|_| crate::error::Error::Bug("poisoned".into()))?;
+            let mut calls = self.calls.lock().map_err(|_| crate::error::Error::Bug("poisoned".into()))?;
             calls.push(request.messages.clone());
             calls.len()
         };
-        let text = self
-            .replies
-            .get(n - 1)
-            .or(self.replies.last())
-            .cloned()
-            .unwrap_or_default();
+        let text = self.replies.get(n - 1).or(self.replies.last()).cloned().unwrap_or_default();
         let mut words = 0;
         for piece in text.split_inclusive(' ') {
             sink.token(piece);
             words += 1;
         }
-        Ok(crate::generate::Generation {
-            text,
-            prompt_tokens: 0,
-            completion_tokens: words,
-            first_token_ms: 1.0,
-            total_ms: 2.0,
-        })
+        Ok(crate::generate::Generation { text, prompt_tokens: 0, completion_tokens: words, first_token_ms: 1.0, total_ms: 2.0 })
     }
 
     async fn yes_no(&self, conversations: &[Vec<crate::generate::Message>]) -> Result<Vec<f32>> {
         if self.yes_no_scores.is_empty() {
             let mut out = Vec::new();
             for c in conversations {
-                let g = self
-                    .generate(
-                        &crate::generate::GenerateRequest::greedy(c.clone(), 2),
-                        &mut crate::generate::Discard,
-                    )
-                    .await?;
-                out.push(if g.text.trim().to_lowercase().starts_with("yes") {
-                    1.0
-                } else {
-                    -1.0
-                });
+                let g = self.generate(&crate::generate::GenerateRequest::greedy(c.clone(), 2), &mut crate::generate::Discard).await?;
+                out.push(if g.text.trim().to_lowercase().starts_with("yes") { 1.0 } else { -1.0 });
             }
             return Ok(out);
         }
         if let Ok(mut calls) = self.calls.lock() {
             calls.extend(conversations.iter().cloned());
         }
-        Ok((0..conversations.len())
-            .map(|i| self.yes_no_scores[i % self.yes_no_scores.len()])
-            .collect())
+        Ok((0..conversations.len()).map(|i| self.yes_no_scores[i % self.yes_no_scores.len()]).collect())
     }
 }

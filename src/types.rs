@@ -142,10 +142,7 @@ pub enum BlockKind {
 impl BlockKind {
     /// Whether chunkers must keep the block whole.
     pub fn is_atomic(&self) -> bool {
-        matches!(
-            self,
-            BlockKind::List | BlockKind::Table | BlockKind::Code { .. } | BlockKind::Definition
-        )
+        matches!(self, BlockKind::List | BlockKind::Table | BlockKind::Code { .. } | BlockKind::Definition)
     }
 }
 

@@ -8,18 +8,15 @@ const LOG2_E: f32 = std::f32::consts::LOG2_E;
 const LN_2_HI: f32 = 0.693_359_4;
 const LN_2_LO: f32 = -2.121_944_4e-4;
 
-/// `eˣ` for finite `x` (clamped to the range where the result is a normal f32).
+/// `eˣ`, with `x` clamped to [-87, 88] (where the result is a normal f32; NaN gives e⁸⁸).
 #[inline(always)]
-fn exp(x: f32) -> f32 {
-    // Selects, not `clamp`: NaN goes to the low end here, keeping every lane defined.
+pub(crate) fn exp(x: f32) -> f32 {
+    // Selects, not `clamp` (which keeps NaN): every lane ends defined.
     let x = if x < 88.0 { x } else { 88.0 };
     let x = if x > -87.0 { x } else { -87.0 };
     let n = (x * LOG2_E).round_ties_even();
     let r = x - n * LN_2_HI - n * LN_2_LO;
-    let p = ((((1.987_569_1e-4 * r + 1.398_199_9e-3) * r + 8.333_452e-3) * r + 4.166_579_6e-2) * r
-        + 1.666_666_5e-1)
-        * r
-        + 5.000_000_1e-1;
+    let p = ((((1.987_569_1e-4 * r + 1.398_199_9e-3) * r + 8.333_452e-3) * r + 4.166_579_6e-2) * r + 1.666_666_5e-1) * r + 5.000_000_1e-1;
     let e = p * r * r + r + 1.0;
     // SAFETY: |n| ≤ 127 after the clamp above. The unchecked cast keeps the loop vectorised
     // (`as i32` saturates, element by element).
@@ -37,9 +34,7 @@ pub fn erf(x: f32) -> f32 {
             + t * (0.374_091_96
                 + t * (0.096_784_18
                     + t * (-0.186_288_06
-                        + t * (0.278_868_07
-                            + t * (-1.135_203_98
-                                + t * (1.488_515_87 + t * (-0.822_152_23 + t * 0.170_872_77))))))));
+                        + t * (0.278_868_07 + t * (-1.135_203_98 + t * (1.488_515_87 + t * (-0.822_152_23 + t * 0.170_872_77))))))));
     let erfc = t * exp(-z * z + poly);
     let e = 1.0 - erfc;
     if x < 0.0 {
@@ -92,10 +87,7 @@ mod tests {
             let x = i as f32 / 100.0;
             let want = 0.5 * f64::from(x) * (1.0 + erf_f64(f64::from(x) / 2f64.sqrt()));
             let got = f64::from(gelu_erf(x));
-            assert!(
-                (got - want).abs() <= 1e-6 * want.abs().max(1.0),
-                "gelu({x}) = {got}, want {want}"
-            );
+            assert!((got - want).abs() <= 1e-6 * want.abs().max(1.0), "gelu({x}) = {got}, want {want}");
         }
     }
 

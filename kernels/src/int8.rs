@@ -14,9 +14,7 @@
 use std::mem::MaybeUninit;
 
 use rayon::prelude::*;
-use rten_gemm::{
-    GemmExecutor, GemmInputA, GemmInputB, GemmUninitOptions, PackedBMatrix, QuantParams,
-};
+use rten_gemm::{GemmExecutor, GemmInputA, GemmInputB, GemmUninitOptions, PackedBMatrix};
 use rten_tensor::NdTensorView;
 
 use crate::gelu::gelu_erf;
@@ -46,8 +44,11 @@ pub struct Int8Linear {
     /// Per output channel: the weight scale.
     scales: Vec<f32>,
     bias: Vec<f32>,
-    /// Per output channel: zero (weights are symmetric).
-    weight_zero: Vec<i8>,
+    /// Per output channel: the sum of its int8 weights, to subtract each row's activation zero
+    /// point (`Σ (a − z)·w = Σ a·w − z·Σ w`) in the epilogue. rten-gemm takes per-row zero
+    /// points itself, but in 0.25 applies them wrongly past the first row tile (the test
+    /// `rows_with_different_zero_points_each_get_their_own` caught it: cosine 0.43 at row 8).
+    column_sums: Vec<i32>,
     inputs: usize,
     outputs: usize,
     /// 255, or 127 where the kernel could saturate.
@@ -57,11 +58,7 @@ pub struct Int8Linear {
 impl Int8Linear {
     /// Quantises `weight`, `(outputs, inputs)` row-major as in PyTorch's `Linear`.
     pub fn new(weight: &[f32], outputs: usize, inputs: usize, bias: Option<&[f32]>) -> Int8Linear {
-        assert_eq!(
-            weight.len(),
-            outputs * inputs,
-            "weight is not {outputs} × {inputs}"
-        );
+        assert_eq!(weight.len(), outputs * inputs, "weight is not {outputs} × {inputs}");
         let executor = executor();
         let scales: Vec<f32> = weight
             .chunks_exact(inputs)
@@ -81,6 +78,12 @@ impl Int8Linear {
                 b[i * outputs + o] = (w / scale).round().clamp(-127.0, 127.0) as i8;
             }
         }
+        let mut column_sums = vec![0i32; outputs];
+        for row in b.chunks_exact(outputs) {
+            for (s, &w) in column_sums.iter_mut().zip(row) {
+                *s += i32::from(w);
+            }
+        }
         let weights = executor.prepack_b(NdTensorView::from_data([inputs, outputs], b.as_slice()));
         let bias = match bias {
             Some(b) => {
@@ -89,20 +92,8 @@ impl Int8Linear {
             }
             None => vec![0.0; outputs],
         };
-        let activation_levels = if executor.may_saturate() {
-            127.0
-        } else {
-            255.0
-        };
-        Int8Linear {
-            weights,
-            scales,
-            bias,
-            weight_zero: vec![0; outputs],
-            inputs,
-            outputs,
-            activation_levels,
-        }
+        let activation_levels = if executor.may_saturate() { 127.0 } else { 255.0 };
+        Int8Linear { weights, scales, bias, column_sums, inputs, outputs, activation_levels }
     }
 
     /// The GEMM kernel that runs (rten-gemm's name, e.g. `avx512-int8`), and whether activations
@@ -124,59 +115,61 @@ impl Int8Linear {
 
     /// `x`: `rows × inputs` row-major; `y`: `rows × outputs`, overwritten.
     pub fn forward(&self, x: &[f32], rows: usize, y: &mut [f32], activation: Activation) {
-        assert_eq!(
-            x.len(),
-            rows * self.inputs,
-            "input is not {rows} × {}",
-            self.inputs
-        );
-        assert_eq!(
-            y.len(),
-            rows * self.outputs,
-            "output is not {rows} × {}",
-            self.outputs
-        );
+        // SAFETY: an initialised slice seen as possibly uninitialised; `forward_uninit` only writes.
+        let y = unsafe { std::slice::from_raw_parts_mut(y.as_mut_ptr().cast::<MaybeUninit<f32>>(), y.len()) };
+        self.forward_uninit(x, rows, y, activation);
+    }
+
+    /// [`Int8Linear::forward`] into a new vector, with no zeroing pass first.
+    pub fn forward_to_vec(&self, x: &[f32], rows: usize, activation: Activation) -> Vec<f32> {
+        let len = rows * self.outputs;
+        let mut y = Vec::with_capacity(len);
+        self.forward_uninit(x, rows, &mut y.spare_capacity_mut()[..len], activation);
+        // SAFETY: `forward_uninit` wrote all `len` values.
+        unsafe { y.set_len(len) };
+        y
+    }
+
+    /// Writes every element of `y` (`rows × outputs`).
+    fn forward_uninit(&self, x: &[f32], rows: usize, y: &mut [MaybeUninit<f32>], activation: Activation) {
+        assert_eq!(x.len(), rows * self.inputs, "input is not {rows} × {}", self.inputs);
+        assert_eq!(y.len(), rows * self.outputs, "output is not {rows} × {}", self.outputs);
         if rows == 0 {
             return;
         }
         let (quantised, scales, zeros) = self.quantise_rows(x, rows);
-        // SAFETY: i32 and f32 have the same size and alignment, and every bit pattern is a valid
-        // i32; the GEMM writes all of `y` before the epilogue reads it back as i32 sums.
-        let sums = unsafe {
-            std::slice::from_raw_parts_mut(y.as_mut_ptr().cast::<MaybeUninit<i32>>(), y.len())
-        };
+        // SAFETY: MaybeUninit<i32> and MaybeUninit<f32> have the same size and alignment.
+        let sums = unsafe { std::slice::from_raw_parts_mut(y.as_mut_ptr().cast::<MaybeUninit<i32>>(), y.len()) };
+        self.gemm(&quantised, rows, sums);
+        // SAFETY: the GEMM wrote every element, as an i32 sum the epilogue reads back by its bits.
+        let y = unsafe { std::slice::from_raw_parts_mut(y.as_mut_ptr().cast::<f32>(), y.len()) };
+        self.dequantise_rows(y, &scales, &zeros, activation);
+    }
+
+    /// The i32 sums of the quantised rows (their codes, zero points not yet subtracted) times the
+    /// weights.
+    fn gemm(&self, quantised: &[u8], rows: usize, sums: &mut [MaybeUninit<i32>]) {
         executor()
             .gemm_uninit(
                 sums,
-                GemmInputA::Unpacked(NdTensorView::from_data(
-                    [rows, self.inputs],
-                    quantised.as_slice(),
-                )),
+                GemmInputA::Unpacked(NdTensorView::from_data([rows, self.inputs], quantised)),
                 GemmInputB::Packed(&self.weights),
-                GemmUninitOptions {
-                    a_quant: Some(QuantParams { zero_point: &zeros }),
-                    b_quant: Some(QuantParams {
-                        zero_point: &self.weight_zero,
-                    }),
-                    ..Default::default()
-                },
+                GemmUninitOptions::default(),
             )
-            .expect("int8 GEMM shapes were checked above");
-        y.par_chunks_mut(self.outputs * ROWS_PER_TASK)
-            .enumerate()
-            .for_each(|(task, block)| {
-                for (r, row) in block.chunks_exact_mut(self.outputs).enumerate() {
-                    let a_scale = scales[task * ROWS_PER_TASK + r];
-                    match activation {
-                        Activation::None => {
-                            dequantise(row, a_scale, &self.scales, &self.bias, |v| v)
-                        }
-                        Activation::GeluErf => {
-                            dequantise(row, a_scale, &self.scales, &self.bias, gelu_erf)
-                        }
-                    }
+            .expect("int8 GEMM shapes were checked by the caller");
+    }
+
+    /// Every row of sums in place: `act((sum − z·Σw) · a · wⱼ + bⱼ)`.
+    fn dequantise_rows(&self, y: &mut [f32], a_scales: &[f32], a_zeros: &[u8], activation: Activation) {
+        y.par_chunks_mut(self.outputs * ROWS_PER_TASK).enumerate().for_each(|(task, block)| {
+            for (r, row) in block.chunks_exact_mut(self.outputs).enumerate() {
+                let a = Row { scale: a_scales[task * ROWS_PER_TASK + r], zero: i32::from(a_zeros[task * ROWS_PER_TASK + r]) };
+                match activation {
+                    Activation::None => dequantise(row, a, self, |v| v),
+                    Activation::GeluErf => dequantise(row, a, self, gelu_erf),
                 }
-            });
+            }
+        });
     }
 
     /// Each row to `u8` over `[min(x,0), max(x,0)]`: the codes, and per row the scale and the
@@ -192,11 +185,8 @@ impl Int8Linear {
             .zip(zeros.par_chunks_mut(ROWS_PER_TASK))
             .zip(x.par_chunks(self.inputs * ROWS_PER_TASK))
             .for_each(|(((codes, scales), zeros), x)| {
-                for (((codes, scale), zero), x) in codes
-                    .chunks_exact_mut(self.inputs)
-                    .zip(scales.iter_mut())
-                    .zip(zeros.iter_mut())
-                    .zip(x.chunks_exact(self.inputs))
+                for (((codes, scale), zero), x) in
+                    codes.chunks_exact_mut(self.inputs).zip(scales.iter_mut()).zip(zeros.iter_mut()).zip(x.chunks_exact(self.inputs))
                 {
                     let (lo, hi) = range_with_zero(x);
                     let s = if hi > lo { (hi - lo) / levels } else { 1.0 };
@@ -224,51 +214,21 @@ impl Int8Linear {
     }
 }
 
-/// Times the three parts of [`Int8Linear::forward`] (quantise, GEMM, dequantise) and prints
-/// them: for `examples/int8_parts.rs`.
+/// Times the three parts of [`Int8Linear::forward`] (quantise, GEMM, dequantise with GELU) and
+/// prints them: for `examples/int8_parts.rs`.
 #[doc(hidden)]
 pub fn profile_parts(layer: &Int8Linear, x: &[f32], rows: usize, y: &mut [f32]) {
     let t = std::time::Instant::now();
     let (q, scales, zeros) = layer.quantise_rows(x, rows);
     let t_q = t.elapsed();
-    let sums = unsafe {
-        std::slice::from_raw_parts_mut(y.as_mut_ptr().cast::<MaybeUninit<i32>>(), y.len())
-    };
+    // SAFETY: as in `forward_uninit`.
+    let sums = unsafe { std::slice::from_raw_parts_mut(y.as_mut_ptr().cast::<MaybeUninit<i32>>(), y.len()) };
     let t = std::time::Instant::now();
-    executor()
-        .gemm_uninit(
-            sums,
-            GemmInputA::Unpacked(NdTensorView::from_data([rows, layer.inputs], q.as_slice())),
-            GemmInputB::Packed(&layer.weights),
-            GemmUninitOptions {
-                a_quant: Some(QuantParams { zero_point: &zeros }),
-                b_quant: Some(QuantParams {
-                    zero_point: &layer.weight_zero,
-                }),
-                ..Default::default()
-            },
-        )
-        .unwrap();
+    layer.gemm(&q, rows, sums);
     let t_g = t.elapsed();
     let t = std::time::Instant::now();
-    y.par_chunks_mut(layer.outputs * ROWS_PER_TASK)
-        .enumerate()
-        .for_each(|(task, block)| {
-            for (r, row) in block.chunks_exact_mut(layer.outputs).enumerate() {
-                dequantise(
-                    row,
-                    scales[task * ROWS_PER_TASK + r],
-                    &layer.scales,
-                    &layer.bias,
-                    gelu_erf,
-                );
-            }
-        });
-    let t_d = t.elapsed();
-    println!(
-        "quantise {:?}, gemm {:?}, dequantise+gelu {:?}",
-        t_q, t_g, t_d
-    );
+    layer.dequantise_rows(y, &scales, &zeros, Activation::GeluErf);
+    println!("quantise {t_q:?}, gemm {t_g:?}, dequantise+gelu {:?}", t.elapsed());
 }
 
 /// The smallest and largest of `x` and 0, in 16 lanes so the compiler vectorises it (`f32::min`
@@ -284,29 +244,24 @@ fn range_with_zero(x: &[f32]) -> (f32, f32) {
             hi[j] = if chunk[j] > hi[j] { chunk[j] } else { hi[j] };
         }
     }
-    let lo = lo
-        .iter()
-        .chain(tail)
-        .fold(0f32, |m, &v| if v < m { v } else { m });
-    let hi = hi
-        .iter()
-        .chain(tail)
-        .fold(0f32, |m, &v| if v > m { v } else { m });
+    let lo = lo.iter().chain(tail).fold(0f32, |m, &v| if v < m { v } else { m });
+    let hi = hi.iter().chain(tail).fold(0f32, |m, &v| if v > m { v } else { m });
     (lo, hi)
 }
 
-/// One output row in place: i32 sums (stored in the f32 slots) → `act(sum · a · wⱼ + bⱼ)`.
+/// One activation row's quantisation.
+#[derive(Clone, Copy)]
+struct Row {
+    scale: f32,
+    zero: i32,
+}
+
+/// One output row in place: i32 sums (stored in the f32 slots) → `act((sum − z·Σwⱼ) · a · wⱼ + bⱼ)`.
 #[inline(always)]
-fn dequantise(
-    row: &mut [f32],
-    a_scale: f32,
-    w_scales: &[f32],
-    bias: &[f32],
-    act: impl Fn(f32) -> f32,
-) {
-    for ((v, &w), &b) in row.iter_mut().zip(w_scales).zip(bias) {
-        let sum = v.to_bits() as i32;
-        *v = act(sum as f32 * (a_scale * w) + b);
+fn dequantise(row: &mut [f32], a: Row, layer: &Int8Linear, act: impl Fn(f32) -> f32) {
+    for (((v, &w), &b), &col) in row.iter_mut().zip(&layer.scales).zip(&layer.bias).zip(&layer.column_sums) {
+        let sum = v.to_bits() as i32 - a.zero * col;
+        *v = act(sum as f32 * (a.scale * w) + b);
     }
 }
 
@@ -327,20 +282,11 @@ mod tests {
             .collect()
     }
 
-    fn reference(
-        x: &[f32],
-        w: &[f32],
-        bias: &[f32],
-        rows: usize,
-        inputs: usize,
-        outputs: usize,
-    ) -> Vec<f32> {
+    fn reference(x: &[f32], w: &[f32], bias: &[f32], rows: usize, inputs: usize, outputs: usize) -> Vec<f32> {
         let mut y = vec![0.0; rows * outputs];
         for r in 0..rows {
             for o in 0..outputs {
-                let dot: f64 = (0..inputs)
-                    .map(|i| f64::from(x[r * inputs + i]) * f64::from(w[o * inputs + i]))
-                    .sum();
+                let dot: f64 = (0..inputs).map(|i| f64::from(x[r * inputs + i]) * f64::from(w[o * inputs + i])).sum();
                 y[r * outputs + o] = dot as f32 + bias[o];
             }
         }
@@ -348,11 +294,7 @@ mod tests {
     }
 
     fn cosine(a: &[f32], b: &[f32]) -> f64 {
-        let dot: f64 = a
-            .iter()
-            .zip(b)
-            .map(|(x, y)| f64::from(*x) * f64::from(*y))
-            .sum();
+        let dot: f64 = a.iter().zip(b).map(|(x, y)| f64::from(*x) * f64::from(*y)).sum();
         let na: f64 = a.iter().map(|x| f64::from(*x).powi(2)).sum::<f64>().sqrt();
         let nb: f64 = b.iter().map(|x| f64::from(*x).powi(2)).sum::<f64>().sqrt();
         dot / (na * nb)
@@ -361,8 +303,7 @@ mod tests {
     #[test]
     fn matches_the_f32_product_within_quantisation_error() {
         // Odd sizes: rows and columns that fill no kernel tile exactly.
-        for (rows, inputs, outputs) in [(1, 384, 1152), (37, 384, 384), (130, 1536, 384), (5, 7, 3)]
-        {
+        for (rows, inputs, outputs) in [(1, 384, 1152), (37, 384, 384), (130, 1536, 384), (5, 7, 3)] {
             let x = values(rows * inputs, 1);
             let w = values(outputs * inputs, 2);
             let bias = values(outputs, 3);
@@ -378,15 +319,36 @@ mod tests {
             // The error is what 8-bit codes allow: each term is off by at most half a step of
             // each factor, so the sum by at most ~ inputs · (Δa·|w| + Δw·|a|) / 2 with all ≤ 1.
             let bound = inputs as f32 * (2.0 / 255.0 + 1.0 / 127.0) / 2.0;
-            let worst = y
+            let worst = y.iter().zip(&want).map(|(a, b)| (a - b).abs()).fold(0.0, f32::max);
+            assert!(worst < bound, "{rows}×{inputs}×{outputs}: worst error {worst} (bound {bound})");
+        }
+    }
+
+    #[test]
+    fn rows_with_different_zero_points_each_get_their_own() {
+        // Rows all ≥ 0 (zero at code 0), all ≤ 0 (code 255) and mixed, interleaved, in numbers
+        // that fill and overrun the kernel's row tiles.
+        for rows in [2, 7, 33] {
+            let (inputs, outputs) = (384, 64);
+            let base = values(rows * inputs, 11);
+            let x: Vec<f32> = base
                 .iter()
-                .zip(&want)
-                .map(|(a, b)| (a - b).abs())
-                .fold(0.0, f32::max);
-            assert!(
-                worst < bound,
-                "{rows}×{inputs}×{outputs}: worst error {worst} (bound {bound})"
-            );
+                .enumerate()
+                .map(|(i, v)| match (i / inputs) % 3 {
+                    0 => v.abs() * 3.0,
+                    1 => -v.abs() * 0.5,
+                    _ => *v,
+                })
+                .collect();
+            let w = values(outputs * inputs, 12);
+            let layer = Int8Linear::new(&w, outputs, inputs, None);
+            let y = layer.forward_to_vec(&x, rows, Activation::None);
+            let want = reference(&x, &w, &vec![0.0; outputs], rows, inputs, outputs);
+            for r in 0..rows {
+                let row = r * outputs..(r + 1) * outputs;
+                let c = cosine(&y[row.clone()], &want[row]);
+                assert!(c > 0.999, "{rows} rows, row {r}: cosine {c}");
+            }
         }
     }
 
@@ -395,9 +357,7 @@ mod tests {
         // Weights of ±1/0 and activations in steps of the row's scale quantise without loss, so
         // the result must be exact: this checks the zero points and the scale bookkeeping.
         let (rows, inputs, outputs) = (9, 64, 48);
-        let w: Vec<f32> = (0..outputs * inputs)
-            .map(|i| [1.0, 0.0, -1.0][i % 3])
-            .collect();
+        let w: Vec<f32> = (0..outputs * inputs).map(|i| [1.0, 0.0, -1.0][i % 3]).collect();
         // Every row spans [-63.5, 64] in steps of 0.5: scale 0.5, zero at code 127.
         let x: Vec<f32> = (0..rows * inputs)
             .map(|i| match i % inputs {
@@ -437,12 +397,7 @@ mod tests {
     fn non_finite_inputs_give_defined_codes() {
         let layer = Int8Linear::new(&values(8 * 3, 9), 8, 3, None);
         let mut y = vec![0.0; 16];
-        layer.forward(
-            &[f32::NAN, 1.0, 2.0, f32::INFINITY, -1.0, 0.5],
-            2,
-            &mut y,
-            Activation::None,
-        );
+        layer.forward(&[f32::NAN, 1.0, 2.0, f32::INFINITY, -1.0, 0.5], 2, &mut y, Activation::None);
         assert!(y[..8].iter().all(|v| v.is_finite()), "{y:?}");
     }
 

@@ -1,4 +1,5 @@
-//! ragbox's CPU kernels for quantised encoder inference.
+//! ragbox's CPU kernels for quantised encoder inference: int8 dense layers, and the element-wise
+//! work around them (GELU, attention's masked softmax) vectorised.
 //!
 //! A separate crate for one reason: ragbox's tuned dev profile (the one tests and the README's
 //! first command build) compiles every dependency at opt-level 3 and ragbox itself at 0 to keep
@@ -20,6 +21,8 @@
 
 mod gelu;
 mod int8;
+mod softmax;
 
 pub use gelu::{erf, gelu_erf};
 pub use int8::{profile_parts, Activation, Int8Linear};
+pub use softmax::softmax_in_place;

@@ -75,10 +75,7 @@ pub fn parse_answer(answer: &str, valid: &[usize]) -> ParsedAnswer {
     }
     let markers: Vec<Marker> = scan(&text)
         .into_iter()
-        .map(|m| Marker {
-            ids: m.items.iter().filter_map(|i| i.valid_id(valid)).collect(),
-            ..m
-        })
+        .map(|m| Marker { ids: m.items.iter().filter_map(|i| i.valid_id(valid)).collect(), ..m })
         .collect();
 
     let mut cited = Vec::new();
@@ -99,41 +96,24 @@ pub fn parse_answer(answer: &str, valid: &[usize]) -> ParsedAnswer {
                     }
                 }
             }
-            AnswerSentence {
-                text: text[span.clone()].to_string(),
-                citations,
-                span,
-            }
+            AnswerSentence { text: text[span.clone()].to_string(), citations, span }
         })
         .collect();
     let sentences = inherit_leading_markers(&text, &markers, sentences);
-    ParsedAnswer {
-        text,
-        sentences,
-        cited,
-        invalid,
-    }
+    ParsedAnswer { text, sentences, cited, invalid }
 }
 
 /// Small models often cite in front ("[1] Claims are due in 30 days. Late ones need approval."):
 /// a marker that opens a line covers the uncited sentences after it on the same line.
-fn inherit_leading_markers(
-    text: &str,
-    markers: &[Marker],
-    mut sentences: Vec<AnswerSentence>,
-) -> Vec<AnswerSentence> {
+fn inherit_leading_markers(text: &str, markers: &[Marker], mut sentences: Vec<AnswerSentence>) -> Vec<AnswerSentence> {
     let mut carry: Option<(Vec<usize>, usize)> = None; // ids, and where their line ends
     for s in sentences.iter_mut() {
         let line_start = text[..s.span.start].rfind('\n').map_or(0, |i| i + 1);
         let opens_line = text[line_start..s.span.start].trim().is_empty();
         let first_marker = markers.iter().find(|m| s.span.contains(&m.range.start));
-        let leads = first_marker
-            .is_some_and(|m| text[s.span.start..m.range.start].trim().is_empty())
-            && opens_line;
+        let leads = first_marker.is_some_and(|m| text[s.span.start..m.range.start].trim().is_empty()) && opens_line;
         if leads && !s.citations.is_empty() {
-            let line_end = text[s.span.start..]
-                .find('\n')
-                .map_or(text.len(), |i| s.span.start + i);
+            let line_end = text[s.span.start..].find('\n').map_or(text.len(), |i| s.span.start + i);
             carry = Some((s.citations.clone(), line_end));
         } else if let Some((ids, line_end)) = &carry {
             if s.citations.is_empty() && s.span.start < *line_end {
@@ -234,15 +214,8 @@ fn scan(text: &str) -> Vec<Marker> {
         if let Some(end) = body_end {
             let after = end + close.len_utf8();
             let link = close == ']' && text[after..].starts_with('(');
-            if let Some(items) = (!link)
-                .then(|| parse_items(&text[body_start..end]))
-                .flatten()
-            {
-                out.push(Marker {
-                    range: i..after,
-                    items,
-                    ids: Vec::new(),
-                });
+            if let Some(items) = (!link).then(|| parse_items(&text[body_start..end])).flatten() {
+                out.push(Marker { range: i..after, items, ids: Vec::new() });
                 i = after;
                 continue;
             }
@@ -313,18 +286,8 @@ fn parse_items(body: &str) -> Option<Vec<Item>> {
 
 /// One part of a marker body: an optional label ("Passage", "id="), then a number or a range.
 fn parse_item(part: &str) -> Option<Vec<Item>> {
-    const LABELS: &[&str] = &[
-        "passages",
-        "passage",
-        "sources",
-        "source",
-        "documents",
-        "document",
-        "doc",
-        "ids",
-        "id",
-        "ref",
-    ];
+    const LABELS: &[&str] =
+        &["passages", "passage", "sources", "source", "documents", "document", "doc", "ids", "id", "ref"];
     let lower = part.to_ascii_lowercase();
     let mut rest = part;
     let mut explicit_id = false;
@@ -342,10 +305,7 @@ fn parse_item(part: &str) -> Option<Vec<Item>> {
         return Some(vec![Item::Id(n, rest.to_string())]);
     }
     if let Some((a, b)) = rest.split_once(['-', '–', '—']) {
-        if let (Some(lo), Some(hi)) = (
-            number(a.trim()),
-            number(b.trim().trim_start_matches(quotes)),
-        ) {
+        if let (Some(lo), Some(hi)) = (number(a.trim()), number(b.trim().trim_start_matches(quotes))) {
             return Some(if lo <= hi && hi - lo < MAX_RANGE {
                 (lo..=hi).map(|n| Item::Id(n, n.to_string())).collect()
             } else {
@@ -353,9 +313,7 @@ fn parse_item(part: &str) -> Option<Vec<Item>> {
             });
         }
     }
-    let word = !rest.is_empty()
-        && rest.len() <= 16
-        && rest.chars().all(|c| c.is_alphanumeric() || c == '_');
+    let word = !rest.is_empty() && rest.len() <= 16 && rest.chars().all(|c| c.is_alphanumeric() || c == '_');
     (explicit_id && word).then(|| vec![Item::Bad(rest.to_string())])
 }
 
@@ -395,8 +353,7 @@ fn rebuild(text: &str, markers: &[Marker], valid: &[usize]) -> (String, Vec<Stri
                 out.truncate(out.trim_end_matches([' ', '\t']).len());
             }
             if out.is_empty() || out.ends_with('\n') {
-                cursor +=
-                    text[cursor..].len() - text[cursor..].trim_start_matches([' ', '\t']).len();
+                cursor += text[cursor..].len() - text[cursor..].trim_start_matches([' ', '\t']).len();
             }
         } else {
             for id in kept {
@@ -419,8 +376,7 @@ fn list_marker_len(line: &str) -> Option<usize> {
     }
     let digits = body.bytes().take_while(u8::is_ascii_digit).count();
     let rest = &body[digits..];
-    ((1..=3).contains(&digits) && (rest.starts_with(". ") || rest.starts_with(") ")))
-        .then_some(indent + digits + 2)
+    ((1..=3).contains(&digits) && (rest.starts_with(". ") || rest.starts_with(") "))).then_some(indent + digits + 2)
 }
 
 /// Whether `line` is a markdown heading ("# Title").
@@ -464,9 +420,7 @@ fn split(text: &str, markers: &[Marker]) -> Vec<Range<usize>> {
         let (bs, be) = (block[0] + bullet, block[1]);
         for (k, r) in sentences(&shadow[bs..be]).into_iter().enumerate() {
             let start = if k == 0 { block[0] } else { bs + r.start };
-            let Some(piece) = text.get(start..bs + r.end) else {
-                continue;
-            };
+            let Some(piece) = text.get(start..bs + r.end) else { continue };
             let lead = piece.len() - piece.trim_start().len();
             let span = start + lead..start + piece.trim_end().len();
             if span.is_empty() {
@@ -543,24 +497,13 @@ mod tests {
 
     #[test]
     fn invalid_removed_and_reported() {
-        let p = parse_answer(
-            "Paris is big [7]. Rome is old [1, 9]. Oslo [0][2] is cold [id=abc].",
-            V,
-        );
+        let p = parse_answer("Paris is big [7]. Rome is old [1, 9]. Oslo [0][2] is cold [id=abc].", V);
         assert_eq!(p.text, "Paris is big. Rome is old [1]. Oslo [2] is cold.");
         assert_eq!(p.invalid, ["7", "9", "0", "abc"]);
         assert_eq!(p.cited, [1, 2]);
-        assert_eq!(
-            texts(&p),
-            ["Paris is big.", "Rome is old [1].", "Oslo [2] is cold."]
-        );
+        assert_eq!(texts(&p), ["Paris is big.", "Rome is old [1].", "Oslo [2] is cold."]);
         assert_eq!(p.sentences[0].citations, Vec::<usize>::new());
-        assert_eq!(
-            p.uncited_sentences()
-                .map(|s| s.text.as_str())
-                .collect::<Vec<_>>(),
-            ["Paris is big."]
-        );
+        assert_eq!(p.uncited_sentences().map(|s| s.text.as_str()).collect::<Vec<_>>(), ["Paris is big."]);
         check_spans(&p);
     }
 
@@ -628,10 +571,7 @@ mod tests {
             let p = parse_answer(input, V);
             assert_eq!(p.sentences.len(), 2, "{input}");
             assert_eq!(p.sentences[0].citations, [1], "{input}");
-            assert!(
-                p.sentences[0].text.starts_with("Paris is the capital."),
-                "{input}"
-            );
+            assert!(p.sentences[0].text.starts_with("Paris is the capital."), "{input}");
             assert!(p.sentences[0].text.ends_with("[1]"), "{input}");
             assert_eq!(p.sentences[1].text, "Berlin is in Germany [2].", "{input}");
             assert_eq!(p.sentences[1].citations, [2], "{input}");
@@ -643,18 +583,11 @@ mod tests {
 
     #[test]
     fn a_line_opening_marker_covers_the_rest_of_its_line() {
-        let p = parse_answer(
-            "[1] Claims are due in 30 days. Late ones need approval.\nReceipts are kept.",
-            V,
-        );
+        let p = parse_answer("[1] Claims are due in 30 days. Late ones need approval.\nReceipts are kept.", V);
         let cites: Vec<Vec<usize>> = p.sentences.iter().map(|s| s.citations.clone()).collect();
         assert_eq!(cites, [vec![1], vec![1], vec![]]);
         let p = parse_answer("Due in 30 days [1]. Late ones need approval.", V);
-        assert_eq!(
-            p.sentences[1].citations,
-            Vec::<usize>::new(),
-            "a trailing marker covers only its sentence"
-        );
+        assert_eq!(p.sentences[1].citations, Vec::<usize>::new(), "a trailing marker covers only its sentence");
     }
 
     #[test]
@@ -669,53 +602,19 @@ mod tests {
 
     #[test]
     fn bullet_lists() {
-        let p = parse_answer(
-            "Two rules:\n- Item one [1]\n- Item two [2]\n* Item three [3]\n1. Four [1]\n2) Five",
-            V,
-        );
-        assert_eq!(
-            texts(&p),
-            [
-                "Two rules:",
-                "- Item one [1]",
-                "- Item two [2]",
-                "* Item three [3]",
-                "1. Four [1]",
-                "2) Five"
-            ]
-        );
+        let p = parse_answer("Two rules:\n- Item one [1]\n- Item two [2]\n* Item three [3]\n1. Four [1]\n2) Five", V);
+        assert_eq!(texts(&p), ["Two rules:", "- Item one [1]", "- Item two [2]", "* Item three [3]", "1. Four [1]", "2) Five"]);
         let cites: Vec<Vec<usize>> = p.sentences.iter().map(|s| s.citations.clone()).collect();
         assert_eq!(cites, [vec![], vec![1], vec![2], vec![3], vec![1], vec![]]);
         check_spans(&p);
-        let p = parse_answer(
-            "- Item one [1]\n- Item two. Has two sentences [2].\nThat is all.",
-            V,
-        );
-        assert_eq!(
-            texts(&p),
-            [
-                "- Item one [1]",
-                "- Item two.",
-                "Has two sentences [2].",
-                "That is all."
-            ]
-        );
+        let p = parse_answer("- Item one [1]\n- Item two. Has two sentences [2].\nThat is all.", V);
+        assert_eq!(texts(&p), ["- Item one [1]", "- Item two.", "Has two sentences [2].", "That is all."]);
     }
 
     #[test]
     fn headings_and_multi_line() {
-        let p = parse_answer(
-            "## Answer\nParis is big [1].\n\nRome is old\nand famous [2].",
-            V,
-        );
-        assert_eq!(
-            texts(&p),
-            [
-                "## Answer",
-                "Paris is big [1].",
-                "Rome is old\nand famous [2]."
-            ]
-        );
+        let p = parse_answer("## Answer\nParis is big [1].\n\nRome is old\nand famous [2].", V);
+        assert_eq!(texts(&p), ["## Answer", "Paris is big [1].", "Rome is old\nand famous [2]."]);
         check_spans(&p);
     }
 
@@ -747,10 +646,7 @@ mod tests {
 
     #[test]
     fn strip() {
-        assert_eq!(
-            strip_markers("Paris is the capital [1][2]."),
-            "Paris is the capital."
-        );
+        assert_eq!(strip_markers("Paris is the capital [1][2]."), "Paris is the capital.");
         assert_eq!(strip_markers("- Item one [Passage 1]"), "Item one");
         assert_eq!(strip_markers("2. Rome [1, 9] is old."), "Rome is old.");
         assert_eq!(strip_markers("See [note] [1]."), "See [note].");

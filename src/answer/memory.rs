@@ -110,288 +110,50 @@ impl std::fmt::Display for FollowUpCue {
 
 /// Function words: never content, never antecedents.
 const STOPWORDS: &[&str] = &[
-    "a",
-    "an",
-    "the",
-    "this",
-    "that",
-    "these",
-    "those",
-    "such",
-    "some",
-    "any",
-    "all",
-    "each",
-    "every",
-    "no",
-    "none",
-    "both",
-    "either",
-    "neither",
-    "another",
-    "other",
-    "others",
-    "same",
-    "own",
-    "one",
-    "ones",
-    "much",
-    "many",
-    "more",
-    "most",
-    "less",
-    "least",
-    "few",
-    "fewer",
-    "several",
-    "enough",
-    "i",
-    "me",
-    "my",
-    "mine",
-    "myself",
-    "we",
-    "us",
-    "our",
-    "ours",
-    "ourselves",
-    "you",
-    "your",
-    "yours",
-    "yourself",
-    "yourselves",
-    "he",
-    "him",
-    "his",
-    "himself",
-    "she",
-    "her",
-    "hers",
-    "herself",
-    "it",
-    "its",
-    "itself",
-    "they",
-    "them",
-    "their",
-    "theirs",
-    "themselves",
-    "what",
-    "which",
-    "who",
-    "whom",
-    "whose",
-    "where",
-    "when",
-    "why",
-    "how",
-    "whether",
-    "am",
-    "is",
-    "are",
-    "was",
-    "were",
-    "be",
-    "been",
-    "being",
-    "do",
-    "does",
-    "did",
-    "doing",
-    "done",
-    "have",
-    "has",
-    "had",
-    "having",
-    "can",
-    "could",
-    "will",
-    "would",
-    "shall",
-    "should",
-    "may",
-    "might",
-    "must",
-    "ought",
-    "get",
-    "gets",
-    "got",
-    "not",
-    "and",
-    "or",
-    "but",
-    "nor",
-    "if",
-    "then",
-    "than",
-    "so",
-    "because",
-    "while",
-    "although",
-    "though",
-    "unless",
-    "once",
-    "until",
-    "about",
-    "above",
-    "across",
-    "after",
-    "against",
-    "along",
-    "among",
-    "around",
-    "as",
-    "at",
-    "before",
-    "behind",
-    "below",
-    "beneath",
-    "beside",
-    "besides",
-    "between",
-    "beyond",
-    "by",
-    "despite",
-    "down",
-    "during",
-    "except",
-    "for",
-    "from",
-    "in",
-    "inside",
-    "into",
-    "like",
-    "near",
-    "of",
-    "off",
-    "on",
-    "onto",
-    "out",
-    "outside",
-    "over",
-    "past",
-    "per",
-    "regarding",
-    "since",
-    "through",
-    "throughout",
-    "to",
-    "toward",
-    "towards",
-    "under",
-    "underneath",
-    "up",
-    "upon",
-    "via",
-    "with",
-    "within",
-    "without",
-    "there",
-    "here",
-    "now",
-    "also",
-    "too",
-    "very",
-    "just",
-    "only",
-    "even",
-    "still",
-    "already",
-    "really",
-    "exactly",
-    "again",
-    "ever",
-    "never",
-    "always",
-    "often",
-    "sometimes",
-    "usually",
-    "please",
-    "yes",
-    "ok",
-    "okay",
-    "well",
-    "long",
-    "far",
-    "soon",
-    "else",
-    "instead",
-    "former",
-    "latter",
-    "etc",
+    "a", "an", "the", "this", "that", "these", "those", "such", "some", "any", "all", "each", "every", "no", "none",
+    "both", "either", "neither", "another", "other", "others", "same", "own", "one", "ones", "much", "many", "more",
+    "most", "less", "least", "few", "fewer", "several", "enough", "i", "me", "my", "mine", "myself", "we", "us", "our",
+    "ours", "ourselves", "you", "your", "yours", "yourself", "yourselves", "he", "him", "his", "himself", "she", "her",
+    "hers", "herself", "it", "its", "itself", "they", "them", "their", "theirs", "themselves", "what", "which", "who",
+    "whom", "whose", "where", "when", "why", "how", "whether", "am", "is", "are", "was", "were", "be", "been",
+    "being", "do", "does", "did", "doing", "done", "have", "has", "had", "having", "can", "could", "will", "would",
+    "shall", "should", "may", "might", "must", "ought", "get", "gets", "got", "not", "and", "or", "but", "nor", "if",
+    "then", "than", "so", "because", "while", "although", "though", "unless", "once", "until", "about", "above",
+    "across", "after", "against", "along", "among", "around", "as", "at", "before", "behind", "below", "beneath",
+    "beside", "besides", "between", "beyond", "by", "despite", "down", "during", "except", "for", "from", "in",
+    "inside", "into", "like", "near", "of", "off", "on", "onto", "out", "outside", "over", "past", "per",
+    "regarding", "since", "through", "throughout", "to", "toward", "towards", "under", "underneath", "up", "upon",
+    "via", "with", "within", "without", "there", "here", "now", "also", "too", "very", "just", "only", "even",
+    "still", "already", "really", "exactly", "again", "ever", "never", "always", "often", "sometimes", "usually",
+    "please", "yes", "ok", "okay", "well", "long", "far", "soon", "else", "instead", "former", "latter", "etc",
 ];
 
 /// Prepositions: a fragment starting with one is an ellipsis ("For contractors?").
 const PREPOSITIONS: &[&str] = &[
-    "about",
-    "above",
-    "across",
-    "after",
-    "against",
-    "along",
-    "among",
-    "around",
-    "at",
-    "before",
-    "behind",
-    "below",
-    "beneath",
-    "beside",
-    "between",
-    "beyond",
-    "by",
-    "despite",
-    "during",
-    "except",
-    "for",
-    "from",
-    "in",
-    "inside",
-    "into",
-    "near",
-    "of",
-    "off",
-    "on",
-    "onto",
-    "outside",
-    "over",
-    "past",
-    "per",
-    "regarding",
-    "since",
-    "through",
-    "throughout",
-    "to",
-    "toward",
-    "towards",
-    "under",
-    "underneath",
-    "until",
-    "upon",
-    "via",
-    "with",
-    "within",
+    "about", "above", "across", "after", "against", "along", "among", "around", "at", "before", "behind", "below",
+    "beneath", "beside", "between", "beyond", "by", "despite", "during", "except", "for", "from", "in", "inside",
+    "into", "near", "of", "off", "on", "onto", "outside", "over", "past", "per", "regarding", "since", "through",
+    "throughout", "to", "toward", "towards", "under", "underneath", "until", "upon", "via", "with", "within",
     "without",
 ];
 
 /// Words after which a content word is a noun even when it could be a verb ("the pay", "a claim").
 const NOUN_MARKERS: &[&str] = &[
-    "a", "an", "the", "my", "our", "your", "his", "her", "its", "their", "each", "every", "any",
-    "some", "no", "all", "another", "which", "what", "whose", "this", "that", "these", "those",
-    "such", "many", "much", "more", "most", "few", "several", "other", "same", "own",
+    "a", "an", "the", "my", "our", "your", "his", "her", "its", "their", "each", "every", "any", "some", "no", "all",
+    "another", "which", "what", "whose", "this", "that", "these", "those", "such", "many", "much", "more", "most",
+    "few", "several", "other", "same", "own",
 ];
 
 /// Auxiliaries and modals: a pronoun followed by one is a subject.
 const AUXILIARIES: &[&str] = &[
-    "am", "is", "are", "was", "were", "be", "been", "do", "does", "did", "have", "has", "had",
-    "can", "could", "will", "would", "shall", "should", "may", "might", "must", "not",
+    "am", "is", "are", "was", "were", "be", "been", "do", "does", "did", "have", "has", "had", "can", "could", "will",
+    "would", "shall", "should", "may", "might", "must", "not",
 ];
 
 /// Words that separate clauses: an object pronoun may refer to a noun before one of these.
 const CLAUSE_WORDS: &[&str] = &[
-    "and", "or", "but", "if", "when", "whether", "because", "while", "although", "though",
-    "unless", "once", "then", "so", "that", "which", "who", "whom", "whose", "where", "why", "how",
-    "what", "after", "before", "until",
+    "and", "or", "but", "if", "when", "whether", "because", "while", "although", "though", "unless", "once", "then",
+    "so", "that", "which", "who", "whom", "whose", "where", "why", "how", "what", "after", "before", "until",
 ];
 
 /// Punctuation that separates clauses or sentences.
@@ -400,181 +162,32 @@ const CLAUSE_PUNCT: &[&str] = &[",", ";", ":", "—", "–", "-", "(", ")", ".",
 /// Common verbs of policy questions (base forms); inflections are recognised by [`is_verb`].
 /// Words that are mostly nouns in this domain (leave, travel, claim, contact) are left out.
 const VERBS: &[&str] = &[
-    "accept",
-    "affect",
-    "agree",
-    "allow",
-    "apply",
-    "approve",
-    "arrange",
-    "ask",
-    "attend",
-    "authorise",
-    "authorize",
-    "become",
-    "begin",
-    "belong",
-    "book",
-    "bring",
-    "buy",
-    "call",
-    "cancel",
-    "carry",
-    "change",
-    "check",
-    "choose",
-    "come",
-    "complete",
-    "confirm",
-    "contain",
-    "continue",
-    "cost",
-    "count",
-    "cover",
-    "decide",
-    "define",
-    "depend",
-    "describe",
-    "do",
-    "end",
-    "ensure",
-    "expire",
-    "explain",
-    "fill",
-    "find",
-    "follow",
-    "get",
-    "give",
-    "go",
-    "handle",
-    "happen",
-    "have",
-    "help",
-    "hold",
-    "include",
-    "join",
-    "keep",
-    "know",
-    "last",
-    "let",
-    "list",
-    "look",
-    "lose",
-    "make",
-    "manage",
-    "matter",
-    "mean",
-    "meet",
-    "mention",
-    "need",
-    "offer",
-    "own",
-    "pay",
-    "permit",
-    "provide",
-    "qualify",
-    "receive",
-    "refer",
-    "refund",
-    "reimburse",
-    "remain",
-    "renew",
-    "replace",
-    "report",
-    "request",
-    "require",
-    "resign",
-    "return",
-    "review",
-    "run",
-    "say",
-    "see",
-    "sell",
-    "send",
-    "set",
-    "show",
-    "sign",
-    "spend",
-    "start",
-    "state",
-    "stay",
-    "stop",
-    "submit",
-    "take",
-    "tell",
-    "think",
-    "use",
-    "want",
-    "work",
-    "write",
+    "accept", "affect", "agree", "allow", "apply", "approve", "arrange", "ask", "attend", "authorise", "authorize",
+    "become", "begin", "belong", "book", "bring", "buy", "call", "cancel", "carry", "change", "check", "choose",
+    "come", "complete", "confirm", "contain", "continue", "cost", "count", "cover", "decide", "define", "depend",
+    "describe", "do", "end", "ensure", "expire", "explain", "fill", "find", "follow", "get", "give", "go", "handle",
+    "happen", "have", "help", "hold", "include", "join", "keep", "know", "last", "let", "list", "look", "lose", "make",
+    "manage", "matter", "mean", "meet", "mention", "need", "offer", "own", "pay", "permit", "provide", "qualify",
+    "receive", "refer", "refund", "reimburse", "remain", "renew", "replace", "report", "request", "require",
+    "resign", "return", "review", "run", "say", "see", "sell", "send", "set", "show", "sign", "spend", "start",
+    "state", "stay", "stop", "submit", "take", "tell", "think", "use", "want", "work", "write",
 ];
 
 /// Irregular verb forms.
 const IRREGULAR_VERBS: &[&str] = &[
-    "said", "took", "taken", "got", "gotten", "paid", "kept", "lost", "made", "gave", "given",
-    "sent", "ran", "knew", "known", "thought", "told", "found", "meant", "went", "gone", "came",
-    "bought", "brought", "held", "sold", "spent", "wrote", "written", "saw", "seen", "chose",
-    "chosen", "began", "begun", "did", "done", "had", "set",
+    "said", "took", "taken", "got", "gotten", "paid", "kept", "lost", "made", "gave", "given", "sent", "ran", "knew",
+    "known", "thought", "told", "found", "meant", "went", "gone", "came", "bought", "brought", "held", "sold",
+    "spent", "wrote", "written", "saw", "seen", "chose", "chosen", "began", "begun", "did", "done", "had", "set",
 ];
 
 /// Adjectives of an expletive "it" ("Is it possible to ...").
 const EXPLETIVE_WORDS: &[&str] = &[
-    "possible",
-    "impossible",
-    "ok",
-    "okay",
-    "allowed",
-    "permitted",
-    "mandatory",
-    "compulsory",
-    "necessary",
-    "required",
-    "true",
-    "legal",
-    "illegal",
-    "acceptable",
-    "appropriate",
-    "safe",
-    "worth",
-    "normal",
-    "common",
-    "reasonable",
-    "better",
-    "best",
-    "easier",
-    "easy",
-    "harder",
-    "hard",
-    "difficult",
-    "likely",
-    "unlikely",
-    "important",
-    "advisable",
-    "feasible",
-    "fine",
-    "alright",
-    "wise",
-    "needed",
-    "essential",
-    "expected",
-    "usual",
-    "standard",
-    "matter",
-    "matters",
-    "take",
-    "takes",
-    "took",
-    "cost",
-    "costs",
-    "enough",
-    "too",
-    "against",
-    "right",
-    "wrong",
-    "clear",
-    "known",
-    "sensible",
-    "like",
+    "possible", "impossible", "ok", "okay", "allowed", "permitted", "mandatory", "compulsory", "necessary",
+    "required", "true", "legal", "illegal", "acceptable", "appropriate", "safe", "worth", "normal", "common",
+    "reasonable", "better", "best", "easier", "easy", "harder", "hard", "difficult", "likely", "unlikely",
+    "important", "advisable", "feasible", "fine", "alright", "wise", "needed", "essential", "expected", "usual",
+    "standard", "matter", "matters", "take", "takes", "took", "cost", "costs", "enough", "too", "against", "right",
+    "wrong", "clear", "known", "sensible", "like",
 ];
 
 /// What introduces the extraposed clause of an expletive "it".
@@ -582,285 +195,69 @@ const EXPLETIVE_CLAUSE: &[&str] = &["to", "that", "whether", "if", "when"];
 
 /// Words after "this"/"these" that make a time expression, not a reference ("this year").
 const TIME_NOUNS: &[&str] = &[
-    "year",
-    "years",
-    "month",
-    "months",
-    "week",
-    "weeks",
-    "quarter",
-    "quarters",
-    "term",
-    "morning",
-    "afternoon",
-    "evening",
-    "weekend",
-    "season",
-    "summer",
-    "winter",
-    "spring",
-    "autumn",
-    "semester",
-    "fortnight",
-    "financial",
-    "fiscal",
-    "calendar",
-    "academic",
-    "days",
-    "time",
-    "today",
-    "tonight",
+    "year", "years", "month", "months", "week", "weeks", "quarter", "quarters", "term", "morning", "afternoon",
+    "evening", "weekend", "season", "summer", "winter", "spring", "autumn", "semester", "fortnight", "financial",
+    "fiscal", "calendar", "academic", "days", "time", "today", "tonight",
 ];
 
 /// Words after "those"/"these" that make them generic ("those who work part-time").
 const GENERIC_AFTER_THOSE: &[&str] = &[
-    "who", "whom", "whose", "that", "which", "with", "without", "in", "on", "at", "of", "from",
-    "under", "over", "aged", "employed", "working", "eligible", "affected", "living", "based",
+    "who", "whom", "whose", "that", "which", "with", "without", "in", "on", "at", "of", "from", "under", "over",
+    "aged", "employed", "working", "eligible", "affected", "living", "based",
 ];
 
 /// Words before "that" that make it a complementiser ("say that ...", "true that ...").
 const COMPLEMENT_TAKERS: &[&str] = &[
-    "say",
-    "says",
-    "said",
-    "mean",
-    "means",
-    "meant",
-    "ensure",
-    "ensures",
-    "require",
-    "requires",
-    "required",
-    "confirm",
-    "confirms",
-    "know",
-    "think",
-    "believe",
-    "state",
-    "states",
-    "stated",
-    "true",
-    "clear",
-    "likely",
-    "possible",
-    "given",
-    "provided",
-    "assuming",
-    "except",
-    "now",
-    "so",
-    "such",
-    "decide",
-    "decides",
-    "decided",
-    "agree",
-    "agrees",
-    "agreed",
-    "note",
-    "notes",
-    "show",
-    "shows",
-    "check",
-    "mandatory",
-    "necessary",
-    "important",
-    "than",
-    "specify",
-    "specifies",
-    "stipulate",
-    "stipulates",
-    "explain",
-    "explains",
-    "suggest",
-    "suggests",
-    "claim",
-    "claims",
-    "prove",
-    "verify",
-    "guarantee",
-    "allow",
-    "fact",
-    "sure",
-    "aware",
-    "way",
-    "order",
+    "say", "says", "said", "mean", "means", "meant", "ensure", "ensures", "require", "requires", "required",
+    "confirm", "confirms", "know", "think", "believe", "state", "states", "stated", "true", "clear", "likely",
+    "possible", "given", "provided", "assuming", "except", "now", "so", "such", "decide", "decides", "decided",
+    "agree", "agrees", "agreed", "note", "notes", "show", "shows", "check", "mandatory", "necessary", "important",
+    "than", "specify", "specifies", "stipulate", "stipulates", "explain", "explains", "suggest", "suggests",
+    "claim", "claims", "prove", "verify", "guarantee", "allow", "fact", "sure", "aware", "way", "order",
 ];
 
 /// Verbs that, after "you", talk about the conversation ("you said").
 const YOU_VERBS: &[&str] = &[
-    "said",
-    "say",
-    "mentioned",
-    "mention",
-    "told",
-    "listed",
-    "quoted",
-    "cited",
-    "described",
-    "gave",
-    "suggested",
-    "meant",
-    "mean",
-    "referred",
-    "recommended",
-    "just",
-    "showed",
-    "wrote",
-    "answered",
-    "linked",
-    "explained",
-    "brought",
-    "previously",
-    "earlier",
-    "already",
-    "raised",
-    "noted",
-    "stated",
+    "said", "say", "mentioned", "mention", "told", "listed", "quoted", "cited", "described", "gave", "suggested",
+    "meant", "mean", "referred", "recommended", "just", "showed", "wrote", "answered", "linked", "explained",
+    "brought", "previously", "earlier", "already", "raised", "noted", "stated",
 ];
 
 /// Verbs that, after "we", talk about the conversation ("we discussed").
-const WE_VERBS: &[&str] = &[
-    "discussed",
-    "talked",
-    "spoke",
-    "covered",
-    "mentioned",
-    "went",
-    "looked",
-    "chatted",
-];
+const WE_VERBS: &[&str] = &["discussed", "talked", "spoke", "covered", "mentioned", "went", "looked", "chatted"];
 
 /// Nouns that, after "your" or "previous"/"last", name a part of the conversation.
 const TURN_NOUNS: &[&str] = &[
-    "answer",
-    "answers",
-    "reply",
-    "replies",
-    "response",
-    "responses",
-    "question",
-    "questions",
-    "message",
-    "point",
-    "points",
-    "list",
-    "summary",
-    "example",
-    "examples",
-    "suggestion",
-    "suggestions",
-    "turn",
-    "previous",
-    "last",
-    "earlier",
-    "first",
-    "second",
+    "answer", "answers", "reply", "replies", "response", "responses", "question", "questions", "message", "point",
+    "points", "list", "summary", "example", "examples", "suggestion", "suggestions", "turn", "previous", "last",
+    "earlier", "first", "second",
 ];
 
 /// Words that make "earlier"/"above"/"previously" point into the conversation ("mentioned
 /// earlier"); alone at the end they do not ("Can I start earlier?").
 const MENTION_VERBS: &[&str] = &[
-    "mentioned",
-    "said",
-    "discussed",
-    "listed",
-    "gave",
-    "given",
-    "quoted",
-    "showed",
-    "shown",
-    "asked",
-    "cited",
-    "described",
-    "told",
-    "noted",
-    "stated",
-    "explained",
+    "mentioned", "said", "discussed", "listed", "gave", "given", "quoted", "showed", "shown", "asked", "cited",
+    "described", "told", "noted", "stated", "explained",
 ];
 
 /// The comparand after "same ... as" that points back ("as last week", "as before").
 const BACK_COMPARANDS: &[&str] = &[
-    "before",
-    "earlier",
-    "above",
-    "previously",
-    "you",
-    "we",
-    "that",
-    "this",
-    "it",
-    "those",
-    "these",
-    "them",
-    "then",
-    "usual",
-    "mentioned",
-    "discussed",
+    "before", "earlier", "above", "previously", "you", "we", "that", "this", "it", "those", "these", "them", "then",
+    "usual", "mentioned", "discussed",
 ];
 
 /// Words allowed in a question with no content ("Why?", "Tell me more.", "Which one?").
 const CONTINUATION_WORDS: &[&str] = &[
-    "tell",
-    "explain",
-    "elaborate",
-    "expand",
-    "clarify",
-    "mean",
-    "sure",
-    "example",
-    "examples",
-    "detail",
-    "details",
-    "continue",
-    "go",
-    "more",
-    "why",
-    "how",
-    "so",
-    "really",
-    "exactly",
-    "else",
-    "one",
-    "ones",
-    "please",
-    "again",
-    "give",
-    "show",
+    "tell", "explain", "elaborate", "expand", "clarify", "mean", "sure", "example", "examples", "detail", "details",
+    "continue", "go", "more", "why", "how", "so", "really", "exactly", "else", "one", "ones", "please", "again",
+    "give", "show",
 ];
 
 /// Extra words left out of content-word overlap (time and reference words carry no topic).
 const OVERLAP_STOPWORDS: &[&str] = &[
-    "week",
-    "weeks",
-    "month",
-    "months",
-    "year",
-    "years",
-    "time",
-    "times",
-    "today",
-    "yesterday",
-    "ago",
-    "last",
-    "previous",
-    "earlier",
-    "previously",
-    "said",
-    "mentioned",
-    "discussed",
-    "agree",
-    "agreed",
-    "tell",
-    "know",
-    "say",
-    "mean",
-    "thing",
-    "things",
-    "lot",
-    "kind",
-    "sort",
-    "question",
-    "answer",
+    "week", "weeks", "month", "months", "year", "years", "time", "times", "today", "yesterday", "ago", "last",
+    "previous", "earlier", "previously", "said", "mentioned", "discussed", "agree", "agreed", "tell", "know", "say",
+    "mean", "thing", "things", "lot", "kind", "sort", "question", "answer",
 ];
 
 fn is_in(list: &[&str], w: &str) -> bool {
@@ -916,19 +313,8 @@ fn tokenize(text: &str) -> Vec<Tok> {
             let end = chars.get(j).map_or(text.len(), |&(b, _)| b);
             let raw = &text[start..end];
             let lower = raw.to_lowercase();
-            if acronyms
-                && raw.len() >= 2
-                && raw.chars().all(char::is_uppercase)
-                && is_stop(&lower)
-                && lower != "ok"
-            {
-                toks.push(Tok {
-                    w: raw.to_string(),
-                    start,
-                    end,
-                    punct: false,
-                    cap: true,
-                });
+            if acronyms && raw.len() >= 2 && raw.chars().all(char::is_uppercase) && is_stop(&lower) && lower != "ok" {
+                toks.push(Tok { w: raw.to_string(), start, end, punct: false, cap: true });
             } else {
                 push_word(&mut toks, raw, start, end);
             }
@@ -937,13 +323,7 @@ fn tokenize(text: &str) -> Vec<Tok> {
             // A hyphen only separates clauses when it stands alone (" - ").
             let s = c.to_string();
             if is_in(CLAUSE_PUNCT, &s) {
-                toks.push(Tok {
-                    w: s,
-                    start,
-                    end: start + c.len_utf8(),
-                    punct: true,
-                    cap: false,
-                });
+                toks.push(Tok { w: s, start, end: start + c.len_utf8(), punct: true, cap: false });
             }
             i += 1;
         }
@@ -955,15 +335,7 @@ fn tokenize(text: &str) -> Vec<Tok> {
 fn push_word(toks: &mut Vec<Tok>, raw: &str, start: usize, end: usize) {
     let cap = raw.chars().next().is_some_and(char::is_uppercase);
     let w = raw.to_lowercase().replace('’', "'");
-    let mut push = |w: &str, cap: bool| {
-        toks.push(Tok {
-            w: w.to_string(),
-            start,
-            end,
-            punct: false,
-            cap,
-        })
-    };
+    let mut push = |w: &str, cap: bool| toks.push(Tok { w: w.to_string(), start, end, punct: false, cap });
     if let Some(base) = w.strip_suffix("n't") {
         let base = match base {
             "ca" => "can",
@@ -976,13 +348,7 @@ fn push_word(toks: &mut Vec<Tok>, raw: &str, start: usize, end: usize) {
     } else if let Some(base) = w.strip_suffix("'s") {
         push(base, cap);
         // "it's" is "it is"; "policy's" is a possessive and stays one word.
-        if is_in(
-            &[
-                "it", "that", "what", "there", "he", "she", "who", "where", "how", "when", "here",
-                "this",
-            ],
-            base,
-        ) {
+        if is_in(&["it", "that", "what", "there", "he", "she", "who", "where", "how", "when", "here", "this"], base) {
             push("is", false);
         }
     } else if let Some((base, rest)) = w.split_once('\'') {
@@ -1048,28 +414,14 @@ fn looks_plural(w: &str) -> bool {
     w.len() > 3
         && w.ends_with('s')
         && !(w.ends_with("ss") || w.ends_with("us") || w.ends_with("is"))
-        && !is_in(
-            &[
-                "news",
-                "series",
-                "species",
-                "means",
-                "politics",
-                "economics",
-                "physics",
-                "sales",
-            ],
-            w,
-        )
+        && !is_in(&["news", "series", "species", "means", "politics", "economics", "physics", "sales"], w)
 }
 
 /// The word's Snowball (Porter 2) English stem, the stemmer BM25 uses too: "policies" and
 /// "policy" meet, as do "clients" and "client".
 fn stem(w: &str) -> String {
     // Creating one only picks the algorithm's function.
-    rust_stemmers::Stemmer::create(rust_stemmers::Algorithm::English)
-        .stem(w)
-        .into_owned()
+    rust_stemmers::Stemmer::create(rust_stemmers::Algorithm::English).stem(w).into_owned()
 }
 
 /// The words of a question, with the helpers the rules need.
@@ -1080,10 +432,7 @@ struct Question<'q> {
 
 impl<'q> Question<'q> {
     fn new(text: &'q str) -> Self {
-        Question {
-            text,
-            toks: tokenize(text),
-        }
+        Question { text, toks: tokenize(text) }
     }
 
     fn w(&self, i: usize) -> &str {
@@ -1114,18 +463,12 @@ impl<'q> Question<'q> {
 
     /// The question's text from token `a` to token `b` (inclusive).
     fn span(&self, a: usize, b: usize) -> String {
-        let (s, e) = (
-            self.toks[a].start,
-            self.toks[b.min(self.toks.len() - 1)].end,
-        );
+        let (s, e) = (self.toks[a].start, self.toks[b.min(self.toks.len() - 1)].end);
         self.text[s..e.max(s)].to_string()
     }
 
     fn cue(&self, kind: CueKind, a: usize, b: usize) -> FollowUpCue {
-        FollowUpCue {
-            kind,
-            text: self.span(a, b),
-        }
+        FollowUpCue { kind, text: self.span(a, b) }
     }
 
     fn is_content(&self, i: usize) -> bool {
@@ -1158,9 +501,7 @@ impl<'q> Question<'q> {
         } else {
             i
         };
-        (0..end).any(|j| {
-            self.is_noun(j) && !(singular && looks_plural(&self.toks[j].w) && !self.toks[j].cap)
-        })
+        (0..end).any(|j| self.is_noun(j) && !(singular && looks_plural(&self.toks[j].w) && !self.toks[j].cap))
     }
 
     /// Whether the pronoun at `i` is a subject (followed by an auxiliary or a verb).
@@ -1172,25 +513,10 @@ impl<'q> Question<'q> {
     /// "It" as in "Is it possible to ..." or "How long does it take to ...".
     fn is_expletive_it(&self, i: usize) -> bool {
         let mut k = i + 1;
-        while is_in(
-            &[
-                "is",
-                "was",
-                "be",
-                "will",
-                "not",
-                "really",
-                "always",
-                "ever",
-                "still",
-                "generally",
-            ],
-            self.word(k),
-        ) {
+        while is_in(&["is", "was", "be", "will", "not", "really", "always", "ever", "still", "generally"], self.word(k)) {
             k += 1;
         }
-        is_in(EXPLETIVE_WORDS, self.word(k))
-            && (k + 1..self.toks.len()).any(|m| is_in(EXPLETIVE_CLAUSE, self.w(m)))
+        is_in(EXPLETIVE_WORDS, self.word(k)) && (k + 1..self.toks.len()).any(|m| is_in(EXPLETIVE_CLAUSE, self.w(m)))
     }
 
     /// Whether the word at `i` (stemmed) occurs before `i`.
@@ -1210,11 +536,7 @@ pub fn refers_back(question: &str) -> Option<FollowUpCue> {
     if q.toks.iter().all(|t| t.punct) {
         return None;
     }
-    comparative(&q)
-        .or_else(|| deictic(&q))
-        .or_else(|| ellipsis(&q))
-        .or_else(|| pronoun(&q))
-        .or_else(|| no_content(&q))
+    comparative(&q).or_else(|| deictic(&q)).or_else(|| ellipsis(&q)).or_else(|| pronoun(&q)).or_else(|| no_content(&q))
 }
 
 fn deictic(q: &Question) -> Option<FollowUpCue> {
@@ -1224,19 +546,12 @@ fn deictic(q: &Question) -> Option<FollowUpCue> {
             "you" => is_in(YOU_VERBS, next),
             "we" => is_in(WE_VERBS, next),
             "your" => is_in(TURN_NOUNS, next),
-            "previous" | "last" | "prior" => is_in(
-                &[
-                    "answer", "answers", "reply", "response", "question", "message", "point",
-                ],
-                next,
-            ),
+            "previous" | "last" | "prior" => {
+                is_in(&["answer", "answers", "reply", "response", "question", "message", "point"], next)
+            }
             "earlier" => {
-                is_in(
-                    &[
-                        "answer", "answers", "reply", "response", "question", "message", "point",
-                    ],
-                    next,
-                ) || is_in(MENTION_VERBS, q.prev(i))
+                is_in(&["answer", "answers", "reply", "response", "question", "message", "point"], next)
+                    || is_in(MENTION_VERBS, q.prev(i))
             }
             "as" | "like" => {
                 is_in(&["before", "above", "previously", "earlier"], next)
@@ -1253,12 +568,7 @@ fn deictic(q: &Question) -> Option<FollowUpCue> {
             _ => false,
         };
         if hit {
-            let end = if is_in(
-                &[
-                    "you", "we", "your", "previous", "last", "earlier", "prior", "as", "like",
-                ],
-                &t.w,
-            ) {
+            let end = if is_in(&["you", "we", "your", "previous", "last", "earlier", "prior", "as", "like"], &t.w) {
                 i + 1
             } else {
                 i
@@ -1283,19 +593,14 @@ fn comparative(q: &Question) -> Option<FollowUpCue> {
                 }
                 // An explicit comparand in the same sentence ("the same as statutory sick pay")
                 // makes it self-contained, unless the comparand itself points back.
-                let stop = (i + 1..n)
-                    .find(|&k| q.toks[k].punct && q.toks[k].w != ",")
-                    .unwrap_or(n);
+                let stop = (i + 1..n).find(|&k| q.toks[k].punct && q.toks[k].w != ",").unwrap_or(n);
                 // "Is the policy on gifts the same for suppliers and clients?": both sides named.
-                if (0..i).any(|j| q.is_noun(j))
-                    && (i + 1..stop).any(|k| q.w(k) == "and" || q.w(k) == "or")
-                {
+                if (0..i).any(|j| q.is_noun(j)) && (i + 1..stop).any(|k| q.w(k) == "and" || q.w(k) == "or") {
                     continue;
                 }
                 if let Some(k) = (i + 1..stop).find(|&k| q.toks[k].w == "as") {
                     let c = q.word(k + 1);
-                    let back = is_in(BACK_COMPARANDS, c)
-                        || (c == "last" && is_in(&["week", "time", "session"], q.word(k + 2)));
+                    let back = is_in(BACK_COMPARANDS, c) || (c == "last" && is_in(&["week", "time", "session"], q.word(k + 2)));
                     if !back {
                         continue;
                     }
@@ -1307,17 +612,11 @@ fn comparative(q: &Question) -> Option<FollowUpCue> {
                 if q.prev(i.saturating_sub(1)) == "on" && next == "hand" {
                     continue;
                 }
-                let end = if q.is_content(i + 1) || next == "one" || next == "ones" {
-                    i + 1
-                } else {
-                    i
-                };
+                let end = if q.is_content(i + 1) || next == "one" || next == "ones" { i + 1 } else { i };
                 return Some(q.cue(CueKind::Comparative, from, end));
             }
             "latter" if the => return Some(q.cue(CueKind::Comparative, from, i)),
-            "former"
-                if the && (!q.is_content(i + 1) || is_in(&["option", "choice", "case"], next)) =>
-            {
+            "former" if the && (!q.is_content(i + 1) || is_in(&["option", "choice", "case"], next)) => {
                 return Some(q.cue(CueKind::Comparative, from, i))
             }
             "one" | "ones" if i > 0 => {
@@ -1368,10 +667,7 @@ fn ellipsis(q: &Question) -> Option<FollowUpCue> {
         return Some(q.cue(CueKind::Ellipsis, first, words[1]));
     }
     // A bare prepositional phrase: "For contractors?", "In the Leeds office?".
-    if words.len() <= 5
-        && is_in(PREPOSITIONS, w0)
-        && !words.iter().any(|&i| is_in(AUXILIARIES, q.w(i)))
-    {
+    if words.len() <= 5 && is_in(PREPOSITIONS, w0) && !words.iter().any(|&i| is_in(AUXILIARIES, q.w(i))) {
         return Some(q.cue(CueKind::Ellipsis, first, *words.last().unwrap_or(&first)));
     }
     None
@@ -1398,11 +694,7 @@ fn pronoun(q: &Question) -> Option<FollowUpCue> {
                     || (is_in(AUXILIARIES, next) && !is_in(&["do", "does", "did", "not"], next));
                 !existential && !q.has_antecedent(i, true, false)
             }
-            "such"
-                if next != "as"
-                    && next != "that"
-                    && (q.is_content(i + 1) || next == "a" || next == "an") =>
-            {
+            "such" if next != "as" && next != "that" && (q.is_content(i + 1) || next == "a" || next == "an") => {
                 return Some(q.cue(CueKind::Demonstrative, i, i + 1));
             }
             "this" | "these" | "those" | "that" => {
@@ -1439,26 +731,16 @@ fn demonstrative(q: &Question, i: usize) -> Option<FollowUpCue> {
             || q.toks[i - 1].punct
             || is_in(AUXILIARIES, prev)
             || is_in(PREPOSITIONS, prev)
-            || is_in(
-                &[
-                    "and", "or", "but", "if", "what", "which", "who", "where", "when", "why",
-                    "how", "like",
-                ],
-                prev,
-            );
+            || is_in(&["and", "or", "but", "if", "what", "which", "who", "where", "when", "why", "how", "like"], prev);
         if !opens {
             // "What did you base that on?", "Who signed that off?": a pronoun before a final particle.
-            let particle = (is_in(PREPOSITIONS, next)
-                || is_in(&["off", "up", "out", "back"], next))
-                && q.is_last_word(i + 1);
+            let particle = (is_in(PREPOSITIONS, next) || is_in(&["off", "up", "out", "back"], next)) && q.is_last_word(i + 1);
             if !particle && (is_in(COMPLEMENT_TAKERS, prev) || q.is_noun(i - 1) || !is_verb(prev)) {
                 return None; // relative ("the form that ...") or complementiser ("say that ...")
             }
             // After a verb: a determiner only in "approves that contract?" / "that contract from X".
             let after = q.w(i + 2);
-            let closes = q.toks.get(i + 2).is_none_or(|t| t.punct)
-                || is_in(PREPOSITIONS, after)
-                || is_in(CLAUSE_WORDS, after);
+            let closes = q.toks.get(i + 2).is_none_or(|t| t.punct) || is_in(PREPOSITIONS, after) || is_in(CLAUSE_WORDS, after);
             if !(particle || (q.is_noun(i + 1) && closes)) {
                 return None;
             }
@@ -1486,23 +768,12 @@ fn demonstrative(q: &Question, i: usize) -> Option<FollowUpCue> {
 /// A short question with no content words at all: "Why?", "How so?", "Which one?", "Tell me
 /// more." ("What can you do?" is about ragbox itself and does not count.)
 fn no_content(q: &Question) -> Option<FollowUpCue> {
-    let words: Vec<&str> = q
-        .toks
-        .iter()
-        .filter(|t| !t.punct)
-        .map(|t| t.w.as_str())
-        .collect();
-    if words.len() > 6
-        || words
-            .iter()
-            .any(|w| !is_stop(w) && !is_in(CONTINUATION_WORDS, w))
-    {
+    let words: Vec<&str> = q.toks.iter().filter(|t| !t.punct).map(|t| t.w.as_str()).collect();
+    if words.len() > 6 || words.iter().any(|w| !is_stop(w) && !is_in(CONTINUATION_WORDS, w)) {
         return None;
     }
     let to_ragbox = words.iter().any(|w| *w == "you" || *w == "your");
-    let continues = words
-        .iter()
-        .any(|w| is_in(CONTINUATION_WORDS, w) && !is_stop(w))
+    let continues = words.iter().any(|w| is_in(CONTINUATION_WORDS, w) && !is_stop(w))
         || words.iter().all(|w| is_in(CONTINUATION_WORDS, w));
     if to_ragbox && !continues {
         return None;
@@ -1517,12 +788,7 @@ fn no_content(q: &Question) -> Option<FollowUpCue> {
 fn content_words(text: &str) -> HashSet<String> {
     tokenize(text)
         .into_iter()
-        .filter(|t| {
-            !t.punct
-                && !is_stop(&t.w)
-                && !is_in(OVERLAP_STOPWORDS, &t.w)
-                && !is_in(CONTINUATION_WORDS, &t.w)
-        })
+        .filter(|t| !t.punct && !is_stop(&t.w) && !is_in(OVERLAP_STOPWORDS, &t.w) && !is_in(CONTINUATION_WORDS, &t.w))
         .map(|t| stem(t.w.trim_matches('\'')))
         .filter(|w| !w.is_empty())
         .collect()
@@ -1533,9 +799,7 @@ fn content_words(text: &str) -> HashSet<String> {
 /// the turn's question counts twice, one only in its answer once), most overlapping first (the
 /// later on ties), returned in chronological order. Empty when `prior` is empty or `max` is 0.
 pub fn relevant_turns(question: &str, prior: &[PriorTurn], max: usize) -> Vec<usize> {
-    let Some(latest) = prior.len().checked_sub(1) else {
-        return Vec::new();
-    };
+    let Some(latest) = prior.len().checked_sub(1) else { return Vec::new() };
     if max == 0 {
         return Vec::new();
     }
@@ -1547,16 +811,7 @@ pub fn relevant_turns(question: &str, prior: &[PriorTurn], max: usize) -> Vec<us
             let mut asked = content_words(turn.standalone);
             asked.extend(content_words(turn.question));
             let answered = content_words(turn.answer);
-            let score = words
-                .iter()
-                .map(|w| {
-                    if asked.contains(w) {
-                        2
-                    } else {
-                        usize::from(answered.contains(w))
-                    }
-                })
-                .sum::<usize>();
+            let score = words.iter().map(|w| if asked.contains(w) { 2 } else { usize::from(answered.contains(w)) }).sum::<usize>();
             (score > 0).then_some((k, score))
         })
         .collect();
@@ -1576,12 +831,7 @@ fn brief_answer(answer: &str) -> String {
         out.push_str(&rest[..open]);
         let after = &rest[open + 1..];
         match after.find(']') {
-            Some(close)
-                if after[..close]
-                    .chars()
-                    .all(|c| c.is_ascii_digit() || c == ',' || c == ' ')
-                    && close > 0 =>
-            {
+            Some(close) if after[..close].chars().all(|c| c.is_ascii_digit() || c == ',' || c == ' ') && close > 0 => {
                 rest = &after[close + 1..];
             }
             _ => {
@@ -1591,12 +841,7 @@ fn brief_answer(answer: &str) -> String {
         }
     }
     out.push_str(rest);
-    let flat = out
-        .split_whitespace()
-        .collect::<Vec<_>>()
-        .join(" ")
-        .replace(" .", ".")
-        .replace(" ,", ",");
+    let flat = out.split_whitespace().collect::<Vec<_>>().join(" ").replace(" .", ".").replace(" ,", ",");
     if flat.chars().count() <= ANSWER_CHARS {
         return flat;
     }
@@ -1617,21 +862,10 @@ question only, on one line.";
 fn rewrite_prompt(question: &str, turns: &[PriorTurn]) -> String {
     let mut s = String::from("Conversation:\n");
     for t in turns {
-        let asked = if t.standalone.trim().is_empty() {
-            t.question
-        } else {
-            t.standalone
-        };
-        s.push_str(&format!(
-            "Q: {}\nA: {}\n",
-            asked.trim(),
-            brief_answer(t.answer)
-        ));
+        let asked = if t.standalone.trim().is_empty() { t.question } else { t.standalone };
+        s.push_str(&format!("Q: {}\nA: {}\n", asked.trim(), brief_answer(t.answer)));
     }
-    s.push_str(&format!(
-        "\nFollow-up question: {}\n\nRewritten question:",
-        question.trim()
-    ));
+    s.push_str(&format!("\nFollow-up question: {}\n\nRewritten question:", question.trim()));
     s
 }
 
@@ -1707,15 +941,8 @@ pub fn clean_rewrite(raw: &str, question: &str) -> Option<String> {
 /// insurance limit? What about the other one?". The follow-up alone when `turns` is empty.
 pub fn fallback_rewrite(question: &str, turns: &[PriorTurn]) -> String {
     let question = question.trim();
-    let Some(last) = turns.last() else {
-        return question.to_string();
-    };
-    let before = if last.standalone.trim().is_empty() {
-        last.question
-    } else {
-        last.standalone
-    }
-    .trim();
+    let Some(last) = turns.last() else { return question.to_string() };
+    let before = if last.standalone.trim().is_empty() { last.question } else { last.standalone }.trim();
     if before.is_empty() {
         return question.to_string();
     }
@@ -1746,70 +973,43 @@ mod tests {
         ("When does that apply?", CueKind::Pronoun),
         ("And for contractors?", CueKind::Ellipsis),
         ("What about the other one?", CueKind::Comparative),
-        (
-            "Is the same true for the Leeds office?",
-            CueKind::Comparative,
-        ),
-        (
-            "Same client as last week — what did we agree?",
-            CueKind::Comparative,
-        ),
+        ("Is the same true for the Leeds office?", CueKind::Comparative),
+        ("Same client as last week — what did we agree?", CueKind::Comparative),
         ("How long does it take?", CueKind::Pronoun),
         ("Does the travel policy cover them?", CueKind::Pronoun),
         // Debatable; counted as a follow-up (see the module docs).
         ("What is this policy's scope?", CueKind::Demonstrative),
         ("Can they carry over unused days?", CueKind::Pronoun),
         ("What did you say the deadline was?", CueKind::Deictic),
-        (
-            "Which of those applies to part-time staff?",
-            CueKind::Pronoun,
-        ),
+        ("Which of those applies to part-time staff?", CueKind::Pronoun),
         ("How about remote workers?", CueKind::Ellipsis),
         ("Is there a form for that?", CueKind::Pronoun),
         ("What is its retention period?", CueKind::Pronoun),
         ("Why?", CueKind::Ellipsis),
         ("In the Leeds office?", CueKind::Ellipsis),
         ("Who signed that contract?", CueKind::Demonstrative),
-        (
-            "Does the latter require manager approval?",
-            CueKind::Comparative,
-        ),
-        (
-            "Can you explain the second option you mentioned?",
-            CueKind::Deictic,
-        ),
+        ("Does the latter require manager approval?", CueKind::Comparative),
+        ("Can you explain the second option you mentioned?", CueKind::Deictic),
         ("Tell me more.", CueKind::Ellipsis),
         ("Do both need sign-off from finance?", CueKind::Comparative),
         ("Where do I send it once it's signed?", CueKind::Pronoun),
         ("Does her team follow the same rules?", CueKind::Comparative),
         ("Who should I contact there?", CueKind::Pronoun),
         ("What was the limit you quoted earlier?", CueKind::Deictic),
-        (
-            "Is the limit different for such trips?",
-            CueKind::Demonstrative,
-        ),
+        ("Is the limit different for such trips?", CueKind::Demonstrative),
         ("But what if the employee is abroad?", CueKind::Ellipsis),
         ("Does this also cover contractors?", CueKind::Pronoun),
-        (
-            "What about the client we discussed last week?",
-            CueKind::Deictic,
-        ),
+        ("What about the client we discussed last week?", CueKind::Deictic),
         ("Which one applies to contractors?", CueKind::Comparative),
         ("For how long?", CueKind::Ellipsis),
         ("Is it mandatory?", CueKind::Pronoun),
         ("What does the handbook say about it?", CueKind::Pronoun),
         ("Who approves that request?", CueKind::Pronoun),
         ("Can I use a personal card instead?", CueKind::Comparative),
-        (
-            "What's the deadline for those forms?",
-            CueKind::Demonstrative,
-        ),
+        ("What's the deadline for those forms?", CueKind::Demonstrative),
         ("Does it apply to contractors?", CueKind::Pronoun),
         ("What do you mean?", CueKind::Deictic),
-        (
-            "Is the leave allowance the same as before?",
-            CueKind::Comparative,
-        ),
+        ("Is the leave allowance the same as before?", CueKind::Comparative),
     ];
 
     /// Self-contained questions that must not be detected.
@@ -1858,188 +1058,89 @@ mod tests {
 
     /// Held-out follow-ups (rounds 1-3), checked for detection only.
     const MORE_FOLLOW_UPS: &[&str] = &[
-        "Does that include weekends?",
-        "What if they refuse?",
-        "Can she appeal?",
-        "Is that before or after tax?",
-        "How do I apply for it?",
-        "And the deadline?",
-        "Who else needs to sign it?",
-        "What about part-timers?",
-        "Is the other form shorter?",
-        "Can I claim those back?",
-        "Does the same apply to interns?",
-        "What was the figure you gave?",
-        "Where is it kept?",
-        "What happens if I miss it?",
-        "Why not?",
-        "During probation?",
-        "Are these taxable?",
-        "Do they get the same allowance?",
-        "Which form did you mention?",
-        "Can you give an example?",
-        "Is that still current?",
-        "What did the second one say?",
-        "Does his manager need to approve?",
-        "Who do I send them to?",
-        "Is there an exception for that?",
-        "How much is it?",
-        "Or by train?",
-        "Any exceptions?",
-        "How often?",
-        "So who pays?",
-        "What are its limits?",
-        "Is this mandatory for contractors too?",
-        "Does that cover flights as well?",
-        "What if I lose them?",
-        "Is he allowed to?",
-        "Can I do that remotely?",
-        "Who decides that?",
-        "And if the manager is away?",
-        "Are they covered by the same insurance?",
-        "Which is cheaper?",
-        "Is the first one still valid?",
-        "How did you calculate that?",
-        "What about Scotland?",
-        "Does it need to be signed?",
-        "What is the deadline for it?",
-        "Under which section?",
-        "Could you clarify?",
-        "Do I need to tell them?",
-        "What did the policy you cited say about refunds?",
-        "Are those rules the same in Leeds?",
-        "What does it cost?",
-        "Where do I find that form?",
-        "Which one is newer?",
-        "Then who signs off?",
-        "Is it taxable?",
-        "Who pays for them?",
-        "Can I appeal against it?",
-        "Does the other office do it differently?",
-        "What's the limit there?",
-        "How about for directors?",
-        "Is that the latest version?",
-        "Do they need a visa?",
-        "Where can I read more about it?",
-        "And after probation?",
-        "Are they paid?",
-        "What did you base that on?",
-        "When was this last updated?",
-        "Is the same form used?",
-        "Who wrote it?",
-        "Is her approval enough?",
-        "What if it's rejected?",
-        "Which of these is mandatory?",
-        "Does either need a receipt?",
-        "With a doctor's note?",
+        "Does that include weekends?", "What if they refuse?", "Can she appeal?", "Is that before or after tax?",
+        "How do I apply for it?", "And the deadline?", "Who else needs to sign it?", "What about part-timers?",
+        "Is the other form shorter?", "Can I claim those back?", "Does the same apply to interns?",
+        "What was the figure you gave?", "Where is it kept?", "What happens if I miss it?", "Why not?", "During probation?",
+        "Are these taxable?", "Do they get the same allowance?", "Which form did you mention?", "Can you give an example?",
+        "Is that still current?", "What did the second one say?", "Does his manager need to approve?",
+        "Who do I send them to?", "Is there an exception for that?", "How much is it?", "Or by train?", "Any exceptions?",
+        "How often?", "So who pays?", "What are its limits?", "Is this mandatory for contractors too?",
+        "Does that cover flights as well?", "What if I lose them?", "Is he allowed to?", "Can I do that remotely?",
+        "Who decides that?", "And if the manager is away?", "Are they covered by the same insurance?", "Which is cheaper?",
+        "Is the first one still valid?", "How did you calculate that?", "What about Scotland?", "Does it need to be signed?",
+        "What is the deadline for it?", "Under which section?", "Could you clarify?", "Do I need to tell them?",
+        "What did the policy you cited say about refunds?", "Are those rules the same in Leeds?", "What does it cost?",
+        "Where do I find that form?", "Which one is newer?", "Then who signs off?", "Is it taxable?", "Who pays for them?",
+        "Can I appeal against it?", "Does the other office do it differently?", "What's the limit there?",
+        "How about for directors?", "Is that the latest version?", "Do they need a visa?", "Where can I read more about it?",
+        "And after probation?", "Are they paid?", "What did you base that on?", "When was this last updated?",
+        "Is the same form used?", "Who wrote it?", "Is her approval enough?", "What if it's rejected?",
+        "Which of these is mandatory?", "Does either need a receipt?", "With a doctor's note?",
     ];
 
     /// Held-out self-contained questions (rounds 1-3).
     const MORE_SELF_CONTAINED: &[&str] = &[
-        "What is the procedure for reporting a workplace injury?",
-        "Who approves overtime for hourly staff?",
-        "How do I request a new laptop and how long does it take to arrive?",
-        "Can contractors access the staff canteen?",
-        "What is the company policy on working from abroad?",
-        "Is there a limit on client entertainment spending?",
-        "What is the per diem for travel to New York?",
-        "Do new employees get a probation review after six months?",
-        "What documents do I need to submit with an expense claim?",
-        "How is the annual bonus calculated?",
-        "Which holidays does the company observe this year?",
-        "Are employees allowed to use company cars for personal trips?",
-        "When does the open enrolment period for benefits start?",
-        "Does the code of conduct cover social media posts?",
+        "What is the procedure for reporting a workplace injury?", "Who approves overtime for hourly staff?",
+        "How do I request a new laptop and how long does it take to arrive?", "Can contractors access the staff canteen?",
+        "What is the company policy on working from abroad?", "Is there a limit on client entertainment spending?",
+        "What is the per diem for travel to New York?", "Do new employees get a probation review after six months?",
+        "What documents do I need to submit with an expense claim?", "How is the annual bonus calculated?",
+        "Which holidays does the company observe this year?", "Are employees allowed to use company cars for personal trips?",
+        "When does the open enrolment period for benefits start?", "Does the code of conduct cover social media posts?",
         "If an employee is injured at work, who must they notify?",
-        "What training must managers complete before they can hire?",
-        "Is it required that visitors sign in at reception?",
+        "What training must managers complete before they can hire?", "Is it required that visitors sign in at reception?",
         "Can I carry over my unused leave to next year?",
         "What should a manager do when an employee reports harassment to them?",
-        "How do I change my bank details for payroll?",
-        "Who is the data protection officer?",
-        "What is the retention period for invoices?",
-        "Are pets allowed in the office?",
-        "How many sick days can I take without a doctor's note?",
-        "What is the maximum I can spend on a client gift?",
-        "Is it true that the office closes early on Fridays?",
-        "Does the pension scheme match employee contributions?",
-        "What is the escalation path for IT security incidents?",
-        "When will the new travel policy take effect?",
-        "How should staff store confidential documents when they work from home?",
-        "Do interns get paid holiday?",
-        "Which managers can approve purchases above £10,000?",
-        "Can I expense a taxi home after working late?",
+        "How do I change my bank details for payroll?", "Who is the data protection officer?",
+        "What is the retention period for invoices?", "Are pets allowed in the office?",
+        "How many sick days can I take without a doctor's note?", "What is the maximum I can spend on a client gift?",
+        "Is it true that the office closes early on Fridays?", "Does the pension scheme match employee contributions?",
+        "What is the escalation path for IT security incidents?", "When will the new travel policy take effect?",
+        "How should staff store confidential documents when they work from home?", "Do interns get paid holiday?",
+        "Which managers can approve purchases above £10,000?", "Can I expense a taxi home after working late?",
         "What does the whistleblowing policy say about anonymity?",
         "What are the rules on outside employment and do I need to declare it?",
-        "Who do I contact if my payslip is wrong?",
-        "How do I book a meeting room?",
-        "What counts as a conflict of interest?",
-        "Is there parking at the Leeds office?",
-        "Which forms must a new starter complete on their first day?",
-        "How long is the notice period and can it be shortened?",
-        "Can a manager refuse a flexible working request?",
-        "What do I do if I find a security vulnerability in our website?",
-        "Is it OK to share my screen with a client?",
-        "Do staff need approval before they travel abroad?",
-        "What happens to my pension if I leave the company?",
+        "Who do I contact if my payslip is wrong?", "How do I book a meeting room?", "What counts as a conflict of interest?",
+        "Is there parking at the Leeds office?", "Which forms must a new starter complete on their first day?",
+        "How long is the notice period and can it be shortened?", "Can a manager refuse a flexible working request?",
+        "What do I do if I find a security vulnerability in our website?", "Is it OK to share my screen with a client?",
+        "Do staff need approval before they travel abroad?", "What happens to my pension if I leave the company?",
         "How are expenses reimbursed to those working remotely?",
         "Who owns the intellectual property of work I do at home?",
         "Are employees reimbursed for broadband when they work from home?",
         "Do managers have to approve timesheets every week?",
         "What is the difference between gross misconduct and misconduct?",
-        "How do I report an expense that was paid twice?",
-        "What does HR need from me when I return from sick leave?",
-        "Can I use AI tools like ChatGPT for customer data?",
-        "Is the staff discount available to family members?",
-        "What should I do with a lost visitor badge and who do I give it to?",
-        "When are salaries paid each month?",
+        "How do I report an expense that was paid twice?", "What does HR need from me when I return from sick leave?",
+        "Can I use AI tools like ChatGPT for customer data?", "Is the staff discount available to family members?",
+        "What should I do with a lost visitor badge and who do I give it to?", "When are salaries paid each month?",
         "What is the procedure when a client complains about an invoice?",
-        "Do interns receive the same benefits as permanent employees?",
-        "Is eye test cost covered for screen users?",
+        "Do interns receive the same benefits as permanent employees?", "Is eye test cost covered for screen users?",
         "How many people can attend the summer party?",
-        "Does the company pay for professional memberships and how do I claim them?",
-        "What is this year's pay rise?",
+        "Does the company pay for professional memberships and how do I claim them?", "What is this year's pay rise?",
         "Are there any restrictions on political activity outside work?",
-        "What is the policy if an employee's visa expires?",
-        "Can I take my laptop to the US?",
-        "How should I respond if a journalist contacts me?",
-        "Which team handles data subject access requests?",
-        "Do employees get time off for jury service?",
-        "Is the policy on gifts the same for suppliers and clients?",
-        "Can I bring a guest to the staff party?",
-        "What happens if I miss the deadline for my annual review?",
-        "Who approves requests for unpaid leave?",
-        "How do I update my emergency contact details?",
-        "What is the dress code on Fridays?",
-        "Is working from home allowed during the notice period?",
-        "What equipment does IT provide to new starters?",
-        "Do contractors have to follow the code of conduct?",
-        "How do I get reimbursed for a train ticket I bought myself?",
-        "What is the approval limit for team leads?",
+        "What is the policy if an employee's visa expires?", "Can I take my laptop to the US?",
+        "How should I respond if a journalist contacts me?", "Which team handles data subject access requests?",
+        "Do employees get time off for jury service?", "Is the policy on gifts the same for suppliers and clients?",
+        "Can I bring a guest to the staff party?", "What happens if I miss the deadline for my annual review?",
+        "Who approves requests for unpaid leave?", "How do I update my emergency contact details?",
+        "What is the dress code on Fridays?", "Is working from home allowed during the notice period?",
+        "What equipment does IT provide to new starters?", "Do contractors have to follow the code of conduct?",
+        "How do I get reimbursed for a train ticket I bought myself?", "What is the approval limit for team leads?",
         "Can employees sell their unused holiday back to the company?",
         "Which insurance covers equipment stolen from a car?",
-        "What is the process when someone is off sick for more than a week?",
-        "When do I get my P60?",
-        "Does the firm offer a cycle-to-work scheme?",
-        "Is smoking permitted anywhere on site?",
-        "How much notice must I give before taking parental leave?",
-        "What are the core hours for flexible working?",
-        "Who should visitors report to when they arrive?",
-        "Are personal devices allowed on the corporate network?",
+        "What is the process when someone is off sick for more than a week?", "When do I get my P60?",
+        "Does the firm offer a cycle-to-work scheme?", "Is smoking permitted anywhere on site?",
+        "How much notice must I give before taking parental leave?", "What are the core hours for flexible working?",
+        "Who should visitors report to when they arrive?", "Are personal devices allowed on the corporate network?",
     ];
 
     #[test]
     fn held_out_rounds_stay_correct() {
-        let missed: Vec<&str> = MORE_FOLLOW_UPS
-            .iter()
-            .copied()
-            .filter(|q| refers_back(q).is_none())
-            .collect();
+        let missed: Vec<&str> = MORE_FOLLOW_UPS.iter().copied().filter(|q| refers_back(q).is_none()).collect();
         assert!(missed.is_empty(), "follow-ups missed: {missed:#?}");
-        let flagged: Vec<String> = MORE_SELF_CONTAINED
-            .iter()
-            .filter_map(|q| refers_back(q).map(|cue| format!("{q}: {cue}")))
-            .collect();
+        let flagged: Vec<String> =
+            MORE_SELF_CONTAINED.iter().filter_map(|q| refers_back(q).map(|cue| format!("{q}: {cue}"))).collect();
         assert!(flagged.is_empty(), "self-contained flagged: {flagged:#?}");
     }
 
@@ -2048,88 +1149,46 @@ mod tests {
         let mut wrong = Vec::new();
         for (q, kind) in FOLLOW_UPS {
             match refers_back(q) {
-                Some(cue) if cue.kind == *kind => {
-                    assert!(!cue.text.is_empty() && q.contains(&cue.text), "{q}: {cue}")
-                }
+                Some(cue) if cue.kind == *kind => assert!(!cue.text.is_empty() && q.contains(&cue.text), "{q}: {cue}"),
                 other => wrong.push(format!("{q}: expected {kind}, got {other:?}")),
             }
         }
-        assert!(
-            wrong.is_empty(),
-            "{} of {} follow-ups missed:\n{}",
-            wrong.len(),
-            FOLLOW_UPS.len(),
-            wrong.join("\n")
-        );
+        assert!(wrong.is_empty(), "{} of {} follow-ups missed:\n{}", wrong.len(), FOLLOW_UPS.len(), wrong.join("\n"));
     }
 
     #[test]
     fn self_contained_questions_are_not() {
-        let wrong: Vec<String> = SELF_CONTAINED
-            .iter()
-            .filter_map(|q| refers_back(q).map(|cue| format!("{q}: {cue}")))
-            .collect();
-        assert!(
-            wrong.is_empty(),
-            "{} of {} self-contained flagged:\n{}",
-            wrong.len(),
-            SELF_CONTAINED.len(),
-            wrong.join("\n")
-        );
+        let wrong: Vec<String> =
+            SELF_CONTAINED.iter().filter_map(|q| refers_back(q).map(|cue| format!("{q}: {cue}"))).collect();
+        assert!(wrong.is_empty(), "{} of {} self-contained flagged:\n{}", wrong.len(), SELF_CONTAINED.len(), wrong.join("\n"));
     }
 
     #[test]
     fn cues_quote_the_question() {
         let cue = refers_back("Same client as last week — what did we agree?").unwrap();
         assert_eq!(cue.text, "Same client");
-        assert_eq!(
-            refers_back("What about the other one?").unwrap().text,
-            "the other one"
-        );
-        assert_eq!(
-            refers_back("Who approves it?").unwrap().to_string(),
-            "pronoun \"it\""
-        );
-        assert_eq!(
-            serde_json::to_value(refers_back("Why?").unwrap()).unwrap()["kind"],
-            "ellipsis"
-        );
+        assert_eq!(refers_back("What about the other one?").unwrap().text, "the other one");
+        assert_eq!(refers_back("Who approves it?").unwrap().to_string(), "pronoun \"it\"");
+        assert_eq!(serde_json::to_value(refers_back("Why?").unwrap()).unwrap()["kind"], "ellipsis");
         assert!(refers_back("").is_none() && refers_back("  ?! ").is_none());
     }
 
     fn turn<'a>(question: &'a str, answer: &'a str) -> PriorTurn<'a> {
-        PriorTurn {
-            question,
-            standalone: question,
-            answer,
-        }
+        PriorTurn { question, standalone: question, answer }
     }
 
     #[test]
     fn relevant_turns_keep_the_latest_and_the_overlapping() {
         let prior = [
-            turn(
-                "Which client did we onboard in March?",
-                "Northwind Ltd was onboarded in March [2].",
-            ),
+            turn("Which client did we onboard in March?", "Northwind Ltd was onboarded in March [2]."),
             turn("What is the travel insurance limit?", "£5,000 per trip."),
-            turn(
-                "How many days of annual leave do staff get?",
-                "25 days plus bank holidays.",
-            ),
+            turn("How many days of annual leave do staff get?", "25 days plus bank holidays."),
             turn("Who approves expenses?", "Line managers."),
         ];
         // Only the latest when nothing else overlaps.
         assert_eq!(relevant_turns("Who approves it?", &prior, 3), [3]);
         // The earlier turn about the client, then the latest, in order.
-        assert_eq!(
-            relevant_turns(
-                "The same client as last week — what did we agree?",
-                &prior,
-                3
-            ),
-            [0, 3]
-        );
+        assert_eq!(relevant_turns("The same client as last week — what did we agree?", &prior, 3), [0, 3]);
         // Most overlapping first, capped by max.
         let q = "Does the travel insurance limit cover annual leave trips?";
         assert_eq!(relevant_turns(q, &prior, 3), [1, 2, 3]);
@@ -2138,14 +1197,8 @@ mod tests {
         assert!(relevant_turns(q, &prior, 0).is_empty());
         assert!(relevant_turns(q, &[], 3).is_empty());
         // Plurals match singulars.
-        let prior = [
-            turn("Which policies cover contractors?", "Two."),
-            turn("Why?", "Because."),
-        ];
-        assert_eq!(
-            relevant_turns("And the policy for interns?", &prior, 2),
-            [0, 1]
-        );
+        let prior = [turn("Which policies cover contractors?", "Two."), turn("Why?", "Because.")];
+        assert_eq!(relevant_turns("And the policy for interns?", &prior, 2), [0, 1]);
     }
 
     #[test]
@@ -2161,17 +1214,11 @@ mod tests {
         assert_eq!(m[0].role, crate::generate::Role::System);
         assert!(m[0].content.contains("rewritten question only"));
         let last = &m[3].content;
-        assert!(
-            last.contains("Q: What is the travel insurance limit for contractors?"),
-            "{last}"
-        );
+        assert!(last.contains("Q: What is the travel insurance limit for contractors?"), "{last}");
         assert!(last.contains("Follow-up question: Who approves it?"));
         assert!(last.len() < 500, "the answer is cut: {}", last.len());
         assert!(last.contains('…'));
-        assert_eq!(
-            brief_answer("Up to £5,000 [1] per trip [2, 3]. See [the annex]."),
-            "Up to £5,000 per trip. See [the annex]."
-        );
+        assert_eq!(brief_answer("Up to £5,000 [1] per trip [2, 3]. See [the annex]."), "Up to £5,000 per trip. See [the annex].");
     }
 
     #[test]
@@ -2182,30 +1229,16 @@ mod tests {
             Some("What is the limit for the contractor policy?")
         );
         assert_eq!(
-            clean_rewrite(
-                "<think>they mean contractors</think>\n\n  What is the limit for contractors?",
-                q
-            )
-            .as_deref(),
+            clean_rewrite("<think>they mean contractors</think>\n\n  What is the limit for contractors?", q).as_deref(),
             Some("What is the limit for contractors?")
         );
-        assert_eq!(
-            clean_rewrite(
-                "**Standalone question:** Who approves travel?",
-                "Who approves it?"
-            )
-            .as_deref(),
-            Some("Who approves travel?")
-        );
+        assert_eq!(clean_rewrite("**Standalone question:** Who approves travel?", "Who approves it?").as_deref(), Some("Who approves travel?"));
         assert_eq!(clean_rewrite("   \n  ", q), None);
         assert_eq!(clean_rewrite("\"\"", q), None);
         assert_eq!(clean_rewrite(&"very long rewrite ".repeat(20), q), None);
         // Repeating the follow-up leaves the reference unresolved.
         assert_eq!(clean_rewrite("What about the other one?", q), None);
-        assert_eq!(
-            clean_rewrite("Who approves it, then?", "Who approves it?"),
-            None
-        );
+        assert_eq!(clean_rewrite("Who approves it, then?", "Who approves it?"), None);
         // A self-contained question may come back unchanged.
         let s = "What is the travel insurance limit for staff?";
         assert_eq!(clean_rewrite(s, s).as_deref(), Some(s));
@@ -2215,20 +1248,13 @@ mod tests {
     fn fallback_joins_the_latest_question_and_the_follow_up() {
         let turns = [
             turn("Who approves expenses?", "Managers."),
-            PriorTurn {
-                question: "And the limit?",
-                standalone: "What is the travel insurance limit",
-                answer: "£5,000.",
-            },
+            PriorTurn { question: "And the limit?", standalone: "What is the travel insurance limit", answer: "£5,000." },
         ];
         assert_eq!(
             fallback_rewrite("What about the other one?", &turns),
             "What is the travel insurance limit? What about the other one?"
         );
-        assert_eq!(
-            fallback_rewrite("Why?", &turns[..1]),
-            "Who approves expenses? Why?"
-        );
+        assert_eq!(fallback_rewrite("Why?", &turns[..1]), "Who approves expenses? Why?");
         assert_eq!(fallback_rewrite(" Why? ", &[]), "Why?");
     }
 }

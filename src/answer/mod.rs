@@ -33,8 +33,7 @@ use prompt::{answer_messages_in, is_no_answer, PromptPassage};
 use support::{Claim, SupportChecker, SupportMethod};
 
 /// What the answer says when retrieval found no good source.
-pub const NO_GOOD_SOURCE: &str =
-    "I found no good source for this in your documents, so I will not answer it.";
+pub const NO_GOOD_SOURCE: &str = "I found no good source for this in your documents, so I will not answer it.";
 
 /// Answer settings (from `[answer]` and `[generate]`).
 #[derive(Debug, Clone, Serialize)]
@@ -55,14 +54,7 @@ pub struct AnswerOptions {
 
 impl Default for AnswerOptions {
     fn default() -> Self {
-        AnswerOptions {
-            passages: 3,
-            passage_chars: 800,
-            max_tokens: 96,
-            temperature: 0.0,
-            support_floor: 0.65,
-            prompt: prompt::AnswerPrompt::default(),
-        }
+        AnswerOptions { passages: 3, passage_chars: 800, max_tokens: 96, temperature: 0.0, support_floor: 0.65, prompt: prompt::AnswerPrompt::default() }
     }
 }
 
@@ -202,11 +194,7 @@ pub struct Answer {
 impl Answer {
     /// The chunk ids served: the passages given, or the closest material when refused.
     pub fn served_chunks(&self) -> Vec<ChunkId> {
-        let list = if self.sources.is_empty() {
-            &self.closest
-        } else {
-            &self.sources
-        };
+        let list = if self.sources.is_empty() { &self.closest } else { &self.sources };
         list.iter().map(|s| s.chunk).collect()
     }
 }
@@ -217,10 +205,7 @@ fn cut(text: &str, max_chars: usize) -> String {
         None => text.to_string(),
         Some((end, _)) => {
             let head = &text[..end];
-            let at = head
-                .rfind(char::is_whitespace)
-                .filter(|&i| i > end / 2)
-                .unwrap_or(end);
+            let at = head.rfind(char::is_whitespace).filter(|&i| i > end / 2).unwrap_or(end);
             format!("{}…", head[..at].trim_end())
         }
     }
@@ -253,31 +238,17 @@ fn source_of(id: usize, hit: &Hit, max_chars: usize) -> Source {
 /// The passages of the first `options.passages` hits, ids from 1: what the generator is given,
 /// or the closest material of a refusal.
 fn sources_of(retrieval: &Retrieval, options: &AnswerOptions) -> Vec<Source> {
-    retrieval
-        .hits
-        .iter()
-        .take(options.passages)
-        .enumerate()
-        .map(|(i, h)| source_of(i + 1, h, options.passage_chars))
-        .collect()
+    retrieval.hits.iter().take(options.passages).enumerate().map(|(i, h)| source_of(i + 1, h, options.passage_chars)).collect()
 }
 
 fn document_name(s: &Source) -> String {
     if !s.title.trim().is_empty() {
         return s.title.clone();
     }
-    s.document
-        .file_name()
-        .map(|f| f.to_string_lossy().into_owned())
-        .unwrap_or_default()
+    s.document.file_name().map(|f| f.to_string_lossy().into_owned()).unwrap_or_default()
 }
 
-fn blank(
-    question: &str,
-    standalone: &str,
-    retrieval: &Retrieval,
-    support_method: SupportMethod,
-) -> Answer {
+fn blank(question: &str, standalone: &str, retrieval: &Retrieval, support_method: SupportMethod) -> Answer {
     Answer {
         answer_id: None,
         question: question.to_string(),
@@ -292,10 +263,7 @@ fn blank(
         sources: Vec::new(),
         model: None,
         support_method,
-        timings: AnswerTimings {
-            retrieve_ms: retrieval.timings.total_ms,
-            ..AnswerTimings::default()
-        },
+        timings: AnswerTimings { retrieve_ms: retrieval.timings.total_ms, ..AnswerTimings::default() },
         hit_token_cap: false,
     }
 }
@@ -358,16 +326,8 @@ pub async fn standalone(
     generator: Option<&dyn Generator>,
 ) -> Result<Standalone> {
     let started = Instant::now();
-    let as_is = |cue| Standalone {
-        question: question.to_string(),
-        cue,
-        turns: Vec::new(),
-        rewritten_by: Rewriter::None,
-        rewrite_ms: 0.0,
-    };
-    let Some(cue) = memory::refers_back(question) else {
-        return Ok(as_is(None));
-    };
+    let as_is = |cue| Standalone { question: question.to_string(), cue, turns: Vec::new(), rewritten_by: Rewriter::None, rewrite_ms: 0.0 };
+    let Some(cue) = memory::refers_back(question) else { return Ok(as_is(None)) };
     if prior.is_empty() || max_turns == 0 {
         return Ok(as_is(Some(cue)));
     }
@@ -381,44 +341,22 @@ pub async fn standalone(
     }
     let (text, by) = match rewritten {
         Some(q) => (q, Rewriter::Generator),
-        None => (
-            memory::fallback_rewrite(question, &chosen),
-            Rewriter::Fallback,
-        ),
+        None => (memory::fallback_rewrite(question, &chosen), Rewriter::Fallback),
     };
-    Ok(Standalone {
-        question: text,
-        cue: Some(cue),
-        turns,
-        rewritten_by: by,
-        rewrite_ms: started.elapsed().as_secs_f64() * 1e3,
-    })
+    Ok(Standalone { question: text, cue: Some(cue), turns, rewritten_by: by, rewrite_ms: started.elapsed().as_secs_f64() * 1e3 })
 }
 
 /// The prompt `retrieval` produces for `question`, and the passages in it (also for `--explain`).
-pub fn prompt_for(
-    question: &str,
-    retrieval: &Retrieval,
-    options: &AnswerOptions,
-) -> (Vec<crate::generate::Message>, Vec<Source>) {
+pub fn prompt_for(question: &str, retrieval: &Retrieval, options: &AnswerOptions) -> (Vec<crate::generate::Message>, Vec<Source>) {
     let sources = sources_of(retrieval, options);
     let names: Vec<String> = sources.iter().map(document_name).collect();
     let sections: Vec<String> = sources.iter().map(|s| s.section_path.join(" > ")).collect();
     let passages: Vec<PromptPassage> = sources
         .iter()
         .enumerate()
-        .map(|(i, s)| PromptPassage {
-            id: s.id,
-            document: &names[i],
-            section: &sections[i],
-            page: s.page,
-            text: &s.text,
-        })
+        .map(|(i, s)| PromptPassage { id: s.id, document: &names[i], section: &sections[i], page: s.page, text: &s.text })
         .collect();
-    (
-        answer_messages_in(options.prompt, question, &passages),
-        sources,
-    )
+    (answer_messages_in(options.prompt, question, &passages), sources)
 }
 
 /// Turns a retrieval into an answer.
@@ -430,16 +368,8 @@ pub struct Answerer {
 
 impl Answerer {
     /// An answerer that writes with `generator` and checks support with `support`.
-    pub fn new(
-        generator: Arc<dyn Generator>,
-        support: SupportChecker,
-        options: AnswerOptions,
-    ) -> Answerer {
-        Answerer {
-            generator,
-            support,
-            options,
-        }
+    pub fn new(generator: Arc<dyn Generator>, support: SupportChecker, options: AnswerOptions) -> Answerer {
+        Answerer { generator, support, options }
     }
 
     /// The generator.
@@ -458,24 +388,14 @@ impl Answerer {
     ) -> Result<Answer> {
         let started = Instant::now();
         if retrieval.refused || retrieval.hits.is_empty() {
-            let answer = refuse(
-                question,
-                standalone,
-                retrieval,
-                &self.options,
-                self.support.method(),
-            );
+            let answer = refuse(question, standalone, retrieval, &self.options, self.support.method());
             sink.token(&answer.answer);
             return Ok(answer);
         }
         let mut answer = blank(question, standalone, retrieval, self.support.method());
 
         let (messages, sources) = prompt_for(standalone, retrieval, &self.options);
-        let request = GenerateRequest {
-            messages,
-            max_tokens: self.options.max_tokens,
-            temperature: self.options.temperature,
-        };
+        let request = GenerateRequest { messages, max_tokens: self.options.max_tokens, temperature: self.options.temperature };
         let generation = self.generator.generate(&request, sink).await?;
         answer.model = Some(self.generator.model_id().to_string());
         answer.timings.first_token_ms = generation.first_token_ms;
@@ -512,12 +432,7 @@ impl Answerer {
             answer.sentences = parsed
                 .sentences
                 .iter()
-                .map(|s| Sentence {
-                    text: s.text.clone(),
-                    citations: s.citations.clone(),
-                    supported: true,
-                    support: None,
-                })
+                .map(|s| Sentence { text: s.text.clone(), citations: s.citations.clone(), supported: true, support: None })
                 .collect();
         } else {
             let t = Instant::now();
@@ -526,12 +441,7 @@ impl Answerer {
                 .iter()
                 .map(|s| Claim {
                     text: strip_markers(&s.text),
-                    passages: s
-                        .citations
-                        .iter()
-                        .filter_map(|&id| by_id(id))
-                        .map(|p| p.text.as_str())
-                        .collect(),
+                    passages: s.citations.iter().filter_map(|&id| by_id(id)).map(|p| p.text.as_str()).collect(),
                 })
                 .collect();
             let scores = self.support.scores(&claims).await?;
@@ -544,15 +454,13 @@ impl Answerer {
                 .map(|(s, score)| Sentence {
                     text: s.text.clone(),
                     citations: s.citations.clone(),
-                    supported: !s.citations.is_empty()
-                        && (off || score.is_some_and(|x| x >= self.options.support_floor)),
+                    supported: !s.citations.is_empty() && (off || score.is_some_and(|x| x >= self.options.support_floor)),
                     support: score,
                 })
                 .collect();
             answer.sources = sources;
         }
-        answer.timings.total_ms =
-            started.elapsed().as_secs_f64() * 1e3 + answer.timings.retrieve_ms;
+        answer.timings.total_ms = started.elapsed().as_secs_f64() * 1e3 + answer.timings.retrieve_ms;
         Ok(answer)
     }
 }
@@ -575,10 +483,7 @@ mod tests {
             role: ChunkRole::Child,
             parent: None,
             section_path: vec!["Policy".into(), format!("{id} Section")],
-            span: Span {
-                start: 10 * id as usize,
-                end: 10 * id as usize + text.len(),
-            },
+            span: Span { start: 10 * id as usize, end: 10 * id as usize + text.len() },
             page: Some(id as u32),
             lines: Lines { first: 1, last: 2 },
             tokens: 10,
@@ -588,18 +493,13 @@ mod tests {
     }
 
     fn retrieval(refused: bool) -> Retrieval {
-        let texts = [
-            "Expense claims are due within 30 days of the trip.",
-            "Receipts are kept for 7 years.",
-        ];
+        let texts = ["Expense claims are due within 30 days of the trip.", "Receipts are kept for 7 years."];
         Retrieval {
             query: "q".into(),
             tenant: "t".into(),
             model: "hash-16".into(),
             reranker: None,
-            evidence: Evidence::Similarity {
-                model: "hash-16".into(),
-            },
+            evidence: Evidence::Similarity { model: "hash-16".into() },
             floor: Some(0.5),
             best_evidence: Some(if refused { 0.1 } else { 0.9 }),
             refused,
@@ -623,71 +523,38 @@ mod tests {
     fn answerer(reply: &str) -> (Answerer, Arc<ScriptedGenerator>) {
         let g = Arc::new(ScriptedGenerator::new(&[reply]));
         let support = SupportChecker::Similarity(Arc::new(HashEmbedder::default()));
-        (
-            Answerer::new(
-                g.clone(),
-                support,
-                AnswerOptions {
-                    support_floor: 0.6,
-                    ..AnswerOptions::default()
-                },
-            ),
-            g,
-        )
+        (Answerer::new(g.clone(), support, AnswerOptions { support_floor: 0.6, ..AnswerOptions::default() }), g)
     }
 
     #[test]
     fn citations_are_checked_mapped_and_each_sentence_flagged() {
         let (a, g) = answerer("Expense claims are due within 30 days of the trip [1][7]. Receipts are kept for 7 years [2]. Bicycles are free.");
         let mut streamed = String::new();
-        let answer = block_on(
-            a.answer("When?", "When?", &retrieval(false), &mut |t: &str| {
-                streamed.push_str(t)
-            }),
-        )
-        .unwrap();
+        let answer = block_on(a.answer("When?", "When?", &retrieval(false), &mut |t: &str| streamed.push_str(t))).unwrap();
         assert_eq!(g.calls().len(), 1, "one generation");
         assert!(streamed.contains("[7]"), "tokens stream as generated");
         assert_eq!(answer.invalid_citations, vec!["7".to_string()]);
-        assert!(
-            !answer.answer.contains("[7]") && answer.answer.contains("[1]"),
-            "{}",
-            answer.answer
-        );
+        assert!(!answer.answer.contains("[7]") && answer.answer.contains("[1]"), "{}", answer.answer);
         let ids: Vec<usize> = answer.citations.iter().map(|c| c.id).collect();
         assert_eq!(ids, vec![1, 2]);
         assert_eq!(answer.citations[1].chunk, ChunkId(2));
         assert_eq!(answer.citations[1].document, PathBuf::from("/docs/1.md"));
         assert_eq!(answer.citations[1].page, Some(2));
-        assert_eq!(
-            answer.citations[1].section_path,
-            vec!["Policy".to_string(), "2 Section".into()]
-        );
+        assert_eq!(answer.citations[1].section_path, vec!["Policy".to_string(), "2 Section".into()]);
         let flags: Vec<bool> = answer.sentences.iter().map(|s| s.supported).collect();
         assert_eq!(flags, vec![true, true, false], "{:?}", answer.sentences);
-        assert_eq!(
-            answer.sentences[2].support, None,
-            "an uncited sentence has nothing to check"
-        );
+        assert_eq!(answer.sentences[2].support, None, "an uncited sentence has nothing to check");
         assert!(!answer.refused && answer.closest.is_empty() && answer.sources.len() == 2);
         // The prompt gave the passages in rank order, each with its id, before the question.
-        let prompt = g.calls()[0]
-            .iter()
-            .map(|m| m.content.clone())
-            .collect::<String>();
-        let (p1, p2, q) = (
-            prompt.find("30 days").unwrap(),
-            prompt.find("7 years").unwrap(),
-            prompt.rfind("When?").unwrap(),
-        );
+        let prompt = g.calls()[0].iter().map(|m| m.content.clone()).collect::<String>();
+        let (p1, p2, q) = (prompt.find("30 days").unwrap(), prompt.find("7 years").unwrap(), prompt.rfind("When?").unwrap());
         assert!(p1 < p2 && p2 < q, "{prompt}");
     }
 
     #[test]
     fn a_refused_retrieval_calls_no_generator_and_lists_the_closest_material() {
         let (a, g) = answerer("should never be generated");
-        let answer =
-            block_on(a.answer("q", "q", &retrieval(true), &mut crate::generate::Discard)).unwrap();
+        let answer = block_on(a.answer("q", "q", &retrieval(true), &mut crate::generate::Discard)).unwrap();
         assert!(g.calls().is_empty());
         assert!(answer.refused && answer.refusal == Some(Refusal::NoGoodSource));
         assert_eq!(answer.answer, NO_GOOD_SOURCE);
@@ -698,8 +565,7 @@ mod tests {
     #[test]
     fn the_model_saying_the_passages_do_not_answer_is_a_refusal() {
         let (a, _) = answerer(prompt::NO_ANSWER);
-        let answer =
-            block_on(a.answer("q", "q", &retrieval(false), &mut crate::generate::Discard)).unwrap();
+        let answer = block_on(a.answer("q", "q", &retrieval(false), &mut crate::generate::Discard)).unwrap();
         assert!(answer.refused && answer.refusal == Some(Refusal::PassagesDoNotAnswer));
         assert_eq!(answer.closest.len(), 2);
     }

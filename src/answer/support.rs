@@ -38,9 +38,7 @@ impl std::str::FromStr for SupportMethod {
             "similarity" => Ok(SupportMethod::Similarity),
             "llm" => Ok(SupportMethod::Llm),
             "off" => Ok(SupportMethod::Off),
-            other => Err(crate::error::Error::Invalid(format!(
-                "support method `{other}`: use similarity, llm or off"
-            ))),
+            other => Err(crate::error::Error::Invalid(format!("support method `{other}`: use similarity, llm or off"))),
         }
     }
 }
@@ -77,27 +75,20 @@ impl SupportChecker {
     /// One score per claim, in input order; `None` for a claim that cites nothing (or when
     /// checking is off).
     pub async fn scores(&self, claims: &[Claim<'_>]) -> Result<Vec<Option<f32>>> {
-        let cited: Vec<usize> = (0..claims.len())
-            .filter(|&i| !claims[i].passages.is_empty())
-            .collect();
+        let cited: Vec<usize> = (0..claims.len()).filter(|&i| !claims[i].passages.is_empty()).collect();
         let mut out = vec![None; claims.len()];
         if cited.is_empty() {
             return Ok(out);
         }
         match self {
             SupportChecker::Similarity(e) => {
-                for (i, score) in cited
-                    .iter()
-                    .zip(similarity_scores(e.as_ref(), claims, &cited)?)
-                {
+                for (i, score) in cited.iter().zip(similarity_scores(e.as_ref(), claims, &cited)?) {
                     out[*i] = Some(score);
                 }
             }
             SupportChecker::Llm(g) => {
-                let prompts: Vec<_> = cited
-                    .iter()
-                    .map(|&i| support_messages(&claims[i].text, &claims[i].passages))
-                    .collect();
+                let prompts: Vec<_> =
+                    cited.iter().map(|&i| support_messages(&claims[i].text, &claims[i].passages)).collect();
                 for (i, score) in cited.iter().zip(g.yes_no(&prompts).await?) {
                     out[*i] = Some(score);
                 }
@@ -109,11 +100,7 @@ impl SupportChecker {
 }
 
 /// Cosine of each cited claim to the closest sentence of the passages it cites.
-fn similarity_scores(
-    embedder: &dyn Embedder,
-    claims: &[Claim<'_>],
-    cited: &[usize],
-) -> Result<Vec<f32>> {
+fn similarity_scores(embedder: &dyn Embedder, claims: &[Claim<'_>], cited: &[usize]) -> Result<Vec<f32>> {
     // Every distinct passage sentence once, then every claim.
     let mut pieces: Vec<&str> = Vec::new();
     let mut per_claim: Vec<Vec<usize>> = Vec::new();
@@ -135,29 +122,15 @@ fn similarity_scores(
         }
         per_claim.push(mine);
     }
-    let claim_texts: Vec<&str> = cited
-        .iter()
-        .map(|&i| {
-            if claims[i].text.trim().is_empty() {
-                "-"
-            } else {
-                claims[i].text.as_str()
-            }
-        })
-        .collect();
-    let passage_vectors = if pieces.is_empty() {
-        Vec::new()
-    } else {
-        embedder.embed(&pieces, TextKind::Passage)?
-    };
+    let claim_texts: Vec<&str> =
+        cited.iter().map(|&i| if claims[i].text.trim().is_empty() { "-" } else { claims[i].text.as_str() }).collect();
+    let passage_vectors = if pieces.is_empty() { Vec::new() } else { embedder.embed(&pieces, TextKind::Passage)? };
     let claim_vectors = embedder.embed(&claim_texts, TextKind::Passage)?;
     Ok(claim_vectors
         .iter()
         .zip(&per_claim)
         .map(|(c, mine)| {
-            mine.iter()
-                .map(|&p| cosine(&c.vector, &passage_vectors[p].vector))
-                .fold(0.0f32, f32::max)
+            mine.iter().map(|&p| cosine(&c.vector, &passage_vectors[p].vector)).fold(0.0f32, f32::max)
         })
         .collect())
 }
@@ -170,21 +143,11 @@ mod tests {
     #[test]
     fn a_claim_scores_against_its_closest_cited_sentence() {
         let checker = SupportChecker::Similarity(Arc::new(HashEmbedder::default()));
-        let passage =
-            "Staff travel insurance covers medical costs abroad. The canteen opens at noon.";
+        let passage = "Staff travel insurance covers medical costs abroad. The canteen opens at noon.";
         let claims = vec![
-            Claim {
-                text: "The canteen opens at noon.".into(),
-                passages: vec![passage],
-            },
-            Claim {
-                text: "Bicycles are reimbursed monthly.".into(),
-                passages: vec![passage],
-            },
-            Claim {
-                text: "Uncited sentence.".into(),
-                passages: vec![],
-            },
+            Claim { text: "The canteen opens at noon.".into(), passages: vec![passage] },
+            Claim { text: "Bicycles are reimbursed monthly.".into(), passages: vec![passage] },
+            Claim { text: "Uncited sentence.".into(), passages: vec![] },
         ];
         let scores = crate::generate::block_on(checker.scores(&claims)).unwrap();
         assert!((scores[0].unwrap() - 1.0).abs() < 1e-5, "{scores:?}");
@@ -194,13 +157,7 @@ mod tests {
 
     #[test]
     fn off_scores_nothing() {
-        let claims = vec![Claim {
-            text: "x".into(),
-            passages: vec!["x"],
-        }];
-        assert_eq!(
-            crate::generate::block_on(SupportChecker::Off.scores(&claims)).unwrap(),
-            vec![None]
-        );
+        let claims = vec![Claim { text: "x".into(), passages: vec!["x"] }];
+        assert_eq!(crate::generate::block_on(SupportChecker::Off.scores(&claims)).unwrap(), vec![None]);
     }
 }

@@ -20,19 +20,8 @@ impl<'a> ChunkBuilder<'a> {
     /// A builder over `doc`, counting with `counter`.
     pub fn new(doc: &'a ParsedDocument, counter: &'a dyn TokenCounter) -> Self {
         let mut line_starts = vec![0];
-        line_starts.extend(
-            doc.text
-                .bytes()
-                .enumerate()
-                .filter(|(_, b)| *b == b'\n')
-                .map(|(i, _)| i + 1),
-        );
-        ChunkBuilder {
-            doc,
-            counter,
-            line_starts,
-            chunks: Vec::new(),
-        }
+        line_starts.extend(doc.text.bytes().enumerate().filter(|(_, b)| *b == b'\n').map(|(i, _)| i + 1));
+        ChunkBuilder { doc, counter, line_starts, chunks: Vec::new() }
     }
 
     /// The document being chunked.
@@ -63,15 +52,8 @@ impl<'a> ChunkBuilder<'a> {
 
     /// Lines covered by `span`: the line of its first byte to the line of its last byte.
     pub fn lines(&self, span: Span) -> Lines {
-        let last = if span.is_empty() {
-            span.start
-        } else {
-            span.end - 1
-        };
-        Lines {
-            first: self.line_of(span.start),
-            last: self.line_of(last),
-        }
+        let last = if span.is_empty() { span.start } else { span.end - 1 };
+        Lines { first: self.line_of(span.start), last: self.line_of(last) }
     }
 
     /// Page of the first block that overlaps `span` (an empty span: the block holding its start).
@@ -79,9 +61,7 @@ impl<'a> ChunkBuilder<'a> {
         let blocks = &self.doc.blocks;
         let i = blocks.partition_point(|b| b.span.end <= span.start);
         let block = blocks.get(i)?;
-        (block.span.start < span.end.max(span.start + 1))
-            .then_some(block.page)
-            .flatten()
+        (block.span.start < span.end.max(span.start + 1)).then_some(block.page).flatten()
     }
 
     /// The ordinal the next pushed chunk gets.
@@ -163,14 +143,8 @@ mod tests {
         );
         assert_eq!(b.page(Span::new(8, 19)), Some(2), "first overlapping block");
         assert_eq!(b.page(Span::new(7, 9)), None, "a gap overlaps no block");
-        assert_eq!(
-            b.push_counted(ChunkRole::Parent, None, vec![], Span::new(0, 19)),
-            0
-        );
-        assert_eq!(
-            b.push_counted(ChunkRole::Child, Some(0), vec![], Span::new(9, 19)),
-            1
-        );
+        assert_eq!(b.push_counted(ChunkRole::Parent, None, vec![], Span::new(0, 19)), 0);
+        assert_eq!(b.push_counted(ChunkRole::Child, Some(0), vec![], Span::new(9, 19)), 1);
         let chunks = b.finish();
         assert_eq!(chunks[0].tokens, 4);
         assert_eq!(chunks[1].page, Some(2));

@@ -29,9 +29,7 @@ pub struct CodeChunker {
 impl CodeChunker {
     /// A code chunker with these sizes (made consistent by [`ChunkOptions::normalised`]).
     pub fn new(options: ChunkOptions) -> Self {
-        CodeChunker {
-            options: options.normalised(),
-        }
+        CodeChunker { options: options.normalised() }
     }
 }
 
@@ -68,10 +66,7 @@ impl Chunker for CodeChunker {
             let count = b.count(span);
             let first = pieces.len();
             if count <= o.max_child_tokens {
-                pieces.push(Piece {
-                    break_before: after_split,
-                    ..Piece::new(span, count)
-                });
+                pieces.push(Piece { break_before: after_split, ..Piece::new(span, count) });
                 after_split = false;
             } else {
                 split::split(&b, span, o.max_child_tokens, split::CODE, &mut pieces);
@@ -92,10 +87,7 @@ impl Chunker for CodeChunker {
         };
         let path = |unit: Option<usize>| {
             let mut path = vec![doc.title.clone()];
-            path.extend(
-                unit.and_then(|u| symbol(&doc.blocks[u].kind))
-                    .map(str::to_string),
-            );
+            path.extend(unit.and_then(|u| symbol(&doc.blocks[u].kind)).map(str::to_string));
             path
         };
         let mut start = 0;
@@ -133,9 +125,7 @@ impl Chunker for CodeChunker {
 /// The symbol of a named unit.
 fn symbol(kind: &BlockKind) -> Option<&str> {
     match kind {
-        BlockKind::Code {
-            symbol: Some(s), ..
-        } => Some(s.as_str()),
+        BlockKind::Code { symbol: Some(s), .. } => Some(s.as_str()),
         _ => None,
     }
 }
@@ -147,12 +137,7 @@ mod tests {
     use crate::chunk::WordCounter;
 
     fn opts(child: usize, max: usize, parent: usize) -> ChunkOptions {
-        ChunkOptions {
-            child_tokens: child,
-            max_child_tokens: max,
-            parent_tokens: parent,
-            overlap_tokens: 0,
-        }
+        ChunkOptions { child_tokens: child, max_child_tokens: max, parent_tokens: parent, overlap_tokens: 0 }
     }
 
     fn func(name: &str, lines: usize) -> String {
@@ -165,24 +150,12 @@ mod tests {
         let (a, b2, big) = (func("a", 1), func("b", 1), func("big", 6));
         let doc = code_doc(
             "lib.rs",
-            &[
-                (None, "use std::io;"),
-                (Some("a"), &a),
-                (Some("b"), &b2),
-                (Some("big"), &big),
-            ],
+            &[(None, "use std::io;"), (Some("a"), &a), (Some("b"), &b2), (Some("big"), &big)],
         );
         let chunks = CodeChunker::new(opts(30, 60, 1000)).chunk(&doc, &WordCounter);
-        let kids: Vec<&Chunk> = chunks
-            .iter()
-            .filter(|c| c.role == ChunkRole::Child)
-            .collect();
+        let kids: Vec<&Chunk> = chunks.iter().filter(|c| c.role == ChunkRole::Child).collect();
         assert_eq!(kids.len(), 2, "{kids:#?}");
-        assert_eq!(
-            kids[0].section_path,
-            vec!["lib.rs"],
-            "two named units: title only"
-        );
+        assert_eq!(kids[0].section_path, vec!["lib.rs"], "two named units: title only");
         assert!(doc.text[kids[0].span.range()].starts_with("use std::io;"));
         assert_eq!(kids[1].section_path, vec!["lib.rs", "big"]);
         assert_eq!(&doc.text[kids[1].span.range()], big);
@@ -192,47 +165,25 @@ mod tests {
 
     #[test]
     fn a_big_unit_splits_at_blank_lines_and_keeps_its_symbol() {
-        let part = |p: usize| {
-            (0..4)
-                .map(|i| format!("    let v{p}_{i} = {i};"))
-                .collect::<Vec<_>>()
-                .join("\n")
-        };
+        let part =
+            |p: usize| (0..4).map(|i| format!("    let v{p}_{i} = {i};")).collect::<Vec<_>>().join("\n");
         let big = format!("fn big() {{\n{}\n\n{}\n\n{}\n}}", part(0), part(1), part(2));
-        let doc = code_doc(
-            "m.rs",
-            &[
-                (Some("small"), "fn small() {}"),
-                (Some("big"), &big),
-                (None, "// end"),
-            ],
-        );
+        let doc =
+            code_doc("m.rs", &[(Some("small"), "fn small() {}"), (Some("big"), &big), (None, "// end")]);
         let chunks = CodeChunker::new(opts(20, 40, 60)).chunk(&doc, &WordCounter);
-        let kids: Vec<&Chunk> = chunks
-            .iter()
-            .filter(|c| c.role == ChunkRole::Child)
-            .collect();
-        let big_kids: Vec<&&Chunk> = kids
-            .iter()
-            .filter(|c| c.section_path == ["m.rs", "big"])
-            .collect();
+        let kids: Vec<&Chunk> = chunks.iter().filter(|c| c.role == ChunkRole::Child).collect();
+        let big_kids: Vec<&&Chunk> = kids.iter().filter(|c| c.section_path == ["m.rs", "big"]).collect();
         assert!(big_kids.len() >= 3, "{kids:#?}");
         for k in &big_kids {
             let t = &doc.text[k.span.range()];
-            assert!(
-                !t.contains("fn small") && !t.contains("// end"),
-                "a split unit shares no chunk: {t}"
-            );
+            assert!(!t.contains("fn small") && !t.contains("// end"), "a split unit shares no chunk: {t}");
             assert!(k.tokens <= 40);
         }
         assert!(
             doc.text[big_kids[1].span.range()].starts_with("    let v1_0")
                 || doc.text[big_kids[1].span.range()].starts_with("let v1_0")
         );
-        let parents: Vec<&Chunk> = chunks
-            .iter()
-            .filter(|c| c.role == ChunkRole::Parent)
-            .collect();
+        let parents: Vec<&Chunk> = chunks.iter().filter(|c| c.role == ChunkRole::Parent).collect();
         assert!(parents.len() >= 2);
     }
 
@@ -240,21 +191,9 @@ mod tests {
     fn code_documents_default_to_the_code_chunker() {
         let code = code_doc("x.rs", &[(Some("f"), "fn f() {}")]);
         let text = md("hello");
-        assert_eq!(
-            default_chunker_for(&code, ChunkerKind::Structural),
-            ChunkerKind::Code
-        );
-        assert_eq!(
-            default_chunker_for(&code, ChunkerKind::Semantic),
-            ChunkerKind::Code
-        );
-        assert_eq!(
-            default_chunker_for(&code, ChunkerKind::Fixed),
-            ChunkerKind::Fixed
-        );
-        assert_eq!(
-            default_chunker_for(&text, ChunkerKind::Structural),
-            ChunkerKind::Structural
-        );
+        assert_eq!(default_chunker_for(&code, ChunkerKind::Structural), ChunkerKind::Code);
+        assert_eq!(default_chunker_for(&code, ChunkerKind::Semantic), ChunkerKind::Code);
+        assert_eq!(default_chunker_for(&code, ChunkerKind::Fixed), ChunkerKind::Fixed);
+        assert_eq!(default_chunker_for(&text, ChunkerKind::Structural), ChunkerKind::Structural);
     }
 }

@@ -30,10 +30,7 @@ pub struct FixedOptions {
 
 impl Default for FixedOptions {
     fn default() -> Self {
-        FixedOptions {
-            chars: 500,
-            overlap_words: 50,
-        }
+        FixedOptions { chars: 500, overlap_words: 50 }
     }
 }
 
@@ -47,14 +44,8 @@ pub struct FixedChunker {
 impl FixedChunker {
     /// A fixed chunker; of `options` only the hard budget `max_child_tokens` applies.
     pub fn new(fixed: FixedOptions, options: ChunkOptions) -> Self {
-        let fixed = FixedOptions {
-            chars: fixed.chars.max(1),
-            ..fixed
-        };
-        FixedChunker {
-            fixed,
-            max_child_tokens: options.normalised().max_child_tokens,
-        }
+        let fixed = FixedOptions { chars: fixed.chars.max(1), ..fixed };
+        FixedChunker { fixed, max_child_tokens: options.normalised().max_child_tokens }
     }
 }
 
@@ -71,13 +62,7 @@ impl Chunker for FixedChunker {
         let text = doc.text.as_str();
         let mut units: Vec<Piece> = Vec::new();
         for block in &doc.blocks {
-            split::split(
-                &b,
-                block.span,
-                max,
-                &[split::Level::Sentences, split::Level::Words],
-                &mut units,
-            );
+            split::split(&b, block.span, max, &[split::Level::Sentences, split::Level::Words], &mut units);
         }
         let paths = block_paths(doc);
         let chars = |s: usize, e: usize| text[s..e].chars().count();
@@ -126,10 +111,7 @@ impl Chunker for FixedChunker {
                 .blocks
                 .partition_point(|bl| bl.span.end <= span.start)
                 .min(doc.blocks.len().saturating_sub(1));
-            let path = paths
-                .get(block)
-                .map(|p| p.as_ref().clone())
-                .unwrap_or_default();
+            let path = paths.get(block).map(|p| p.as_ref().clone()).unwrap_or_default();
             b.push(ChunkRole::Child, None, path, span, count);
             prev = Some(span);
             i = j;
@@ -175,11 +157,7 @@ mod tests {
 
     fn run(text: &str, fixed: FixedOptions, max: usize) -> (ParsedDocument, Vec<Chunk>) {
         let doc = md(text);
-        let o = ChunkOptions {
-            max_child_tokens: max,
-            child_tokens: max.min(256),
-            ..ChunkOptions::default()
-        };
+        let o = ChunkOptions { max_child_tokens: max, child_tokens: max.min(256), ..ChunkOptions::default() };
         let chunks = FixedChunker::new(fixed, o).chunk(&doc, &WordCounter);
         (doc, chunks)
     }
@@ -193,18 +171,8 @@ mod tests {
 
     #[test]
     fn packs_whole_sentences_up_to_the_character_limit() {
-        let text = (0..30)
-            .map(|i| format!("Sentence number {i} is short."))
-            .collect::<Vec<_>>()
-            .join(" ");
-        let (doc, chunks) = run(
-            &text,
-            FixedOptions {
-                chars: 100,
-                overlap_words: 0,
-            },
-            512,
-        );
+        let text = (0..30).map(|i| format!("Sentence number {i} is short.")).collect::<Vec<_>>().join(" ");
+        let (doc, chunks) = run(&text, FixedOptions { chars: 100, overlap_words: 0 }, 512);
         assert!(chunks.len() > 5);
         for pair in chunks.windows(2) {
             assert!(pair[0].span.end <= pair[1].span.start);
@@ -220,28 +188,11 @@ mod tests {
 
     #[test]
     fn overlap_starts_words_back_and_counts_toward_the_limit() {
-        let text = (0..30)
-            .map(|i| format!("Sentence number {i} is short."))
-            .collect::<Vec<_>>()
-            .join(" ");
-        let (doc, chunks) = run(
-            &text,
-            FixedOptions {
-                chars: 120,
-                overlap_words: 3,
-            },
-            512,
-        );
+        let text = (0..30).map(|i| format!("Sentence number {i} is short.")).collect::<Vec<_>>().join(" ");
+        let (doc, chunks) = run(&text, FixedOptions { chars: 120, overlap_words: 3 }, 512);
         for pair in chunks.windows(2) {
-            let tail: Vec<&str> = doc.text[pair[0].span.range()]
-                .split_whitespace()
-                .rev()
-                .take(3)
-                .collect();
-            let head: Vec<&str> = doc.text[pair[1].span.range()]
-                .split_whitespace()
-                .take(3)
-                .collect();
+            let tail: Vec<&str> = doc.text[pair[0].span.range()].split_whitespace().rev().take(3).collect();
+            let head: Vec<&str> = doc.text[pair[1].span.range()].split_whitespace().take(3).collect();
             assert_eq!(tail.into_iter().rev().collect::<Vec<_>>(), head);
             assert!(doc.text[pair[1].span.range()].chars().count() <= 120);
         }
@@ -251,43 +202,20 @@ mod tests {
     fn a_long_sentence_is_its_own_chunk_and_splits_only_over_the_token_budget() {
         let long = "word ".repeat(150);
         let text = format!("Short one. Word {}end. Short two.", long);
-        let (doc, chunks) = run(
-            &text,
-            FixedOptions {
-                chars: 100,
-                overlap_words: 0,
-            },
-            512,
-        );
+        let (doc, chunks) = run(&text, FixedOptions { chars: 100, overlap_words: 0 }, 512);
         assert_eq!(chunks.len(), 3);
         assert!(doc.text[chunks[1].span.range()].starts_with("Word word"));
-        let (_, chunks) = run(
-            &text,
-            FixedOptions {
-                chars: 100,
-                overlap_words: 0,
-            },
-            40,
-        );
+        let (_, chunks) = run(&text, FixedOptions { chars: 100, overlap_words: 0 }, 40);
         assert!(chunks.len() > 4);
         assert!(chunks.iter().all(|c| c.tokens <= 40));
     }
 
     #[test]
     fn section_path_is_the_nearest_heading_above() {
-        let (_, chunks) = run(
-            "# A\n\nOne.\n\n## B\n\nTwo.",
-            FixedOptions {
-                chars: 6,
-                overlap_words: 0,
-            },
-            512,
-        );
+        let (_, chunks) =
+            run("# A\n\nOne.\n\n## B\n\nTwo.", FixedOptions { chars: 6, overlap_words: 0 }, 512);
         let paths: Vec<Vec<String>> = chunks.iter().map(|c| c.section_path.clone()).collect();
         assert_eq!(paths[0], vec!["A"]);
-        assert_eq!(
-            paths.last().unwrap(),
-            &vec!["A".to_string(), "B".to_string()]
-        );
+        assert_eq!(paths.last().unwrap(), &vec!["A".to_string(), "B".to_string()]);
     }
 }

@@ -93,9 +93,7 @@ pub struct WordCounter;
 
 impl TokenCounter for WordCounter {
     fn count(&self, text: &str) -> usize {
-        text.split_word_bounds()
-            .filter(|w| !w.chars().all(char::is_whitespace))
-            .count()
+        text.split_word_bounds().filter(|w| !w.chars().all(char::is_whitespace)).count()
     }
 }
 
@@ -116,12 +114,7 @@ pub struct ChunkOptions {
 
 impl Default for ChunkOptions {
     fn default() -> Self {
-        ChunkOptions {
-            child_tokens: 256,
-            max_child_tokens: 512,
-            parent_tokens: 2048,
-            overlap_tokens: 0,
-        }
+        ChunkOptions { child_tokens: 256, max_child_tokens: 512, parent_tokens: 2048, overlap_tokens: 0 }
     }
 }
 
@@ -132,12 +125,7 @@ impl ChunkOptions {
         let child_tokens = self.child_tokens.max(1);
         let max_child_tokens = self.max_child_tokens.max(child_tokens);
         let parent_tokens = self.parent_tokens.max(max_child_tokens);
-        ChunkOptions {
-            child_tokens,
-            max_child_tokens,
-            parent_tokens,
-            overlap_tokens: self.overlap_tokens,
-        }
+        ChunkOptions { child_tokens, max_child_tokens, parent_tokens, overlap_tokens: self.overlap_tokens }
     }
 }
 
@@ -160,13 +148,8 @@ pub enum ChunkerKind {
 
 impl ChunkerKind {
     /// Every kind, in the order the names are listed.
-    pub const ALL: [ChunkerKind; 5] = [
-        ChunkerKind::Structural,
-        ChunkerKind::Fixed,
-        ChunkerKind::Semantic,
-        ChunkerKind::Code,
-        ChunkerKind::Whole,
-    ];
+    pub const ALL: [ChunkerKind; 5] =
+        [ChunkerKind::Structural, ChunkerKind::Fixed, ChunkerKind::Semantic, ChunkerKind::Code, ChunkerKind::Whole];
 
     /// The name on the command line and in the catalog.
     pub fn name(self) -> &'static str {
@@ -191,16 +174,10 @@ impl FromStr for ChunkerKind {
 
     fn from_str(s: &str) -> Result<Self> {
         let wanted = s.trim();
-        ChunkerKind::ALL
-            .into_iter()
-            .find(|k| k.name().eq_ignore_ascii_case(wanted))
-            .ok_or_else(|| {
-                let names: Vec<&str> = ChunkerKind::ALL.iter().map(|k| k.name()).collect();
-                Error::Invalid(format!(
-                    "unknown chunker `{s}`; known chunkers: {}",
-                    names.join(", ")
-                ))
-            })
+        ChunkerKind::ALL.into_iter().find(|k| k.name().eq_ignore_ascii_case(wanted)).ok_or_else(|| {
+            let names: Vec<&str> = ChunkerKind::ALL.iter().map(|k| k.name()).collect();
+            Error::Invalid(format!("unknown chunker `{s}`; known chunkers: {}", names.join(", ")))
+        })
     }
 }
 
@@ -211,15 +188,11 @@ impl FromStr for ChunkerKind {
 pub fn chunker(kind: ChunkerKind, options: ChunkOptions) -> Result<Box<dyn Chunker>> {
     match kind {
         ChunkerKind::Structural => Ok(Box::new(StructuralChunker::new(options))),
-        ChunkerKind::Fixed => Ok(Box::new(FixedChunker::new(
-            FixedOptions::default(),
-            options,
-        ))),
+        ChunkerKind::Fixed => Ok(Box::new(FixedChunker::new(FixedOptions::default(), options))),
         ChunkerKind::Code => Ok(Box::new(CodeChunker::new(options))),
         ChunkerKind::Whole => Ok(Box::new(WholeChunker)),
         ChunkerKind::Semantic => Err(Error::Invalid(
-            "the semantic chunker needs a sentence embedder; build it with SemanticChunker::new"
-                .into(),
+            "the semantic chunker needs a sentence embedder; build it with SemanticChunker::new".into(),
         )),
     }
 }
@@ -238,10 +211,7 @@ mod tests {
             title: "t".into(),
             blocks: vec![
                 Block {
-                    kind: BlockKind::Heading {
-                        level: 1,
-                        title: "Intro".into(),
-                    },
+                    kind: BlockKind::Heading { level: 1, title: "Intro".into() },
                     span: Span::new(0, 7),
                     page: None,
                     lines: Lines { first: 1, last: 1 },
@@ -257,17 +227,12 @@ mod tests {
             metadata: Default::default(),
         };
         let kind: ChunkerKind = "structural".parse().unwrap();
-        let chunks = chunker(kind, ChunkOptions::default())
-            .unwrap()
-            .chunk(&doc, &WordCounter);
+        let chunks = chunker(kind, ChunkOptions::default()).unwrap().chunk(&doc, &WordCounter);
         assert_eq!(chunks.len(), 2);
         assert_eq!(chunks[1].section_path, vec!["Intro".to_string()]);
         assert_eq!(&doc.text[chunks[1].span.range()], doc.text.as_str());
         let text = "Dr. Smith paid 3.14 e.g. Euros. Then left.";
-        let parts: Vec<&str> = sentence::sentences(text)
-            .into_iter()
-            .map(|r| &text[r])
-            .collect();
+        let parts: Vec<&str> = sentence::sentences(text).into_iter().map(|r| &text[r]).collect();
         assert_eq!(parts, ["Dr. Smith paid 3.14 e.g. Euros. ", "Then left."]);
     }
 
@@ -277,29 +242,15 @@ mod tests {
             assert_eq!(k.name().parse::<ChunkerKind>().unwrap(), k);
             assert_eq!(k.to_string(), k.name());
         }
-        assert_eq!(
-            " Fixed ".parse::<ChunkerKind>().unwrap(),
-            ChunkerKind::Fixed
-        );
+        assert_eq!(" Fixed ".parse::<ChunkerKind>().unwrap(), ChunkerKind::Fixed);
         let e = "bogus".parse::<ChunkerKind>().unwrap_err().to_string();
-        assert!(
-            e.contains("structural, fixed, semantic, code, whole"),
-            "{e}"
-        );
+        assert!(e.contains("structural, fixed, semantic, code, whole"), "{e}");
     }
 
     #[test]
     fn chunker_builds_the_embedder_free_kinds() {
-        for k in [
-            ChunkerKind::Structural,
-            ChunkerKind::Fixed,
-            ChunkerKind::Code,
-            ChunkerKind::Whole,
-        ] {
-            assert_eq!(
-                chunker(k, ChunkOptions::default()).unwrap().name(),
-                k.name()
-            );
+        for k in [ChunkerKind::Structural, ChunkerKind::Fixed, ChunkerKind::Code, ChunkerKind::Whole] {
+            assert_eq!(chunker(k, ChunkOptions::default()).unwrap().name(), k.name());
         }
         assert!(chunker(ChunkerKind::Semantic, ChunkOptions::default()).is_err());
     }
@@ -314,21 +265,8 @@ mod tests {
 
     #[test]
     fn options_normalise_to_a_consistent_order() {
-        let o = ChunkOptions {
-            child_tokens: 0,
-            max_child_tokens: 0,
-            parent_tokens: 0,
-            overlap_tokens: 3,
-        }
-        .normalised();
-        assert_eq!(
-            (
-                o.child_tokens,
-                o.max_child_tokens,
-                o.parent_tokens,
-                o.overlap_tokens
-            ),
-            (1, 1, 1, 3)
-        );
+        let o = ChunkOptions { child_tokens: 0, max_child_tokens: 0, parent_tokens: 0, overlap_tokens: 3 }
+            .normalised();
+        assert_eq!((o.child_tokens, o.max_child_tokens, o.parent_tokens, o.overlap_tokens), (1, 1, 1, 3));
     }
 }

@@ -14,8 +14,8 @@ use crate::types::{BlockKind, Chunk, ChunkRole, ParsedDocument};
 use super::semantic::tests::TopicEmbedder;
 use super::testdoc::{code_doc, md};
 use super::{
-    ChunkOptions, Chunker, CodeChunker, FixedChunker, FixedOptions, SemanticChunker,
-    SemanticOptions, StructuralChunker, TokenCounter, WordCounter,
+    ChunkOptions, Chunker, CodeChunker, FixedChunker, FixedOptions, SemanticChunker, SemanticOptions,
+    StructuralChunker, TokenCounter, WordCounter,
 };
 
 /// What a chunker's output must satisfy.
@@ -71,10 +71,7 @@ fn check(doc: &ParsedDocument, chunks: &[Chunk], e: &Expect) {
                 if e.sections {
                     let i = headings.partition_point(|&h| h <= c.span.start);
                     let crossed = headings.get(i).filter(|&&h| h < c.span.end);
-                    assert!(
-                        crossed.is_none(),
-                        "child {c:?} crosses the heading at {crossed:?}"
-                    );
+                    assert!(crossed.is_none(), "child {c:?} crosses the heading at {crossed:?}");
                 }
                 children.push(c);
             }
@@ -84,10 +81,7 @@ fn check(doc: &ParsedDocument, chunks: &[Chunk], e: &Expect) {
         assert!(pair[0].span.start < pair[1].span.start, "children in order");
         assert!(pair[0].span.end < pair[1].span.end, "children in order");
         if !e.overlap {
-            assert!(
-                pair[0].span.end <= pair[1].span.start,
-                "children do not overlap"
-            );
+            assert!(pair[0].span.end <= pair[1].span.start, "children do not overlap");
         }
     }
     // Coverage: every non-whitespace byte of every block lies in some child.
@@ -101,10 +95,7 @@ fn check(doc: &ParsedDocument, chunks: &[Chunk], e: &Expect) {
             while at < children.len() && children[at].span.end <= pos {
                 at += 1;
             }
-            let covered = children[at..]
-                .iter()
-                .take_while(|c| c.span.start <= pos)
-                .any(|c| pos < c.span.end);
+            let covered = children[at..].iter().take_while(|c| c.span.start <= pos).any(|c| pos < c.span.end);
             assert!(covered, "byte {pos} ({ch:?}) of {b:?} is in no child");
         }
     }
@@ -151,12 +142,8 @@ fn words(n: std::ops::Range<usize>) -> impl Strategy<Value = String> {
 }
 
 fn sentence() -> impl Strategy<Value = String> {
-    (
-        words(1..25),
-        prop::sample::select(&[".", "!", "?", ".", ""][..]),
-        any::<bool>(),
-    )
-        .prop_map(|(w, end, cap)| {
+    (words(1..25), prop::sample::select(&[".", "!", "?", ".", ""][..]), any::<bool>()).prop_map(
+        |(w, end, cap)| {
             let mut s = format!("{w}{end}");
             if cap {
                 if let Some(c) = s.chars().next() {
@@ -164,7 +151,8 @@ fn sentence() -> impl Strategy<Value = String> {
                 }
             }
             s
-        })
+        },
+    )
 }
 
 fn block() -> impl Strategy<Value = String> {
@@ -192,56 +180,43 @@ fn document() -> impl Strategy<Value = String> {
 }
 
 fn options() -> impl Strategy<Value = ChunkOptions> {
-    (
-        3usize..60,
-        0usize..60,
-        0usize..300,
-        prop_oneof![3 => Just(0usize), 1 => 1usize..20],
-    )
-        .prop_map(|(child, extra, parent, overlap)| ChunkOptions {
+    (3usize..60, 0usize..60, 0usize..300, prop_oneof![3 => Just(0usize), 1 => 1usize..20]).prop_map(
+        |(child, extra, parent, overlap)| ChunkOptions {
             child_tokens: child,
             max_child_tokens: child + extra,
             parent_tokens: child + extra + parent,
             overlap_tokens: overlap,
-        })
+        },
+    )
 }
 
 fn code_document() -> impl Strategy<Value = ParsedDocument> {
-    let unit = (
-        prop::option::of(prop::sample::select(&["f", "g", "Parser", "new"][..])),
-        1usize..40,
-        0usize..8,
-    )
-        .prop_map(|(name, lines, width)| {
-            let body: Vec<String> = (0..lines)
-                .map(|i| {
-                    if i % 7 == 6 {
-                        String::new()
-                    } else {
-                        format!("    let v{i} = {};", "é + 1 ".repeat(width))
-                    }
-                })
-                .collect();
-            match name {
-                Some(n) => (Some(n), format!("fn {n}() {{\n{}\n}}", body.join("\n"))),
-                None => (None, format!("// glue {}", body.len())),
-            }
-        });
+    let unit =
+        (prop::option::of(prop::sample::select(&["f", "g", "Parser", "new"][..])), 1usize..40, 0usize..8)
+            .prop_map(|(name, lines, width)| {
+                let body: Vec<String> = (0..lines)
+                    .map(|i| {
+                        if i % 7 == 6 {
+                            String::new()
+                        } else {
+                            format!("    let v{i} = {};", "é + 1 ".repeat(width))
+                        }
+                    })
+                    .collect();
+                match name {
+                    Some(n) => (Some(n), format!("fn {n}() {{\n{}\n}}", body.join("\n"))),
+                    None => (None, format!("// glue {}", body.len())),
+                }
+            });
     prop::collection::vec(unit, 0..20).prop_map(|units| {
-        let parts: Vec<(Option<&str>, &str)> =
-            units.iter().map(|(n, b)| (*n, b.as_str())).collect();
+        let parts: Vec<(Option<&str>, &str)> = units.iter().map(|(n, b)| (*n, b.as_str())).collect();
         code_doc("lib.rs", &parts)
     })
 }
 
 fn expect(o: &ChunkOptions, parents: bool, sections: bool) -> Expect {
     let o = o.normalised();
-    Expect {
-        max_child_tokens: o.max_child_tokens,
-        overlap: o.overlap_tokens > 0,
-        parents,
-        sections,
-    }
+    Expect { max_child_tokens: o.max_child_tokens, overlap: o.overlap_tokens > 0, parents, sections }
 }
 
 proptest! {
@@ -306,10 +281,7 @@ fn megabyte() -> String {
                 }
                 out.push('\n');
             }
-            8 => out.push_str(&format!(
-                "```\nfn f{i}() {{\n    let x = {};\n}}\n```\n\n",
-                w(2)
-            )),
+            8 => out.push_str(&format!("```\nfn f{i}() {{\n    let x = {};\n}}\n```\n\n", w(2))),
             9 => out.push_str(&format!("- {}\n- {}\n- {}\n\n", w(1), w(2), w(3))),
             _ => {
                 for s in 0..(20 + i % 30) {
@@ -342,36 +314,17 @@ fn a_one_megabyte_document_chunks_with_invariants() {
     check(
         &doc,
         &fixed,
-        &Expect {
-            max_child_tokens: o.max_child_tokens,
-            overlap: true,
-            parents: false,
-            sections: false,
-        },
+        &Expect { max_child_tokens: o.max_child_tokens, overlap: true, parents: false, sections: false },
     );
 
     let semantic = SemanticChunker::new(o, SemanticOptions::default(), Arc::new(TopicEmbedder));
-    let chunks = semantic
-        .try_chunk(&doc, &WordCounter)
-        .expect("fake embedder");
+    let chunks = semantic.try_chunk(&doc, &WordCounter).expect("fake embedder");
     check(&doc, &chunks, &expect(&o, true, true));
 
-    let parts: Vec<String> = (0..8000)
-        .map(|i| format!("fn f{i}() {{\n    let x = {i} + é;\n    x * 2\n}}"))
-        .collect();
+    let parts: Vec<String> =
+        (0..8000).map(|i| format!("fn f{i}() {{\n    let x = {i} + é;\n    x * 2\n}}")).collect();
     let parts: Vec<(Option<&str>, &str)> = parts.iter().map(|p| (Some("f"), p.as_str())).collect();
     let code = code_doc("big.rs", &parts);
     let chunks = CodeChunker::new(o).chunk(&code, &WordCounter);
-    check(
-        &code,
-        &chunks,
-        &expect(
-            &ChunkOptions {
-                overlap_tokens: 0,
-                ..o
-            },
-            true,
-            false,
-        ),
-    );
+    check(&code, &chunks, &expect(&ChunkOptions { overlap_tokens: 0, ..o }, true, false));
 }

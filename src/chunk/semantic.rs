@@ -44,10 +44,7 @@ pub struct SemanticOptions {
 
 impl Default for SemanticOptions {
     fn default() -> Self {
-        SemanticOptions {
-            breakpoint_percentile: 95.0,
-            buffer_size: 1,
-        }
+        SemanticOptions { breakpoint_percentile: 95.0, buffer_size: 1 }
     }
 }
 
@@ -75,11 +72,7 @@ impl SemanticChunker {
         semantic: SemanticOptions,
         embedder: Arc<dyn SentenceEmbedder>,
     ) -> Self {
-        SemanticChunker {
-            options: options.normalised(),
-            semantic,
-            embedder,
-        }
+        SemanticChunker { options: options.normalised(), semantic, embedder }
     }
 
     /// The document's chunks, or the embedder's error (or [`Error::Bug`] when it returns the wrong
@@ -88,10 +81,8 @@ impl SemanticChunker {
         let o = self.options;
         let mut b = ChunkBuilder::new(doc, tokens);
         let segs = segments(doc);
-        let units: Vec<Vec<Piece>> = segs
-            .iter()
-            .map(|seg| units(&b, seg.blocks.clone(), o.max_child_tokens))
-            .collect();
+        let units: Vec<Vec<Piece>> =
+            segs.iter().map(|seg| units(&b, seg.blocks.clone(), o.max_child_tokens)).collect();
 
         // Texts to embed: each unit with its neighbours, within its segment.
         let buffer = self.semantic.buffer_size;
@@ -102,11 +93,7 @@ impl SemanticChunker {
                 texts.push(&doc.text[seg[lo].span.start..seg[hi].span.end]);
             }
         }
-        let vectors = if texts.is_empty() {
-            Vec::new()
-        } else {
-            self.embedder.embed_sentences(&texts)?
-        };
+        let vectors = if texts.is_empty() { Vec::new() } else { self.embedder.embed_sentences(&texts)? };
         if vectors.len() != texts.len() {
             return Err(Error::Bug(format!(
                 "sentence embedder returned {} vectors for {} sentences",
@@ -120,11 +107,7 @@ impl SemanticChunker {
         for seg in &units {
             if seg.len() > 1 {
                 let v = &vectors[at..at + seg.len()];
-                distances.push(
-                    v.windows(2)
-                        .map(|w| 1.0 - f64::from(cosine(&w[0], &w[1])))
-                        .collect(),
-                );
+                distances.push(v.windows(2).map(|w| 1.0 - f64::from(cosine(&w[0], &w[1]))).collect());
                 at += seg.len();
             } else {
                 distances.push(Vec::new());
@@ -179,10 +162,7 @@ fn units(b: &ChunkBuilder<'_>, blocks: std::ops::Range<usize>, max: usize) -> Ve
         if heading || block.kind.is_atomic() {
             let tokens = b.count(span);
             if tokens <= max {
-                out.push(Piece {
-                    glue_next: heading,
-                    ..Piece::new(span, tokens)
-                });
+                out.push(Piece { glue_next: heading, ..Piece::new(span, tokens) });
                 continue;
             }
         }
@@ -193,19 +173,13 @@ fn units(b: &ChunkBuilder<'_>, blocks: std::ops::Range<usize>, max: usize) -> Ve
 
 /// Groups of consecutive units: a new group where the distance before a unit exceeds
 /// `threshold` (not right after a heading), or where the unit would take the group over `max`.
-fn group(
-    units: &[Piece],
-    distances: &[f64],
-    threshold: f64,
-    max: usize,
-) -> Vec<std::ops::Range<usize>> {
+fn group(units: &[Piece], distances: &[f64], threshold: f64, max: usize) -> Vec<std::ops::Range<usize>> {
     let mut groups = Vec::new();
     let mut start = 0;
     let mut sum = 0;
     for (i, u) in units.iter().enumerate() {
         if i > start {
-            let shift =
-                distances.get(i - 1).is_some_and(|d| *d > threshold) && !units[i - 1].glue_next;
+            let shift = distances.get(i - 1).is_some_and(|d| *d > threshold) && !units[i - 1].glue_next;
             if shift || sum + u.tokens > max {
                 groups.push(start..i);
                 start = i;
@@ -249,8 +223,7 @@ pub(crate) mod tests {
             Ok(sentences
                 .iter()
                 .map(|s| {
-                    let mut v: Vec<f32> =
-                        TOPICS.iter().map(|t| s.matches(t).count() as f32).collect();
+                    let mut v: Vec<f32> = TOPICS.iter().map(|t| s.matches(t).count() as f32).collect();
                     v.push(0.01); // never the zero vector
                     v
                 })
@@ -267,10 +240,7 @@ pub(crate) mod tests {
     }
 
     fn paragraph(topic: &str, n: usize) -> String {
-        (0..n)
-            .map(|i| format!("Here is fact {i} about {topic} today."))
-            .collect::<Vec<_>>()
-            .join(" ")
+        (0..n).map(|i| format!("Here is fact {i} about {topic} today.")).collect::<Vec<_>>().join(" ")
     }
 
     #[test]
@@ -289,66 +259,39 @@ pub(crate) mod tests {
             paragraph("rockets", 6)
         );
         let doc = md(&text);
-        let semantic = SemanticOptions {
-            breakpoint_percentile: 90.0,
-            buffer_size: 1,
-        };
-        let chunker =
-            SemanticChunker::new(ChunkOptions::default(), semantic, Arc::new(TopicEmbedder));
+        let semantic = SemanticOptions { breakpoint_percentile: 90.0, buffer_size: 1 };
+        let chunker = SemanticChunker::new(ChunkOptions::default(), semantic, Arc::new(TopicEmbedder));
         let chunks = chunker.try_chunk(&doc, &WordCounter).unwrap();
-        let kids: Vec<&str> = chunks
-            .iter()
-            .filter(|c| c.role == ChunkRole::Child)
-            .map(|c| &doc.text[c.span.range()])
-            .collect();
+        let kids: Vec<&str> =
+            chunks.iter().filter(|c| c.role == ChunkRole::Child).map(|c| &doc.text[c.span.range()]).collect();
         assert_eq!(kids.len(), 3, "{kids:#?}");
         assert!(kids[0].starts_with("# Notes") && kids[0].ends_with("about cats today."));
-        assert!(
-            kids[1].starts_with("Here is fact 0 about taxes")
-                && kids[1].ends_with("about taxes today.")
-        );
+        assert!(kids[1].starts_with("Here is fact 0 about taxes") && kids[1].ends_with("about taxes today."));
         assert!(kids[2].starts_with("Here is fact 0 about rockets"));
     }
 
     #[test]
     fn the_default_percentile_breaks_at_the_one_topic_change() {
-        let doc = md(&format!(
-            "{} {}",
-            paragraph("soup", 8),
-            paragraph("rockets", 8)
-        ));
+        let doc = md(&format!("{} {}", paragraph("soup", 8), paragraph("rockets", 8)));
         let chunker = SemanticChunker::new(
             ChunkOptions::default(),
             SemanticOptions::default(),
             Arc::new(TopicEmbedder),
         );
         let chunks = chunker.try_chunk(&doc, &WordCounter).unwrap();
-        let kids: Vec<&str> = chunks
-            .iter()
-            .filter(|c| c.role == ChunkRole::Child)
-            .map(|c| &doc.text[c.span.range()])
-            .collect();
-        assert_eq!(
-            kids,
-            [paragraph("soup", 8) + " ", paragraph("rockets", 8)].map(|s| s.trim().to_string())
-        );
+        let kids: Vec<&str> =
+            chunks.iter().filter(|c| c.role == ChunkRole::Child).map(|c| &doc.text[c.span.range()]).collect();
+        assert_eq!(kids, [paragraph("soup", 8) + " ", paragraph("rockets", 8)].map(|s| s.trim().to_string()));
     }
 
     #[test]
     fn the_hard_budget_still_applies() {
         let doc = md(&paragraph("cats", 40));
-        let o = ChunkOptions {
-            child_tokens: 20,
-            max_child_tokens: 30,
-            ..ChunkOptions::default()
-        };
+        let o = ChunkOptions { child_tokens: 20, max_child_tokens: 30, ..ChunkOptions::default() };
         let chunks = SemanticChunker::new(o, SemanticOptions::default(), Arc::new(TopicEmbedder))
             .chunk(&doc, &WordCounter);
         assert!(chunks.iter().filter(|c| c.role == ChunkRole::Child).count() > 5);
-        assert!(chunks
-            .iter()
-            .filter(|c| c.role == ChunkRole::Child)
-            .all(|c| c.tokens <= 30));
+        assert!(chunks.iter().filter(|c| c.role == ChunkRole::Child).all(|c| c.tokens <= 30));
     }
 
     #[test]

@@ -29,8 +29,8 @@ use unicode_segmentation::UnicodeSegmentation;
 
 /// Abbreviations after which a sentence never ends (lower-case, with their dot).
 const ABBREVIATIONS: &[&str] = &[
-    "e.g.", "i.e.", "dr.", "mr.", "mrs.", "ms.", "prof.", "st.", "vs.", "no.", "fig.", "approx.",
-    "cf.", "al.",
+    "e.g.", "i.e.", "dr.", "mr.", "mrs.", "ms.", "prof.", "st.", "vs.", "no.", "fig.", "approx.", "cf.",
+    "al.",
 ];
 
 /// Abbreviations that often end a sentence: a break after them stands before an upper-case letter.
@@ -75,9 +75,8 @@ fn false_break(prev: &str, next: &str) -> bool {
     }
     if newlines == 1 {
         // A soft line wrap: the line does not end a sentence.
-        let end = body.trim_end_matches(|c: char| {
-            matches!(c, '"' | '\'' | ')' | ']' | '”' | '’' | '»' | '*' | '_')
-        });
+        let end = body
+            .trim_end_matches(|c: char| matches!(c, '"' | '\'' | ')' | ']' | '”' | '’' | '»' | '*' | '_'));
         return !end.ends_with(['.', '!', '?', '。', '！', '？', '…', ':', ';']);
     }
     false
@@ -97,9 +96,7 @@ fn is_initials(word: &str) -> bool {
 }
 
 fn first_letter_is_upper(text: &str) -> bool {
-    text.chars()
-        .find(|c| c.is_alphanumeric())
-        .is_some_and(char::is_uppercase)
+    text.chars().find(|c| c.is_alphanumeric()).is_some_and(char::is_uppercase)
 }
 
 #[cfg(test)]
@@ -119,10 +116,7 @@ mod tests {
 
     #[test]
     fn plain_sentences() {
-        assert_eq!(
-            split("One two. Three four! Five? Six"),
-            ["One two. ", "Three four! ", "Five? ", "Six"]
-        );
+        assert_eq!(split("One two. Three four! Five? Six"), ["One two. ", "Three four! ", "Five? ", "Six"]);
         assert!(split("").is_empty());
     }
 
@@ -147,18 +141,9 @@ mod tests {
 
     #[test]
     fn final_abbreviations_end_sentences_before_capitals() {
-        assert_eq!(
-            split("Apples, pears etc. Then we left."),
-            ["Apples, pears etc. ", "Then we left."]
-        );
-        assert_eq!(
-            split("Apples, pears etc. and more."),
-            ["Apples, pears etc. and more."]
-        );
-        assert_eq!(
-            split("Made by Acme Inc. (the maker)."),
-            ["Made by Acme Inc. (the maker)."]
-        );
+        assert_eq!(split("Apples, pears etc. Then we left."), ["Apples, pears etc. ", "Then we left."]);
+        assert_eq!(split("Apples, pears etc. and more."), ["Apples, pears etc. and more."]);
+        assert_eq!(split("Made by Acme Inc. (the maker)."), ["Made by Acme Inc. (the maker)."]);
     }
 
     #[test]
@@ -167,10 +152,7 @@ mod tests {
             split("Pi is 3.14 today. Version v1.2.3 is out."),
             ["Pi is 3.14 today. ", "Version v1.2.3 is out."]
         );
-        assert_eq!(
-            split("It grew 2.5% in Q3. Fine."),
-            ["It grew 2.5% in Q3. ", "Fine."]
-        );
+        assert_eq!(split("It grew 2.5% in Q3. Fine."), ["It grew 2.5% in Q3. ", "Fine."]);
     }
 
     #[test]
@@ -178,16 +160,9 @@ mod tests {
         let text = "See https://example.com/a.b?c=d. Then mail bob.smith@example.co.uk. Done!";
         assert_eq!(
             split(text),
-            [
-                "See https://example.com/a.b?c=d. ",
-                "Then mail bob.smith@example.co.uk. ",
-                "Done!"
-            ]
+            ["See https://example.com/a.b?c=d. ", "Then mail bob.smith@example.co.uk. ", "Done!"]
         );
-        assert_eq!(
-            split("Go to www.Example.com/Index.Html now."),
-            ["Go to www.Example.com/Index.Html now."]
-        );
+        assert_eq!(split("Go to www.Example.com/Index.Html now."), ["Go to www.Example.com/Index.Html now."]);
     }
 
     #[test]
@@ -196,14 +171,8 @@ mod tests {
             split("This sentence is\nwrapped over lines. Next."),
             ["This sentence is\nwrapped over lines. ", "Next."]
         );
-        assert_eq!(
-            split("First line ends.\nSecond line."),
-            ["First line ends.\n", "Second line."]
-        );
-        assert_eq!(
-            split("A heading\n\nBody text."),
-            ["A heading\n\n", "Body text."]
-        );
+        assert_eq!(split("First line ends.\nSecond line."), ["First line ends.\n", "Second line."]);
+        assert_eq!(split("A heading\n\nBody text."), ["A heading\n\n", "Body text."]);
     }
 
     #[test]

@@ -24,12 +24,7 @@ pub(crate) struct Piece {
 
 impl Piece {
     pub fn new(span: Span, tokens: usize) -> Self {
-        Piece {
-            span,
-            tokens,
-            glue_next: false,
-            break_before: false,
-        }
+        Piece { span, tokens, glue_next: false, break_before: false }
     }
 }
 
@@ -67,13 +62,7 @@ pub(crate) fn trim(text: &str, span: Span) -> Span {
 /// Cuts `span` at the first of `levels` (unconditionally), then cuts any part over `max` tokens at
 /// the next level. Pieces are trimmed; whitespace-only parts are dropped. Only a word run with no
 /// whitespace in it can come out over `max`.
-pub(crate) fn split(
-    b: &ChunkBuilder<'_>,
-    span: Span,
-    max: usize,
-    levels: &[Level],
-    out: &mut Vec<Piece>,
-) {
+pub(crate) fn split(b: &ChunkBuilder<'_>, span: Span, max: usize, levels: &[Level], out: &mut Vec<Piece>) {
     let Some((&level, rest)) = levels.split_first() else {
         let span = trim(b.doc().text.as_str(), span);
         if !span.is_empty() {
@@ -104,13 +93,8 @@ fn cut(text: &str, span: Span, level: Level) -> Vec<Span> {
     let s = &text[span.range()];
     let at = span.start;
     match level {
-        Level::Sentences => sentences(s)
-            .into_iter()
-            .map(|r| Span::new(at + r.start, at + r.end))
-            .collect(),
-        Level::Lines => line_ranges(s)
-            .map(|r| Span::new(at + r.start, at + r.end))
-            .collect(),
+        Level::Sentences => sentences(s).into_iter().map(|r| Span::new(at + r.start, at + r.end)).collect(),
+        Level::Lines => line_ranges(s).map(|r| Span::new(at + r.start, at + r.end)).collect(),
         Level::Paragraphs => {
             let mut out = Vec::new();
             let mut open: Option<Range<usize>> = None;
@@ -161,10 +145,7 @@ pub(crate) fn split_words(b: &ChunkBuilder<'_>, span: Span, max: usize, out: &mu
                 let _ = rs;
             }
             Some((rs, re, rt)) => {
-                out.push(Piece::new(
-                    Span::new(span.start + *rs, span.start + *re),
-                    *rt,
-                ));
+                out.push(Piece::new(Span::new(span.start + *rs, span.start + *re), *rt));
                 *run = Some((ws, we, t));
             }
             None => *run = Some((ws, we, t)),
@@ -214,9 +195,7 @@ pub(crate) fn pack(pieces: &[Piece], target: usize, max: usize) -> Vec<Range<usi
         let n = groups.len();
         let tokens = |r: &Range<usize>| pieces[r.clone()].iter().map(|p| p.tokens).sum::<usize>();
         let (prev, last) = (&groups[n - 2], &groups[n - 1]);
-        if !pieces[last.start].break_before
-            && tokens(last) < target / 8
-            && tokens(prev) + tokens(last) <= max
+        if !pieces[last.start].break_before && tokens(last) < target / 8 && tokens(prev) + tokens(last) <= max
         {
             let merged = prev.start..last.end;
             groups.truncate(n - 2);
@@ -259,11 +238,7 @@ pub(crate) fn finalize(
             stack.push(g.start..mid);
             continue;
         }
-        out.push(Packed {
-            span,
-            tokens,
-            pieces: g,
-        });
+        out.push(Packed { span, tokens, pieces: g });
     }
     out
 }
@@ -328,12 +303,7 @@ mod tests {
         split(&b, all, 4, PROSE, &mut out);
         assert_eq!(
             texts(&doc.text, &out),
-            [
-                "One two three.",
-                "Four five six seven",
-                "eight nine ten.",
-                "Eleven"
-            ],
+            ["One two three.", "Four five six seven", "eight nine ten.", "Eleven"],
             "the long sentence is cut into word runs of at most 4 tokens"
         );
         assert!(out.iter().all(|p| p.tokens <= 4));
@@ -364,16 +334,8 @@ mod tests {
     fn pack_glues_headings_and_merges_tiny_tails() {
         let p = |t| Piece::new(Span::new(0, 0), t);
         let pieces = [p(10), p(10), p(4), p(2)];
-        assert_eq!(
-            pack(&pieces, 24, 30),
-            vec![0..4],
-            "the tiny tail merges back"
-        );
-        assert_eq!(
-            pack(&pieces, 24, 25),
-            vec![0..3, 3..4],
-            "no merge when the budget is full"
-        );
+        assert_eq!(pack(&pieces, 24, 30), vec![0..4], "the tiny tail merges back");
+        assert_eq!(pack(&pieces, 24, 25), vec![0..3, 3..4], "no merge when the budget is full");
         let mut heading = p(2);
         heading.glue_next = true;
         assert_eq!(pack(&[heading, p(9)], 10, 20), vec![0..2]);

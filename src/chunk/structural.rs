@@ -41,9 +41,7 @@ pub struct StructuralChunker {
 impl StructuralChunker {
     /// A structural chunker with these sizes (made consistent by [`ChunkOptions::normalised`]).
     pub fn new(options: ChunkOptions) -> Self {
-        StructuralChunker {
-            options: options.normalised(),
-        }
+        StructuralChunker { options: options.normalised() }
     }
 }
 
@@ -102,11 +100,7 @@ pub(crate) fn segments(doc: &ParsedDocument) -> Vec<Segment> {
         } else {
             match out.last_mut() {
                 Some(seg) => seg.blocks.end = i + 1,
-                None => out.push(Segment {
-                    level: 0,
-                    path: Vec::new(),
-                    blocks: i..i + 1,
-                }),
+                None => out.push(Segment { level: 0, path: Vec::new(), blocks: i..i + 1 }),
             }
         }
     }
@@ -134,12 +128,7 @@ pub(crate) fn levels_for(kind: &BlockKind) -> &'static [split::Level] {
 
 /// Pieces of `blocks`: a block whole where it may stay whole (atomic up to `max`, anything up to
 /// `target`), else split at its levels. A heading glues to what follows it.
-pub(crate) fn pieces(
-    b: &ChunkBuilder<'_>,
-    blocks: Range<usize>,
-    max: usize,
-    target: usize,
-) -> Vec<Piece> {
+pub(crate) fn pieces(b: &ChunkBuilder<'_>, blocks: Range<usize>, max: usize, target: usize) -> Vec<Piece> {
     let doc = b.doc();
     let mut out = Vec::new();
     for block in &doc.blocks[blocks] {
@@ -151,10 +140,7 @@ pub(crate) fn pieces(
         let heading = matches!(block.kind, BlockKind::Heading { .. });
         let whole = tokens <= target || (tokens <= max && (block.kind.is_atomic() || heading));
         if whole {
-            out.push(Piece {
-                glue_next: heading,
-                ..Piece::new(span, tokens)
-            });
+            out.push(Piece { glue_next: heading, ..Piece::new(span, tokens) });
         } else {
             split::split(b, span, max, levels_for(&block.kind), &mut out);
         }
@@ -201,9 +187,8 @@ fn emit_section(
     let total: usize = range.clone().map(tokens).sum();
     let head = range.start;
     if total <= parent_tokens {
-        let kids: Vec<(usize, &Packed)> = range
-            .flat_map(|k| children[k].iter().map(move |c| (k, c)))
-            .collect();
+        let kids: Vec<(usize, &Packed)> =
+            range.flat_map(|k| children[k].iter().map(move |c| (k, c))).collect();
         emit_parent(b, segs, &segs[head].path, &kids);
         return;
     }
@@ -232,30 +217,15 @@ fn emit_section(
 }
 
 /// One parent covering `kids`, then the kids (each with its segment's path).
-fn emit_parent(
-    b: &mut ChunkBuilder<'_>,
-    segs: &[Segment],
-    path: &[String],
-    kids: &[(usize, &Packed)],
-) {
+fn emit_parent(b: &mut ChunkBuilder<'_>, segs: &[Segment], path: &[String], kids: &[(usize, &Packed)]) {
     let (Some(first), Some(last)) = (kids.first(), kids.last()) else {
         return;
     };
-    let start = kids
-        .iter()
-        .map(|(_, c)| c.span.start)
-        .min()
-        .unwrap_or(first.1.span.start);
+    let start = kids.iter().map(|(_, c)| c.span.start).min().unwrap_or(first.1.span.start);
     let span = Span::new(start, last.1.span.end);
     let parent = b.push_counted(ChunkRole::Parent, None, path.to_vec(), span);
     for (k, c) in kids {
-        b.push(
-            ChunkRole::Child,
-            Some(parent),
-            segs[*k].path.clone(),
-            c.span,
-            c.tokens,
-        );
+        b.push(ChunkRole::Child, Some(parent), segs[*k].path.clone(), c.span, c.tokens);
     }
 }
 
@@ -272,19 +242,11 @@ mod tests {
     }
 
     fn opts(child: usize, max: usize, parent: usize) -> ChunkOptions {
-        ChunkOptions {
-            child_tokens: child,
-            max_child_tokens: max,
-            parent_tokens: parent,
-            overlap_tokens: 0,
-        }
+        ChunkOptions { child_tokens: child, max_child_tokens: max, parent_tokens: parent, overlap_tokens: 0 }
     }
 
     fn children(chunks: &[Chunk]) -> Vec<&Chunk> {
-        chunks
-            .iter()
-            .filter(|c| c.role == ChunkRole::Child)
-            .collect()
+        chunks.iter().filter(|c| c.role == ChunkRole::Child).collect()
     }
 
     const POLICY: &str = "# Travel Policy\n\nThis policy covers travel.\n\n## 1 Scope\n\nAll staff, e.g. contractors, are covered.\n\n## 2 Expenses\n\n### 2.1 Rates\n\n| Item | Rate |\n|------|------|\n| Hotel | 150.00 |\n| Meals | 45.50 |\n| Taxi | 30.00 |\n\n### 2.2 Insurance\n\nDr. Smith approves claims. Claims over 1,000.00 need a receipt.\n\n## 3 Approval\n\n- Manager signs.\n- Finance pays.\n";
@@ -293,10 +255,8 @@ mod tests {
     fn policy_document_gets_section_paths_and_keeps_the_table_whole() {
         let (doc, chunks) = run(POLICY, opts(40, 60, 80));
         let kids = children(&chunks);
-        let paths: Vec<Vec<&str>> = kids
-            .iter()
-            .map(|c| c.section_path.iter().map(String::as_str).collect())
-            .collect();
+        let paths: Vec<Vec<&str>> =
+            kids.iter().map(|c| c.section_path.iter().map(String::as_str).collect()).collect();
         assert_eq!(
             paths,
             vec![
@@ -308,14 +268,8 @@ mod tests {
                 vec!["Travel Policy", "3 Approval"],
             ]
         );
-        let table = doc
-            .blocks
-            .iter()
-            .find(|b| b.kind == BlockKind::Table)
-            .unwrap();
-        assert!(kids
-            .iter()
-            .any(|c| c.span.start <= table.span.start && c.span.end >= table.span.end));
+        let table = doc.blocks.iter().find(|b| b.kind == BlockKind::Table).unwrap();
+        assert!(kids.iter().any(|c| c.span.start <= table.span.start && c.span.end >= table.span.end));
         let rates = kids[3];
         assert!(
             doc.text[rates.span.range()].starts_with("### 2.1 Rates\n\n| Item"),
@@ -326,19 +280,15 @@ mod tests {
             "### 2.2 Insurance\n\nDr. Smith approves claims. Claims over 1,000.00 need a receipt."
         );
         // Whole document is too big for one parent: the top section's own text, then subsections.
-        let parents: Vec<&Chunk> = chunks
-            .iter()
-            .filter(|c| c.role == ChunkRole::Parent)
-            .collect();
+        let parents: Vec<&Chunk> = chunks.iter().filter(|c| c.role == ChunkRole::Parent).collect();
         assert!(parents.len() > 1);
         for kid in &kids {
             let p = &chunks[kid.parent.unwrap() as usize];
             assert_eq!(p.role, ChunkRole::Parent);
             assert!(p.span.start <= kid.span.start && kid.span.end <= p.span.end);
         }
-        let expenses = parents
-            .iter()
-            .find(|p| p.section_path.last().map(String::as_str) == Some("2 Expenses"));
+        let expenses =
+            parents.iter().find(|p| p.section_path.last().map(String::as_str) == Some("2 Expenses"));
         let expenses = expenses.expect("a parent for section 2");
         assert!(
             doc.text[expenses.span.range()].contains("Claims over"),
@@ -349,13 +299,7 @@ mod tests {
     #[test]
     fn one_small_document_is_one_parent() {
         let (_, chunks) = run(POLICY, ChunkOptions::default());
-        assert_eq!(
-            chunks
-                .iter()
-                .filter(|c| c.role == ChunkRole::Parent)
-                .count(),
-            1
-        );
+        assert_eq!(chunks.iter().filter(|c| c.role == ChunkRole::Parent).count(), 1);
         assert_eq!(chunks[0].role, ChunkRole::Parent);
         assert_eq!(chunks[0].section_path, vec!["Travel Policy".to_string()]);
         assert!(chunks[1..].iter().all(|c| c.parent == Some(0)));
@@ -381,29 +325,20 @@ mod tests {
 
     #[test]
     fn oversized_table_splits_on_lines_and_a_small_one_stays_whole() {
-        let rows: Vec<String> = (0..30)
-            .map(|i| format!("| row {i} | value {i} |"))
-            .collect();
+        let rows: Vec<String> = (0..30).map(|i| format!("| row {i} | value {i} |")).collect();
         let text = format!("# T\n\n{}\n\nAfter.", rows.join("\n"));
         let (doc, chunks) = run(&text, opts(20, 40, 400));
         for c in children(&chunks) {
             let t = &doc.text[c.span.range()];
             assert!(c.tokens <= 40);
             assert!(
-                t.lines()
-                    .all(|l| l.starts_with('|') || l.is_empty() || l == "# T" || l == "After."),
+                t.lines().all(|l| l.starts_with('|') || l.is_empty() || l == "# T" || l == "After."),
                 "{t}"
             );
         }
         let (_, chunks) = run(&text, opts(20, 400, 1000));
-        let table_kids = children(&chunks)
-            .into_iter()
-            .filter(|c| c.tokens > 40)
-            .count();
-        assert_eq!(
-            table_kids, 1,
-            "under the hard budget the table stays in one child"
-        );
+        let table_kids = children(&chunks).into_iter().filter(|c| c.tokens > 40).count();
+        assert_eq!(table_kids, 1, "under the hard budget the table stays in one child");
     }
 
     #[test]
@@ -411,18 +346,12 @@ mod tests {
         let text = "# H\n\nOne two three four five six seven eight. Nine ten eleven twelve thirteen fourteen.\n\nEnd.";
         let (doc, chunks) = run(text, opts(20, 40, 400));
         let kids = children(&chunks);
-        assert!(
-            doc.text[kids.last().unwrap().span.range()].ends_with("fourteen.\n\nEnd."),
-            "{kids:?}"
-        );
+        assert!(doc.text[kids.last().unwrap().span.range()].ends_with("fourteen.\n\nEnd."), "{kids:?}");
     }
 
     #[test]
     fn overlap_reaches_back_whole_sentences() {
-        let text = (0..12)
-            .map(|i| format!("Fact number {i} is here."))
-            .collect::<Vec<_>>()
-            .join(" ");
+        let text = (0..12).map(|i| format!("Fact number {i} is here.")).collect::<Vec<_>>().join(" ");
         let mut o = opts(18, 40, 400);
         o.overlap_tokens = 6;
         let (doc, chunks) = run(&text, o);

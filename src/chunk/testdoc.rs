@@ -34,12 +34,7 @@ pub(crate) fn md(text: &str) -> ParsedDocument {
     let mut pos = 0;
     let push = |blocks: &mut Vec<Block>, kind, start: usize, end: usize, first, last| {
         let page = paged.then(|| 1 + text[..start].matches('\x0c').count() as u32);
-        blocks.push(Block {
-            kind,
-            span: Span::new(start, end),
-            page,
-            lines: Lines { first, last },
-        });
+        blocks.push(Block { kind, span: Span::new(start, end), page, lines: Lines { first, last } });
     };
     for (i, raw) in text.split_inclusive('\n').enumerate() {
         let n = i as u32 + 1;
@@ -49,17 +44,7 @@ pub(crate) fn md(text: &str) -> ParsedDocument {
         if let Some((lang, fstart, ffirst)) = &fence {
             if line.trim_start().starts_with("```") {
                 let language = (!lang.is_empty()).then(|| lang.clone());
-                push(
-                    &mut blocks,
-                    BlockKind::Code {
-                        language,
-                        symbol: None,
-                    },
-                    *fstart,
-                    end,
-                    *ffirst,
-                    n,
-                );
+                push(&mut blocks, BlockKind::Code { language, symbol: None }, *fstart, end, *ffirst, n);
                 fence = None;
             }
             continue;
@@ -74,25 +59,14 @@ pub(crate) fn md(text: &str) -> ParsedDocument {
             continue;
         }
         if let Some(lang) = t.strip_prefix("```") {
-            fence = Some((
-                lang.trim().to_string(),
-                start + (line.len() - line.trim_start().len()),
-                n,
-            ));
+            fence = Some((lang.trim().to_string(), start + (line.len() - line.trim_start().len()), n));
             continue;
         }
         if t.starts_with('#') {
             let level = t.chars().take_while(|&c| c == '#').count().min(6) as u8;
             let title = t.trim_start_matches('#').trim().to_string();
             let s = start + (line.len() - line.trim_start().len());
-            push(
-                &mut blocks,
-                BlockKind::Heading { level, title },
-                s,
-                s + t.len(),
-                n,
-                n,
-            );
+            push(&mut blocks, BlockKind::Heading { level, title }, s, s + t.len(), n, n);
             continue;
         }
         let s = start + (line.len() - line.trim_start().len());
@@ -113,17 +87,7 @@ pub(crate) fn md(text: &str) -> ParsedDocument {
         let language = (!lang.is_empty()).then_some(lang);
         let end = text.trim_end().len().max(fstart);
         let last = text[..end].matches('\n').count() as u32 + 1;
-        push(
-            &mut blocks,
-            BlockKind::Code {
-                language,
-                symbol: None,
-            },
-            fstart,
-            end,
-            ffirst,
-            last,
-        );
+        push(&mut blocks, BlockKind::Code { language, symbol: None }, fstart, end, ffirst, last);
     }
     ParsedDocument {
         parser: "markdown".into(),
@@ -150,22 +114,13 @@ pub(crate) fn code_doc(title: &str, parts: &[(Option<&str>, &str)]) -> ParsedDoc
         let last = first + body.matches('\n').count() as u32;
         line = last;
         blocks.push(Block {
-            kind: BlockKind::Code {
-                language: Some("rust".into()),
-                symbol: symbol.map(str::to_string),
-            },
+            kind: BlockKind::Code { language: Some("rust".into()), symbol: symbol.map(str::to_string) },
             span: Span::new(start, text.len()),
             page: None,
             lines: Lines { first, last },
         });
     }
-    ParsedDocument {
-        parser: "code".into(),
-        title: title.into(),
-        text,
-        blocks,
-        metadata: Default::default(),
-    }
+    ParsedDocument { parser: "code".into(), title: title.into(), text, blocks, metadata: Default::default() }
 }
 
 #[test]
@@ -174,15 +129,9 @@ fn md_makes_the_expected_blocks() {
     let kinds: Vec<_> = doc.blocks.iter().map(|b| &b.kind).collect();
     assert_eq!(kinds.len(), 5, "{kinds:?}");
     assert!(matches!(kinds[0], BlockKind::Heading { level: 1, title } if title == "Title"));
-    assert_eq!(
-        &doc.text[doc.blocks[1].span.range()],
-        "Para one\ncontinues."
-    );
+    assert_eq!(&doc.text[doc.blocks[1].span.range()], "Para one\ncontinues.");
     assert_eq!(doc.blocks[1].lines, Lines { first: 3, last: 4 });
     assert_eq!(*kinds[2], BlockKind::Table);
-    assert_eq!(
-        &doc.text[doc.blocks[3].span.range()],
-        "```rust\nfn x() {}\n\nfn y() {}\n```"
-    );
+    assert_eq!(&doc.text[doc.blocks[3].span.range()], "```rust\nfn x() {}\n\nfn y() {}\n```");
     assert_eq!(*kinds[4], BlockKind::List);
 }

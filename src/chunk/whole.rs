@@ -15,16 +15,9 @@ impl Chunker for WholeChunker {
     }
 
     fn chunk(&self, doc: &ParsedDocument, tokens: &dyn TokenCounter) -> Vec<Chunk> {
-        let (Some(first), Some(last)) = (doc.blocks.first(), doc.blocks.last()) else {
-            return Vec::new();
-        };
+        let (Some(first), Some(last)) = (doc.blocks.first(), doc.blocks.last()) else { return Vec::new() };
         let mut b = ChunkBuilder::new(doc, tokens);
-        b.push_counted(
-            ChunkRole::Child,
-            None,
-            Vec::new(),
-            Span::new(first.span.start, last.span.end),
-        );
+        b.push_counted(ChunkRole::Child, None, Vec::new(), Span::new(first.span.start, last.span.end));
         b.finish()
     }
 }
@@ -38,25 +31,12 @@ mod tests {
     #[test]
     fn one_child_over_every_block() {
         let text = "# T\n\nOne. Two.\n\nThree.".to_string();
-        let block = |kind, s, e, l| Block {
-            kind,
-            span: Span::new(s, e),
-            page: None,
-            lines: Lines { first: l, last: l },
-        };
+        let block = |kind, s, e, l| Block { kind, span: Span::new(s, e), page: None, lines: Lines { first: l, last: l } };
         let doc = ParsedDocument {
             parser: "markdown".into(),
             title: "T".into(),
             blocks: vec![
-                block(
-                    BlockKind::Heading {
-                        level: 1,
-                        title: "T".into(),
-                    },
-                    0,
-                    3,
-                    1,
-                ),
+                block(BlockKind::Heading { level: 1, title: "T".into() }, 0, 3, 1),
                 block(BlockKind::Paragraph, 5, 14, 3),
                 block(BlockKind::Paragraph, 16, 22, 5),
             ],
@@ -66,15 +46,8 @@ mod tests {
         let chunks = WholeChunker.chunk(&doc, &WordCounter);
         assert_eq!(chunks.len(), 1);
         assert_eq!(&doc.text[chunks[0].span.range()], doc.text.as_str());
-        assert_eq!(
-            (chunks[0].role, chunks[0].lines.first, chunks[0].lines.last),
-            (ChunkRole::Child, 1, 5)
-        );
-        let empty = ParsedDocument {
-            blocks: vec![],
-            text: String::new(),
-            ..doc
-        };
+        assert_eq!((chunks[0].role, chunks[0].lines.first, chunks[0].lines.last), (ChunkRole::Child, 1, 5));
+        let empty = ParsedDocument { blocks: vec![], text: String::new(), ..doc };
         assert!(WholeChunker.chunk(&empty, &WordCounter).is_empty());
     }
 }

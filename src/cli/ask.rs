@@ -62,10 +62,7 @@ fn source_line(s: &Source) -> String {
     if let Some(p) = s.page {
         line.push_str(&format!(" (page {p})"));
     }
-    line.push_str(&format!(
-        " [lines {}-{}, bytes {}..{}]",
-        s.lines.first, s.lines.last, s.span.start, s.span.end
-    ));
+    line.push_str(&format!(" [lines {}-{}, bytes {}..{}]", s.lines.first, s.lines.last, s.span.start, s.span.end));
     line
 }
 
@@ -84,23 +81,14 @@ pub(super) fn print_after(answer: &Answer) {
     if !answer.invalid_citations.is_empty() {
         println!(
             "removed citations to passages the model was not given: {}",
-            answer
-                .invalid_citations
-                .iter()
-                .map(|c| format!("[{c}]"))
-                .collect::<Vec<_>>()
-                .join(" ")
+            answer.invalid_citations.iter().map(|c| format!("[{c}]")).collect::<Vec<_>>().join(" ")
         );
     }
     let flagged: Vec<_> = answer.sentences.iter().filter(|s| !s.supported).collect();
     if !flagged.is_empty() && !answer.refused {
         println!("{}", amber("not supported by the passages it cites:"));
         for s in flagged {
-            let why = if s.citations.is_empty() {
-                "cites nothing".to_string()
-            } else {
-                format!("support {:.2}", s.support.unwrap_or(0.0))
-            };
+            let why = if s.citations.is_empty() { "cites nothing".to_string() } else { format!("support {:.2}", s.support.unwrap_or(0.0)) };
             println!("  {} ({why})", amber(&s.text));
         }
     }
@@ -115,11 +103,7 @@ pub(super) fn print_after(answer: &Answer) {
     } else {
         println!("sources:");
         for s in &answer.sources {
-            let used = if answer.citations.iter().any(|c| c.id == s.id) {
-                "cited"
-            } else {
-                "not cited"
-            };
+            let used = if answer.citations.iter().any(|c| c.id == s.id) { "cited" } else { "not cited" };
             println!("  {} · {used}", source_line(s));
         }
     }
@@ -132,33 +116,17 @@ pub(super) fn print_after(answer: &Answer) {
             t.tokens_per_second,
             t.total_ms / 1e3
         ),
-        None => println!(
-            "answer {} · no model called · {:.0} ms",
-            answer.answer_id.unwrap_or_default(),
-            t.total_ms
-        ),
+        None => println!("answer {} · no model called · {:.0} ms", answer.answer_id.unwrap_or_default(), t.total_ms),
     }
 }
 
 pub fn run(g: &GlobalArgs, args: AskArgs) -> anyhow::Result<u8> {
-    anyhow::ensure!(
-        !args.question.trim().is_empty(),
-        "the question is empty; type what you want to know"
-    );
+    anyhow::ensure!(!args.question.trim().is_empty(), "the question is empty; type what you want to know");
     let service = g.service()?;
-    let options = AskOptions {
-        llm: args.llm.clone(),
-        no_rerank: args.no_rerank,
-    };
+    let options = AskOptions { llm: args.llm.clone(), no_rerank: args.no_rerank };
     let caller = Caller::local();
     let asked = if g.json {
-        service.ask(
-            &caller,
-            &args.tenant,
-            &args.question,
-            &options,
-            &mut ragbox::service::Discard,
-        )?
+        service.ask(&caller, &args.tenant, &args.question, &options, &mut ragbox::service::Discard)?
     } else {
         service.ask(&caller, &args.tenant, &args.question, &options, &mut Stdout)?
     };

@@ -36,10 +36,7 @@ pub enum AuditCmd {
 }
 
 fn now_ms() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_millis() as i64)
-        .unwrap_or(0)
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_millis() as i64).unwrap_or(0)
 }
 
 /// Days since 1970-01-01 of a civil date (Howard Hinnant's algorithm).
@@ -73,10 +70,7 @@ fn parse_since(s: &str) -> anyhow::Result<i64> {
     let (date, time) = s.split_once(['T', ' ']).unwrap_or((s, "00:00:00"));
     let parts: Vec<i64> = date.split('-').filter_map(|p| p.parse().ok()).collect();
     let time = time.trim_end_matches('Z');
-    let hms: Vec<i64> = time
-        .split(':')
-        .filter_map(|p| p.split('.').next()?.parse().ok())
-        .collect();
+    let hms: Vec<i64> = time.split(':').filter_map(|p| p.split('.').next()?.parse().ok()).collect();
     match (parts.as_slice(), hms.as_slice()) {
         ([y, m, d], [h, mi, rest @ ..]) if (1..=12).contains(m) && (1..=31).contains(d) => {
             let sec = rest.first().copied().unwrap_or(0);
@@ -99,12 +93,7 @@ fn utc(ms: i64) -> String {
     let d = doy - (153 * mp + 2) / 5 + 1;
     let m = if mp < 10 { mp + 3 } else { mp - 9 };
     let y = yoe + era * 400 + i64::from(m <= 2);
-    format!(
-        "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}Z",
-        rem / 3600,
-        rem % 3600 / 60,
-        rem % 60
-    )
+    format!("{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}Z", rem / 3600, rem % 3600 / 60, rem % 60)
 }
 
 pub fn run(g: &GlobalArgs, args: AuditArgs) -> anyhow::Result<u8> {
@@ -115,28 +104,14 @@ pub fn run(g: &GlobalArgs, args: AuditArgs) -> anyhow::Result<u8> {
         if g.json {
             print_json(&report)?;
         } else if let Some(b) = &report.broken {
-            println!(
-                "audit chain BROKEN at row {}: {} ({} rows checked)",
-                b.id, b.reason, report.rows
-            );
+            println!("audit chain BROKEN at row {}: {} ({} rows checked)", b.id, b.reason, report.rows);
         } else {
-            println!(
-                "audit chain intact: {} rows, head {}",
-                report.rows, report.head
-            );
+            println!("audit chain intact: {} rows, head {}", report.rows, report.head);
         }
-        return Ok(if report.broken.is_some() {
-            EXIT_BROKEN_CHAIN
-        } else {
-            0
-        });
+        return Ok(if report.broken.is_some() { EXIT_BROKEN_CHAIN } else { 0 });
     }
     let since_ms = args.since.as_deref().map(parse_since).transpose()?;
-    let filter = EventFilter {
-        tenant: args.tenant.clone(),
-        since_ms,
-        limit: args.limit,
-    };
+    let filter = EventFilter { tenant: args.tenant.clone(), since_ms, limit: args.limit };
     let rows = service.audit_events(&caller, &filter)?;
     if g.json {
         for r in &rows {
@@ -145,46 +120,11 @@ pub fn run(g: &GlobalArgs, args: AuditArgs) -> anyhow::Result<u8> {
         return Ok(0);
     }
     for r in &rows {
-        let who = if r.key_name.is_empty() {
-            "-".to_string()
-        } else {
-            format!(
-                "{}#{}",
-                r.key_name,
-                r.key_id.map_or("cli".into(), |k| k.to_string())
-            )
-        };
-        let what = if r.question.is_empty() {
-            String::new()
-        } else {
-            format!(" {:?}", r.question)
-        };
-        let chunks = if r.chunk_ids.is_empty() {
-            String::new()
-        } else {
-            format!(
-                " chunks {}",
-                r.chunk_ids
-                    .iter()
-                    .map(|c| c.0.to_string())
-                    .collect::<Vec<_>>()
-                    .join(",")
-            )
-        };
-        let model = if r.model.is_empty() {
-            String::new()
-        } else {
-            format!(" model {}", r.model)
-        };
-        println!(
-            "{:>6} {} {:<16} {:<12} {:<14} {}{what}{chunks}{model}",
-            r.id,
-            utc(r.time_ms),
-            who,
-            if r.tenant.is_empty() { "-" } else { &r.tenant },
-            r.action,
-            r.outcome
-        );
+        let who = if r.key_name.is_empty() { "-".to_string() } else { format!("{}#{}", r.key_name, r.key_id.map_or("cli".into(), |k| k.to_string())) };
+        let what = if r.question.is_empty() { String::new() } else { format!(" {:?}", r.question) };
+        let chunks = if r.chunk_ids.is_empty() { String::new() } else { format!(" chunks {}", r.chunk_ids.iter().map(|c| c.0.to_string()).collect::<Vec<_>>().join(",")) };
+        let model = if r.model.is_empty() { String::new() } else { format!(" model {}", r.model) };
+        println!("{:>6} {} {:<16} {:<12} {:<14} {}{what}{chunks}{model}", r.id, utc(r.time_ms), who, if r.tenant.is_empty() { "-" } else { &r.tenant }, r.action, r.outcome);
     }
     if rows.is_empty() {
         println!("no audit rows match");
@@ -199,14 +139,8 @@ mod tests {
     #[test]
     fn since_and_utc_round_trip() {
         assert_eq!(parse_since("1700000000").unwrap(), 1_700_000_000_000);
-        assert_eq!(
-            parse_since("2026-11-25").unwrap(),
-            days_from_civil(2026, 11, 25) * 86_400_000
-        );
-        assert_eq!(
-            utc(parse_since("2026-11-25T07:08:09Z").unwrap()),
-            "2026-11-25T07:08:09Z"
-        );
+        assert_eq!(parse_since("2026-11-25").unwrap(), days_from_civil(2026, 11, 25) * 86_400_000);
+        assert_eq!(utc(parse_since("2026-11-25T07:08:09Z").unwrap()), "2026-11-25T07:08:09Z");
         assert_eq!(utc(0), "1970-01-01T00:00:00Z");
         assert!(parse_since("12h").unwrap() < now_ms());
         assert!(parse_since("yesterday").is_err());

@@ -31,26 +31,9 @@ pub struct RestoreArgs {
 }
 
 fn summary(m: &BackupManifest) -> String {
-    let tenants: Vec<String> = m
-        .tenants
-        .iter()
-        .map(|t| {
-            format!(
-                "{} (generation {}, {} documents, {} chunks)",
-                t.name, t.generation, t.documents, t.chunks
-            )
-        })
-        .collect();
-    format!(
-        "{} files, {} bytes; tenants: {}",
-        m.files.len(),
-        m.bytes(),
-        if tenants.is_empty() {
-            "none".into()
-        } else {
-            tenants.join(", ")
-        }
-    )
+    let tenants: Vec<String> =
+        m.tenants.iter().map(|t| format!("{} (generation {}, {} documents, {} chunks)", t.name, t.generation, t.documents, t.chunks)).collect();
+    format!("{} files, {} bytes; tenants: {}", m.files.len(), m.bytes(), if tenants.is_empty() { "none".into() } else { tenants.join(", ") })
 }
 
 pub fn backup(g: &GlobalArgs, args: BackupArgs) -> anyhow::Result<u8> {
@@ -59,12 +42,7 @@ pub fn backup(g: &GlobalArgs, args: BackupArgs) -> anyhow::Result<u8> {
     if g.json {
         print_json(&manifest)?;
     } else {
-        println!(
-            "backed up {} to {}: {}",
-            manifest.source.display(),
-            args.dest.display(),
-            summary(&manifest)
-        );
+        println!("backed up {} to {}: {}", manifest.source.display(), args.dest.display(), summary(&manifest));
     }
     Ok(0)
 }
@@ -76,17 +54,8 @@ pub fn restore_cmd(g: &GlobalArgs, args: RestoreArgs) -> anyhow::Result<u8> {
     if g.json {
         print_json(&report)?;
     } else {
-        let how = if report.replaced {
-            "replaced"
-        } else {
-            "restored into"
-        };
-        println!(
-            "{how} {} from {}: {}",
-            data_dir.display(),
-            args.src.display(),
-            summary(&report.manifest)
-        );
+        let how = if report.replaced { "replaced" } else { "restored into" };
+        println!("{how} {} from {}: {}", data_dir.display(), args.src.display(), summary(&report.manifest));
     }
     Ok(0)
 }

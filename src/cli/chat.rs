@@ -34,16 +34,10 @@ pub fn run(g: &GlobalArgs, args: ChatArgs) -> anyhow::Result<u8> {
     let service = g.service()?;
     let caller = Caller::local();
     let (tenant, session) = service.open_session(&caller, &args.tenant, args.session)?;
-    let options = AskOptions {
-        llm: args.llm.clone(),
-        no_rerank: args.no_rerank,
-    };
+    let options = AskOptions { llm: args.llm.clone(), no_rerank: args.no_rerank };
     let interactive = std::io::stdin().is_terminal() && !g.json;
     if !g.json {
-        eprintln!(
-            "session {session} · tenant {} · one question per line; an empty line or Ctrl-D ends",
-            tenant.name
-        );
+        eprintln!("session {session} · tenant {} · one question per line; an empty line or Ctrl-D ends", tenant.name);
     }
     let stdin = std::io::stdin();
     let mut lines = stdin.lock().lines();
@@ -68,25 +62,9 @@ pub fn run(g: &GlobalArgs, args: ChatArgs) -> anyhow::Result<u8> {
             }
         };
         let (turn, asked) = if g.json {
-            service.chat_turn(
-                &caller,
-                &tenant,
-                session,
-                &question,
-                &options,
-                &mut ragbox::service::Discard,
-                &mut on_resolved,
-            )?
+            service.chat_turn(&caller, &tenant, session, &question, &options, &mut ragbox::service::Discard, &mut on_resolved)?
         } else {
-            service.chat_turn(
-                &caller,
-                &tenant,
-                session,
-                &question,
-                &options,
-                &mut Stdout,
-                &mut on_resolved,
-            )?
+            service.chat_turn(&caller, &tenant, session, &question, &options, &mut Stdout, &mut on_resolved)?
         };
         if !noted {
             print_notes(asked.note.as_deref(), &asked.warnings);

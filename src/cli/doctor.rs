@@ -13,11 +13,7 @@ pub fn run(g: &GlobalArgs) -> anyhow::Result<()> {
     println!("device:     {}", report.device);
     let cpu = &report.cpu;
     match cpu.refusal() {
-        None => println!(
-            "cpu:        build baseline {} ({}): this CPU has it",
-            cpu.target,
-            cpu.required.join(", ")
-        ),
+        None => println!("cpu:        build baseline {} ({}): this CPU has it", cpu.target, cpu.required.join(", ")),
         Some(msg) => println!("cpu:        {msg}"),
     }
     println!("llm:        {}", report.llm_kernels);
@@ -28,10 +24,7 @@ pub fn run(g: &GlobalArgs) -> anyhow::Result<()> {
     println!("data dir:   {}", report.data_dir.display());
     println!("models dir: {}", report.models_dir.display());
     println!("embedder:   {}", report.embed_model);
-    println!(
-        "reranker:   {}: {}",
-        report.rerank_model, report.rerank_status
-    );
+    println!("reranker:   {}: {}", report.rerank_model, report.rerank_status);
     let sv = &report.server;
     println!(
         "server:     listen {} · queue {} (generating {} at once) · body {} B, question {} chars, upload {} B · timeouts {} ms / answer {} ms / body {} ms · CORS {}",
@@ -71,15 +64,7 @@ pub fn run(g: &GlobalArgs) -> anyhow::Result<()> {
     for m in &report.models {
         println!("  {:<30} {:<9} {}", m.name, m.role, m.summary());
         for f in m.files.iter().filter(|f| f.state != "ok") {
-            println!(
-                "    {} {}{}",
-                f.name,
-                f.state,
-                f.detail
-                    .as_deref()
-                    .map(|d| format!(": {d}"))
-                    .unwrap_or_default()
-            );
+            println!("    {} {}{}", f.name, f.state, f.detail.as_deref().map(|d| format!(": {d}")).unwrap_or_default());
         }
         if let Some(fix) = &m.fix {
             println!("    fix: `{fix}`");

@@ -47,14 +47,7 @@ pub fn ls(g: &GlobalArgs, args: LsArgs) -> anyhow::Result<u8> {
         print_json(&serde_json::json!({ "tenant": tenant, "documents": docs }))?;
         return Ok(0);
     }
-    println!(
-        "tenant {} ({}, {} dims, generation {}): {} documents",
-        tenant.name,
-        tenant.model,
-        tenant.dims,
-        tenant.generation,
-        docs.len()
-    );
+    println!("tenant {} ({}, {} dims, generation {}): {} documents", tenant.name, tenant.model, tenant.dims, tenant.generation, docs.len());
     for d in docs {
         match d.status {
             DocumentStatus::Indexed => println!(
@@ -65,11 +58,7 @@ pub fn ls(g: &GlobalArgs, args: LsArgs) -> anyhow::Result<u8> {
                 d.title.as_deref().unwrap_or("")
             ),
             DocumentStatus::Skipped => {
-                println!(
-                    "  skipped          {}: {}",
-                    d.path.display(),
-                    d.skip_reason.as_deref().unwrap_or("")
-                )
+                println!("  skipped          {}: {}", d.path.display(), d.skip_reason.as_deref().unwrap_or(""))
             }
         }
     }
@@ -99,20 +88,12 @@ pub fn reembed(g: &GlobalArgs, args: ReembedArgs) -> anyhow::Result<u8> {
         &tenant,
         embedder.model_id(),
         embedder.dims(),
-        &mut |texts| {
-            Ok(embedder
-                .embed(texts, TextKind::Passage)?
-                .into_iter()
-                .map(|e| e.vector)
-                .collect())
-        },
+        &mut |texts| Ok(embedder.embed(texts, TextKind::Passage)?.into_iter().map(|e| e.vector).collect()),
         256,
     )?;
     let secs = started.elapsed().as_secs_f64();
     if g.json {
-        print_json(
-            &serde_json::json!({ "tenant": tenant.name, "model": embedder.model_id(), "report": report, "wall_s": secs }),
-        )?;
+        print_json(&serde_json::json!({ "tenant": tenant.name, "model": embedder.model_id(), "report": report, "wall_s": secs }))?;
     } else {
         println!(
             "tenant {} now uses {}: {} chunks ({} embedded, {} from cache) in {secs:.1} s; the {} index stays on disk",

@@ -39,18 +39,12 @@ pub fn run(g: &GlobalArgs, args: EmbedArgs) -> anyhow::Result<()> {
         args.texts
     };
     if texts.is_empty() {
-        anyhow::bail!(ragbox::Error::Invalid(
-            "no text given: pass texts as arguments or lines on standard input".into()
-        ));
+        anyhow::bail!(ragbox::Error::Invalid("no text given: pass texts as arguments or lines on standard input".into()));
     }
     let app = g.app()?;
     let embedder = app.embedder(args.model.as_deref())?;
     let refs: Vec<&str> = texts.iter().map(String::as_str).collect();
-    let kind = if args.query {
-        TextKind::Query
-    } else {
-        TextKind::Passage
-    };
+    let kind = if args.query { TextKind::Query } else { TextKind::Passage };
     let embeddings = embedder.embed(&refs, kind)?;
     for (index, e) in embeddings.iter().enumerate() {
         if let Some(full) = e.truncated_from {

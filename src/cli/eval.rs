@@ -7,8 +7,8 @@ use std::path::PathBuf;
 use clap::Args;
 
 use ragbox::chunk::ChunkerKind;
-use ragbox::eval::plot;
 use ragbox::eval::run::{markdown, run as run_eval, standard_configs, EvalPlan, EvalReport};
+use ragbox::eval::plot;
 use ragbox::types::ModelRole;
 
 use super::{print_json, GlobalArgs};
@@ -108,12 +108,7 @@ fn cache_dir() -> PathBuf {
 fn machine() -> String {
     let cpu = std::fs::read_to_string("/proc/cpuinfo")
         .ok()
-        .and_then(|s| {
-            s.lines()
-                .find(|l| l.starts_with("model name"))
-                .and_then(|l| l.split(':').nth(1))
-                .map(|s| s.trim().to_string())
-        })
+        .and_then(|s| s.lines().find(|l| l.starts_with("model name")).and_then(|l| l.split(':').nth(1)).map(|s| s.trim().to_string()))
         .unwrap_or_else(|| std::env::consts::ARCH.to_string());
     format!("{cpu}, {} threads", rayon::current_num_threads())
 }
@@ -123,15 +118,9 @@ pub fn run(g: &GlobalArgs, args: EvalArgs) -> anyhow::Result<u8> {
     if let Some(questions) = &args.qa {
         return run_qa(g, &app, &args, questions);
     }
-    let data = args
-        .data
-        .clone()
-        .ok_or_else(|| anyhow::anyhow!("--data DIR is required"))?;
+    let data = args.data.clone().ok_or_else(|| anyhow::anyhow!("--data DIR is required"))?;
     let sha = ragbox::eval::beir::load(&data, &args.split)?.corpus_sha256;
-    let scratch = args
-        .scratch
-        .clone()
-        .unwrap_or_else(|| cache_dir().join(&sha[..16]));
+    let scratch = args.scratch.clone().unwrap_or_else(|| cache_dir().join(&sha[..16]));
     if args.answers {
         return run_answers(g, &app, &args, scratch);
     }
@@ -160,34 +149,17 @@ pub fn run(g: &GlobalArgs, args: EvalArgs) -> anyhow::Result<u8> {
     }
     let chunker: ChunkerKind = app.config.ingest.chunker.parse()?;
     let reranker = match &args.reranker {
-        Some(name) => Some(app.reranker_named(name)?.ok_or_else(|| {
-            anyhow::anyhow!("the files of reranker `{name}` are not in the models folder")
-        })?),
+        Some(name) => Some(app.reranker_named(name)?.ok_or_else(|| anyhow::anyhow!("the files of reranker `{name}` are not in the models folder"))?),
         None => app.reranker()?,
     };
-    let mut configs = standard_configs(
-        &models,
-        &default_model,
-        chunker,
-        &options,
-        reranker.is_some(),
-        args.sweep,
-    );
+    let mut configs = standard_configs(&models, &default_model, chunker, &options, reranker.is_some(), args.sweep);
     if !args.only.is_empty() {
         // A name that is some configuration's exact name selects just that one; other text
         // selects every configuration whose name contains it.
         let names: Vec<String> = configs.iter().map(|c| c.name.clone()).collect();
-        configs.retain(|c| {
-            args.only
-                .iter()
-                .any(|o| c.name == *o || (!names.contains(o) && c.name.contains(o.as_str())))
-        });
+        configs.retain(|c| args.only.iter().any(|o| c.name == *o || (!names.contains(o) && c.name.contains(o.as_str()))));
     }
-    anyhow::ensure!(
-        !configs.is_empty(),
-        "no configuration matches --only {:?}",
-        args.only
-    );
+    anyhow::ensure!(!configs.is_empty(), "no configuration matches --only {:?}", args.only);
 
     let plan = EvalPlan {
         limit: args.limit,
@@ -207,10 +179,7 @@ pub fn run(g: &GlobalArgs, args: EvalArgs) -> anyhow::Result<u8> {
         }
     })?;
 
-    let command = std::iter::once("ragbox".to_string())
-        .chain(std::env::args().skip(1))
-        .collect::<Vec<_>>()
-        .join(" ");
+    let command = std::iter::once("ragbox".to_string()).chain(std::env::args().skip(1)).collect::<Vec<_>>().join(" ");
     let md = markdown(&report, &command, &machine());
     if !args.no_report {
         write_report(&args, &report, &md)?;
@@ -242,43 +211,20 @@ fn answer_stack(app: &ragbox::app::App, args: &EvalArgs) -> anyhow::Result<Answe
         None => app.reranker()?,
     };
     let mut retrieve = app.retrieve_options();
-    let scorer = reranker
-        .as_ref()
-        .map_or(model.clone(), |r| r.model_id().to_string());
+    let scorer = reranker.as_ref().map_or(model.clone(), |r| r.model_id().to_string());
     retrieve.floor = app.config.retrieve.floors.get(&scorer).copied();
-    Ok(AnswerStack {
-        model,
-        embedder,
-        generator,
-        reranker,
-        retrieve,
-    })
+    Ok(AnswerStack { model, embedder, generator, reranker, retrieve })
 }
 
 /// `eval --answers`: the default configuration's retrieval, the configured generator.
-fn run_answers(
-    g: &GlobalArgs,
-    app: &ragbox::app::App,
-    args: &EvalArgs,
-    scratch: PathBuf,
-) -> anyhow::Result<u8> {
+fn run_answers(g: &GlobalArgs, app: &ragbox::app::App, args: &EvalArgs, scratch: PathBuf) -> anyhow::Result<u8> {
     use ragbox::eval::answers::{markdown as answers_markdown, run as answers_run, AnswerPlan};
-    let AnswerStack {
-        model,
-        embedder,
-        generator,
-        reranker,
-        retrieve,
-    } = answer_stack(app, args)?;
+    let AnswerStack { model, embedder, generator, reranker, retrieve } = answer_stack(app, args)?;
     let chunker: ChunkerKind = app.config.ingest.chunker.parse()?;
     let mut ingest = app.ingest_options("eval", None)?;
-    ingest.tenant =
-        ragbox::eval::run::tenant_name(&model, chunker, ingest.chunk.child_tokens, true);
+    ingest.tenant = ragbox::eval::run::tenant_name(&model, chunker, ingest.chunk.child_tokens, true);
     let plan = AnswerPlan {
-        data: args
-            .data
-            .clone()
-            .ok_or_else(|| anyhow::anyhow!("--data DIR is required"))?,
+        data: args.data.clone().ok_or_else(|| anyhow::anyhow!("--data DIR is required"))?,
         split: args.split.clone(),
         scratch,
         ingest,
@@ -296,17 +242,11 @@ fn run_answers(
             eprintln!("{msg}");
         }
     })?;
-    let command = std::iter::once("ragbox".to_string())
-        .chain(std::env::args().skip(1))
-        .collect::<Vec<_>>()
-        .join(" ");
+    let command = std::iter::once("ragbox".to_string()).chain(std::env::args().skip(1)).collect::<Vec<_>>().join(" ");
     let md = answers_markdown(&report, &command, &machine());
     if !args.no_report {
         use std::io::Write;
-        let mut f = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(&args.report)?;
+        let mut f = std::fs::OpenOptions::new().create(true).append(true).open(&args.report)?;
         f.write_all(md.as_bytes())?;
         eprintln!("report appended to {}", args.report.display());
     }
@@ -319,24 +259,10 @@ fn run_answers(
 }
 
 /// `eval --qa`: reference answers over a folder, the default retrieval, the configured generator.
-fn run_qa(
-    g: &GlobalArgs,
-    app: &ragbox::app::App,
-    args: &EvalArgs,
-    questions: &std::path::Path,
-) -> anyhow::Result<u8> {
+fn run_qa(g: &GlobalArgs, app: &ragbox::app::App, args: &EvalArgs, questions: &std::path::Path) -> anyhow::Result<u8> {
     use ragbox::eval::qa::{markdown_header, markdown_row, run as qa_run, QaPlan};
-    let corpus = args
-        .corpus
-        .clone()
-        .ok_or_else(|| anyhow::anyhow!("--qa needs --corpus DIR"))?;
-    let AnswerStack {
-        model,
-        embedder,
-        generator,
-        reranker,
-        retrieve,
-    } = answer_stack(app, args)?;
+    let corpus = args.corpus.clone().ok_or_else(|| anyhow::anyhow!("--qa needs --corpus DIR"))?;
+    let AnswerStack { model, embedder, generator, reranker, retrieve } = answer_stack(app, args)?;
     let mut answer = app.answer_options();
     answer.passages = args.passages.unwrap_or(answer.passages);
     answer.passage_chars = args.passage_chars.unwrap_or(answer.passage_chars);
@@ -347,14 +273,9 @@ fn run_qa(
     let ingest = app.ingest_options("qa", None)?;
     let key = {
         use sha2::Digest;
-        hex::encode(sha2::Sha256::digest(
-            std::fs::canonicalize(&corpus)?.to_string_lossy().as_bytes(),
-        ))
+        hex::encode(sha2::Sha256::digest(std::fs::canonicalize(&corpus)?.to_string_lossy().as_bytes()))
     };
-    let scratch = args
-        .scratch
-        .clone()
-        .unwrap_or_else(|| cache_dir().join(format!("qa-{}-{model}", &key[..12])));
+    let scratch = args.scratch.clone().unwrap_or_else(|| cache_dir().join(format!("qa-{}-{model}", &key[..12])));
     let plan = QaPlan {
         questions: questions.to_path_buf(),
         corpus,
@@ -370,10 +291,7 @@ fn run_qa(
             eprintln!("{msg}");
         }
     })?;
-    let command = std::iter::once("ragbox".to_string())
-        .chain(std::env::args().skip(1))
-        .collect::<Vec<_>>()
-        .join(" ");
+    let command = std::iter::once("ragbox".to_string()).chain(std::env::args().skip(1)).collect::<Vec<_>>().join(" ");
     let row = markdown_row(&report, &args.label);
     if g.json {
         print_json(&report)?;
@@ -385,16 +303,8 @@ fn run_qa(
     }
     if !args.no_report {
         use std::io::Write;
-        let mut f = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(&args.report)?;
-        writeln!(
-            f,
-            "\n<!-- eval --qa on {}: `{command}` -->\n{}{row}",
-            machine(),
-            markdown_header()
-        )?;
+        let mut f = std::fs::OpenOptions::new().create(true).append(true).open(&args.report)?;
+        writeln!(f, "\n<!-- eval --qa on {}: `{command}` -->\n{}{row}", machine(), markdown_header())?;
         eprintln!("report appended to {}", args.report.display());
     }
     Ok(0)
@@ -406,49 +316,23 @@ fn write_report(args: &EvalArgs, report: &EvalReport, md: &str) -> anyhow::Resul
     if let Some(dir) = args.report.parent().filter(|d| !d.as_os_str().is_empty()) {
         std::fs::create_dir_all(dir)?;
     }
-    let mut f = std::fs::OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(&args.report)?;
+    let mut f = std::fs::OpenOptions::new().create(true).append(true).open(&args.report)?;
     f.write_all(md.as_bytes())?;
-    let name = args
-        .data
-        .as_deref()
-        .and_then(|d| d.file_name())
-        .map_or("data".into(), |n| n.to_string_lossy().to_string());
+    let name = args.data.as_deref().and_then(|d| d.file_name()).map_or("data".into(), |n| n.to_string_lossy().to_string());
     let dir = args.report.parent().unwrap_or(std::path::Path::new("."));
-    let rows: Vec<(String, [f64; 4])> = report
-        .configs
-        .iter()
-        .map(|c| {
-            (
-                c.name.clone(),
-                [c.ndcg_at_10, c.recall_at_10, c.recall_at_100, c.mrr_at_10],
-            )
-        })
-        .collect();
+    let rows: Vec<(String, [f64; 4])> =
+        report.configs.iter().map(|c| (c.name.clone(), [c.ndcg_at_10, c.recall_at_10, c.recall_at_100, c.mrr_at_10])).collect();
     if !rows.is_empty() {
         let path = dir.join(format!("eval-{name}.svg"));
-        plot::metrics_chart(
-            &path,
-            &format!("{name} ({}, {} queries)", report.split, report.queries),
-            &rows,
-        )?;
+        plot::metrics_chart(&path, &format!("{name} ({}, {} queries)", report.split, report.queries), &rows)?;
         eprintln!("plot: {}", path.display());
     }
     for r in &report.refusal {
-        let slug: String = r
-            .scorer
-            .chars()
-            .map(|c| if c.is_ascii_alphanumeric() { c } else { '-' })
-            .collect();
+        let slug: String = r.scorer.chars().map(|c| if c.is_ascii_alphanumeric() { c } else { '-' }).collect();
         let path = dir.join(format!("refusal-{name}-{slug}.svg"));
         plot::refusal_chart(
             &path,
-            &format!(
-                "refusal floor on {} ({} in-domain, {} out-of-domain)",
-                r.scorer, r.in_domain, r.out_of_domain
-            ),
+            &format!("refusal floor on {} ({} in-domain, {} out-of-domain)", r.scorer, r.in_domain, r.out_of_domain),
             &r.floors,
             &r.in_domain_refused,
             &r.out_of_domain_refused,

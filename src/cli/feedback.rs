@@ -21,22 +21,11 @@ pub struct FeedbackArgs {
 
 pub fn run(g: &GlobalArgs, args: FeedbackArgs) -> anyhow::Result<u8> {
     let service = g.service()?;
-    let id = service.feedback(
-        &Caller::local(),
-        None,
-        args.answer_id,
-        args.rating,
-        args.comment.as_deref(),
-    )?;
+    let id = service.feedback(&Caller::local(), None, args.answer_id, args.rating, args.comment.as_deref())?;
     if g.json {
-        print_json(
-            &serde_json::json!({ "feedback_id": id, "answer_id": args.answer_id, "rating": args.rating.to_string() }),
-        )?;
+        print_json(&serde_json::json!({ "feedback_id": id, "answer_id": args.answer_id, "rating": args.rating.to_string() }))?;
     } else {
-        println!(
-            "recorded {} for answer {} (feedback {id})",
-            args.rating, args.answer_id
-        );
+        println!("recorded {} for answer {} (feedback {id})", args.rating, args.answer_id);
     }
     Ok(0)
 }

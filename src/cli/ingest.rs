@@ -65,11 +65,7 @@ pub fn run(g: &GlobalArgs, args: IngestArgs) -> anyhow::Result<u8> {
     }
     // With --watch, changes are watched from before the first pass, so nothing that changes
     // while it runs is missed (it triggers one more incremental pass).
-    let watching = if args.watch {
-        Some(Watch::start(&args.paths)?)
-    } else {
-        None
-    };
+    let watching = if args.watch { Some(Watch::start(&args.paths)?) } else { None };
     let mut code = 0;
     for path in &args.paths {
         let report = run_once(g, &store, &embedder, path, &opts)?;
@@ -93,10 +89,8 @@ fn run_once(
         bar.set_draw_target(ProgressDrawTarget::hidden());
     }
     bar.set_style(
-        ProgressStyle::with_template(
-            "{spinner} {pos}/{len} files [{elapsed_precise}] {per_sec} {msg}",
-        )
-        .expect("static progress template"),
+        ProgressStyle::with_template("{spinner} {pos}/{len} files [{elapsed_precise}] {per_sec} {msg}")
+            .expect("static progress template"),
     );
     let started = std::time::Instant::now();
     let mut chunks = 0usize;
@@ -107,10 +101,7 @@ fn run_once(
             chunks += n;
             bar.inc(1);
             let secs = started.elapsed().as_secs_f64().max(1e-3);
-            bar.set_message(format!(
-                "{chunks} chunks, {:.1} chunks/s",
-                chunks as f64 / secs
-            ));
+            bar.set_message(format!("{chunks} chunks, {:.1} chunks/s", chunks as f64 / secs));
         }
         IngestEvent::Skipped { path, reason } => {
             if verbose {
@@ -140,11 +131,7 @@ fn run_once(
 
 /// Prints the summary; returns the exit code (EXIT_PARTIAL when files were skipped).
 fn print_report(g: &GlobalArgs, r: &IngestReport) -> anyhow::Result<u8> {
-    let code = if r.skipped.is_empty() {
-        0
-    } else {
-        EXIT_PARTIAL
-    };
+    let code = if r.skipped.is_empty() { 0 } else { EXIT_PARTIAL };
     if g.json {
         print_json(r)?;
         return Ok(code);
@@ -169,11 +156,7 @@ fn print_report(g: &GlobalArgs, r: &IngestReport) -> anyhow::Result<u8> {
         r.parents,
         r.embedded,
         r.cached,
-        if r.truncated > 0 {
-            format!(", {} truncated to the model's window", r.truncated)
-        } else {
-            String::new()
-        }
+        if r.truncated > 0 { format!(", {} truncated to the model's window", r.truncated) } else { String::new() }
     );
     let s = &r.stages;
     println!(
@@ -218,10 +201,7 @@ impl Watch {
         for p in paths {
             debouncer.watcher().watch(p, RecursiveMode::Recursive)?;
         }
-        Ok(Watch {
-            _debouncer: debouncer,
-            events,
-        })
+        Ok(Watch { _debouncer: debouncer, events })
     }
 
     /// After each burst of file events, runs an incremental ingest of each path the burst touched;
@@ -247,10 +227,7 @@ impl Watch {
             };
             for root in paths {
                 let root_abs = std::fs::canonicalize(root).unwrap_or_else(|_| root.clone());
-                if !events
-                    .iter()
-                    .any(|e| e.path.starts_with(&root_abs) || e.path.starts_with(root))
-                {
+                if !events.iter().any(|e| e.path.starts_with(&root_abs) || e.path.starts_with(root)) {
                     continue;
                 }
                 match run_once(g, store, embedder, root, opts) {

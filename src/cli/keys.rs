@@ -49,8 +49,7 @@ pub fn run(g: &GlobalArgs, cmd: KeysCmd) -> anyhow::Result<u8> {
     let caller = Caller::local();
     match cmd {
         KeysCmd::Create(a) => {
-            let (row, secret) =
-                service.create_key(&caller, &a.name, a.tenant.as_deref(), a.role)?;
+            let (row, secret) = service.create_key(&caller, &a.name, a.tenant.as_deref(), a.role)?;
             if g.json {
                 print_json(&serde_json::json!({ "key": row, "secret": secret }))?;
             } else {
@@ -70,19 +69,8 @@ pub fn run(g: &GlobalArgs, cmd: KeysCmd) -> anyhow::Result<u8> {
                 print_json(&keys)?;
             } else {
                 for k in &keys {
-                    let state = if k.revoked_ms.is_some() {
-                        "revoked"
-                    } else {
-                        "active"
-                    };
-                    println!(
-                        "{:>4}  {:<8} {:<7} {:<20} {}",
-                        k.id,
-                        state,
-                        k.role.to_string(),
-                        scope(k),
-                        k.name
-                    );
+                    let state = if k.revoked_ms.is_some() { "revoked" } else { "active" };
+                    println!("{:>4}  {:<8} {:<7} {:<20} {}", k.id, state, k.role.to_string(), scope(k), k.name);
                 }
                 if keys.is_empty() {
                     println!("no keys yet; `ragbox keys create --tenant T` makes one");

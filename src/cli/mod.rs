@@ -3,8 +3,8 @@
 
 mod ask;
 mod audit;
-mod backup;
 mod bench;
+mod backup;
 mod chat;
 mod doctor;
 mod documents;

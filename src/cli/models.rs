@@ -73,12 +73,8 @@ pub fn run(g: &GlobalArgs, cmd: ModelsCmd) -> anyhow::Result<()> {
         }
         ModelsCmd::Path { name } => {
             let spec = manifest.get(&name)?;
-            let file = spec
-                .file_ending(".gguf")
-                .or_else(|| spec.file_ending(".safetensors"))
-                .or(spec.files.first());
-            let file = file
-                .ok_or_else(|| ragbox::Error::Invalid(format!("model `{name}` lists no files")))?;
+            let file = spec.file_ending(".gguf").or_else(|| spec.file_ending(".safetensors")).or(spec.files.first());
+            let file = file.ok_or_else(|| ragbox::Error::Invalid(format!("model `{name}` lists no files")))?;
             println!("{}", store.verified_file(spec, &file.name)?.display());
             Ok(())
         }
@@ -101,17 +97,11 @@ pub fn run(g: &GlobalArgs, cmd: ModelsCmd) -> anyhow::Result<()> {
             if g.json {
                 return print_json(&report);
             }
-            for r in report
-                .iter()
-                .filter(|r| r.state != "not found" || model.is_some())
-            {
+            for r in report.iter().filter(|r| r.state != "not found" || model.is_some()) {
                 println!("{:<30} {:<32} {}", r.model, r.file, r.state);
             }
             if report.iter().all(|r| r.state == "not found") {
-                anyhow::bail!(ragbox::Error::Invalid(format!(
-                    "no model files of the manifest found in {}",
-                    dir.display()
-                )));
+                anyhow::bail!(ragbox::Error::Invalid(format!("no model files of the manifest found in {}", dir.display())));
             }
             Ok(())
         }

@@ -36,11 +36,7 @@ pub fn run(g: &GlobalArgs, args: SearchArgs) -> anyhow::Result<u8> {
         anyhow::ensure!(k > 0, "-k must be at least 1");
     }
     let service = g.service()?;
-    let options = SearchOptions {
-        k: args.k,
-        model: args.model.clone(),
-        no_rerank: args.no_rerank,
-    };
+    let options = SearchOptions { k: args.k, model: args.model.clone(), no_rerank: args.no_rerank };
     let found = service.search(&Caller::local(), &args.tenant, &args.query, &options)?;
     let (r, note) = (found.retrieval, found.note);
     if g.json {
@@ -63,14 +59,8 @@ pub fn run(g: &GlobalArgs, args: SearchArgs) -> anyhow::Result<u8> {
 
 /// One line on how the query was run.
 pub(super) fn print_header(r: &Retrieval, note: Option<&str>) {
-    let rerank = r
-        .reranker
-        .as_deref()
-        .map_or("no reranker".to_string(), |m| format!("reranked by {m}"));
-    println!(
-        "tenant {} · {} · {} · {:.0} ms",
-        r.tenant, r.model, rerank, r.timings.total_ms
-    );
+    let rerank = r.reranker.as_deref().map_or("no reranker".to_string(), |m| format!("reranked by {m}"));
+    println!("tenant {} · {} · {} · {:.0} ms", r.tenant, r.model, rerank, r.timings.total_ms);
     if let Some(n) = note {
         println!("note: {n}");
     }
@@ -100,17 +90,10 @@ pub(super) fn excerpt(text: &str, chars: usize) -> String {
 
 fn print_hit(hit: &Hit) {
     let merged = match &hit.section {
-        Some(sec) => format!(
-            " · {} passages of the section at lines {}-{}",
-            hit.children.len(),
-            sec.lines.first,
-            sec.lines.last
-        ),
+        Some(sec) => format!(" · {} passages of the section at lines {}-{}", hit.children.len(), sec.lines.first, sec.lines.last),
         None => String::new(),
     };
-    let evidence = hit
-        .evidence
-        .map_or(String::new(), |e| format!(" · evidence {e:.3}"));
+    let evidence = hit.evidence.map_or(String::new(), |e| format!(" · evidence {e:.3}"));
     println!("{:>2}. {}", hit.rank, location(&hit.chunk));
     println!("    score {:.4}{evidence}{merged}", hit.score);
     println!("    {}", excerpt(&hit.chunk.text, 300));
@@ -133,17 +116,13 @@ pub(super) fn print_verdict(r: &Retrieval) {
 }
 
 fn stage(s: Option<ragbox::retrieve::StageRank>, digits: usize) -> String {
-    s.map_or("-".into(), |s| {
-        format!("#{} {:.*}", s.rank, digits, s.score)
-    })
+    s.map_or("-".into(), |s| format!("#{} {:.*}", s.rank, digits, s.score))
 }
 
 fn outcome(c: &Candidate) -> String {
     match &c.outcome {
         Outcome::Kept { rank } => format!("kept as hit {rank}"),
-        Outcome::MergedIntoParent { parent, rank } => {
-            format!("merged into section {} (hit {rank})", parent.0)
-        }
+        Outcome::MergedIntoParent { parent, rank } => format!("merged into section {} (hit {rank})", parent.0),
         Outcome::BeyondTopK => "dropped: top k already filled".into(),
         Outcome::Stale => "dropped: not in this tenant's catalog (stale index entry)".into(),
     }
@@ -152,10 +131,7 @@ fn outcome(c: &Candidate) -> String {
 /// Every candidate that was kept, merged or stale, plus the first few dropped, stage by stage.
 fn print_explain(r: &Retrieval) {
     println!();
-    println!(
-        "{:>7}  {:>14}  {:>14}  {:>14}  {:>6}  {:>14}  outcome",
-        "chunk", "dense", "bm25", "fused", "cos", "rerank"
-    );
+    println!("{:>7}  {:>14}  {:>14}  {:>14}  {:>6}  {:>14}  outcome", "chunk", "dense", "bm25", "fused", "cos", "rerank");
     let mut dropped = 0;
     for c in &r.candidates {
         if c.outcome == Outcome::BeyondTopK {

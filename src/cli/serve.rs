@@ -2,8 +2,8 @@
 //! Loopback by default; the start-up line says so, or says plainly that another address is
 //! reachable from the network.
 
-use std::io::Write;
 use std::net::SocketAddr;
+use std::io::Write;
 use std::sync::Arc;
 
 use clap::Args;
@@ -35,31 +35,19 @@ pub fn startup_line(bound: SocketAddr) -> String {
 
 /// A multi-threaded runtime for the server (the LLM engine keeps its own).
 pub fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
-    Ok(tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .thread_name("ragbox-http")
-        .enable_all()
-        .build()?)
+    Ok(tokio::runtime::Builder::new_multi_thread().worker_threads(2).thread_name("ragbox-http").enable_all().build()?)
 }
 
 pub fn run(g: &GlobalArgs, args: ServeArgs) -> anyhow::Result<u8> {
     let config = g.config()?;
-    let listen = args
-        .listen
-        .clone()
-        .unwrap_or_else(|| config.server.listen.clone());
-    let addr: SocketAddr = listen.parse().map_err(|e| {
-        anyhow::anyhow!("--listen {listen:?}: {e}; use an address such as 127.0.0.1:7070")
-    })?;
+    let listen = args.listen.clone().unwrap_or_else(|| config.server.listen.clone());
+    let addr: SocketAddr = listen.parse().map_err(|e| anyhow::anyhow!("--listen {listen:?}: {e}; use an address such as 127.0.0.1:7070"))?;
     let server_config = config.server.clone();
     let service = Arc::new(Service::open(config)?);
     service.warm_up()?;
     let resumed = service.resume_uploads()?;
     if !resumed.is_empty() {
-        eprintln!(
-            "ragbox serve: checking {} tenants' uploads (ingesting any that a stop interrupted)",
-            resumed.len()
-        );
+        eprintln!("ragbox serve: checking {} tenants' uploads (ingesting any that a stop interrupted)", resumed.len());
     }
     if server_config.preload_generator {
         let model = service.warm_up_generator()?;

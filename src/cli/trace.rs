@@ -44,27 +44,15 @@ struct Trace {
 }
 
 fn normalise(s: &str) -> String {
-    s.split_whitespace()
-        .collect::<Vec<_>>()
-        .join(" ")
-        .to_lowercase()
+    s.split_whitespace().collect::<Vec<_>>().join(" ").to_lowercase()
 }
 
 pub fn run(g: &GlobalArgs, args: TraceArgs) -> anyhow::Result<u8> {
     let expect = normalise(&args.expect);
-    anyhow::ensure!(
-        !expect.is_empty(),
-        "--expect is empty: give a phrase the answer should come from"
-    );
+    anyhow::ensure!(!expect.is_empty(), "--expect is empty: give a phrase the answer should come from");
     let app = g.app()?;
     let store = app.store()?;
-    let (retriever, note) = app.retriever(
-        &store,
-        &args.tenant,
-        None,
-        !args.no_rerank,
-        app.retrieve_options(),
-    )?;
+    let (retriever, note) = app.retriever(&store, &args.tenant, None, !args.no_rerank, app.retrieve_options())?;
     let tenant = &retriever.reader().tenant;
 
     // 1. Which chunks hold the text (children only: they are what is retrieved).
@@ -75,12 +63,8 @@ pub fn run(g: &GlobalArgs, args: TraceArgs) -> anyhow::Result<u8> {
         .filter(|e| normalise(&e.text).contains(&expect))
         .map(|e| e.id)
         .collect();
-    let rows: Vec<_> = store
-        .catalog()
-        .chunks(tenant.id, &holders)?
-        .into_iter()
-        .filter(|r| normalise(&r.text).contains(&expect))
-        .collect();
+    let rows: Vec<_> =
+        store.catalog().chunks(tenant.id, &holders)?.into_iter().filter(|r| normalise(&r.text).contains(&expect)).collect();
 
     // 2. The product path, and the full dense and BM25 rankings for exact ranks.
     let r = retriever.retrieve(&args.query)?;
@@ -90,12 +74,8 @@ pub fn run(g: &GlobalArgs, args: TraceArgs) -> anyhow::Result<u8> {
         Some(q) => reader.vector.search(q, reader.vector.len())?,
         None => Vec::new(),
     };
-    let bm25_all = reader
-        .lexical
-        .search(&args.query, reader.lexical.len().max(1))?;
-    let stored = reader
-        .vector
-        .vectors(&rows.iter().map(|r| r.id).collect::<Vec<_>>())?;
+    let bm25_all = reader.lexical.search(&args.query, reader.lexical.len().max(1))?;
+    let stored = reader.vector.vectors(&rows.iter().map(|r| r.id).collect::<Vec<_>>())?;
 
     let o = retriever.options();
     let traces: Vec<Trace> = rows
@@ -117,14 +97,7 @@ pub fn run(g: &GlobalArgs, args: TraceArgs) -> anyhow::Result<u8> {
                 outcome: c.map(|c| c.outcome.clone()),
                 verdict: String::new(),
             };
-            t.verdict = verdict(
-                &t,
-                &r,
-                o.dense_candidates,
-                o.lexical_candidates,
-                o.rerank_depth,
-                o.top_k,
-            );
+            t.verdict = verdict(&t, &r, o.dense_candidates, o.lexical_candidates, o.rerank_depth, o.top_k);
             t
         })
         .collect();
@@ -140,9 +113,7 @@ pub fn run(g: &GlobalArgs, args: TraceArgs) -> anyhow::Result<u8> {
         },
     };
     if g.json {
-        print_json(
-            &serde_json::json!({ "query": r.query, "expect": args.expect, "chunks": traces, "verdict": summary, "retrieval": r, "note": note }),
-        )?;
+        print_json(&serde_json::json!({ "query": r.query, "expect": args.expect, "chunks": traces, "verdict": summary, "retrieval": r, "note": note }))?;
         return Ok(0);
     }
     print_header(&r, note.as_deref());
@@ -168,14 +139,7 @@ pub fn run(g: &GlobalArgs, args: TraceArgs) -> anyhow::Result<u8> {
 }
 
 /// Which stage lost the chunk, or that it was found.
-fn verdict(
-    t: &Trace,
-    r: &Retrieval,
-    dense_n: usize,
-    bm25_n: usize,
-    depth: usize,
-    top_k: usize,
-) -> String {
+fn verdict(t: &Trace, r: &Retrieval, dense_n: usize, bm25_n: usize, depth: usize, top_k: usize) -> String {
     match &t.outcome {
         Some(Outcome::Kept { rank }) | Some(Outcome::MergedIntoParent { rank, .. }) => {
             if r.refused {

@@ -21,38 +21,24 @@ impl TokenEncoder for BertEncoder {
 /// Reads a model's `config.json` into candle's BERT config.
 pub(crate) fn read_config(path: &std::path::Path, model: &str) -> Result<Config> {
     let text = std::fs::read_to_string(path).map_err(Error::path(path))?;
-    serde_json::from_str(&text).map_err(|e| Error::ModelFormat {
-        model: model.to_string(),
-        reason: format!("config.json: {e}"),
-    })
+    serde_json::from_str(&text)
+        .map_err(|e| Error::ModelFormat { model: model.to_string(), reason: format!("config.json: {e}") })
 }
 
 /// Loads the body of a BERT model, memory-mapping its safetensors. Sentence-transformers exports
 /// name the body's weights bare, classification models under `bert.`: both are tried.
-pub(crate) fn load_body(
-    weights: &std::path::Path,
-    config: &Config,
-    options: &EmbedOptions,
-    model: &str,
-) -> Result<BertBody> {
+pub(crate) fn load_body(weights: &std::path::Path, config: &Config, options: &EmbedOptions, model: &str) -> Result<BertBody> {
     // SAFETY: the file was verified against its sha256 just before, and model files are only ever
     // replaced (written to a temporary name, then renamed), never changed in place.
-    let vb =
-        unsafe { VarBuilder::from_mmaped_safetensors(&[weights], DType::F32, &options.device)? };
+    let vb = unsafe { VarBuilder::from_mmaped_safetensors(&[weights], DType::F32, &options.device)? };
     let precision = options.precision.resolve(&options.device)?;
-    BertBody::load(vb.clone(), config, precision)
-        .or_else(|_| BertBody::load(vb.pp("bert"), config, precision))
-        .map_err(|e| Error::ModelFormat {
-            model: model.to_string(),
-            reason: format!("not a BERT model: {e}"),
-        })
+    BertBody::load(vb.clone(), config, precision).or_else(|_| BertBody::load(vb.pp("bert"), config, precision)).map_err(|e| Error::ModelFormat {
+        model: model.to_string(),
+        reason: format!("not a BERT model: {e}"),
+    })
 }
 
-pub(crate) fn load(
-    store: &ModelStore,
-    spec: &ModelSpec,
-    options: &EmbedOptions,
-) -> Result<TransformerEmbedder> {
+pub(crate) fn load(store: &ModelStore, spec: &ModelSpec, options: &EmbedOptions) -> Result<TransformerEmbedder> {
     let config_path = store.verified_file(spec, "config.json")?;
     let tokenizer_path = store.verified_file(spec, "tokenizer.json")?;
     let weights = store.verified_file(spec, "model.safetensors")?;
@@ -68,19 +54,13 @@ pub fn from_files(
     options: &EmbedOptions,
 ) -> Result<TransformerEmbedder> {
     let config = read_config(config_path, &spec.name)?;
-    let tokenizer = TextTokenizer::load(
-        tokenizer_path,
-        spec.max_tokens.min(config.max_position_embeddings),
-    )?;
+    let tokenizer = TextTokenizer::load(tokenizer_path, spec.max_tokens.min(config.max_position_embeddings))?;
     let body = load_body(weights, &config, options, &spec.name)?;
     let dims = spec.dims.unwrap_or(config.hidden_size);
     if dims != config.hidden_size {
         return Err(Error::ModelFormat {
             model: spec.name.clone(),
-            reason: format!(
-                "manifest says {dims} dims, config.json says {}",
-                config.hidden_size
-            ),
+            reason: format!("manifest says {dims} dims, config.json says {}", config.hidden_size),
         });
     }
     Ok(TransformerEmbedder {
@@ -89,9 +69,7 @@ pub fn from_files(
         pooling: spec.pooling.unwrap_or(Pooling::Mean),
         query_prefix: spec.query_prefix.clone(),
         passage_prefix: spec.passage_prefix.clone(),
-        pad_id: tokenizer
-            .token_id("[PAD]")
-            .unwrap_or(config.pad_token_id as u32),
+        pad_id: tokenizer.token_id("[PAD]").unwrap_or(config.pad_token_id as u32),
         tokenizer,
         encoder: Box::new(BertEncoder(body)),
         device: options.device.clone(),

@@ -49,20 +49,12 @@ pub trait Embedder: Send + Sync {
 }
 
 /// Loads the embedder a manifest entry describes, verifying its files first.
-pub fn load_embedder(
-    store: &ModelStore,
-    spec: &ModelSpec,
-    options: &EmbedOptions,
-) -> Result<Arc<dyn Embedder>> {
+pub fn load_embedder(store: &ModelStore, spec: &ModelSpec, options: &EmbedOptions) -> Result<Arc<dyn Embedder>> {
     Ok(Arc::new(load_transformer(store, spec, options)?))
 }
 
 /// Like [`load_embedder`], keeping the concrete type (for token-level inspection).
-pub fn load_transformer(
-    store: &ModelStore,
-    spec: &ModelSpec,
-    options: &EmbedOptions,
-) -> Result<TransformerEmbedder> {
+pub fn load_transformer(store: &ModelStore, spec: &ModelSpec, options: &EmbedOptions) -> Result<TransformerEmbedder> {
     Ok(match spec.architecture {
         Architecture::Bert => bert::load(store, spec, options)?,
         Architecture::NomicBert => nomic::load(store, spec, options)?,

@@ -17,8 +17,7 @@ struct NomicEncoder(NomicBertModel);
 
 impl TokenEncoder for NomicEncoder {
     fn forward(&self, batch: &BatchTensors) -> candle_core::Result<Tensor> {
-        self.0
-            .forward(&batch.ids, Some(&batch.type_ids), Some(&batch.mask))
+        self.0.forward(&batch.ids, Some(&batch.type_ids), Some(&batch.mask))
     }
 }
 
@@ -75,37 +74,19 @@ fn config(vocab_size: usize, n_layer: usize) -> Config {
     }
 }
 
-pub(crate) fn load(
-    store: &ModelStore,
-    spec: &ModelSpec,
-    options: &EmbedOptions,
-) -> Result<TransformerEmbedder> {
+pub(crate) fn load(store: &ModelStore, spec: &ModelSpec, options: &EmbedOptions) -> Result<TransformerEmbedder> {
     let gguf_file = spec
         .file_ending(".gguf")
         .ok_or_else(|| Error::Bug(format!("manifest: {} has no .gguf file", spec.name)))?;
     let weights = store.verified_file(spec, &gguf_file.name)?;
     let tokenizer_path = store.verified_file(spec, "tokenizer.json")?;
-    let gguf = load_gguf(
-        &weights,
-        "nomic-bert",
-        candle_name,
-        DType::F32,
-        &options.device,
-    )?;
+    let gguf = load_gguf(&weights, "nomic-bert", candle_name, DType::F32, &options.device)?;
     let vocab_size = gguf
         .tensors
         .get("embeddings.word_embeddings.weight")
         .map(|t| t.dims()[0])
-        .ok_or_else(|| Error::ModelFormat {
-            model: spec.name.clone(),
-            reason: "no token_embd.weight".into(),
-        })?;
-    let n_layer = (0..)
-        .take_while(|i| {
-            gguf.tensors
-                .contains_key(&format!("encoder.layers.{i}.attn.Wqkv.weight"))
-        })
-        .count();
+        .ok_or_else(|| Error::ModelFormat { model: spec.name.clone(), reason: "no token_embd.weight".into() })?;
+    let n_layer = (0..).take_while(|i| gguf.tensors.contains_key(&format!("encoder.layers.{i}.attn.Wqkv.weight"))).count();
     let cfg = config(vocab_size, n_layer);
     let vb = VarBuilder::from_tensors(gguf.tensors, DType::F32, &options.device);
     let model = NomicBertModel::load(vb, &cfg).map_err(|e| Error::ModelFormat {
@@ -133,18 +114,9 @@ mod tests {
 
     #[test]
     fn gguf_names_map_to_candle_names() {
-        assert_eq!(
-            candle_name("token_embd.weight").unwrap(),
-            "embeddings.word_embeddings.weight"
-        );
-        assert_eq!(
-            candle_name("blk.11.ffn_gate.weight").unwrap(),
-            "encoder.layers.11.mlp.fc12.weight"
-        );
-        assert_eq!(
-            candle_name("blk.0.attn_output_norm.bias").unwrap(),
-            "encoder.layers.0.norm1.bias"
-        );
+        assert_eq!(candle_name("token_embd.weight").unwrap(), "embeddings.word_embeddings.weight");
+        assert_eq!(candle_name("blk.11.ffn_gate.weight").unwrap(), "encoder.layers.11.mlp.fc12.weight");
+        assert_eq!(candle_name("blk.0.attn_output_norm.bias").unwrap(), "encoder.layers.0.norm1.bias");
         assert_eq!(candle_name("output.weight"), None);
     }
 }

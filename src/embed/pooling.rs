@@ -19,12 +19,7 @@ pub fn pool(states: &Tensor, mask: &Tensor, pooling: Pooling) -> candle_core::Re
 
 /// Scales each row to unit L2 norm (rows of zeros stay zero).
 pub fn l2_normalize(x: &Tensor) -> candle_core::Result<Tensor> {
-    let norm = x
-        .to_dtype(DType::F32)?
-        .sqr()?
-        .sum_keepdim(D::Minus1)?
-        .sqrt()?
-        .clamp(1e-12, f64::MAX)?;
+    let norm = x.to_dtype(DType::F32)?.sqr()?.sum_keepdim(D::Minus1)?.sqrt()?.clamp(1e-12, f64::MAX)?;
     x.to_dtype(DType::F32)?.broadcast_div(&norm)
 }
 

@@ -25,11 +25,7 @@ pub struct EmbedOptions {
 impl Default for EmbedOptions {
     /// The CPU, default batches, f32 (the reference precision).
     fn default() -> Self {
-        EmbedOptions {
-            device: Device::Cpu,
-            batch: BatchLimits::default(),
-            precision: Precision::F32,
-        }
+        EmbedOptions { device: Device::Cpu, batch: BatchLimits::default(), precision: Precision::F32 }
     }
 }
 
@@ -66,11 +62,7 @@ impl TransformerEmbedder {
         }
     }
 
-    fn embed_batch(
-        &self,
-        tokens: &[crate::model::Tokens],
-        indices: &[usize],
-    ) -> Result<Vec<Vec<f32>>> {
+    fn embed_batch(&self, tokens: &[crate::model::Tokens], indices: &[usize]) -> Result<Vec<Vec<f32>>> {
         let _span = tracing::trace_span!("embed_batch", n = indices.len()).entered();
         let batch = batch_tensors(tokens, indices, self.pad_id, &self.device)?;
         let states = self.encoder.forward(&batch)?;
@@ -108,32 +100,19 @@ impl Embedder for TransformerEmbedder {
         // On the CPU, batches run side by side: the matmuls use every core, but the element-wise
         // work between them is single-threaded, so two batches in flight keep all cores busy.
         let vectors: Vec<Vec<Vec<f32>>> = if self.device.is_cpu() {
-            plan.par_iter()
-                .map(|b| self.embed_batch(&tokens, b))
-                .collect::<Result<_>>()?
+            plan.par_iter().map(|b| self.embed_batch(&tokens, b)).collect::<Result<_>>()?
         } else {
-            plan.iter()
-                .map(|b| self.embed_batch(&tokens, b))
-                .collect::<Result<_>>()?
+            plan.iter().map(|b| self.embed_batch(&tokens, b)).collect::<Result<_>>()?
         };
         let truncated = tokens.iter().filter(|t| t.truncated_from.is_some()).count();
         if truncated > 0 {
-            tracing::info!(
-                truncated,
-                of = texts.len(),
-                limit = self.max_tokens(),
-                "texts truncated to the model's limit"
-            );
+            tracing::info!(truncated, of = texts.len(), limit = self.max_tokens(), "texts truncated to the model's limit");
         }
         let mut out: Vec<Option<Embedding>> = vec![None; texts.len()];
         for (batch, rows) in plan.iter().zip(vectors) {
             for (&i, vector) in batch.iter().zip(rows) {
                 let t = &tokens[i];
-                out[i] = Some(Embedding {
-                    vector,
-                    tokens: t.ids.len(),
-                    truncated_from: t.truncated_from,
-                });
+                out[i] = Some(Embedding { vector, tokens: t.ids.len(), truncated_from: t.truncated_from });
             }
         }
         out.into_iter()
@@ -152,21 +131,8 @@ mod tests {
     fn tiny(max_tokens: usize, max_items: usize) -> (tempfile::TempDir, TransformerEmbedder) {
         let dir = tempfile::tempdir().unwrap();
         let files = write_tiny_bert(dir.path(), 7, false).unwrap();
-        let options = EmbedOptions {
-            batch: BatchLimits {
-                max_items,
-                max_tokens: 10_000,
-            },
-            ..EmbedOptions::default()
-        };
-        let e = bert::from_files(
-            &tiny_embed_spec(max_tokens),
-            &files.config,
-            &files.tokenizer,
-            &files.weights,
-            &options,
-        )
-        .unwrap();
+        let options = EmbedOptions { batch: BatchLimits { max_items, max_tokens: 10_000 }, ..EmbedOptions::default() };
+        let e = bert::from_files(&tiny_embed_spec(max_tokens), &files.config, &files.tokenizer, &files.weights, &options).unwrap();
         (dir, e)
     }
 
@@ -186,10 +152,7 @@ mod tests {
         for (i, text) in TEXTS.iter().enumerate() {
             let b = single.embed(&[text], TextKind::Passage).unwrap();
             let c = cosine(&a[i].vector, &b[0].vector);
-            assert!(
-                c > 0.99999,
-                "text {i}: cosine {c} between batched and alone"
-            );
+            assert!(c > 0.99999, "text {i}: cosine {c} between batched and alone");
             assert_eq!(a[i].tokens, b[0].tokens);
         }
     }
@@ -203,10 +166,7 @@ mod tests {
             let norm: f32 = v.vector.iter().map(|x| x * x).sum::<f32>().sqrt();
             assert!((norm - 1.0).abs() < 1e-5, "norm {norm}");
             assert_eq!(v.vector.len(), 16);
-            assert_eq!(
-                v.tokens,
-                e.token_ids(TEXTS[i], TextKind::Passage).unwrap().len()
-            );
+            assert_eq!(v.tokens, e.token_ids(TEXTS[i], TextKind::Passage).unwrap().len());
         }
         let reversed: Vec<&str> = TEXTS.iter().rev().copied().collect();
         let back = e.embed(&reversed, TextKind::Passage).unwrap();
@@ -228,15 +188,8 @@ mod tests {
         let (_d, e) = tiny(64, 4);
         let q = e.token_ids("policy", TextKind::Query).unwrap();
         let p = e.token_ids("policy", TextKind::Passage).unwrap();
-        assert_eq!(
-            q.len(),
-            p.len() + 1,
-            "the tiny spec's query prefix is one word"
-        );
-        let err = e
-            .embed(&["policy", "  "], TextKind::Passage)
-            .unwrap_err()
-            .to_string();
+        assert_eq!(q.len(), p.len() + 1, "the tiny spec's query prefix is one word");
+        let err = e.embed(&["policy", "  "], TextKind::Passage).unwrap_err().to_string();
         assert!(err.contains("text 2 of 2 is empty"), "{err}");
     }
 }

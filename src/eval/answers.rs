@@ -160,8 +160,7 @@ pub fn best_threshold(positives: &[f32], negatives: &[f32]) -> (f64, f64) {
     let total = (positives.len() + negatives.len()).max(1) as f64;
     let mut best = (f64::NEG_INFINITY, 0.0);
     for t in candidates {
-        let right = positives.iter().filter(|&&p| p >= t).count()
-            + negatives.iter().filter(|&&n| n < t).count();
+        let right = positives.iter().filter(|&&p| p >= t).count() + negatives.iter().filter(|&&n| n < t).count();
         let acc = right as f64 / total;
         if acc > best.1 {
             best = (f64::from(t), acc);
@@ -190,19 +189,10 @@ pub fn run(
     progress(&format!("ingest: tenant {}", plan.ingest.tenant));
     let report = ingest(&store, &embedder, &docs_dir, &plan.ingest, &mut |_| {})?;
     if !report.skipped.is_empty() {
-        return Err(Error::Invalid(format!(
-            "{} corpus documents were skipped",
-            report.skipped.len()
-        )));
+        return Err(Error::Invalid(format!("{} corpus documents were skipped", report.skipped.len())));
     }
     let tenant = store.catalog().require_tenant(&plan.ingest.tenant)?;
-    let retriever = Retriever::new(
-        &store,
-        &tenant,
-        Some(embedder.clone()),
-        reranker,
-        plan.retrieve.clone(),
-    )?;
+    let retriever = Retriever::new(&store, &tenant, Some(embedder.clone()), reranker, plan.retrieve.clone())?;
     let checker = match plan.support {
         SupportMethod::Similarity => SupportChecker::Similarity(embedder.clone()),
         SupportMethod::Llm => SupportChecker::Llm(generator.clone()),
@@ -232,16 +222,7 @@ pub fn run(
         support_methods: Vec::new(),
         answers: Vec::new(),
     };
-    let (
-        mut markers,
-        mut valid,
-        mut cited,
-        mut made_up,
-        mut relevant,
-        mut with_citation,
-        mut sentences,
-        mut flagged,
-    ) = (0, 0, 0, 0, 0, 0, 0, 0);
+    let (mut markers, mut valid, mut cited, mut made_up, mut relevant, mut with_citation, mut sentences, mut flagged) = (0, 0, 0, 0, 0, 0, 0, 0);
     let (mut ttft, mut total, mut speed) = (Vec::new(), Vec::new(), Vec::new());
     let mut record = |a: &Answer, total_ms: f64| {
         if a.model.is_some() {
@@ -271,11 +252,7 @@ pub fn run(
                 made_up += a.invalid_citations.len();
                 with_citation += usize::from(!a.citations.is_empty());
                 let judged = &set.qrels[qid];
-                relevant += a
-                    .citations
-                    .iter()
-                    .filter(|c| judged.get(&doc_of(&c.document)).is_some_and(|&g| g > 0))
-                    .count();
+                relevant += a.citations.iter().filter(|c| judged.get(&doc_of(&c.document)).is_some_and(|&g| g > 0)).count();
                 sentences += a.sentences.len();
                 flagged += a.sentences.iter().filter(|s| !s.supported).count();
             }
@@ -302,20 +279,12 @@ pub fn run(
             record(&a, t.elapsed().as_secs_f64() * 1e3);
             out.out_of_domain += 1;
             out.out_of_domain_refused += usize::from(a.refused);
-            out.out_of_domain_refused_floor +=
-                usize::from(a.refusal == Some(crate::answer::Refusal::NoGoodSource));
+            out.out_of_domain_refused_floor += usize::from(a.refusal == Some(crate::answer::Refusal::NoGoodSource));
         }
-        progress(&format!(
-            "out of domain: {}/{} refused",
-            out.out_of_domain_refused, out.out_of_domain
-        ));
+        progress(&format!("out of domain: {}/{} refused", out.out_of_domain_refused, out.out_of_domain));
     }
     let ratio = |a: usize, b: usize| if b == 0 { 0.0 } else { a as f64 / b as f64 };
-    out.citation_validity = if markers == 0 {
-        1.0
-    } else {
-        ratio(valid, markers)
-    };
+    out.citation_validity = if markers == 0 { 1.0 } else { ratio(valid, markers) };
     out.made_up_citation_rate = ratio(made_up, markers + made_up);
     out.answers_with_citation = ratio(with_citation, out.answered);
     out.citation_precision = ratio(relevant, cited);
@@ -325,8 +294,7 @@ pub fn run(
     out.tokens_per_second = p(&mut speed, 50.0);
 
     if plan.support_pairs > 0 {
-        out.support_methods =
-            compare_support(plan, &set, &retriever, embedder, generator, progress)?;
+        out.support_methods = compare_support(plan, &set, &retriever, embedder, generator, progress)?;
     }
     Ok(out)
 }
@@ -368,11 +336,8 @@ fn compare_support(
         }
         let r = retriever.retrieve(claim)?;
         let judged = &set.qrels[qid];
-        let is_relevant = |h: &crate::retrieve::Hit| {
-            beir::doc_id_for_path(&h.chunk.path)
-                .and_then(|d| judged.get(&d).copied())
-                .is_some_and(|g| g > 0)
-        };
+        let is_relevant =
+            |h: &crate::retrieve::Hit| beir::doc_id_for_path(&h.chunk.path).and_then(|d| judged.get(&d).copied()).is_some_and(|g| g > 0);
         let positive = r.hits.iter().find(|h| is_relevant(h));
         let negative = r.hits.iter().find(|h| !is_relevant(h));
         if let (Some(p), Some(n)) = (positive, negative) {
@@ -381,44 +346,20 @@ fn compare_support(
         }
     }
     progress(&format!("support methods: {} pairs", pairs.len()));
-    let claims: Vec<Claim> = pairs
-        .iter()
-        .map(|(c, p, _)| Claim {
-            text: c.clone(),
-            passages: vec![p.as_str()],
-        })
-        .collect();
+    let claims: Vec<Claim> = pairs.iter().map(|(c, p, _)| Claim { text: c.clone(), passages: vec![p.as_str()] }).collect();
     let mut out = Vec::new();
-    for checker in [
-        SupportChecker::Similarity(embedder),
-        SupportChecker::Llm(generator),
-    ] {
+    for checker in [SupportChecker::Similarity(embedder), SupportChecker::Llm(generator)] {
         let t = std::time::Instant::now();
         let scores = block_on(checker.scores(&claims))?;
         let ms = t.elapsed().as_secs_f64() * 1e3 / pairs.len().max(1) as f64;
         let mut by: HashMap<bool, Vec<f32>> = HashMap::new();
         for ((_, _, label), s) in pairs.iter().zip(scores) {
-            by.entry(*label)
-                .or_default()
-                .push(s.unwrap_or(f32::NEG_INFINITY));
+            by.entry(*label).or_default().push(s.unwrap_or(f32::NEG_INFINITY));
         }
-        let (pos, neg) = (
-            by.remove(&true).unwrap_or_default(),
-            by.remove(&false).unwrap_or_default(),
-        );
+        let (pos, neg) = (by.remove(&true).unwrap_or_default(), by.remove(&false).unwrap_or_default());
         let (threshold, accuracy) = best_threshold(&pos, &neg);
-        let c = SupportComparison {
-            method: checker.method(),
-            pairs: pairs.len(),
-            auc: auc(&pos, &neg),
-            accuracy,
-            threshold,
-            ms_per_pair: ms,
-        };
-        progress(&format!(
-            "  {:?}: AUC {:.3}, accuracy {:.3} at {:.3}, {:.0} ms/pair",
-            c.method, c.auc, c.accuracy, c.threshold, c.ms_per_pair
-        ));
+        let c = SupportComparison { method: checker.method(), pairs: pairs.len(), auc: auc(&pos, &neg), accuracy, threshold, ms_per_pair: ms };
+        progress(&format!("  {:?}: AUC {:.3}, accuracy {:.3} at {:.3}, {:.0} ms/pair", c.method, c.auc, c.accuracy, c.threshold, c.ms_per_pair));
         out.push(c);
     }
     Ok(out)
@@ -427,67 +368,23 @@ fn compare_support(
 /// The report as markdown.
 pub fn markdown(r: &AnswerReport, command: &str, machine: &str) -> String {
     let mut s = String::new();
-    s.push_str(&format!(
-        "\n### Answers: {} ({})\n\n`{command}` on {machine}\n\n",
-        r.model, machine
-    ));
+    s.push_str(&format!("\n### Answers: {} ({})\n\n`{command}` on {machine}\n\n", r.model, machine));
     s.push_str("| measure | value |\n|---|---|\n");
     let rows = [
         ("in-domain claims asked", r.in_domain.to_string()),
-        (
-            "refused by the floor (wrong: in domain)",
-            r.in_domain_refused_floor.to_string(),
-        ),
+        ("refused by the floor (wrong: in domain)", r.in_domain_refused_floor.to_string()),
         ("declined by the model", r.in_domain_declined.to_string()),
         ("answered", r.answered.to_string()),
-        (
-            "citation validity (after the check)",
-            format!("{:.1}%", r.citation_validity * 100.0),
-        ),
-        (
-            "citations the model made up (removed)",
-            format!("{:.1}%", r.made_up_citation_rate * 100.0),
-        ),
-        (
-            "answers with a valid citation",
-            format!("{:.1}%", r.answers_with_citation * 100.0),
-        ),
-        (
-            "citation precision (cited document relevant)",
-            format!("{:.1}%", r.citation_precision * 100.0),
-        ),
-        (
-            "sentences flagged unsupported",
-            format!("{:.1}%", r.unsupported_sentence_share * 100.0),
-        ),
-        (
-            "out-of-domain questions refused",
-            format!("{}/{}", r.out_of_domain_refused, r.out_of_domain),
-        ),
-        (
-            "  of which by the floor (no LLM call)",
-            r.out_of_domain_refused_floor.to_string(),
-        ),
-        (
-            "first token p50 / p95",
-            format!(
-                "{:.2} s / {:.2} s",
-                r.first_token_ms[0] / 1e3,
-                r.first_token_ms[1] / 1e3
-            ),
-        ),
-        (
-            "whole answer p50 / p95",
-            format!(
-                "{:.2} s / {:.2} s",
-                r.answer_ms[0] / 1e3,
-                r.answer_ms[1] / 1e3
-            ),
-        ),
-        (
-            "decoding speed p50",
-            format!("{:.1} tokens/s", r.tokens_per_second),
-        ),
+        ("citation validity (after the check)", format!("{:.1}%", r.citation_validity * 100.0)),
+        ("citations the model made up (removed)", format!("{:.1}%", r.made_up_citation_rate * 100.0)),
+        ("answers with a valid citation", format!("{:.1}%", r.answers_with_citation * 100.0)),
+        ("citation precision (cited document relevant)", format!("{:.1}%", r.citation_precision * 100.0)),
+        ("sentences flagged unsupported", format!("{:.1}%", r.unsupported_sentence_share * 100.0)),
+        ("out-of-domain questions refused", format!("{}/{}", r.out_of_domain_refused, r.out_of_domain)),
+        ("  of which by the floor (no LLM call)", r.out_of_domain_refused_floor.to_string()),
+        ("first token p50 / p95", format!("{:.2} s / {:.2} s", r.first_token_ms[0] / 1e3, r.first_token_ms[1] / 1e3)),
+        ("whole answer p50 / p95", format!("{:.2} s / {:.2} s", r.answer_ms[0] / 1e3, r.answer_ms[1] / 1e3)),
+        ("decoding speed p50", format!("{:.1} tokens/s", r.tokens_per_second)),
     ];
     for (k, v) in rows {
         s.push_str(&format!("| {k} | {v} |\n"));
@@ -510,14 +407,8 @@ mod tests {
 
     #[test]
     fn claims_become_questions() {
-        assert_eq!(
-            claim_question("Vitamin D lowers risk."),
-            "Is it true that vitamin D lowers risk?"
-        );
-        assert_eq!(
-            claim_question("DNA repair is slow"),
-            "Is it true that DNA repair is slow?"
-        );
+        assert_eq!(claim_question("Vitamin D lowers risk."), "Is it true that vitamin D lowers risk?");
+        assert_eq!(claim_question("DNA repair is slow"), "Is it true that DNA repair is slow?");
     }
 
     fn answer(text: &str, cited: &[(usize, u64)]) -> Answer {
@@ -568,19 +459,10 @@ mod tests {
 
     #[test]
     fn citation_validity_is_read_back_from_the_answer_text() {
-        assert_eq!(
-            checked_citations(&answer("A [1]. B [2][1].", &[(1, 1), (2, 2)])),
-            (3, 3)
-        );
+        assert_eq!(checked_citations(&answer("A [1]. B [2][1].", &[(1, 1), (2, 2)])), (3, 3));
         // A marker for a passage never given, one with no citation, one mapped to the wrong chunk.
-        assert_eq!(
-            checked_citations(&answer("A [3]. B [2].", &[(3, 3)])),
-            (0, 2)
-        );
-        assert_eq!(
-            checked_citations(&answer("A [1]. B [2].", &[(1, 1), (2, 1)])),
-            (1, 2)
-        );
+        assert_eq!(checked_citations(&answer("A [3]. B [2].", &[(3, 3)])), (0, 2));
+        assert_eq!(checked_citations(&answer("A [1]. B [2].", &[(1, 1), (2, 1)])), (1, 2));
         assert_eq!(checked_citations(&answer("No markers.", &[])), (0, 0));
     }
 

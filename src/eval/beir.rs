@@ -102,20 +102,12 @@ pub fn load(dir: &Path, split: &str) -> Result<BeirSet> {
     let queries = order
         .into_iter()
         .map(|q| {
-            let text = texts
-                .remove(&q)
-                .expect("checked above: every judged query has a text");
+            let text = texts.remove(&q).expect("checked above: every judged query has a text");
             (q, text)
         })
         .collect();
     let corpus_sha256 = sha256_file(&corpus)?;
-    Ok(BeirSet {
-        dir: dir.to_path_buf(),
-        corpus,
-        corpus_sha256,
-        queries,
-        qrels,
-    })
+    Ok(BeirSet { dir: dir.to_path_buf(), corpus, corpus_sha256, queries, qrels })
 }
 
 /// Opens one of the dataset's files; a missing one gets an error that says what a BEIR folder
@@ -123,10 +115,9 @@ pub fn load(dir: &Path, split: &str) -> Result<BeirSet> {
 fn open(path: &Path) -> Result<BufReader<File>> {
     match File::open(path) {
         Ok(f) => Ok(BufReader::new(f)),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Err(Error::Invalid(format!(
-            "{} is missing; {LAYOUT_HINT}",
-            path.display()
-        ))),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            Err(Error::Invalid(format!("{} is missing; {LAYOUT_HINT}", path.display())))
+        }
         Err(e) => Err(Error::path(path)(e)),
     }
 }
@@ -134,20 +125,16 @@ fn open(path: &Path) -> Result<BufReader<File>> {
 /// Yields `(line number from 1, line)` of a text file, skipping blank lines.
 fn numbered_lines(path: &Path) -> Result<impl Iterator<Item = Result<(usize, String)>> + '_> {
     let reader = open(path)?;
-    Ok(reader
-        .lines()
-        .enumerate()
-        .filter_map(move |(i, line)| match line {
-            Ok(line) if line.trim().is_empty() => None,
-            Ok(line) => Some(Ok((i + 1, line))),
-            Err(e) => Some(Err(Error::path(path)(e))),
-        }))
+    Ok(reader.lines().enumerate().filter_map(move |(i, line)| match line {
+        Ok(line) if line.trim().is_empty() => None,
+        Ok(line) => Some(Ok((i + 1, line))),
+        Err(e) => Some(Err(Error::path(path)(e))),
+    }))
 }
 
 /// Parses one JSON line, naming `path:line` on failure.
 fn parse_json<T: for<'de> Deserialize<'de>>(path: &Path, number: usize, line: &str) -> Result<T> {
-    serde_json::from_str(line)
-        .map_err(|e| Error::Invalid(format!("{}:{number}: bad JSON line: {e}", path.display())))
+    serde_json::from_str(line).map_err(|e| Error::Invalid(format!("{}:{number}: bad JSON line: {e}", path.display())))
 }
 
 /// Reads a qrels file: the judgments, and the query ids in order of first appearance.
@@ -176,18 +163,12 @@ fn read_qrels(path: &Path) -> Result<(Qrels, Vec<String>)> {
             if index == 0 {
                 continue; // the header line
             }
-            return Err(Error::Invalid(format!(
-                "{}:{number}: score `{score}` is not an integer",
-                path.display()
-            )));
+            return Err(Error::Invalid(format!("{}:{number}: score `{score}` is not an integer", path.display())));
         };
         if !qrels.contains_key(query) {
             order.push(query.to_string());
         }
-        qrels
-            .entry(query.to_string())
-            .or_default()
-            .insert(doc.to_string(), score);
+        qrels.entry(query.to_string()).or_default().insert(doc.to_string(), score);
     }
     Ok((qrels, order))
 }
@@ -229,10 +210,7 @@ pub fn write_documents(corpus: &Path, dir: &Path) -> Result<usize> {
         let id = String::from(doc.id);
         if id.is_empty() {
             // Its file name, `x-.md`, is that of the id `x-`.
-            return Err(Error::Invalid(format!(
-                "{}:{number}: empty `_id`",
-                corpus.display()
-            )));
+            return Err(Error::Invalid(format!("{}:{number}: empty `_id`", corpus.display())));
         }
         let name = document_file_name(&id);
         let bytes = document_markdown(doc.title.as_deref().unwrap_or(""), &doc.text);
@@ -274,10 +252,7 @@ fn remove_stale(dir: &Path, keep: &HashSet<String>) -> Result<()> {
     for entry in std::fs::read_dir(dir).map_err(Error::path(dir))? {
         let path = entry.map_err(Error::path(dir))?.path();
         let is_md = path.extension().is_some_and(|e| e == "md") && path.is_file();
-        let kept = path
-            .file_name()
-            .and_then(|n| n.to_str())
-            .is_some_and(|n| keep.contains(n));
+        let kept = path.file_name().and_then(|n| n.to_str()).is_some_and(|n| keep.contains(n));
         if is_md && !kept {
             std::fs::remove_file(&path).map_err(Error::path(&path))?;
         }
@@ -300,11 +275,7 @@ fn is_plain_id(id: &str) -> bool {
     let safe = |b: u8| b.is_ascii_alphanumeric() || b == b'_' || b == b'-';
     let bytes = id.as_bytes();
     match bytes.first() {
-        Some(&first) => {
-            safe(first)
-                && bytes.len() <= MAX_PLAIN_ID
-                && bytes.iter().all(|&b| safe(b) || b == b'.')
-        }
+        Some(&first) => safe(first) && bytes.len() <= MAX_PLAIN_ID && bytes.iter().all(|&b| safe(b) || b == b'.'),
         None => false,
     }
 }
@@ -351,11 +322,8 @@ mod tests {
         )
         .expect("queries");
         std::fs::create_dir(d.join("qrels")).expect("qrels dir");
-        std::fs::write(
-            d.join("qrels/test.tsv"),
-            "query-id\tcorpus-id\tscore\nq2\td/2\t1\nq1\td1\t2\nq2\té3\t0\n",
-        )
-        .expect("qrels");
+        std::fs::write(d.join("qrels/test.tsv"), "query-id\tcorpus-id\tscore\nq2\td/2\t1\nq1\td1\t2\nq2\té3\t0\n")
+            .expect("qrels");
         tmp
     }
 
@@ -365,10 +333,7 @@ mod tests {
         let set = load(tmp.path(), "test").expect("load");
         assert_eq!(
             set.queries,
-            vec![
-                ("q2".to_string(), "beta?".to_string()),
-                ("q1".to_string(), "what is alpha".to_string())
-            ]
+            vec![("q2".to_string(), "beta?".to_string()), ("q1".to_string(), "what is alpha".to_string())]
         );
         assert_eq!(set.qrels.len(), 2);
         assert_eq!(set.qrels["q2"]["d/2"], 1);
@@ -385,42 +350,24 @@ mod tests {
         let tmp = tiny_beir();
         std::fs::write(tmp.path().join("qrels/dev.tsv"), "q1 d1 1\n\nq3  d2 1\n").expect("qrels");
         let set = load(tmp.path(), "dev").expect("load");
-        assert_eq!(
-            set.queries
-                .iter()
-                .map(|(q, _)| q.as_str())
-                .collect::<Vec<_>>(),
-            ["q1", "q3"]
-        );
+        assert_eq!(set.queries.iter().map(|(q, _)| q.as_str()).collect::<Vec<_>>(), ["q1", "q3"]);
         assert_eq!(set.qrels["q3"]["d2"], 1);
     }
 
     #[test]
     fn bad_score_after_the_first_line_names_the_line() {
         let tmp = tiny_beir();
-        std::fs::write(
-            tmp.path().join("qrels/dev.tsv"),
-            "q1\td1\t1\nq1\td2\thigh\n",
-        )
-        .expect("qrels");
+        std::fs::write(tmp.path().join("qrels/dev.tsv"), "q1\td1\t1\nq1\td2\thigh\n").expect("qrels");
         let msg = load(tmp.path(), "dev").expect_err("bad score").to_string();
-        assert!(
-            msg.contains("dev.tsv:2:") && msg.contains("`high`"),
-            "{msg}"
-        );
+        assert!(msg.contains("dev.tsv:2:") && msg.contains("`high`"), "{msg}");
     }
 
     #[test]
     fn missing_file_says_what_a_beir_folder_holds() {
         let tmp = tiny_beir();
-        let msg = load(tmp.path(), "train")
-            .expect_err("no train split")
-            .to_string();
+        let msg = load(tmp.path(), "train").expect_err("no train split").to_string();
         assert!(msg.contains("train.tsv is missing"), "{msg}");
-        assert!(
-            msg.contains("corpus.jsonl, queries.jsonl and qrels/<split>.tsv"),
-            "{msg}"
-        );
+        assert!(msg.contains("corpus.jsonl, queries.jsonl and qrels/<split>.tsv"), "{msg}");
         std::fs::remove_file(tmp.path().join("corpus.jsonl")).expect("rm");
         let msg = load(tmp.path(), "test").expect_err("no corpus").to_string();
         assert!(msg.contains("corpus.jsonl is missing"), "{msg}");
@@ -430,11 +377,7 @@ mod tests {
     fn bad_json_line_names_the_line() {
         let tmp = tiny_beir();
         let queries = tmp.path().join("queries.jsonl");
-        std::fs::write(
-            &queries,
-            "{\"_id\": \"q1\", \"text\": \"a\"}\n\n{\"_id\": \"q2\", \"text\": \n",
-        )
-        .expect("queries");
+        std::fs::write(&queries, "{\"_id\": \"q1\", \"text\": \"a\"}\n\n{\"_id\": \"q2\", \"text\": \n").expect("queries");
         let msg = load(tmp.path(), "test").expect_err("bad json").to_string();
         assert!(msg.contains("queries.jsonl:3: bad JSON line"), "{msg}");
     }
@@ -442,47 +385,20 @@ mod tests {
     #[test]
     fn judged_query_missing_from_queries_is_named() {
         let tmp = tiny_beir();
-        std::fs::write(
-            tmp.path().join("queries.jsonl"),
-            "{\"_id\": \"q1\", \"text\": \"a\"}\n",
-        )
-        .expect("queries");
-        let msg = load(tmp.path(), "test")
-            .expect_err("q2 missing")
-            .to_string();
-        assert!(
-            msg.contains("1 query judged") && msg.contains("`q2`"),
-            "{msg}"
-        );
+        std::fs::write(tmp.path().join("queries.jsonl"), "{\"_id\": \"q1\", \"text\": \"a\"}\n").expect("queries");
+        let msg = load(tmp.path(), "test").expect_err("q2 missing").to_string();
+        assert!(msg.contains("1 query judged") && msg.contains("`q2`"), "{msg}");
     }
 
     #[test]
     fn file_names_round_trip() {
-        for id in [
-            "d1",
-            "10009203",
-            "a.b-c_d",
-            "d/2",
-            "é3",
-            ".hidden",
-            "x-41",
-            "x-",
-            "a b",
-            &"z".repeat(102),
-        ] {
+        for id in ["d1", "10009203", "a.b-c_d", "d/2", "é3", ".hidden", "x-41", "x-", "a b", &"z".repeat(102)] {
             let name = document_file_name(id);
             assert!(!name.contains('/'), "{name}");
-            assert_eq!(
-                doc_id_for_path(&Path::new("/docs").join(&name)).as_deref(),
-                Some(id),
-                "{name}"
-            );
+            assert_eq!(doc_id_for_path(&Path::new("/docs").join(&name)).as_deref(), Some(id), "{name}");
         }
         assert_eq!(document_file_name("d1"), "d1.md");
-        assert_eq!(
-            document_file_name(&"z".repeat(101)),
-            format!("{}.md", "z".repeat(101))
-        );
+        assert_eq!(document_file_name(&"z".repeat(101)), format!("{}.md", "z".repeat(101)));
         assert_eq!(document_file_name("d/2"), "x-642f32.md");
         assert_eq!(document_file_name("é3"), "x-c3a933.md");
         assert_eq!(document_file_name(".hidden"), "x-2e68696464656e.md");
@@ -509,12 +425,7 @@ mod tests {
         write_documents(&corpus, &out).expect("first");
         let old = std::time::SystemTime::UNIX_EPOCH + std::time::Duration::from_secs(1_000_000);
         for name in ["d1.md", "x-c3a933.md"] {
-            File::options()
-                .write(true)
-                .open(out.join(name))
-                .expect("open")
-                .set_modified(old)
-                .expect("mtime");
+            File::options().write(true).open(out.join(name)).expect("open").set_modified(old).expect("mtime");
         }
         std::fs::write(out.join("gone.md"), "stale").expect("stale");
         std::fs::write(out.join("notes.txt"), "kept").expect("other");
@@ -528,12 +439,7 @@ mod tests {
         )
         .expect("corpus");
         assert_eq!(write_documents(&corpus, &out).expect("second"), 2);
-        let mtime = |name: &str| {
-            std::fs::metadata(out.join(name))
-                .expect(name)
-                .modified()
-                .expect("mtime")
-        };
+        let mtime = |name: &str| std::fs::metadata(out.join(name)).expect(name).modified().expect("mtime");
         assert_eq!(mtime("x-c3a933.md"), old, "identical file rewritten");
         assert_ne!(mtime("d1.md"), old, "changed file not rewritten");
         assert!(!out.join("gone.md").exists() && !out.join("x-642f32.md").exists());
@@ -544,26 +450,11 @@ mod tests {
     fn bad_corpus_line_names_the_line() {
         let tmp = tiny_beir();
         let corpus = tmp.path().join("corpus.jsonl");
-        std::fs::write(
-            &corpus,
-            "{\"_id\": \"d1\", \"text\": \"a\"}\n{\"_id\": \"d2\"}\n",
-        )
-        .expect("corpus");
-        let msg = write_documents(&corpus, &tmp.path().join("docs"))
-            .expect_err("no text")
-            .to_string();
-        assert!(
-            msg.contains("corpus.jsonl:2: bad JSON line") && msg.contains("text"),
-            "{msg}"
-        );
-        std::fs::write(
-            &corpus,
-            "{\"_id\": \"d1\", \"text\": \"a\"}\n{\"_id\": \"\", \"text\": \"b\"}\n",
-        )
-        .expect("corpus");
-        let msg = write_documents(&corpus, &tmp.path().join("docs"))
-            .expect_err("empty id")
-            .to_string();
+        std::fs::write(&corpus, "{\"_id\": \"d1\", \"text\": \"a\"}\n{\"_id\": \"d2\"}\n").expect("corpus");
+        let msg = write_documents(&corpus, &tmp.path().join("docs")).expect_err("no text").to_string();
+        assert!(msg.contains("corpus.jsonl:2: bad JSON line") && msg.contains("text"), "{msg}");
+        std::fs::write(&corpus, "{\"_id\": \"d1\", \"text\": \"a\"}\n{\"_id\": \"\", \"text\": \"b\"}\n").expect("corpus");
+        let msg = write_documents(&corpus, &tmp.path().join("docs")).expect_err("empty id").to_string();
         assert!(msg.contains("corpus.jsonl:2: empty `_id`"), "{msg}");
     }
 }

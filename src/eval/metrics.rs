@@ -56,12 +56,7 @@ impl QueryMetrics {
 
     /// The metrics as `[nDCG@10, recall@10, recall@100, MRR@10]`.
     pub fn to_array(&self) -> [f64; 4] {
-        [
-            self.ndcg_at_10,
-            self.recall_at_10,
-            self.recall_at_100,
-            self.mrr_at_10,
-        ]
+        [self.ndcg_at_10, self.recall_at_10, self.recall_at_100, self.mrr_at_10]
     }
 }
 
@@ -77,9 +72,7 @@ pub fn rank_documents<I: IntoIterator<Item = (String, f64)>>(chunk_hits: I) -> V
     let mut best: HashMap<String, f64> = HashMap::new();
     for (doc, score) in chunk_hits {
         let score = comparable(score);
-        best.entry(doc)
-            .and_modify(|s| *s = s.max(score))
-            .or_insert(score);
+        best.entry(doc).and_modify(|s| *s = s.max(score)).or_insert(score);
     }
     let mut ranked: Vec<(String, f64)> = best.into_iter().collect();
     ranked.sort_by(trec_order);
@@ -108,10 +101,7 @@ pub fn evaluate(ranked: &[(String, f64)], judged: &Judgments) -> QueryMetrics {
         return QueryMetrics::default();
     }
     // Gain of each retrieved document: its relevance, 0 when non-relevant or unjudged.
-    let gains: Vec<f64> = ranked
-        .iter()
-        .map(|(doc, _)| gain(judged.get(doc).copied()))
-        .collect();
+    let gains: Vec<f64> = ranked.iter().map(|(doc, _)| gain(judged.get(doc).copied())).collect();
     QueryMetrics {
         ndcg_at_10: ndcg_at(&gains, judged, CUTOFF),
         recall_at_10: recall_at(&gains, relevant, 10),
@@ -127,22 +117,13 @@ fn gain(rel: Option<i32>) -> f64 {
 
 /// Discounted cumulative gain of the first `k` gains: gain / log2(rank + 1), ranks from 1.
 fn dcg_at(gains: impl IntoIterator<Item = f64>, k: usize) -> f64 {
-    gains
-        .into_iter()
-        .take(k)
-        .enumerate()
-        .map(|(i, g)| g / ((i + 2) as f64).log2())
-        .sum()
+    gains.into_iter().take(k).enumerate().map(|(i, g)| g / ((i + 2) as f64).log2()).sum()
 }
 
 /// nDCG at `k`: the ranking's DCG over the DCG of the ideal ranking of all relevant judged
 /// documents (cut at `k` as well), as trec_eval's `ndcg_cut`. 0 when nothing is relevant.
 fn ndcg_at(gains: &[f64], judged: &Judgments, k: usize) -> f64 {
-    let mut ideal: Vec<f64> = judged
-        .values()
-        .filter(|&&rel| rel > 0)
-        .map(|&rel| f64::from(rel))
-        .collect();
+    let mut ideal: Vec<f64> = judged.values().filter(|&&rel| rel > 0).map(|&rel| f64::from(rel)).collect();
     ideal.sort_by(|a, b| b.total_cmp(a));
     let ideal_dcg = dcg_at(ideal, k);
     if ideal_dcg > 0.0 {
@@ -160,11 +141,7 @@ fn recall_at(gains: &[f64], relevant: usize, k: usize) -> f64 {
 
 /// 1 / rank of the first relevant document in the first `k`, else 0.
 fn reciprocal_rank_at(gains: &[f64], k: usize) -> f64 {
-    gains
-        .iter()
-        .take(k)
-        .position(|&g| g > 0.0)
-        .map_or(0.0, |i| 1.0 / (i + 1) as f64)
+    gains.iter().take(k).position(|&g| g > 0.0).map_or(0.0, |i| 1.0 / (i + 1) as f64)
 }
 
 /// The mean of each metric over queries; all 0 for no queries.
@@ -202,10 +179,7 @@ mod tests {
 
     fn ranking(ids: &[&str]) -> Vec<(String, f64)> {
         // Strictly decreasing scores keep the given order.
-        ids.iter()
-            .enumerate()
-            .map(|(i, d)| (d.to_string(), 1.0 - i as f64 / 1000.0))
-            .collect()
+        ids.iter().enumerate().map(|(i, d)| (d.to_string(), 1.0 - i as f64 / 1000.0)).collect()
     }
 
     fn hits(pairs: &[(&str, f64)]) -> Vec<(String, f64)> {
@@ -229,10 +203,7 @@ mod tests {
         // nDCG = 1.6309297535714575 / 2.6309297535714575 = 0.6199062332840657
         // Both relevant docs are in the top 10: recall@10 = recall@100 = 2/2 = 1.
         // First relevant doc (b) at rank 2: MRR@10 = 1/2.
-        let m = evaluate(
-            &ranking(&["x", "b", "a", "c"]),
-            &judgments(&[("a", 2), ("b", 1), ("c", 0)]),
-        );
+        let m = evaluate(&ranking(&["x", "b", "a", "c"]), &judgments(&[("a", 2), ("b", 1), ("c", 0)]));
         assert!(close(m.ndcg_at_10, 0.6199062332840657), "{m:?}");
         assert_eq!(m.recall_at_10, 1.0);
         assert_eq!(m.recall_at_100, 1.0);
@@ -242,10 +213,7 @@ mod tests {
     #[test]
     fn ideal_order_scores_one() {
         // a=2 then b=1 is the ideal order: DCG = IDCG = 2 + 1/log2(3), nDCG = 1.
-        let m = evaluate(
-            &ranking(&["a", "b", "z"]),
-            &judgments(&[("a", 2), ("b", 1)]),
-        );
+        let m = evaluate(&ranking(&["a", "b", "z"]), &judgments(&[("a", 2), ("b", 1)]));
         assert!(close(m.ndcg_at_10, 1.0), "{m:?}");
         assert_eq!(m.mrr_at_10, 1.0);
     }
@@ -284,12 +252,7 @@ mod tests {
 
     #[test]
     fn nan_and_negative_zero_scores_order_totally() {
-        let ranked = rank_documents(hits(&[
-            ("a", f64::NAN),
-            ("b", -0.0),
-            ("c", 0.0),
-            ("d", -1.0),
-        ]));
+        let ranked = rank_documents(hits(&[("a", f64::NAN), ("b", -0.0), ("c", 0.0), ("d", -1.0)]));
         // b and c tie at 0 (c first by id), then d, then the NaN last.
         assert_eq!(ids(&ranked), ["c", "b", "d", "a"]);
     }
@@ -303,15 +266,7 @@ mod tests {
         let m = evaluate(&ranked, &judgments(&[("r", 1), ("s", 1)]));
         // Nothing relevant in the top 10: nDCG@10 = recall@10 = MRR@10 = 0.
         // recall@100 = 1 found (r) / 2 relevant = 0.5.
-        assert_eq!(
-            m,
-            QueryMetrics {
-                ndcg_at_10: 0.0,
-                recall_at_10: 0.0,
-                recall_at_100: 0.5,
-                mrr_at_10: 0.0
-            }
-        );
+        assert_eq!(m, QueryMetrics { ndcg_at_10: 0.0, recall_at_10: 0.0, recall_at_100: 0.5, mrr_at_10: 0.0 });
     }
 
     #[test]
@@ -320,10 +275,7 @@ mod tests {
         // though recall@10 = 10/12.
         let names: Vec<String> = (10..22).map(|i| format!("d{i}")).collect();
         let judged: Judgments = names.iter().map(|d| (d.clone(), 1)).collect();
-        let m = evaluate(
-            &ranking(&names.iter().map(String::as_str).collect::<Vec<_>>()),
-            &judged,
-        );
+        let m = evaluate(&ranking(&names.iter().map(String::as_str).collect::<Vec<_>>()), &judged);
         assert!(close(m.ndcg_at_10, 1.0), "{m:?}");
         assert!(close(m.recall_at_10, 10.0 / 12.0), "{m:?}");
         assert_eq!(m.recall_at_100, 1.0);
@@ -346,40 +298,18 @@ mod tests {
 
     #[test]
     fn mean_averages_each_metric() {
-        let a = QueryMetrics {
-            ndcg_at_10: 1.0,
-            recall_at_10: 0.5,
-            recall_at_100: 1.0,
-            mrr_at_10: 1.0,
-        };
-        let b = QueryMetrics {
-            ndcg_at_10: 0.0,
-            recall_at_10: 0.0,
-            recall_at_100: 0.5,
-            mrr_at_10: 0.5,
-        };
+        let a = QueryMetrics { ndcg_at_10: 1.0, recall_at_10: 0.5, recall_at_100: 1.0, mrr_at_10: 1.0 };
+        let b = QueryMetrics { ndcg_at_10: 0.0, recall_at_10: 0.0, recall_at_100: 0.5, mrr_at_10: 0.5 };
         let m = mean(&[a, b]);
-        assert_eq!(
-            m,
-            QueryMetrics {
-                ndcg_at_10: 0.5,
-                recall_at_10: 0.25,
-                recall_at_100: 0.75,
-                mrr_at_10: 0.75
-            }
-        );
+        assert_eq!(m, QueryMetrics { ndcg_at_10: 0.5, recall_at_10: 0.25, recall_at_100: 0.75, mrr_at_10: 0.75 });
         assert_eq!(mean(&[]), QueryMetrics::default());
         assert_eq!(m.to_array(), [0.5, 0.25, 0.75, 0.75]);
     }
 
     /// Judgments over docs d0..d29 (relevance -1..=3) and chunk hits over d0..d39.
     fn judged_and_hits() -> impl Strategy<Value = (Judgments, Vec<(String, f64)>)> {
-        let judged =
-            prop::collection::hash_map((0..30u32).prop_map(|i| format!("d{i}")), -1..=3i32, 0..20);
-        let hits = prop::collection::vec(
-            ((0..40u32).prop_map(|i| format!("d{i}")), -2.0..2.0f64),
-            0..150,
-        );
+        let judged = prop::collection::hash_map((0..30u32).prop_map(|i| format!("d{i}")), -1..=3i32, 0..20);
+        let hits = prop::collection::vec(((0..40u32).prop_map(|i| format!("d{i}")), -2.0..2.0f64), 0..150);
         (judged, hits)
     }
 

@@ -21,12 +21,8 @@ type Drawn = std::result::Result<(), DrawingAreaErrorKind<std::io::Error>>;
 type Area<'a> = DrawingArea<SVGBackend<'a>, Shift>;
 
 /// Bar colours of the four metrics, in [`QueryMetrics::NAMES`] order.
-const METRIC_COLORS: [RGBColor; 4] = [
-    RGBColor(31, 119, 180),
-    RGBColor(255, 127, 14),
-    RGBColor(44, 160, 44),
-    RGBColor(214, 39, 40),
-];
+const METRIC_COLORS: [RGBColor; 4] =
+    [RGBColor(31, 119, 180), RGBColor(255, 127, 14), RGBColor(44, 160, 44), RGBColor(214, 39, 40)];
 
 /// Colours of the refusal chart: in-domain, out-of-domain, the chosen floor.
 const IN_DOMAIN: RGBColor = RGBColor(31, 119, 180);
@@ -53,9 +49,7 @@ enum Mark {
 pub fn metrics_chart(path: &Path, title: &str, rows: &[(String, [f64; 4])]) -> Result<()> {
     let width = (160 + 120 * rows.len() as u32).max(640);
     let root = SVGBackend::new(path, (width, 480)).into_drawing_area();
-    draw_metrics(&root, title, rows)
-        .and_then(|()| root.present())
-        .map_err(drawing_error(path))
+    draw_metrics(&root, title, rows).and_then(|()| root.present()).map_err(drawing_error(path))
 }
 
 /// Draws the metrics chart on `root`.
@@ -63,11 +57,8 @@ fn draw_metrics(root: &Area, title: &str, rows: &[(String, [f64; 4])]) -> Drawn 
     root.fill(&WHITE)?;
     let root = root.titled(title, ("sans-serif", 22))?;
     let (legend, plot) = root.split_vertically(LEGEND_HEIGHT);
-    let entries: Vec<(String, RGBColor, Mark)> = QueryMetrics::NAMES
-        .iter()
-        .zip(METRIC_COLORS)
-        .map(|(n, c)| (n.to_string(), c, Mark::Bar))
-        .collect();
+    let entries: Vec<(String, RGBColor, Mark)> =
+        QueryMetrics::NAMES.iter().zip(METRIC_COLORS).map(|(n, c)| (n.to_string(), c, Mark::Bar)).collect();
     draw_legend(&legend, &entries)?;
     // Group i spans x in [10i, 10i + 10): its label sits at the centre, its four bars 2 wide
     // from 10i + 1. (Integer x: plotters formats custom key points only on integer axes.)
@@ -78,31 +69,15 @@ fn draw_metrics(root: &Area, title: &str, rows: &[(String, [f64; 4])]) -> Drawn 
         .x_label_area_size(40)
         .y_label_area_size(50)
         .build_cartesian_2d(x, 0.0..1.0)?;
-    let name_at = |x: &i32| {
-        rows.get((x / 10) as usize)
-            .map(|(name, _)| name.clone())
-            .unwrap_or_default()
-    };
-    chart
-        .configure_mesh()
-        .disable_x_mesh()
-        .x_label_formatter(&name_at)
-        .y_desc("score")
-        .draw()?;
+    let name_at = |x: &i32| rows.get((x / 10) as usize).map(|(name, _)| name.clone()).unwrap_or_default();
+    chart.configure_mesh().disable_x_mesh().x_label_formatter(&name_at).y_desc("score").draw()?;
     for (j, color) in METRIC_COLORS.iter().enumerate() {
-        let bars = rows
-            .iter()
-            .enumerate()
-            .filter(|(_, (_, v))| v[j].is_finite())
-            .map(|(i, (_, v))| {
-                let left = 10 * i as i32 + 1 + 2 * j as i32;
-                let mut bar = Rectangle::new(
-                    [(left, v[j].clamp(0.0, 1.0)), (left + 2, 0.0)],
-                    color.filled(),
-                );
-                bar.set_margin(0, 0, 1, 1);
-                bar
-            });
+        let bars = rows.iter().enumerate().filter(|(_, (_, v))| v[j].is_finite()).map(|(i, (_, v))| {
+            let left = 10 * i as i32 + 1 + 2 * j as i32;
+            let mut bar = Rectangle::new([(left, v[j].clamp(0.0, 1.0)), (left + 2, 0.0)], color.filled());
+            bar.set_margin(0, 0, 1, 1);
+            bar
+        });
         chart.draw_series(bars)?;
     }
     Ok(())
@@ -129,37 +104,19 @@ pub fn refusal_chart(
         )));
     }
     let series: [Series; 2] = [
-        (
-            "in-domain refused",
-            IN_DOMAIN,
-            points(floors, in_domain_refused),
-        ),
-        (
-            "out-of-domain refused",
-            OUT_OF_DOMAIN,
-            points(floors, out_of_domain_refused),
-        ),
+        ("in-domain refused", IN_DOMAIN, points(floors, in_domain_refused)),
+        ("out-of-domain refused", OUT_OF_DOMAIN, points(floors, out_of_domain_refused)),
     ];
     let root = SVGBackend::new(path, (800, 480)).into_drawing_area();
-    draw_refusals(
-        &root,
-        title,
-        floor_range(floors, chosen),
-        &series,
-        chosen.filter(|c| c.is_finite()),
-    )
-    .and_then(|()| root.present())
-    .map_err(drawing_error(path))
+    draw_refusals(&root, title, floor_range(floors, chosen), &series, chosen.filter(|c| c.is_finite()))
+        .and_then(|()| root.present())
+        .map_err(drawing_error(path))
 }
 
 /// The finite `(floor, share)` pairs, by floor.
 fn points(floors: &[f64], shares: &[f64]) -> Vec<(f64, f64)> {
-    let mut points: Vec<(f64, f64)> = floors
-        .iter()
-        .copied()
-        .zip(shares.iter().copied())
-        .filter(|(f, s)| f.is_finite() && s.is_finite())
-        .collect();
+    let mut points: Vec<(f64, f64)> =
+        floors.iter().copied().zip(shares.iter().copied()).filter(|(f, s)| f.is_finite() && s.is_finite()).collect();
     points.sort_by(|a, b| a.0.total_cmp(&b.0));
     points
 }
@@ -171,9 +128,7 @@ fn floor_range(floors: &[f64], chosen: Option<f64>) -> Range<f64> {
         .copied()
         .chain(chosen)
         .filter(|v| v.is_finite())
-        .fold((f64::INFINITY, f64::NEG_INFINITY), |(lo, hi), v| {
-            (lo.min(v), hi.max(v))
-        });
+        .fold((f64::INFINITY, f64::NEG_INFINITY), |(lo, hi), v| (lo.min(v), hi.max(v)));
     if lo > hi {
         0.0..1.0
     } else if lo == hi {
@@ -194,10 +149,8 @@ fn draw_refusals(
     root.fill(&WHITE)?;
     let root = root.titled(title, ("sans-serif", 22))?;
     let (legend, plot) = root.split_vertically(LEGEND_HEIGHT);
-    let mut entries: Vec<(String, RGBColor, Mark)> = series
-        .iter()
-        .map(|(name, color, _)| (name.to_string(), *color, Mark::Line))
-        .collect();
+    let mut entries: Vec<(String, RGBColor, Mark)> =
+        series.iter().map(|(name, color, _)| (name.to_string(), *color, Mark::Line)).collect();
     if let Some(c) = chosen {
         entries.push((format!("chosen floor {c:.3}"), CHOSEN, Mark::Dashed));
     }
@@ -207,25 +160,13 @@ fn draw_refusals(
         .x_label_area_size(40)
         .y_label_area_size(50)
         .build_cartesian_2d(x, 0.0..1.0)?;
-    chart
-        .configure_mesh()
-        .x_desc("relevance floor")
-        .y_desc("share refused")
-        .draw()?;
+    chart.configure_mesh().x_desc("relevance floor").y_desc("share refused").draw()?;
     for (_, color, points) in series {
-        chart.draw_series(LineSeries::new(
-            points.iter().copied(),
-            color.stroke_width(2),
-        ))?;
+        chart.draw_series(LineSeries::new(points.iter().copied(), color.stroke_width(2)))?;
         chart.draw_series(points.iter().map(|&p| Circle::new(p, 3, color.filled())))?;
     }
     if let Some(c) = chosen {
-        chart.draw_series(DashedLineSeries::new(
-            [(c, 0.0), (c, 1.0)],
-            6,
-            4,
-            CHOSEN.stroke_width(2),
-        ))?;
+        chart.draw_series(DashedLineSeries::new([(c, 0.0), (c, 1.0)], 6, 4, CHOSEN.stroke_width(2)))?;
     }
     Ok(())
 }
@@ -236,30 +177,14 @@ fn draw_legend(area: &Area, entries: &[(String, RGBColor, Mark)]) -> Drawn {
     let mut x = 60;
     for (name, color, mark) in entries {
         match mark {
-            Mark::Bar => area.draw(&Rectangle::new(
-                [(x, y_top), (x + 14, y_top + 14)],
-                color.filled(),
-            ))?,
-            Mark::Line => area.draw(&PathElement::new(
-                vec![(x, y_mid), (x + 20, y_mid)],
-                color.stroke_width(2),
-            ))?,
+            Mark::Bar => area.draw(&Rectangle::new([(x, y_top), (x + 14, y_top + 14)], color.filled()))?,
+            Mark::Line => area.draw(&PathElement::new(vec![(x, y_mid), (x + 20, y_mid)], color.stroke_width(2)))?,
             Mark::Dashed => {
-                area.draw(&PathElement::new(
-                    vec![(x, y_mid), (x + 8, y_mid)],
-                    color.stroke_width(2),
-                ))?;
-                area.draw(&PathElement::new(
-                    vec![(x + 12, y_mid), (x + 20, y_mid)],
-                    color.stroke_width(2),
-                ))?;
+                area.draw(&PathElement::new(vec![(x, y_mid), (x + 8, y_mid)], color.stroke_width(2)))?;
+                area.draw(&PathElement::new(vec![(x + 12, y_mid), (x + 20, y_mid)], color.stroke_width(2)))?;
             }
         }
-        area.draw(&Text::new(
-            name.clone(),
-            (x + 26, y_top),
-            ("sans-serif", 15),
-        ))?;
+        area.draw(&Text::new(name.clone(), (x + 26, y_top), ("sans-serif", 15)))?;
         // Roughly 8 px per character at 15 px, then a gap.
         x += 26 + 8 * name.chars().count() as i32 + 28;
     }
@@ -296,14 +221,7 @@ mod tests {
         ];
         metrics_chart(&path, "scifact test", &rows).expect("chart");
         let svg = read_svg(&path);
-        for name in [
-            "bm25",
-            "dense-structural",
-            "hybrid-rerank",
-            "scifact test",
-            "nDCG@10",
-            "MRR@10",
-        ] {
+        for name in ["bm25", "dense-structural", "hybrid-rerank", "scifact test", "nDCG@10", "MRR@10"] {
             assert!(svg.contains(name), "{name} missing");
         }
     }
@@ -313,22 +231,10 @@ mod tests {
         let tmp = tempfile::tempdir().expect("tempdir");
         let path = tmp.path().join("refusal.svg");
         let floors = [0.0, 0.1, 0.2, 0.3];
-        refusal_chart(
-            &path,
-            "refusals",
-            &floors,
-            &[0.0, 0.05, 0.1, 0.4],
-            &[0.2, 0.5, 0.8, 1.0],
-            Some(0.2),
-        )
-        .expect("chart");
+        refusal_chart(&path, "refusals", &floors, &[0.0, 0.05, 0.1, 0.4], &[0.2, 0.5, 0.8, 1.0], Some(0.2))
+            .expect("chart");
         let svg = read_svg(&path);
-        for name in [
-            "in-domain refused",
-            "out-of-domain refused",
-            "chosen floor 0.200",
-            "relevance floor",
-        ] {
+        for name in ["in-domain refused", "out-of-domain refused", "chosen floor 0.200", "relevance floor"] {
             assert!(svg.contains(name), "{name} missing");
         }
         // A single floor and no choice still draws.
@@ -339,15 +245,8 @@ mod tests {
     #[test]
     fn refusal_chart_rejects_mismatched_series() {
         let tmp = tempfile::tempdir().expect("tempdir");
-        let err = refusal_chart(
-            &tmp.path().join("x.svg"),
-            "t",
-            &[0.1, 0.2],
-            &[0.0],
-            &[0.0, 1.0],
-            None,
-        )
-        .expect_err("mismatch");
+        let err = refusal_chart(&tmp.path().join("x.svg"), "t", &[0.1, 0.2], &[0.0], &[0.0, 1.0], None)
+            .expect_err("mismatch");
         assert!(matches!(err, Error::Invalid(_)), "{err}");
     }
 

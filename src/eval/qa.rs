@@ -154,32 +154,16 @@ pub struct QaReport {
 pub fn load(path: &Path) -> Result<Vec<QaQuestion>> {
     let text = std::fs::read_to_string(path).map_err(Error::path(path))?;
     let mut out = Vec::new();
-    for (i, line) in text
-        .lines()
-        .enumerate()
-        .filter(|(_, l)| !l.trim().is_empty())
-    {
-        let q: QaQuestion = serde_json::from_str(line).map_err(|e| {
-            Error::Invalid(format!(
-                "{}:{}: not a question line: {e}",
-                path.display(),
-                i + 1
-            ))
-        })?;
+    for (i, line) in text.lines().enumerate().filter(|(_, l)| !l.trim().is_empty()) {
+        let q: QaQuestion = serde_json::from_str(line)
+            .map_err(|e| Error::Invalid(format!("{}:{}: not a question line: {e}", path.display(), i + 1)))?;
         if q.answerable && (q.answer.is_none() || q.evidence.is_none()) {
-            return Err(Error::Invalid(format!(
-                "{}:{}: an answerable question needs `answer` and `evidence`",
-                path.display(),
-                i + 1
-            )));
+            return Err(Error::Invalid(format!("{}:{}: an answerable question needs `answer` and `evidence`", path.display(), i + 1)));
         }
         out.push(q);
     }
     if out.is_empty() {
-        return Err(Error::Invalid(format!(
-            "{} holds no questions",
-            path.display()
-        )));
+        return Err(Error::Invalid(format!("{} holds no questions", path.display())));
     }
     Ok(out)
 }
@@ -224,11 +208,7 @@ pub fn copied_share(answer: &[String], passages: &[Vec<String>], run: usize) -> 
     for p in passages {
         for i in 0..answer.len() {
             for j in 0..p.len() {
-                let len = answer[i..]
-                    .iter()
-                    .zip(&p[j..])
-                    .take_while(|(a, b)| a == b)
-                    .count();
+                let len = answer[i..].iter().zip(&p[j..]).take_while(|(a, b)| a == b).count();
                 if len >= run {
                     covered[i..i + len].iter_mut().for_each(|c| *c = true);
                 }
@@ -248,26 +228,11 @@ fn score(q: &QaQuestion, a: &Answer, total_ms: f64, max_tokens: usize) -> QaRow 
     let text = strip_markers(&a.answer);
     let answer_words = words(&text);
     let reference_words = q.answer.as_deref().map(words).unwrap_or_default();
-    let (f1, recall) = if a.refused {
-        (0.0, 0.0)
-    } else {
-        f1_recall(&answer_words, &reference_words)
-    };
+    let (f1, recall) = if a.refused { (0.0, 0.0) } else { f1_recall(&answer_words, &reference_words) };
     let evidence = q.evidence.as_deref().map(words).unwrap_or_default();
-    let given: Vec<&crate::answer::Source> = a
-        .sources
-        .iter()
-        .filter(|s| holds(&s.text, &evidence))
-        .collect();
-    let evidence_cited = !a.refused
-        && a.citations
-            .iter()
-            .any(|c| given.iter().any(|s| s.id == c.id && s.chunk == c.chunk));
-    let (valid, written) = if a.refused {
-        (0, 0)
-    } else {
-        checked_citations(a)
-    };
+    let given: Vec<&crate::answer::Source> = a.sources.iter().filter(|s| holds(&s.text, &evidence)).collect();
+    let evidence_cited = !a.refused && a.citations.iter().any(|c| given.iter().any(|s| s.id == c.id && s.chunk == c.chunk));
+    let (valid, written) = if a.refused { (0, 0) } else { checked_citations(a) };
     let passages: Vec<Vec<String>> = a.sources.iter().map(|s| words(&s.text)).collect();
     QaRow {
         question: q.question.clone(),
@@ -281,15 +246,8 @@ fn score(q: &QaQuestion, a: &Answer, total_ms: f64, max_tokens: usize) -> QaRow 
         evidence_given: !given.is_empty(),
         evidence_cited,
         citations: [valid, written],
-        unsupported: [
-            a.sentences.iter().filter(|s| !s.supported).count(),
-            a.sentences.len(),
-        ],
-        copied_share: if a.refused {
-            0.0
-        } else {
-            copied_share(&answer_words, &passages, COPY_RUN)
-        },
+        unsupported: [a.sentences.iter().filter(|s| !s.supported).count(), a.sentences.len()],
+        copied_share: if a.refused { 0.0 } else { copied_share(&answer_words, &passages, COPY_RUN) },
         hit_token_cap: a.model.is_some() && a.timings.completion_tokens >= max_tokens,
         first_token_ms: a.timings.first_token_ms,
         total_ms,
@@ -306,20 +264,10 @@ pub fn run(
 ) -> Result<QaReport> {
     let questions = load(&plan.questions)?;
     let store = Store::open(&plan.scratch, VectorOptions::default())?;
-    progress(&format!(
-        "ingest {} into tenant {}",
-        plan.corpus.display(),
-        plan.ingest.tenant
-    ));
+    progress(&format!("ingest {} into tenant {}", plan.corpus.display(), plan.ingest.tenant));
     ingest(&store, &embedder, &plan.corpus, &plan.ingest, &mut |_| {})?;
     let tenant = store.catalog().require_tenant(&plan.ingest.tenant)?;
-    let retriever = Retriever::new(
-        &store,
-        &tenant,
-        Some(embedder.clone()),
-        reranker,
-        plan.retrieve.clone(),
-    )?;
+    let retriever = Retriever::new(&store, &tenant, Some(embedder.clone()), reranker, plan.retrieve.clone())?;
     let checker = match plan.support {
         SupportMethod::Similarity => SupportChecker::Similarity(embedder.clone()),
         SupportMethod::Llm => SupportChecker::Llm(generator.clone()),
@@ -331,29 +279,14 @@ pub fn run(
         let t = std::time::Instant::now();
         let retrieval = retriever.retrieve(&q.question)?;
         let a = block_on(answerer.answer(&q.question, &q.question, &retrieval, &mut Discard))?;
-        let row = score(
-            q,
-            &a,
-            t.elapsed().as_secs_f64() * 1e3,
-            plan.answer.max_tokens,
-        );
+        let row = score(q, &a, t.elapsed().as_secs_f64() * 1e3, plan.answer.max_tokens);
         progress(&format!(
             "{}/{} {}: F1 {:.2}, evidence {}, {:.1} s",
             i + 1,
             questions.len(),
-            if row.refusal.is_some() {
-                "refused"
-            } else {
-                "answered"
-            },
+            if row.refusal.is_some() { "refused" } else { "answered" },
             row.f1,
-            if row.evidence_cited {
-                "cited"
-            } else if row.evidence_given {
-                "given, not cited"
-            } else {
-                "not given"
-            },
+            if row.evidence_cited { "cited" } else if row.evidence_given { "given, not cited" } else { "not given" },
             row.total_ms / 1e3
         ));
         rows.push(row);
@@ -365,25 +298,11 @@ fn summarise(model: &str, options: &AnswerOptions, rows: Vec<QaRow>) -> QaReport
     let answerable: Vec<&QaRow> = rows.iter().filter(|r| r.answerable).collect();
     let answered: Vec<&QaRow> = rows.iter().filter(|r| r.refusal.is_none()).collect();
     let share = |n: usize, of: usize| if of == 0 { 0.0 } else { n as f64 / of as f64 };
-    let mean = |xs: &mut dyn Iterator<Item = f64>, of: usize| {
-        if of == 0 {
-            0.0
-        } else {
-            xs.sum::<f64>() / of as f64
-        }
-    };
+    let mean = |xs: &mut dyn Iterator<Item = f64>, of: usize| if of == 0 { 0.0 } else { xs.sum::<f64>() / of as f64 };
     let n = answerable.len();
-    let (valid, written) = answered
-        .iter()
-        .fold((0, 0), |(v, w), r| (v + r.citations[0], w + r.citations[1]));
-    let (flagged, sentences) = answered.iter().fold((0, 0), |(f, s), r| {
-        (f + r.unsupported[0], s + r.unsupported[1])
-    });
-    let mut ttft: Vec<f64> = answered
-        .iter()
-        .filter(|r| r.first_token_ms > 0.0)
-        .map(|r| r.first_token_ms)
-        .collect();
+    let (valid, written) = answered.iter().fold((0, 0), |(v, w), r| (v + r.citations[0], w + r.citations[1]));
+    let (flagged, sentences) = answered.iter().fold((0, 0), |(f, s), r| (f + r.unsupported[0], s + r.unsupported[1]));
+    let mut ttft: Vec<f64> = answered.iter().filter(|r| r.first_token_ms > 0.0).map(|r| r.first_token_ms).collect();
     let mut total: Vec<f64> = answered.iter().map(|r| r.total_ms).collect();
     ttft.sort_by(f64::total_cmp);
     total.sort_by(f64::total_cmp);
@@ -401,29 +320,13 @@ fn summarise(model: &str, options: &AnswerOptions, rows: Vec<QaRow>) -> QaReport
         reached: share(answerable.iter().filter(|r| r.recall >= 0.5).count(), n),
         evidence_given: share(answerable.iter().filter(|r| r.evidence_given).count(), n),
         evidence_cited: share(answerable.iter().filter(|r| r.evidence_cited).count(), n),
-        reached_and_cited: share(
-            answerable
-                .iter()
-                .filter(|r| r.recall >= 0.5 && r.evidence_cited)
-                .count(),
-            n,
-        ),
-        citation_validity: if written == 0 {
-            1.0
-        } else {
-            share(valid, written)
-        },
+        reached_and_cited: share(answerable.iter().filter(|r| r.recall >= 0.5 && r.evidence_cited).count(), n),
+        citation_validity: if written == 0 { 1.0 } else { share(valid, written) },
         unsupported_share: share(flagged, sentences),
         copied_share: mean(&mut answered.iter().map(|r| r.copied_share), answered.len()),
-        hit_token_cap: share(
-            answered.iter().filter(|r| r.hit_token_cap).count(),
-            answered.len(),
-        ),
+        hit_token_cap: share(answered.iter().filter(|r| r.hit_token_cap).count(), answered.len()),
         unanswerable,
-        unanswerable_refused: rows
-            .iter()
-            .filter(|r| !r.answerable && r.refusal.is_some())
-            .count(),
+        unanswerable_refused: rows.iter().filter(|r| !r.answerable && r.refusal.is_some()).count(),
         first_token_ms: [percentile(&ttft, 50.0), percentile(&ttft, 95.0)],
         total_ms: [percentile(&total, 50.0), percentile(&total, 95.0)],
         rows,
@@ -472,10 +375,7 @@ mod tests {
         assert_eq!(f1_recall(&w("GBP 210"), &w("GBP 210")), (1.0, 1.0));
         let (f1, recall) = f1_recall(&w("The cap is GBP 210 per night."), &w("GBP 210"));
         assert_eq!(recall, 1.0);
-        assert!(
-            (f1 - 2.0 * (2.0 / 6.0) / (2.0 / 6.0 + 1.0)).abs() < 1e-9,
-            "{f1}"
-        );
+        assert!((f1 - 2.0 * (2.0 / 6.0) / (2.0 / 6.0 + 1.0)).abs() < 1e-9, "{f1}");
         assert_eq!(f1_recall(&w("no idea"), &w("GBP 210")), (0.0, 0.0));
         assert_eq!(w("The Policy, an example!"), vec!["policy", "example"]);
     }
@@ -484,26 +384,14 @@ mod tests {
     fn copying_is_measured_in_long_verbatim_runs() {
         let passage = w("Submit each expense claim in the ExpensePoint app within 30 days of the last day of the trip.");
         let copied = w("Submit each expense claim in the ExpensePoint app within 30 days of the last day of the trip.");
-        assert_eq!(
-            copied_share(&copied, std::slice::from_ref(&passage), COPY_RUN),
-            1.0
-        );
+        assert_eq!(copied_share(&copied, std::slice::from_ref(&passage), COPY_RUN), 1.0);
         let own = w("You have 30 days after the trip ends to submit the claim.");
-        assert_eq!(
-            copied_share(&own, std::slice::from_ref(&passage), COPY_RUN),
-            0.0
-        );
+        assert_eq!(copied_share(&own, std::slice::from_ref(&passage), COPY_RUN), 0.0);
     }
 
     #[test]
     fn evidence_matches_across_table_markup() {
-        assert!(holds(
-            "| City | Per diem | Hotel |\n|---|---|---|\n| London  | GBP 65 | GBP 210 |",
-            &w("| London | GBP 65 | GBP 210 |")
-        ));
-        assert!(!holds(
-            "| Paris | EUR 70 | EUR 190 |",
-            &w("| London | GBP 65 | GBP 210 |")
-        ));
+        assert!(holds("| City | Per diem | Hotel |\n|---|---|---|\n| London  | GBP 65 | GBP 210 |", &w("| London | GBP 65 | GBP 210 |")));
+        assert!(!holds("| Paris | EUR 70 | EUR 190 |", &w("| London | GBP 65 | GBP 210 |")));
     }
 }

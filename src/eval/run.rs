@@ -161,12 +161,7 @@ pub fn standard_configs(
     reranker_present: bool,
     sweep: bool,
 ) -> Vec<ConfigSpec> {
-    let spec = |name: String,
-                model: &str,
-                chunker: ChunkerKind,
-                context: bool,
-                options: RetrieveOptions,
-                rerank: bool| ConfigSpec {
+    let spec = |name: String, model: &str, chunker: ChunkerKind, context: bool, options: RetrieveOptions, rerank: bool| ConfigSpec {
         name,
         default: false,
         model: model.to_string(),
@@ -175,148 +170,40 @@ pub fn standard_configs(
         options,
         rerank,
     };
-    let bm25 = RetrieveOptions {
-        dense_candidates: 0,
-        ..options.clone()
-    };
-    let dense = RetrieveOptions {
-        lexical_candidates: 0,
-        ..options.clone()
-    };
+    let bm25 = RetrieveOptions { dense_candidates: 0, ..options.clone() };
+    let dense = RetrieveOptions { lexical_candidates: 0, ..options.clone() };
     let d = default_model;
     let mut out = vec![spec("bm25".into(), d, chunker, true, bm25.clone(), false)];
     for m in models {
-        out.push(spec(
-            format!("dense-{m}"),
-            m,
-            chunker,
-            true,
-            dense.clone(),
-            false,
-        ));
-        out.push(spec(
-            format!("hybrid-{m}"),
-            m,
-            chunker,
-            true,
-            options.clone(),
-            false,
-        ));
+        out.push(spec(format!("dense-{m}"), m, chunker, true, dense.clone(), false));
+        out.push(spec(format!("hybrid-{m}"), m, chunker, true, options.clone(), false));
     }
-    out.push(spec(
-        format!("hybrid-{d}-rerank"),
-        d,
-        chunker,
-        true,
-        options.clone(),
-        true,
-    ));
-    out.push(spec(
-        "bm25-noctx".into(),
-        d,
-        chunker,
-        false,
-        bm25.clone(),
-        false,
-    ));
-    out.push(spec(
-        format!("dense-{d}-noctx"),
-        d,
-        chunker,
-        false,
-        dense.clone(),
-        false,
-    ));
-    out.push(spec(
-        format!("hybrid-{d}-noctx"),
-        d,
-        chunker,
-        false,
-        options.clone(),
-        false,
-    ));
+    out.push(spec(format!("hybrid-{d}-rerank"), d, chunker, true, options.clone(), true));
+    out.push(spec("bm25-noctx".into(), d, chunker, false, bm25.clone(), false));
+    out.push(spec(format!("dense-{d}-noctx"), d, chunker, false, dense.clone(), false));
+    out.push(spec(format!("hybrid-{d}-noctx"), d, chunker, false, options.clone(), false));
     for m in models {
-        out.push(spec(
-            format!("dense-{m}-whole"),
-            m,
-            ChunkerKind::Whole,
-            true,
-            dense.clone(),
-            false,
-        ));
-        out.push(spec(
-            format!("hybrid-{m}-whole"),
-            m,
-            ChunkerKind::Whole,
-            true,
-            options.clone(),
-            false,
-        ));
+        out.push(spec(format!("dense-{m}-whole"), m, ChunkerKind::Whole, true, dense.clone(), false));
+        out.push(spec(format!("hybrid-{m}-whole"), m, ChunkerKind::Whole, true, options.clone(), false));
     }
-    out.push(spec(
-        "bm25-whole".into(),
-        models.first().map_or(d, String::as_str),
-        ChunkerKind::Whole,
-        true,
-        bm25,
-        false,
-    ));
+    out.push(spec("bm25-whole".into(), models.first().map_or(d, String::as_str), ChunkerKind::Whole, true, bm25, false));
     if sweep {
         for (dw, lw) in [(1.0, 0.5), (1.0, 0.75), (0.75, 1.0), (0.5, 1.0)] {
-            let o = RetrieveOptions {
-                dense_weight: dw,
-                lexical_weight: lw,
-                ..options.clone()
-            };
-            out.push(spec(
-                format!("hybrid-{d}-w{dw}-{lw}"),
-                d,
-                chunker,
-                true,
-                o,
-                false,
-            ));
+            let o = RetrieveOptions { dense_weight: dw, lexical_weight: lw, ..options.clone() };
+            out.push(spec(format!("hybrid-{d}-w{dw}-{lw}"), d, chunker, true, o, false));
         }
         for n in [50, 200] {
-            let o = RetrieveOptions {
-                dense_candidates: n,
-                lexical_candidates: n,
-                ..options.clone()
-            };
+            let o = RetrieveOptions { dense_candidates: n, lexical_candidates: n, ..options.clone() };
             out.push(spec(format!("hybrid-{d}-n{n}"), d, chunker, true, o, false));
         }
-        let o = RetrieveOptions {
-            mmr_lambda: Some(0.7),
-            ..options.clone()
-        };
-        out.push(spec(
-            format!("hybrid-{d}-mmr0.7"),
-            d,
-            chunker,
-            true,
-            o,
-            false,
-        ));
+        let o = RetrieveOptions { mmr_lambda: Some(0.7), ..options.clone() };
+        out.push(spec(format!("hybrid-{d}-mmr0.7"), d, chunker, true, o, false));
         for depth in [20, 100] {
-            let o = RetrieveOptions {
-                rerank_depth: depth,
-                ..options.clone()
-            };
-            out.push(spec(
-                format!("hybrid-{d}-rerank-depth{depth}"),
-                d,
-                chunker,
-                true,
-                o,
-                true,
-            ));
+            let o = RetrieveOptions { rerank_depth: depth, ..options.clone() };
+            out.push(spec(format!("hybrid-{d}-rerank-depth{depth}"), d, chunker, true, o, true));
         }
     }
-    let default_name = if reranker_present {
-        format!("hybrid-{d}-rerank")
-    } else {
-        format!("hybrid-{d}")
-    };
+    let default_name = if reranker_present { format!("hybrid-{d}-rerank") } else { format!("hybrid-{d}") };
     for c in &mut out {
         c.default = c.name == default_name;
     }
@@ -324,25 +211,10 @@ pub fn standard_configs(
 }
 
 /// Folder-safe tenant name of a variant (the answer evaluation reuses the default's).
-pub fn tenant_name(
-    model: &str,
-    chunker: ChunkerKind,
-    child_tokens: usize,
-    context: bool,
-) -> String {
-    let slug: String = model
-        .chars()
-        .map(|c| if c.is_ascii_alphanumeric() { c } else { '-' })
-        .collect();
-    let size = if chunker == ChunkerKind::Whole {
-        String::new()
-    } else {
-        format!("-{child_tokens}")
-    };
-    format!(
-        "{slug}-{chunker}{size}-{}",
-        if context { "ctx" } else { "noctx" }
-    )
+pub fn tenant_name(model: &str, chunker: ChunkerKind, child_tokens: usize, context: bool) -> String {
+    let slug: String = model.chars().map(|c| if c.is_ascii_alphanumeric() { c } else { '-' }).collect();
+    let size = if chunker == ChunkerKind::Whole { String::new() } else { format!("-{child_tokens}") };
+    format!("{slug}-{chunker}{size}-{}", if context { "ctx" } else { "noctx" })
 }
 
 /// Chunk id → BEIR document id, for every child of a tenant.
@@ -362,21 +234,13 @@ fn chunk_documents(store: &Store, tenant: &TenantRow) -> Result<HashMap<u64, Str
 }
 
 /// Runs the plan. `embedder(name)` loads an embedding model.
-pub fn run(
-    plan: &EvalPlan,
-    embedder: &dyn Fn(&str) -> Result<Arc<dyn Embedder>>,
-    progress: Progress<'_>,
-) -> Result<EvalReport> {
+pub fn run(plan: &EvalPlan, embedder: &dyn Fn(&str) -> Result<Arc<dyn Embedder>>, progress: Progress<'_>) -> Result<EvalReport> {
     let mut set: BeirSet = beir::load(&plan.data, &plan.split)?;
     if let Some(n) = plan.limit {
         set.queries.truncate(n);
     }
     let docs_dir = plan.scratch.join("docs");
-    progress(&format!(
-        "writing {} as documents under {}",
-        set.corpus.display(),
-        docs_dir.display()
-    ));
+    progress(&format!("writing {} as documents under {}", set.corpus.display(), docs_dir.display()));
     let documents = beir::write_documents(&set.corpus, &docs_dir)?;
     let store = Store::open(&plan.scratch.join("store"), VectorOptions::default())?;
 
@@ -386,12 +250,7 @@ pub fn run(
     let started = Instant::now();
     let mut ingested_any = false;
     for c in &plan.configs {
-        let name = tenant_name(
-            &c.model,
-            c.chunker,
-            plan.ingest.chunk.child_tokens,
-            c.context,
-        );
+        let name = tenant_name(&c.model, c.chunker, plan.ingest.chunk.child_tokens, c.context);
         if tenants.contains_key(&name) {
             continue;
         }
@@ -403,12 +262,7 @@ pub fn run(
                 e
             }
         };
-        let opts = IngestOptions {
-            tenant: name.clone(),
-            chunker: c.chunker,
-            structural_context: c.context,
-            ..plan.ingest.clone()
-        };
+        let opts = IngestOptions { tenant: name.clone(), chunker: c.chunker, structural_context: c.context, ..plan.ingest.clone() };
         progress(&format!("ingest: tenant {name}"));
         let mut done = 0usize;
         let report = ingest(&store, &e, &docs_dir, &opts, &mut |ev| {
@@ -436,36 +290,20 @@ pub fn run(
         }
         tenants.insert(name, store.catalog().require_tenant(&opts.tenant)?);
     }
-    let ingest_s = if ingested_any {
-        started.elapsed().as_secs_f64()
-    } else {
-        0.0
-    };
+    let ingest_s = if ingested_any { started.elapsed().as_secs_f64() } else { 0.0 };
 
     let mut results = Vec::new();
     let mut skipped = Vec::new();
     let mut evidence: HashMap<String, Vec<f32>> = HashMap::new();
     for c in &plan.configs {
         if c.rerank && plan.reranker.is_none() {
-            skipped.push(SkippedConfig {
-                name: c.name.clone(),
-                reason: "no reranker weights in the models folder".into(),
-            });
+            skipped.push(SkippedConfig { name: c.name.clone(), reason: "no reranker weights in the models folder".into() });
             continue;
         }
-        let tenant = &tenants[&tenant_name(
-            &c.model,
-            c.chunker,
-            plan.ingest.chunk.child_tokens,
-            c.context,
-        )];
+        let tenant = &tenants[&tenant_name(&c.model, c.chunker, plan.ingest.chunk.child_tokens, c.context)];
         let docs_of = chunk_documents(&store, tenant)?;
         let e = (c.options.dense_candidates > 0).then(|| Arc::clone(&models[&c.model]));
-        let reranker = if c.rerank {
-            plan.reranker.clone()
-        } else {
-            None
-        };
+        let reranker = if c.rerank { plan.reranker.clone() } else { None };
         let retriever = Retriever::new(&store, tenant, e, reranker, c.options.clone())?;
         retriever.retrieve(&set.queries[0].1)?; // warm-up, not timed
         let mut per_query: Vec<QueryMetrics> = Vec::with_capacity(set.queries.len());
@@ -475,11 +313,11 @@ pub fn run(
             let t = Instant::now();
             let r = retriever.retrieve(text)?;
             latencies.push(t.elapsed().as_secs_f64() * 1e3);
-            let hits = r.candidates.iter().enumerate().filter_map(|(i, cand)| {
-                docs_of
-                    .get(&cand.chunk.0)
-                    .map(|d| (d.clone(), 1.0 / (1.0 + i as f64)))
-            });
+            let hits = r
+                .candidates
+                .iter()
+                .enumerate()
+                .filter_map(|(i, cand)| docs_of.get(&cand.chunk.0).map(|d| (d.clone(), 1.0 / (1.0 + i as f64))));
             let ranked = metrics::rank_documents(hits);
             per_query.push(metrics::evaluate(&ranked, &set.qrels[qid]));
             if let Some(b) = r.best_evidence {
@@ -516,54 +354,23 @@ pub fn run(
     let mut refusal = Vec::new();
     if let Some(ood) = &plan.ood {
         let questions = load_questions(ood)?;
-        for c in plan.configs.iter().filter(|c| {
-            c.options.dense_candidates > 0 && c.options.lexical_candidates > 0 && c.context
-        }) {
-            let Some(in_domain) = evidence.get(&c.name) else {
-                continue;
-            };
-            let tenant = &tenants[&tenant_name(
-                &c.model,
-                c.chunker,
-                plan.ingest.chunk.child_tokens,
-                c.context,
-            )];
-            let reranker = if c.rerank {
-                plan.reranker.clone()
-            } else {
-                None
-            };
-            let scorer = reranker
-                .as_ref()
-                .map_or(c.model.clone(), |r| r.model_id().to_string());
+        for c in plan.configs.iter().filter(|c| c.options.dense_candidates > 0 && c.options.lexical_candidates > 0 && c.context) {
+            let Some(in_domain) = evidence.get(&c.name) else { continue };
+            let tenant = &tenants[&tenant_name(&c.model, c.chunker, plan.ingest.chunk.child_tokens, c.context)];
+            let reranker = if c.rerank { plan.reranker.clone() } else { None };
+            let scorer = reranker.as_ref().map_or(c.model.clone(), |r| r.model_id().to_string());
             if refusal.iter().any(|r: &RefusalCurve| r.scorer == scorer) {
                 continue;
             }
-            progress(&format!(
-                "refusal: {} out-of-domain questions through {}",
-                questions.len(),
-                c.name
-            ));
-            let retriever = Retriever::new(
-                &store,
-                tenant,
-                Some(Arc::clone(&models[&c.model])),
-                reranker,
-                c.options.clone(),
-            )?;
+            progress(&format!("refusal: {} out-of-domain questions through {}", questions.len(), c.name));
+            let retriever = Retriever::new(&store, tenant, Some(Arc::clone(&models[&c.model])), reranker, c.options.clone())?;
             let mut out = Vec::with_capacity(questions.len());
             for q in &questions {
                 if let Some(b) = retriever.retrieve(q)?.best_evidence {
                     out.push(b);
                 }
             }
-            refusal.push(refusal_curve(
-                &c.name,
-                &scorer,
-                in_domain,
-                &out,
-                plan.max_in_domain_refused,
-            ));
+            refusal.push(refusal_curve(&c.name, &scorer, in_domain, &out, plan.max_in_domain_refused));
         }
     }
 
@@ -584,36 +391,16 @@ pub fn run(
 pub fn load_questions(path: &Path) -> Result<Vec<String>> {
     let text = std::fs::read_to_string(path).map_err(Error::path(path))?;
     let mut out = Vec::new();
-    for (i, line) in text
-        .lines()
-        .enumerate()
-        .filter(|(_, l)| !l.trim().is_empty())
-    {
-        let v: serde_json::Value = serde_json::from_str(line).map_err(|e| {
-            Error::Invalid(format!(
-                "{}:{}: not a JSON line: {e}",
-                path.display(),
-                i + 1
-            ))
+    for (i, line) in text.lines().enumerate().filter(|(_, l)| !l.trim().is_empty()) {
+        let v: serde_json::Value = serde_json::from_str(line)
+            .map_err(|e| Error::Invalid(format!("{}:{}: not a JSON line: {e}", path.display(), i + 1)))?;
+        let q = v.get("question").or_else(|| v.get("text")).and_then(|q| q.as_str()).ok_or_else(|| {
+            Error::Invalid(format!("{}:{}: no `question` or `text` field", path.display(), i + 1))
         })?;
-        let q = v
-            .get("question")
-            .or_else(|| v.get("text"))
-            .and_then(|q| q.as_str())
-            .ok_or_else(|| {
-                Error::Invalid(format!(
-                    "{}:{}: no `question` or `text` field",
-                    path.display(),
-                    i + 1
-                ))
-            })?;
         out.push(q.to_string());
     }
     if out.is_empty() {
-        return Err(Error::Invalid(format!(
-            "{} holds no questions",
-            path.display()
-        )));
+        return Err(Error::Invalid(format!("{} holds no questions", path.display())));
     }
     Ok(out)
 }
@@ -621,32 +408,16 @@ pub fn load_questions(path: &Path) -> Result<Vec<String>> {
 /// The refusal trade-off: for floors across the observed range, the share of each set whose best
 /// evidence falls below; the chosen floor is the highest that refuses at most `max_in_domain` of
 /// the in-domain queries.
-pub fn refusal_curve(
-    config: &str,
-    scorer: &str,
-    in_domain: &[f32],
-    ood: &[f32],
-    max_in_domain: f64,
-) -> RefusalCurve {
-    let share = |set: &[f32], floor: f64| {
-        set.iter().filter(|&&b| f64::from(b) < floor).count() as f64 / set.len().max(1) as f64
-    };
+pub fn refusal_curve(config: &str, scorer: &str, in_domain: &[f32], ood: &[f32], max_in_domain: f64) -> RefusalCurve {
+    let share = |set: &[f32], floor: f64| set.iter().filter(|&&b| f64::from(b) < floor).count() as f64 / set.len().max(1) as f64;
     let mut sorted: Vec<f64> = in_domain.iter().map(|&b| f64::from(b)).collect();
     sorted.sort_by(f64::total_cmp);
     // Refusing at most k in-domain queries: the floor may rise to the (k+1)-th smallest score.
     let k = (max_in_domain * sorted.len() as f64).floor() as usize;
     let chosen = sorted.get(k).copied().unwrap_or(f64::NEG_INFINITY);
     let all = in_domain.iter().chain(ood).map(|&b| f64::from(b));
-    let (lo, hi) = all.fold((f64::INFINITY, f64::NEG_INFINITY), |(lo, hi), b| {
-        (lo.min(b), hi.max(b))
-    });
-    let floors: Vec<f64> = if lo.is_finite() && hi > lo {
-        (0..=100)
-            .map(|i| lo + (hi - lo) * i as f64 / 100.0)
-            .collect()
-    } else {
-        vec![]
-    };
+    let (lo, hi) = all.fold((f64::INFINITY, f64::NEG_INFINITY), |(lo, hi), b| (lo.min(b), hi.max(b)));
+    let floors: Vec<f64> = if lo.is_finite() && hi > lo { (0..=100).map(|i| lo + (hi - lo) * i as f64 / 100.0).collect() } else { vec![] };
     RefusalCurve {
         config: config.to_string(),
         scorer: scorer.to_string(),
@@ -666,35 +437,22 @@ pub fn markdown(report: &EvalReport, command: &str, machine: &str) -> String {
     let mut s = String::new();
     s.push_str(&format!(
         "\n## {} ({}, {} queries, {} documents)\n\n",
-        report
-            .data
-            .file_name()
-            .map_or("data".into(), |n| n.to_string_lossy().to_string()),
+        report.data.file_name().map_or("data".into(), |n| n.to_string_lossy().to_string()),
         report.split,
         report.queries,
         report.documents
     ));
-    s.push_str(&format!(
-        "`{command}` on {machine}; corpus sha256 `{}`.\n\n",
-        &report.corpus_sha256[..16.min(report.corpus_sha256.len())]
-    ));
+    s.push_str(&format!("`{command}` on {machine}; corpus sha256 `{}`.\n\n", &report.corpus_sha256[..16.min(report.corpus_sha256.len())]));
     s.push_str("| configuration | nDCG@10 | R@10 | R@100 | MRR@10 | p50 ms | p95 ms |\n|---|---|---|---|---|---|---|\n");
     for c in &report.configs {
-        let name = if c.default {
-            format!("**{}** (default)", c.name)
-        } else {
-            c.name.clone()
-        };
+        let name = if c.default { format!("**{}** (default)", c.name) } else { c.name.clone() };
         s.push_str(&format!(
             "| {name} | {:.4} | {:.4} | {:.4} | {:.4} | {:.1} | {:.1} |\n",
             c.ndcg_at_10, c.recall_at_10, c.recall_at_100, c.mrr_at_10, c.p50_ms, c.p95_ms
         ));
     }
     for k in &report.skipped {
-        s.push_str(&format!(
-            "| {} | not run: {} | | | | | |\n",
-            k.name, k.reason
-        ));
+        s.push_str(&format!("| {} | not run: {} | | | | | |\n", k.name, k.reason));
     }
     for r in &report.refusal {
         s.push_str(&format!(
@@ -709,12 +467,7 @@ pub fn markdown(report: &EvalReport, command: &str, machine: &str) -> String {
         ));
         s.push_str("\n| floor | in-domain refused | out-of-domain refused |\n|---|---|---|\n");
         for i in (0..r.floors.len()).step_by(10) {
-            s.push_str(&format!(
-                "| {:.4} | {:.1}% | {:.1}% |\n",
-                r.floors[i],
-                r.in_domain_refused[i] * 100.0,
-                r.out_of_domain_refused[i] * 100.0
-            ));
+            s.push_str(&format!("| {:.4} | {:.1}% | {:.1}% |\n", r.floors[i], r.in_domain_refused[i] * 100.0, r.out_of_domain_refused[i] * 100.0));
         }
     }
     s
@@ -734,10 +487,7 @@ mod tests {
         assert!((c.chosen_in_domain_refused - 0.05).abs() < 1e-9);
         assert_eq!(c.chosen_out_of_domain_refused, 1.0);
         assert_eq!(c.floors.len(), 101);
-        assert!(
-            c.in_domain_refused.windows(2).all(|w| w[0] <= w[1]),
-            "monotone"
-        );
+        assert!(c.in_domain_refused.windows(2).all(|w| w[0] <= w[1]), "monotone");
     }
 
     #[test]
@@ -745,13 +495,8 @@ mod tests {
         let a = tenant_name("nomic-embed-text-v1.5", ChunkerKind::Structural, 256, true);
         assert_eq!(a, "nomic-embed-text-v1-5-structural-256-ctx");
         crate::store::check_tenant_name(&a).unwrap();
-        assert_ne!(
-            a,
-            tenant_name("nomic-embed-text-v1.5", ChunkerKind::Structural, 256, false)
-        );
-        assert_eq!(
-            tenant_name("all-minilm-l6-v2", ChunkerKind::Whole, 256, true),
-            "all-minilm-l6-v2-whole-ctx"
-        );
+        assert_ne!(a, tenant_name("nomic-embed-text-v1.5", ChunkerKind::Structural, 256, false));
+        assert_eq!(tenant_name("all-minilm-l6-v2", ChunkerKind::Whole, 256, true), "all-minilm-l6-v2-whole-ctx");
     }
+
 }

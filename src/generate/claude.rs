@@ -43,18 +43,10 @@ impl Generator for ClaudeGenerator {
         true
     }
 
-    async fn generate(
-        &self,
-        request: &GenerateRequest,
-        sink: &mut (dyn TokenSink + Send),
-    ) -> Result<Generation> {
+    async fn generate(&self, request: &GenerateRequest, sink: &mut (dyn TokenSink + Send)) -> Result<Generation> {
         let started = Instant::now();
-        let system: Vec<&str> = request
-            .messages
-            .iter()
-            .filter(|m| m.role == Role::System)
-            .map(|m| m.content.as_str())
-            .collect();
+        let system: Vec<&str> =
+            request.messages.iter().filter(|m| m.role == Role::System).map(|m| m.content.as_str()).collect();
         let messages: Vec<serde_json::Value> = request
             .messages
             .iter()
@@ -71,10 +63,7 @@ impl Generator for ClaudeGenerator {
         });
         let mut response = self
             .client
-            .post(format!(
-                "{}/v1/messages",
-                self.options.base_url.trim_end_matches('/')
-            ))
+            .post(format!("{}/v1/messages", self.options.base_url.trim_end_matches('/')))
             .header("x-api-key", &self.options.api_key)
             .header("anthropic-version", "2023-06-01")
             .json(&body)
@@ -92,12 +81,8 @@ impl Generator for ClaudeGenerator {
             pending.push_str(&String::from_utf8_lossy(&bytes));
             while let Some(end) = pending.find('\n') {
                 let line: String = pending.drain(..=end).collect();
-                let Some(data) = line.trim().strip_prefix("data:") else {
-                    continue;
-                };
-                let Ok(event) = serde_json::from_str::<serde_json::Value>(data.trim()) else {
-                    continue;
-                };
+                let Some(data) = line.trim().strip_prefix("data:") else { continue };
+                let Ok(event) = serde_json::from_str::<serde_json::Value>(data.trim()) else { continue };
                 match event["type"].as_str() {
                     Some("content_block_delta") => {
                         if let Some(text) = event["delta"]["text"].as_str() {
@@ -109,13 +94,10 @@ impl Generator for ClaudeGenerator {
                         }
                     }
                     Some("message_start") => {
-                        out.prompt_tokens = event["message"]["usage"]["input_tokens"]
-                            .as_u64()
-                            .unwrap_or(0) as usize;
+                        out.prompt_tokens = event["message"]["usage"]["input_tokens"].as_u64().unwrap_or(0) as usize;
                     }
                     Some("message_delta") => {
-                        out.completion_tokens =
-                            event["usage"]["output_tokens"].as_u64().unwrap_or(0) as usize;
+                        out.completion_tokens = event["usage"]["output_tokens"].as_u64().unwrap_or(0) as usize;
                     }
                     Some("error") => return Err(remote("stream", event["error"].to_string())),
                     _ => {}

@@ -22,11 +22,7 @@ impl Generator for ClaudeGenerator {
     fn is_remote(&self) -> bool {
         true
     }
-    async fn generate(
-        &self,
-        _request: &GenerateRequest,
-        _sink: &mut (dyn TokenSink + Send),
-    ) -> Result<Generation> {
+    async fn generate(&self, _request: &GenerateRequest, _sink: &mut (dyn TokenSink + Send)) -> Result<Generation> {
         Err(Error::NotCompiled("claude"))
     }
 }

@@ -6,12 +6,12 @@ use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use mistralrs::core::{
-    AutoDeviceMapParams, DefaultSchedulerMethod, DeviceMapSetting, GGUFLoaderBuilder,
-    GGUFSpecificConfig, MistralRsBuilder, ModelDType, SchedulerConfig,
+    AutoDeviceMapParams, DefaultSchedulerMethod, DeviceMapSetting, GGUFLoaderBuilder, GGUFSpecificConfig,
+    MistralRsBuilder, ModelDType, SchedulerConfig,
 };
 use mistralrs::{Model, RequestBuilder, Response, TextMessageRole, TokenSource};
 
-use super::{GenerateRequest, Generation, Generator, LocalOptions, Message, Role, TokenSink};
+use super::{LocalOptions, GenerateRequest, Generation, Generator, Message, Role, TokenSink};
 use crate::error::{Error, Result};
 
 /// A GGUF chat model on mistralrs.
@@ -28,16 +28,7 @@ fn llm_error(what: &str, e: impl std::fmt::Display) -> Error {
 }
 
 /// The GGUF architectures mistralrs 0.8's GGUF loader builds a model for.
-const ARCHITECTURES: &[&str] = &[
-    "llama",
-    "mistral3",
-    "phi2",
-    "phi3",
-    "starcoder2",
-    "qwen2",
-    "qwen3",
-    "qwen3moe",
-];
+const ARCHITECTURES: &[&str] = &["llama", "mistral3", "phi2", "phi3", "starcoder2", "qwen2", "qwen3", "qwen3moe"];
 
 /// Reads the file's `general.architecture` and refuses one mistralrs cannot run, before the
 /// load, so the error names the file and the fix instead of a loader's internal message.
@@ -46,23 +37,14 @@ pub fn check_architecture(file: &std::path::Path) -> Result<String> {
     let mut reader = std::fs::File::open(file)
         .map(std::io::BufReader::new)
         .map_err(|e| Error::Invalid(format!("{}: {e}", file.display())))?;
-    let content = gguf_file::Content::read(&mut reader).map_err(|e| {
-        Error::Invalid(format!(
-            "{}: not a readable GGUF file ({e}); fetch it again with scripts/fetch-models.sh",
-            file.display()
-        ))
-    })?;
+    let content = gguf_file::Content::read(&mut reader)
+        .map_err(|e| Error::Invalid(format!("{}: not a readable GGUF file ({e}); fetch it again with scripts/fetch-models.sh", file.display())))?;
     let architecture = content
         .metadata
         .get("general.architecture")
         .and_then(|v| v.to_string().ok())
         .map(|s| s.to_ascii_lowercase())
-        .ok_or_else(|| {
-            Error::Invalid(format!(
-                "{}: the GGUF file names no general.architecture",
-                file.display()
-            ))
-        })?;
+        .ok_or_else(|| Error::Invalid(format!("{}: the GGUF file names no general.architecture", file.display())))?;
     if !ARCHITECTURES.contains(&architecture.as_str()) {
         return Err(Error::Invalid(format!(
             "{}: GGUF architecture `{architecture}` is not a chat model ragbox can run (supported: {}); \
@@ -83,35 +65,20 @@ fn role(r: Role) -> TextMessageRole {
 }
 
 fn builder(messages: &[Message]) -> RequestBuilder {
-    messages.iter().fold(RequestBuilder::new(), |b, m| {
-        b.add_message(role(m.role), &m.content)
-    })
+    messages.iter().fold(RequestBuilder::new(), |b, m| b.add_message(role(m.role), &m.content))
 }
 
 impl GgufGenerator {
     /// Loads the model. Must run inside the generation runtime ([`super::runtime`]): mistralrs
     /// spawns its engine onto the current one.
     pub async fn load(options: &LocalOptions) -> Result<GgufGenerator> {
-        let dir = options
-            .file
-            .parent()
-            .ok_or_else(|| Error::Invalid(format!("{} has no folder", options.file.display())))?;
-        let file = options
-            .file
-            .file_name()
-            .and_then(|f| f.to_str())
-            .ok_or_else(|| {
-                Error::Invalid(format!(
-                    "{}: the GGUF file name must be UTF-8",
-                    options.file.display()
-                ))
-            })?;
+        let dir = options.file.parent().ok_or_else(|| Error::Invalid(format!("{} has no folder", options.file.display())))?;
+        let file = options.file.file_name().and_then(|f| f.to_str()).ok_or_else(|| {
+            Error::Invalid(format!("{}: the GGUF file name must be UTF-8", options.file.display()))
+        })?;
         if !dir.is_dir() {
             // mistralrs treats a model id that is not an existing folder as a hub repository.
-            return Err(Error::Invalid(format!(
-                "{} is not a folder; refusing to let the model id reach the hub",
-                dir.display()
-            )));
+            return Err(Error::Invalid(format!("{} is not a folder; refusing to let the model id reach the hub", dir.display())));
         }
         check_architecture(&options.file)?;
         if options.dequantize {
@@ -151,9 +118,7 @@ impl GgufGenerator {
         let seqs = std::num::NonZeroUsize::new(options.max_num_seqs.max(1)).expect("at least 1");
         let runner = MistralRsBuilder::new(
             pipeline,
-            SchedulerConfig::DefaultScheduler {
-                method: DefaultSchedulerMethod::Fixed(seqs),
-            },
+            SchedulerConfig::DefaultScheduler { method: DefaultSchedulerMethod::Fixed(seqs) },
             false,
             None,
         )
@@ -169,13 +134,7 @@ impl GgufGenerator {
                 let mut ids = Vec::new();
                 for w in words {
                     let t = model
-                        .tokenize(
-                            either::Either::Right(w.to_string()),
-                            None,
-                            false,
-                            false,
-                            None,
-                        )
+                        .tokenize(either::Either::Right(w.to_string()), None, false, false, None)
                         .await
                         .map_err(|e| llm_error("tokenizing", e))?;
                     if let Some(&id) = t.first() {
@@ -190,17 +149,9 @@ impl GgufGenerator {
         let yes = first_tokens(&["yes", "Yes", " yes", " Yes", "YES"]).await?;
         let no = first_tokens(&["no", "No", " no", " No", "NO"]).await?;
         if yes.is_empty() || no.is_empty() {
-            return Err(Error::Generate(format!(
-                "{}: no single token spells yes/no",
-                options.name
-            )));
+            return Err(Error::Generate(format!("{}: no single token spells yes/no", options.name)));
         }
-        Ok(GgufGenerator {
-            name: options.name.clone(),
-            model,
-            yes,
-            no,
-        })
+        Ok(GgufGenerator { name: options.name.clone(), model, yes, no })
     }
 
     /// Log-odds of "yes" over "no" as the next token. A logits processor reads the next-token
@@ -209,34 +160,18 @@ impl GgufGenerator {
     async fn log_odds(&self, messages: &[Message]) -> Result<f32> {
         let slot: Arc<Mutex<Option<f32>>> = Arc::default();
         let (yes, no, out) = (self.yes.clone(), self.no.clone(), slot.clone());
-        let read = move |logits: &candle_core::Tensor,
-                         _context: &[u32]|
-              -> candle_core::Result<candle_core::Tensor> {
-            let v: Vec<f32> = logits
-                .to_dtype(candle_core::DType::F32)?
-                .flatten_all()?
-                .to_vec1()?;
+        let read = move |logits: &candle_core::Tensor, _context: &[u32]| -> candle_core::Result<candle_core::Tensor> {
+            let v: Vec<f32> = logits.to_dtype(candle_core::DType::F32)?.flatten_all()?.to_vec1()?;
             let lse = |ids: &[u32]| {
-                let xs: Vec<f32> = ids
-                    .iter()
-                    .filter_map(|&i| v.get(i as usize).copied())
-                    .collect();
+                let xs: Vec<f32> = ids.iter().filter_map(|&i| v.get(i as usize).copied()).collect();
                 let m = xs.iter().copied().fold(f32::NEG_INFINITY, f32::max);
                 m + xs.iter().map(|x| (x - m).exp()).sum::<f32>().ln()
             };
-            out.lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .get_or_insert(lse(&yes) - lse(&no));
+            out.lock().unwrap_or_else(|e| e.into_inner()).get_or_insert(lse(&yes) - lse(&no));
             Ok(logits.clone())
         };
-        let request = builder(messages)
-            .add_logits_processor(Arc::new(read))
-            .set_sampler_max_len(1)
-            .set_deterministic_sampler();
-        self.model
-            .send_chat_request(request)
-            .await
-            .map_err(|e| llm_error("scoring", e))?;
+        let request = builder(messages).add_logits_processor(Arc::new(read)).set_sampler_max_len(1).set_deterministic_sampler();
+        self.model.send_chat_request(request).await.map_err(|e| llm_error("scoring", e))?;
         let score = slot.lock().unwrap_or_else(|e| e.into_inner()).take();
         score.ok_or_else(|| Error::Generate("the model returned no logits".into()))
     }
@@ -248,21 +183,13 @@ impl Generator for GgufGenerator {
         &self.name
     }
 
-    async fn generate(
-        &self,
-        request: &GenerateRequest,
-        sink: &mut (dyn TokenSink + Send),
-    ) -> Result<Generation> {
+    async fn generate(&self, request: &GenerateRequest, sink: &mut (dyn TokenSink + Send)) -> Result<Generation> {
         let started = Instant::now();
         let mut b = builder(&request.messages).set_sampler_max_len(request.max_tokens.max(1));
         if request.temperature > 0.0 {
             b = b.set_sampler_temperature(request.temperature);
         }
-        let mut stream = self
-            .model
-            .stream_chat_request(b)
-            .await
-            .map_err(|e| llm_error("generating", e))?;
+        let mut stream = self.model.stream_chat_request(b).await.map_err(|e| llm_error("generating", e))?;
         let mut out = Generation::default();
         while let Some(response) = stream.next().await {
             match response {
@@ -298,9 +225,7 @@ impl Generator for GgufGenerator {
                     out.completion_tokens = done.usage.completion_tokens;
                     break;
                 }
-                Response::InternalError(e) | Response::ValidationError(e) => {
-                    return Err(llm_error("generating", e))
-                }
+                Response::InternalError(e) | Response::ValidationError(e) => return Err(llm_error("generating", e)),
                 Response::ModelError(e, _) => return Err(llm_error("generating", e)),
                 _ => {}
             }

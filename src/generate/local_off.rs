@@ -1,7 +1,8 @@
 //! Stand-in for the local generator in builds without the `llm` feature: loading it says how to
 //! rebuild.
 
-use super::{GenerateRequest, Generation, Generator, LocalOptions, TokenSink};
+
+use super::{LocalOptions, GenerateRequest, Generation, Generator, TokenSink};
 use crate::error::{Error, Result};
 
 /// The local generator; never constructed in this build.
@@ -19,11 +20,7 @@ impl Generator for GgufGenerator {
     fn model_id(&self) -> &str {
         ""
     }
-    async fn generate(
-        &self,
-        _request: &GenerateRequest,
-        _sink: &mut (dyn TokenSink + Send),
-    ) -> Result<Generation> {
+    async fn generate(&self, _request: &GenerateRequest, _sink: &mut (dyn TokenSink + Send)) -> Result<Generation> {
         Err(Error::NotCompiled("llm"))
     }
 }

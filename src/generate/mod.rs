@@ -84,24 +84,15 @@ pub struct Message {
 impl Message {
     /// A system message.
     pub fn system(content: impl Into<String>) -> Message {
-        Message {
-            role: Role::System,
-            content: content.into(),
-        }
+        Message { role: Role::System, content: content.into() }
     }
     /// A user message.
     pub fn user(content: impl Into<String>) -> Message {
-        Message {
-            role: Role::User,
-            content: content.into(),
-        }
+        Message { role: Role::User, content: content.into() }
     }
     /// An assistant message.
     pub fn assistant(content: impl Into<String>) -> Message {
-        Message {
-            role: Role::Assistant,
-            content: content.into(),
-        }
+        Message { role: Role::Assistant, content: content.into() }
     }
 }
 
@@ -119,11 +110,7 @@ pub struct GenerateRequest {
 impl GenerateRequest {
     /// Greedy decoding of `messages`, at most `max_tokens`.
     pub fn greedy(messages: Vec<Message>, max_tokens: usize) -> GenerateRequest {
-        GenerateRequest {
-            messages,
-            max_tokens,
-            temperature: 0.0,
-        }
+        GenerateRequest { messages, max_tokens, temperature: 0.0 }
     }
 }
 
@@ -191,11 +178,7 @@ pub trait Generator: Send + Sync {
     }
 
     /// Generates a reply to `request`, streaming its tokens into `sink`.
-    async fn generate(
-        &self,
-        request: &GenerateRequest,
-        sink: &mut (dyn TokenSink + Send),
-    ) -> Result<Generation>;
+    async fn generate(&self, request: &GenerateRequest, sink: &mut (dyn TokenSink + Send)) -> Result<Generation>;
 
     /// For each conversation, how much more the model expects its next token to be "yes" than
     /// "no": the log-odds `logit(yes) - logit(no)`, in input order. Backends without logits
@@ -203,9 +186,7 @@ pub trait Generator: Send + Sync {
     async fn yes_no(&self, conversations: &[Vec<Message>]) -> Result<Vec<f32>> {
         let mut out = Vec::with_capacity(conversations.len());
         for messages in conversations {
-            let g = self
-                .generate(&GenerateRequest::greedy(messages.clone(), 2), &mut Discard)
-                .await?;
+            let g = self.generate(&GenerateRequest::greedy(messages.clone(), 2), &mut Discard).await?;
             let word = g.text.trim().to_ascii_lowercase();
             out.push(if word.starts_with("yes") {
                 1.0

@@ -47,10 +47,7 @@ impl Reranker for LlmReranker {
 
     /// Must be called from synchronous code (it blocks on the generation runtime).
     fn score(&self, query: &str, passages: &[&str]) -> Result<Vec<f32>> {
-        let prompts: Vec<Vec<Message>> = passages
-            .iter()
-            .map(|p| relevance_messages(query, p))
-            .collect();
+        let prompts: Vec<Vec<Message>> = passages.iter().map(|p| relevance_messages(query, p)).collect();
         block_on(self.generator.yes_no(&prompts))
     }
 }

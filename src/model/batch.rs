@@ -17,10 +17,7 @@ pub struct BatchLimits {
 
 impl Default for BatchLimits {
     fn default() -> Self {
-        BatchLimits {
-            max_items: 32,
-            max_tokens: 16_384,
-        }
+        BatchLimits { max_items: 32, max_tokens: 16_384 }
     }
 }
 
@@ -58,17 +55,8 @@ pub struct BatchTensors {
 }
 
 /// Pads the inputs `indices` of `tokens` to their longest and builds the tensors.
-pub fn batch_tensors(
-    tokens: &[Tokens],
-    indices: &[usize],
-    pad_id: u32,
-    device: &Device,
-) -> Result<BatchTensors> {
-    let seq_len = indices
-        .iter()
-        .map(|&i| tokens[i].ids.len())
-        .max()
-        .unwrap_or(0);
+pub fn batch_tensors(tokens: &[Tokens], indices: &[usize], pad_id: u32, device: &Device) -> Result<BatchTensors> {
+    let seq_len = indices.iter().map(|&i| tokens[i].ids.len()).max().unwrap_or(0);
     let n = indices.len();
     let mut ids = vec![pad_id; n * seq_len];
     let mut type_ids = vec![0u32; n * seq_len];
@@ -95,55 +83,27 @@ mod tests {
     #[test]
     fn batches_group_similar_lengths_longest_first() {
         let lengths = [5, 100, 7, 98, 6, 99];
-        let plan = plan_batches(
-            &lengths,
-            BatchLimits {
-                max_items: 3,
-                max_tokens: 10_000,
-            },
-        );
+        let plan = plan_batches(&lengths, BatchLimits { max_items: 3, max_tokens: 10_000 });
         assert_eq!(plan, vec![vec![1, 5, 3], vec![2, 4, 0]]);
     }
 
     #[test]
     fn token_budget_splits_long_inputs() {
         let lengths = [512, 512, 512, 10];
-        let plan = plan_batches(
-            &lengths,
-            BatchLimits {
-                max_items: 32,
-                max_tokens: 1024,
-            },
-        );
+        let plan = plan_batches(&lengths, BatchLimits { max_items: 32, max_tokens: 1024 });
         assert_eq!(plan, vec![vec![0, 1], vec![2, 3]]);
         // One input over the budget still gets a batch of its own.
-        let plan = plan_batches(
-            &[4000, 3],
-            BatchLimits {
-                max_items: 32,
-                max_tokens: 1024,
-            },
-        );
+        let plan = plan_batches(&[4000, 3], BatchLimits { max_items: 32, max_tokens: 1024 });
         assert_eq!(plan, vec![vec![0], vec![1]]);
     }
 
     #[test]
     fn padding_fills_mask_and_pad_ids() {
-        let t = |ids: &[u32]| Tokens {
-            ids: ids.to_vec(),
-            type_ids: vec![0; ids.len()],
-            truncated_from: None,
-        };
+        let t = |ids: &[u32]| Tokens { ids: ids.to_vec(), type_ids: vec![0; ids.len()], truncated_from: None };
         let tokens = vec![t(&[101, 7, 102]), t(&[101, 102])];
         let b = batch_tensors(&tokens, &[0, 1], 0, &Device::Cpu).unwrap();
-        assert_eq!(
-            b.ids.to_vec2::<u32>().unwrap(),
-            vec![vec![101, 7, 102], vec![101, 102, 0]]
-        );
-        assert_eq!(
-            b.mask.to_vec2::<u32>().unwrap(),
-            vec![vec![1, 1, 1], vec![1, 1, 0]]
-        );
+        assert_eq!(b.ids.to_vec2::<u32>().unwrap(), vec![vec![101, 7, 102], vec![101, 102, 0]]);
+        assert_eq!(b.mask.to_vec2::<u32>().unwrap(), vec![vec![1, 1, 1], vec![1, 1, 0]]);
     }
 
     proptest! {

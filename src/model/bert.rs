@@ -3,7 +3,7 @@
 //! Numerically the same network as candle-transformers' `BertModel` (the golden tests check it
 //! against the Python references), laid out for less work between the matmuls, as the profile of
 //! `ragbox bench embed` showed: query, key and value in one fused matmul and one copy instead of
-//! three; the query scaled before `QKᵀ` (a `T×d` tensor, not `T×T`); and the padding mask added
+//! three; the query's 1/√d folded into its weights at load; and the padding mask added
 //! only to batches that have padding, broadcast once per batch into a contiguous tensor rather than
 //! per layer through candle's strided (element-by-element) broadcast path. The dense layers run
 //! in f32 or int8 (`model::precision`).
@@ -14,6 +14,7 @@ use candle_transformers::models::bert::{Config, HiddenAct};
 use ragbox_kernels::Activation;
 
 use crate::model::int8::Int8Dense;
+use crate::model::softmax::masked_softmax_in_place;
 use crate::model::Precision;
 
 /// Token, position and segment embeddings, then layer norm.
@@ -29,16 +30,8 @@ impl Embeddings {
     fn load(vb: VarBuilder, cfg: &Config) -> candle_core::Result<Self> {
         Ok(Embeddings {
             word: embedding(cfg.vocab_size, cfg.hidden_size, vb.pp("word_embeddings"))?,
-            position: embedding(
-                cfg.max_position_embeddings,
-                cfg.hidden_size,
-                vb.pp("position_embeddings"),
-            )?,
-            token_type: embedding(
-                cfg.type_vocab_size,
-                cfg.hidden_size,
-                vb.pp("token_type_embeddings"),
-            )?,
+            position: embedding(cfg.max_position_embeddings, cfg.hidden_size, vb.pp("position_embeddings"))?,
+            token_type: embedding(cfg.type_vocab_size, cfg.hidden_size, vb.pp("token_type_embeddings"))?,
             norm: layer_norm(cfg.hidden_size, cfg.layer_norm_eps, vb.pp("LayerNorm"))?,
             span: tracing::trace_span!("embeddings"),
         })
@@ -61,10 +54,7 @@ impl Embeddings {
 /// element by element on every call: for a short query (a few rows) the repacking cost more than
 /// the arithmetic (perf: 43% of a query's time). int8: see [`Int8Dense`].
 enum Dense {
-    F32 {
-        weight_t: Tensor,
-        bias: Option<Tensor>,
-    },
+    F32 { weight_t: Tensor, bias: Option<Tensor> },
     Int8(Int8Dense),
 }
 
@@ -72,10 +62,7 @@ impl Dense {
     fn new(linear: Linear, precision: Precision) -> candle_core::Result<Dense> {
         Ok(match precision {
             Precision::Int8 => Dense::Int8(Int8Dense::new(&linear)?),
-            _ => Dense::F32 {
-                weight_t: linear.weight().t()?.contiguous()?,
-                bias: linear.bias().cloned(),
-            },
+            _ => Dense::F32 { weight_t: linear.weight().t()?.contiguous()?, bias: linear.bias().cloned() },
         })
     }
 
@@ -109,6 +96,15 @@ impl Dense {
     }
 }
 
+/// The padding mask, in the form the body's softmax takes: additive, 0 where attended and
+/// `f32::MIN` where padding, as HF's extended attention mask.
+enum PaddingMask {
+    /// Broadcast to `(batch, heads, seq, seq)` once per batch, for candle's add and softmax.
+    Full(Tensor),
+    /// `(batch, seq)`, added inside ragbox_kernels' softmax.
+    Keys(Tensor),
+}
+
 /// One transformer layer: self-attention and feed-forward, each with residual and post-norm.
 struct Layer {
     qkv: Dense,
@@ -118,6 +114,8 @@ struct Layer {
     output: Dense,
     out_norm: LayerNorm,
     act: HiddenAct,
+    /// ragbox_kernels' masked softmax instead of candle's add + softmax (the int8 body).
+    fused_softmax: bool,
     heads: usize,
     head_dim: usize,
     span: tracing::Span,
@@ -129,33 +127,30 @@ impl Layer {
         let att = vb.pp("attention");
         let part = |name: &str| linear(h, h, att.pp("self").pp(name));
         let (q, k, v) = (part("query")?, part("key")?, part("value")?);
-        let weight = Tensor::cat(&[q.weight(), k.weight(), v.weight()], 0)?;
+        // Scores are (q/√d)·k: the query's weights and bias take the 1/√d once, here.
+        let scale = 1.0 / ((h / cfg.num_attention_heads) as f64).sqrt();
+        let weight = Tensor::cat(&[&(q.weight() * scale)?, k.weight(), v.weight()], 0)?;
         let bias = match (q.bias(), k.bias(), v.bias()) {
-            (Some(a), Some(b), Some(c)) => Some(Tensor::cat(&[a, b, c], 0)?),
+            (Some(a), Some(b), Some(c)) => Some(Tensor::cat(&[&(a * scale)?, b, c], 0)?),
             _ => None,
         };
         Ok(Layer {
             qkv: Dense::new(Linear::new(weight, bias), precision)?,
             attn_out: Dense::new(linear(h, h, att.pp("output").pp("dense"))?, precision)?,
             attn_norm: layer_norm(h, cfg.layer_norm_eps, att.pp("output").pp("LayerNorm"))?,
-            intermediate: Dense::new(
-                linear(h, cfg.intermediate_size, vb.pp("intermediate").pp("dense"))?,
-                precision,
-            )?,
-            output: Dense::new(
-                linear(cfg.intermediate_size, h, vb.pp("output").pp("dense"))?,
-                precision,
-            )?,
+            intermediate: Dense::new(linear(h, cfg.intermediate_size, vb.pp("intermediate").pp("dense"))?, precision)?,
+            output: Dense::new(linear(cfg.intermediate_size, h, vb.pp("output").pp("dense"))?, precision)?,
             out_norm: layer_norm(h, cfg.layer_norm_eps, vb.pp("output").pp("LayerNorm"))?,
             act: cfg.hidden_act,
+            fused_softmax: precision == Precision::Int8,
             heads: cfg.num_attention_heads,
             head_dim: h / cfg.num_attention_heads,
             span: tracing::trace_span!("layer"),
         })
     }
 
-    /// `x`: `(batch, seq, hidden)`; `mask`: additive, `(batch, heads, seq, seq)`, or `None`.
-    fn forward(&self, x: &Tensor, mask: Option<&Tensor>) -> candle_core::Result<Tensor> {
+    /// `x`: `(batch, seq, hidden)`; `mask`: the padding mask, `None` for a batch without padding.
+    fn forward(&self, x: &Tensor, mask: Option<&PaddingMask>) -> candle_core::Result<Tensor> {
         let _e = self.span.enter();
         let (b, t, h) = x.dims3()?;
         let qkv = self
@@ -164,17 +159,23 @@ impl Layer {
             .reshape((b, t, 3, self.heads, self.head_dim))?
             .permute((2, 0, 3, 1, 4))?
             .contiguous()?;
-        let q = (qkv.get(0)? * (1.0 / (self.head_dim as f64).sqrt()))?;
-        let (k, v) = (qkv.get(1)?, qkv.get(2)?);
-        let mut scores = q.matmul(&k.t()?)?;
-        if let Some(mask) = mask {
-            scores = (scores + mask)?;
-        }
-        let probs = candle_nn::ops::softmax_last_dim(&scores)?;
+        // The query is already scaled by 1/√d: its weights were at load.
+        let (q, k, v) = (qkv.get(0)?, qkv.get(1)?, qkv.get(2)?);
+        let scores = q.matmul(&k.t()?)?;
+        let probs = match mask {
+            None if self.fused_softmax => {
+                masked_softmax_in_place(&scores, None)?;
+                scores
+            }
+            None => candle_nn::ops::softmax_last_dim(&scores)?,
+            Some(PaddingMask::Keys(mask)) => {
+                masked_softmax_in_place(&scores, Some(mask))?;
+                scores
+            }
+            Some(PaddingMask::Full(mask)) => candle_nn::ops::softmax_last_dim(&(scores + mask)?)?,
+        };
         let context = probs.matmul(&v)?.transpose(1, 2)?.reshape((b, t, h))?;
-        let x = self
-            .attn_norm
-            .forward(&(self.attn_out.forward(&context)? + x)?)?;
+        let x = self.attn_norm.forward(&(self.attn_out.forward(&context)? + x)?)?;
         let inner = self.intermediate.forward_activated(&x, self.act)?;
         self.out_norm.forward(&(self.output.forward(&inner)? + x)?)
     }
@@ -185,50 +186,41 @@ pub struct BertBody {
     embeddings: Embeddings,
     layers: Vec<Layer>,
     heads: usize,
+    fused_softmax: bool,
     span: tracing::Span,
 }
 
 impl BertBody {
     /// Loads from `vb` (its prefix already pointing at the body: `""` or `"bert"`), the dense
     /// layers at `precision` (already resolved: `Auto` counts as f32).
-    pub fn load(
-        vb: VarBuilder,
-        cfg: &Config,
-        precision: Precision,
-    ) -> candle_core::Result<BertBody> {
+    pub fn load(vb: VarBuilder, cfg: &Config, precision: Precision) -> candle_core::Result<BertBody> {
         let layers = (0..cfg.num_hidden_layers)
-            .map(|i| {
-                Layer::load(
-                    vb.pp("encoder").pp("layer").pp(i.to_string()),
-                    cfg,
-                    precision,
-                )
-            })
+            .map(|i| Layer::load(vb.pp("encoder").pp("layer").pp(i.to_string()), cfg, precision))
             .collect::<candle_core::Result<_>>()?;
         Ok(BertBody {
             embeddings: Embeddings::load(vb.pp("embeddings"), cfg)?,
             layers,
             heads: cfg.num_attention_heads,
+            fused_softmax: precision == Precision::Int8,
             span: tracing::trace_span!("bert"),
         })
     }
 
     /// `(batch, seq)` ids, segment ids and 0/1 mask in; `(batch, seq, hidden)` states out.
-    pub fn forward(
-        &self,
-        ids: &Tensor,
-        type_ids: &Tensor,
-        mask: &Tensor,
-    ) -> candle_core::Result<Tensor> {
+    pub fn forward(&self, ids: &Tensor, type_ids: &Tensor, mask: &Tensor) -> candle_core::Result<Tensor> {
         let _e = self.span.enter();
         let mut x = self.embeddings.forward(ids, type_ids)?;
         let (b, t) = mask.dims2()?;
         let padded = mask.to_dtype(DType::F32)?.sum_all()?.to_scalar::<f32>()? < (b * t) as f32;
         let additive = if padded {
             // 0 where attended, f32::MIN where padding: as HF's extended attention mask.
-            let m = mask.to_dtype(DType::F32)?.reshape((b, 1, 1, t))?;
+            let m = mask.to_dtype(DType::F32)?;
             let m = ((m.ones_like()? - m)? * f64::from(f32::MIN))?;
-            Some(m.broadcast_as((b, self.heads, t, t))?.contiguous()?)
+            Some(if self.fused_softmax {
+                PaddingMask::Keys(m)
+            } else {
+                PaddingMask::Full(m.reshape((b, 1, 1, t))?.broadcast_as((b, self.heads, t, t))?.contiguous()?)
+            })
         } else {
             None
         };

@@ -51,9 +51,6 @@ mod tests {
             "5891b5b522d5df086d0ff0b110fbd9d21bb4fc7163af34d08286a2e846f6be03"
         );
         // `printf 'hello\n' | git hash-object --stdin`
-        assert_eq!(
-            git_blob_sha1_file(&p).unwrap(),
-            "ce013625030ba8dba906f756967f9e9ca394464a"
-        );
+        assert_eq!(git_blob_sha1_file(&p).unwrap(), "ce013625030ba8dba906f756967f9e9ca394464a");
     }
 }

@@ -48,11 +48,7 @@ pub fn baseline() -> Baseline {
     let mut missing = Vec::new();
     let v3 = cfg!(target_feature = "avx2");
     // CPUID exists on every x86-64 CPU (safe to call since Rust 1.87).
-    let (leaf1, leaf7, ext1) = (
-        __cpuid_count(1, 0),
-        __cpuid_count(7, 0),
-        __cpuid_count(0x8000_0001, 0),
-    );
+    let (leaf1, leaf7, ext1) = (__cpuid_count(1, 0), __cpuid_count(7, 0), __cpuid_count(0x8000_0001, 0));
     let os_saves_ymm = leaf1.ecx & (1 << 27) != 0 && {
         // SAFETY: XGETBV exists when OSXSAVE (CPUID.1:ECX.27) is set, checked just before.
         let xcr0 = unsafe { xgetbv0() };
@@ -66,51 +62,15 @@ pub fn baseline() -> Baseline {
             }
         }
     };
-    check(
-        "avx",
-        cfg!(target_feature = "avx"),
-        leaf1.ecx & (1 << 28) != 0 && os_saves_ymm,
-    );
-    check(
-        "avx2",
-        cfg!(target_feature = "avx2"),
-        leaf7.ebx & (1 << 5) != 0 && os_saves_ymm,
-    );
-    check(
-        "fma",
-        cfg!(target_feature = "fma"),
-        leaf1.ecx & (1 << 12) != 0,
-    );
-    check(
-        "f16c",
-        cfg!(target_feature = "f16c"),
-        leaf1.ecx & (1 << 29) != 0,
-    );
-    check(
-        "bmi1",
-        cfg!(target_feature = "bmi1"),
-        leaf7.ebx & (1 << 3) != 0,
-    );
-    check(
-        "bmi2",
-        cfg!(target_feature = "bmi2"),
-        leaf7.ebx & (1 << 8) != 0,
-    );
-    check(
-        "lzcnt",
-        cfg!(target_feature = "lzcnt"),
-        ext1.ecx & (1 << 5) != 0,
-    );
-    check(
-        "movbe",
-        cfg!(target_feature = "movbe"),
-        leaf1.ecx & (1 << 22) != 0,
-    );
-    Baseline {
-        target: if v3 { "x86-64-v3" } else { "x86-64" },
-        required,
-        missing,
-    }
+    check("avx", cfg!(target_feature = "avx"), leaf1.ecx & (1 << 28) != 0 && os_saves_ymm);
+    check("avx2", cfg!(target_feature = "avx2"), leaf7.ebx & (1 << 5) != 0 && os_saves_ymm);
+    check("fma", cfg!(target_feature = "fma"), leaf1.ecx & (1 << 12) != 0);
+    check("f16c", cfg!(target_feature = "f16c"), leaf1.ecx & (1 << 29) != 0);
+    check("bmi1", cfg!(target_feature = "bmi1"), leaf7.ebx & (1 << 3) != 0);
+    check("bmi2", cfg!(target_feature = "bmi2"), leaf7.ebx & (1 << 8) != 0);
+    check("lzcnt", cfg!(target_feature = "lzcnt"), ext1.ecx & (1 << 5) != 0);
+    check("movbe", cfg!(target_feature = "movbe"), leaf1.ecx & (1 << 22) != 0);
+    Baseline { target: if v3 { "x86-64-v3" } else { "x86-64" }, required, missing }
 }
 
 /// XCR0, the register that says which vector states the operating system saves.
@@ -125,11 +85,7 @@ unsafe fn xgetbv0() -> u64 {
 /// Other architectures: the build's own target, nothing checked at run time.
 #[cfg(not(target_arch = "x86_64"))]
 pub fn baseline() -> Baseline {
-    Baseline {
-        target: std::env::consts::ARCH,
-        required: Vec::new(),
-        missing: Vec::new(),
-    }
+    Baseline { target: std::env::consts::ARCH, required: Vec::new(), missing: Vec::new() }
 }
 
 #[cfg(test)]
@@ -150,15 +106,8 @@ mod tests {
 
     #[test]
     fn a_missing_feature_is_refused_with_the_fix() {
-        let b = Baseline {
-            target: "x86-64-v3",
-            required: vec!["avx2", "fma"],
-            missing: vec!["avx2"],
-        };
+        let b = Baseline { target: "x86-64-v3", required: vec!["avx2", "fma"], missing: vec!["avx2"] };
         let msg = b.refusal().expect("refused");
-        assert!(
-            msg.contains("lacks avx2") && msg.contains(".cargo/config.toml"),
-            "{msg}"
-        );
+        assert!(msg.contains("lacks avx2") && msg.contains(".cargo/config.toml"), "{msg}");
     }
 }

@@ -29,10 +29,7 @@ pub fn load_gguf(
     dtype: DType,
     device: &Device,
 ) -> Result<GgufTensors> {
-    let format_err = |reason: String| Error::ModelFormat {
-        model: path.display().to_string(),
-        reason,
-    };
+    let format_err = |reason: String| Error::ModelFormat { model: path.display().to_string(), reason };
     let mut reader = BufReader::new(File::open(path).map_err(Error::path(path))?);
     let content = gguf_file::Content::read(&mut reader)
         .map_err(|e| format_err(format!("not a readable GGUF file: {e}")))?;
@@ -49,15 +46,9 @@ pub fn load_gguf(
     }
     let mut tensors = HashMap::new();
     for name in content.tensor_infos.keys() {
-        let Some(new_name) = rename(name) else {
-            continue;
-        };
+        let Some(new_name) = rename(name) else { continue };
         let q = content.tensor(&mut reader, name, device)?;
         tensors.insert(new_name, q.dequantize(device)?.to_dtype(dtype)?);
     }
-    Ok(GgufTensors {
-        architecture,
-        metadata: content.metadata,
-        tensors,
-    })
+    Ok(GgufTensors { architecture, metadata: content.metadata, tensors })
 }

@@ -32,8 +32,7 @@ fn candidates(src: &Path, spec: &ModelSpec, file: &ModelFile) -> Vec<PathBuf> {
     let mut out = vec![
         src.join(&spec.name).join(&file.name),
         src.join(repo.replace('/', "--")).join(&file.name),
-        src.join(repo.rsplit('/').next().unwrap_or(repo))
-            .join(&file.name),
+        src.join(repo.rsplit('/').next().unwrap_or(repo)).join(&file.name),
         src.join(&file.name),
     ];
     let hub = src.join(repo_folder(repo));
@@ -48,9 +47,7 @@ fn candidates(src: &Path, spec: &ModelSpec, file: &ModelFile) -> Vec<PathBuf> {
 
 /// Copies `from` to `to` through a temporary file in the same folder: write, fsync, rename.
 pub(crate) fn copy_atomically(from: &Path, to: &Path) -> Result<()> {
-    let dir = to
-        .parent()
-        .ok_or_else(|| Error::Bug(format!("{to:?} has no parent")))?;
+    let dir = to.parent().ok_or_else(|| Error::Bug(format!("{to:?} has no parent")))?;
     fs::create_dir_all(dir).map_err(Error::path(dir))?;
     let tmp = dir.join(format!(
         ".{}.partial-{}",
@@ -59,9 +56,7 @@ pub(crate) fn copy_atomically(from: &Path, to: &Path) -> Result<()> {
     ));
     let result = (|| {
         fs::copy(from, &tmp).map_err(Error::path(&tmp))?;
-        fs::File::open(&tmp)
-            .and_then(|f| f.sync_all())
-            .map_err(Error::path(&tmp))?;
+        fs::File::open(&tmp).and_then(|f| f.sync_all()).map_err(Error::path(&tmp))?;
         fs::rename(&tmp, to).map_err(Error::path(to))
     })();
     if result.is_err() {
@@ -84,23 +79,15 @@ fn snapshot_for_import(store: &ModelStore, repo: &str) -> Result<PathBuf> {
 
 /// Imports the files of `specs` found under `src`. A file found but failing its checksum is an
 /// error (nothing of it is copied); a file not found is reported as such.
-pub fn import_models(
-    store: &ModelStore,
-    src: &Path,
-    specs: &[&ModelSpec],
-) -> Result<Vec<ImportedFile>> {
+pub fn import_models(store: &ModelStore, src: &Path, specs: &[&ModelSpec]) -> Result<Vec<ImportedFile>> {
     if !src.is_dir() {
-        return Err(Error::Invalid(format!(
-            "{src:?} is not a folder; give the folder that holds the model files"
-        )));
+        return Err(Error::Invalid(format!("{src:?} is not a folder; give the folder that holds the model files")));
     }
     let mut report = Vec::new();
     for spec in specs {
         for file in &spec.files {
             let present = store.verified_file(spec, &file.name).is_ok();
-            let found = candidates(src, spec, file)
-                .into_iter()
-                .find(|p| p.is_file());
+            let found = candidates(src, spec, file).into_iter().find(|p| p.is_file());
             let state = match (&found, present) {
                 (_, true) => "present",
                 (None, false) => "not found",

@@ -22,17 +22,12 @@ impl Int8Dense {
         let (outputs, inputs) = linear.weight().dims2()?;
         let weight = linear.weight().flatten_all()?.to_vec1::<f32>()?;
         let bias = linear.bias().map(|b| b.to_vec1::<f32>()).transpose()?;
-        Ok(Int8Dense {
-            layer: Arc::new(Int8Linear::new(&weight, outputs, inputs, bias.as_deref())),
-        })
+        Ok(Int8Dense { layer: Arc::new(Int8Linear::new(&weight, outputs, inputs, bias.as_deref())) })
     }
 
     /// `x`: `(…, in)` f32 on the CPU → `(…, out)`.
     pub fn forward(&self, x: &Tensor, activation: Activation) -> candle_core::Result<Tensor> {
-        x.contiguous()?.apply_op1_no_bwd(&Op {
-            layer: &self.layer,
-            activation,
-        })
+        x.contiguous()?.apply_op1_no_bwd(&Op { layer: &self.layer, activation })
     }
 }
 
@@ -46,31 +41,20 @@ impl CustomOp1 for Op<'_> {
         "int8-dense"
     }
 
-    fn cpu_fwd(
-        &self,
-        storage: &CpuStorage,
-        layout: &Layout,
-    ) -> candle_core::Result<(CpuStorage, Shape)> {
+    fn cpu_fwd(&self, storage: &CpuStorage, layout: &Layout) -> candle_core::Result<(CpuStorage, Shape)> {
         let (inputs, outputs) = self.layer.shape();
         let dims = layout.shape().dims();
         if dims.last() != Some(&inputs) {
-            candle_core::bail!(
-                "int8-dense: input shape {:?} does not end in {inputs}",
-                dims
-            );
+            candle_core::bail!("int8-dense: input shape {:?} does not end in {inputs}", dims);
         }
         let CpuStorage::F32(data) = storage else {
             candle_core::bail!("int8-dense: input must be f32");
         };
         let rows = layout.shape().elem_count() / inputs;
-        let mut out = vec![0f32; rows * outputs];
         let Some((start, end)) = layout.contiguous_offsets() else {
-            candle_core::bail!(
-                "int8-dense: input must be contiguous (Int8Dense::forward makes it so)"
-            );
+            candle_core::bail!("int8-dense: input must be contiguous (Int8Dense::forward makes it so)");
         };
-        self.layer
-            .forward(&data[start..end], rows, &mut out, self.activation);
+        let out = self.layer.forward_to_vec(&data[start..end], rows, self.activation);
         let mut shape = dims.to_vec();
         *shape.last_mut().expect("checked above") = outputs;
         Ok((CpuStorage::F32(out), Shape::from(shape)))
@@ -90,22 +74,14 @@ mod tests {
         let linear = Linear::new(w, Some(b));
         let dense = Int8Dense::new(&linear).unwrap();
         let x = Tensor::randn(0f32, 1.0, (3, 5, 32), &dev).unwrap();
-        let strided = Tensor::randn(0f32, 1.0, (3, 32, 5), &dev)
-            .unwrap()
-            .transpose(1, 2)
-            .unwrap();
+        let strided = Tensor::randn(0f32, 1.0, (3, 32, 5), &dev).unwrap().transpose(1, 2).unwrap();
         for input in [x, strided] {
             let want = candle_core::Module::forward(&linear, &input).unwrap();
             let got = dense.forward(&input, Activation::None).unwrap();
             assert_eq!(got.dims(), &[3, 5, 48]);
-            let (w, g) = (
-                want.flatten_all().unwrap().to_vec1::<f32>().unwrap(),
-                got.flatten_all().unwrap().to_vec1::<f32>().unwrap(),
-            );
+            let (w, g) = (want.flatten_all().unwrap().to_vec1::<f32>().unwrap(), got.flatten_all().unwrap().to_vec1::<f32>().unwrap());
             let dot: f32 = w.iter().zip(&g).map(|(a, b)| a * b).sum();
-            let cos = dot
-                / (w.iter().map(|a| a * a).sum::<f32>().sqrt()
-                    * g.iter().map(|a| a * a).sum::<f32>().sqrt());
+            let cos = dot / (w.iter().map(|a| a * a).sum::<f32>().sqrt() * g.iter().map(|a| a * a).sum::<f32>().sqrt());
             assert!(cos > 0.999, "cosine {cos}");
         }
     }

@@ -114,10 +114,7 @@ impl ModelSpec {
         if self.fetchable() {
             format!("scripts/fetch-models.sh {}", self.name)
         } else {
-            format!(
-                "ragbox models pull {0}`, or offline `ragbox models import DIR --model {0}",
-                self.name
-            )
+            format!("ragbox models pull {0}`, or offline `ragbox models import DIR --model {0}", self.name)
         }
     }
 }
@@ -154,20 +151,15 @@ impl Manifest {
     /// The manifest compiled into this binary.
     pub fn builtin() -> &'static Manifest {
         static M: OnceLock<Manifest> = OnceLock::new();
-        M.get_or_init(|| {
-            Manifest::parse(MANIFEST_TOML).expect("the shipped manifest parses (tested)")
-        })
+        M.get_or_init(|| Manifest::parse(MANIFEST_TOML).expect("the shipped manifest parses (tested)"))
     }
 
     /// The model with this name; the error lists the known names.
     pub fn get(&self, name: &str) -> Result<&ModelSpec> {
-        self.models
-            .iter()
-            .find(|m| m.name == name)
-            .ok_or_else(|| Error::UnknownModel {
-                name: name.to_string(),
-                known: self.models.iter().map(|m| m.name.clone()).collect(),
-            })
+        self.models.iter().find(|m| m.name == name).ok_or_else(|| Error::UnknownModel {
+            name: name.to_string(),
+            known: self.models.iter().map(|m| m.name.clone()).collect(),
+        })
     }
 
     /// Models of one role.
@@ -187,27 +179,12 @@ mod tests {
         for spec in &m.models {
             for f in &spec.files {
                 if let Some(h) = &f.sha256 {
-                    assert_eq!(
-                        h.len(),
-                        64,
-                        "{}/{}: sha256 must be 64 hex digits",
-                        spec.name,
-                        f.name
-                    );
-                    assert!(
-                        h.chars().all(|c| c.is_ascii_hexdigit()),
-                        "{}/{}",
-                        spec.name,
-                        f.name
-                    );
+                    assert_eq!(h.len(), 64, "{}/{}: sha256 must be 64 hex digits", spec.name, f.name);
+                    assert!(h.chars().all(|c| c.is_ascii_hexdigit()), "{}/{}", spec.name, f.name);
                 }
             }
             if spec.role == ModelRole::Embed {
-                assert!(
-                    spec.dims.is_some() && spec.pooling.is_some(),
-                    "{}",
-                    spec.name
-                );
+                assert!(spec.dims.is_some() && spec.pooling.is_some(), "{}", spec.name);
             }
         }
     }
@@ -215,9 +192,6 @@ mod tests {
     #[test]
     fn unknown_model_names_the_known_ones() {
         let err = Manifest::builtin().get("gpt-17").unwrap_err().to_string();
-        assert!(
-            err.contains("all-minilm-l6-v2") && err.contains("nomic-embed-text-v1.5"),
-            "{err}"
-        );
+        assert!(err.contains("all-minilm-l6-v2") && err.contains("nomic-embed-text-v1.5"), "{err}");
     }
 }

@@ -14,11 +14,12 @@ pub mod int8;
 pub mod manifest;
 pub mod precision;
 pub mod pull;
+pub mod softmax;
 pub mod store;
 pub mod tokenizer;
 
 pub use device::{device, DeviceChoice};
-pub use manifest::{Architecture, Manifest, ModelFile, ModelSpec, Pooling};
 pub use precision::Precision;
+pub use manifest::{Architecture, Manifest, ModelFile, ModelSpec, Pooling};
 pub use store::ModelStore;
 pub use tokenizer::{TextTokenizer, Tokens};

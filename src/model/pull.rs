@@ -17,22 +17,14 @@ use crate::model::store::{verify_file, ModelStore};
 pub const DEFAULT_ENDPOINT: &str = "https://huggingface.co";
 
 /// Downloads every file of `spec` that is not already present and verified; returns the paths.
-pub fn pull_model(
-    store: &ModelStore,
-    spec: &ModelSpec,
-    endpoint: &str,
-    progress: bool,
-) -> Result<Vec<PathBuf>> {
+pub fn pull_model(store: &ModelStore, spec: &ModelSpec, endpoint: &str, progress: bool) -> Result<Vec<PathBuf>> {
     let api = ApiBuilder::new()
         .with_cache_dir(store.dir().to_path_buf())
         .with_endpoint(endpoint.trim_end_matches('/').to_string())
         .with_token(None)
         .with_progress(progress)
         .build()
-        .map_err(|e| Error::Download {
-            what: endpoint.to_string(),
-            source: Box::new(e),
-        })?;
+        .map_err(|e| Error::Download { what: endpoint.to_string(), source: Box::new(e) })?;
     let mut paths = Vec::new();
     for file in &spec.files {
         if let Ok(p) = store.verified_file(spec, &file.name) {
@@ -44,10 +36,7 @@ pub fn pull_model(
         let path = api
             .repo(Repo::new(repo.to_string(), RepoType::Model))
             .download(&file.name)
-            .map_err(|e| Error::Download {
-                what,
-                source: Box::new(e),
-            })?;
+            .map_err(|e| Error::Download { what, source: Box::new(e) })?;
         let blob = std::fs::canonicalize(&path).unwrap_or_else(|_| path.clone());
         // hf-hub leaves an empty `<blob>.lock` beside each blob it wrote.
         let mut lock = blob.clone().into_os_string();

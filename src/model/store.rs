@@ -71,18 +71,12 @@ impl ModelStatus {
 impl ModelStore {
     /// A store over `dir`, checked against the built-in manifest.
     pub fn new(dir: impl Into<PathBuf>) -> ModelStore {
-        ModelStore {
-            dir: dir.into(),
-            manifest: Manifest::builtin(),
-        }
+        ModelStore { dir: dir.into(), manifest: Manifest::builtin() }
     }
 
     /// A store checked against another manifest (tests, and tools that ship their own).
     pub fn with_manifest(dir: impl Into<PathBuf>, manifest: &'static Manifest) -> ModelStore {
-        ModelStore {
-            dir: dir.into(),
-            manifest,
-        }
+        ModelStore { dir: dir.into(), manifest }
     }
 
     /// The folder.
@@ -110,10 +104,7 @@ impl ModelStore {
     /// The verified path of one file of a model.
     pub fn verified_file(&self, spec: &ModelSpec, name: &str) -> Result<PathBuf> {
         let file = spec.file(name).ok_or_else(|| {
-            Error::Bug(format!(
-                "model {} has no file {name} in the manifest",
-                spec.name
-            ))
+            Error::Bug(format!("model {} has no file {name} in the manifest", spec.name))
         })?;
         let path = self
             .locate(spec, file)
@@ -130,10 +121,7 @@ impl ModelStore {
 
     /// Every file of a model, verified, in manifest order.
     pub fn verified_files(&self, spec: &ModelSpec) -> Result<Vec<PathBuf>> {
-        spec.files
-            .iter()
-            .map(|f| self.verified_file(spec, &f.name))
-            .collect()
+        spec.files.iter().map(|f| self.verified_file(spec, &f.name)).collect()
     }
 
     /// The state of every file of a model, for `doctor`; never fails.
@@ -150,12 +138,7 @@ impl ModelStore {
                         Err(e) => ("corrupt", Some(e.to_string())),
                     },
                 };
-                FileStatus {
-                    name: f.name.clone(),
-                    path,
-                    state,
-                    detail,
-                }
+                FileStatus { name: f.name.clone(), path, state, detail }
             })
             .collect();
         let ready = files.iter().all(|f| f.state == "ok");
@@ -216,14 +199,8 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let store = ModelStore::new(dir.path());
         let spec = store.manifest().get("all-minilm-l6-v2").unwrap();
-        let err = store
-            .verified_file(spec, "model.safetensors")
-            .unwrap_err()
-            .to_string();
-        assert!(
-            err.contains("scripts/fetch-models.sh all-minilm-l6-v2"),
-            "{err}"
-        );
+        let err = store.verified_file(spec, "model.safetensors").unwrap_err().to_string();
+        assert!(err.contains("scripts/fetch-models.sh all-minilm-l6-v2"), "{err}");
         assert!(!store.status(spec).ready);
     }
 }

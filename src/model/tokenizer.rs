@@ -47,11 +47,7 @@ impl TextTokenizer {
                 direction: TruncationDirection::Right,
             }))
             .map_err(Error::Tokenizer)?;
-        Ok(TextTokenizer {
-            truncating,
-            full,
-            max_tokens,
-        })
+        Ok(TextTokenizer { truncating, full, max_tokens })
     }
 
     /// The limit in tokens.
@@ -72,28 +68,16 @@ impl TextTokenizer {
 
     /// Tokenises single texts (in parallel), truncating each at the limit.
     pub fn encode_texts(&self, texts: &[&str]) -> Result<Vec<Tokens>> {
-        let encs = self
-            .truncating
-            .encode_batch(texts.to_vec(), true)
-            .map_err(Error::Tokenizer)?;
+        let encs = self.truncating.encode_batch(texts.to_vec(), true).map_err(Error::Tokenizer)?;
         encs.into_iter()
             .zip(texts)
             .map(|(e, text)| {
                 let truncated_from = if e.get_overflowing().is_empty() {
                     None
                 } else {
-                    Some(
-                        self.full
-                            .encode(*text, true)
-                            .map_err(Error::Tokenizer)?
-                            .len(),
-                    )
+                    Some(self.full.encode(*text, true).map_err(Error::Tokenizer)?.len())
                 };
-                Ok(Tokens {
-                    ids: e.get_ids().to_vec(),
-                    type_ids: e.get_type_ids().to_vec(),
-                    truncated_from,
-                })
+                Ok(Tokens { ids: e.get_ids().to_vec(), type_ids: e.get_type_ids().to_vec(), truncated_from })
             })
             .collect()
     }
@@ -103,28 +87,16 @@ impl TextTokenizer {
     pub fn encode_pairs(&self, pairs: &[(&str, &str)]) -> Result<Vec<Tokens>> {
         let inputs: Vec<tokenizers::EncodeInput> =
             pairs.iter().map(|(a, b)| (*a, *b).into()).collect();
-        let encs = self
-            .truncating
-            .encode_batch(inputs, true)
-            .map_err(Error::Tokenizer)?;
+        let encs = self.truncating.encode_batch(inputs, true).map_err(Error::Tokenizer)?;
         encs.into_iter()
             .zip(pairs)
             .map(|(e, (a, b))| {
                 let truncated_from = if e.get_overflowing().is_empty() {
                     None
                 } else {
-                    Some(
-                        self.full
-                            .encode((*a, *b), true)
-                            .map_err(Error::Tokenizer)?
-                            .len(),
-                    )
+                    Some(self.full.encode((*a, *b), true).map_err(Error::Tokenizer)?.len())
                 };
-                Ok(Tokens {
-                    ids: e.get_ids().to_vec(),
-                    type_ids: e.get_type_ids().to_vec(),
-                    truncated_from,
-                })
+                Ok(Tokens { ids: e.get_ids().to_vec(), type_ids: e.get_type_ids().to_vec(), truncated_from })
             })
             .collect()
     }

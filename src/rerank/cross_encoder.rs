@@ -29,11 +29,7 @@ pub struct RerankOptions {
 impl Default for RerankOptions {
     /// The CPU, default batches, f32 (the reference precision).
     fn default() -> Self {
-        RerankOptions {
-            device: Device::Cpu,
-            batch: BatchLimits::default(),
-            precision: Precision::F32,
-        }
+        RerankOptions { device: Device::Cpu, batch: BatchLimits::default(), precision: Precision::F32 }
     }
 }
 
@@ -44,16 +40,12 @@ struct Pooler {
 
 impl Pooler {
     fn load(vb: VarBuilder, cfg: &Config) -> candle_core::Result<Pooler> {
-        Ok(Pooler {
-            dense: linear(cfg.hidden_size, cfg.hidden_size, vb.pp("dense"))?,
-        })
+        Ok(Pooler { dense: linear(cfg.hidden_size, cfg.hidden_size, vb.pp("dense"))? })
     }
 
     fn forward(&self, states: &Tensor) -> candle_core::Result<Tensor> {
         let _span = tracing::trace_span!("pooler").entered();
-        self.dense
-            .forward(&states.narrow(1, 0, 1)?.squeeze(1)?)?
-            .tanh()
+        self.dense.forward(&states.narrow(1, 0, 1)?.squeeze(1)?)?.tanh()
     }
 }
 
@@ -71,22 +63,11 @@ pub struct CrossEncoder {
 
 impl CrossEncoder {
     /// Loads the model of a manifest entry, verifying its files.
-    pub fn load(
-        store: &ModelStore,
-        spec: &ModelSpec,
-        options: &RerankOptions,
-    ) -> Result<CrossEncoder> {
+    pub fn load(store: &ModelStore, spec: &ModelSpec, options: &RerankOptions) -> Result<CrossEncoder> {
         let config = store.verified_file(spec, "config.json")?;
         let tokenizer = store.verified_file(spec, "tokenizer.json")?;
         let weights = store.verified_file(spec, "model.safetensors")?;
-        CrossEncoder::from_files(
-            &spec.name,
-            spec.max_tokens,
-            &config,
-            &tokenizer,
-            &weights,
-            options,
-        )
+        CrossEncoder::from_files(&spec.name, spec.max_tokens, &config, &tokenizer, &weights, options)
     }
 
     /// Loads from explicit files (used by `load`, and by tests on a tiny model).
@@ -99,33 +80,21 @@ impl CrossEncoder {
         options: &RerankOptions,
     ) -> Result<CrossEncoder> {
         let text = std::fs::read_to_string(config_path).map_err(Error::path(config_path))?;
-        let cfg: Config = serde_json::from_str(&text).map_err(|e| Error::ModelFormat {
-            model: model_id.into(),
-            reason: format!("config.json: {e}"),
-        })?;
+        let cfg: Config = serde_json::from_str(&text)
+            .map_err(|e| Error::ModelFormat { model: model_id.into(), reason: format!("config.json: {e}") })?;
         let format_err = |e: candle_core::Error| Error::ModelFormat {
             model: model_id.into(),
             reason: format!("not a BERT sequence-classification model: {e}"),
         };
         // SAFETY: verified just before; model files are replaced by rename, never edited in place.
-        let vb = unsafe {
-            VarBuilder::from_mmaped_safetensors(&[weights], DType::F32, &options.device)?
-        };
-        let body = BertBody::load(
-            vb.pp("bert"),
-            &cfg,
-            options.precision.resolve(&options.device)?,
-        )
-        .map_err(format_err)?;
+        let vb = unsafe { VarBuilder::from_mmaped_safetensors(&[weights], DType::F32, &options.device)? };
+        let body = BertBody::load(vb.pp("bert"), &cfg, options.precision.resolve(&options.device)?).map_err(format_err)?;
         let pooler = Pooler::load(vb.pp("bert").pp("pooler"), &cfg).map_err(format_err)?;
         let classifier = linear(cfg.hidden_size, 1, vb.pp("classifier")).map_err(format_err)?;
-        let tokenizer =
-            TextTokenizer::load(tokenizer_path, max_tokens.min(cfg.max_position_embeddings))?;
+        let tokenizer = TextTokenizer::load(tokenizer_path, max_tokens.min(cfg.max_position_embeddings))?;
         Ok(CrossEncoder {
             model_id: model_id.to_string(),
-            pad_id: tokenizer
-                .token_id("[PAD]")
-                .unwrap_or(cfg.pad_token_id as u32),
+            pad_id: tokenizer.token_id("[PAD]").unwrap_or(cfg.pad_token_id as u32),
             tokenizer,
             body,
             pooler,
@@ -157,22 +126,16 @@ impl Reranker for CrossEncoder {
     #[tracing::instrument(skip_all, fields(model = %self.model_id, n = passages.len()))]
     fn score(&self, query: &str, passages: &[&str]) -> Result<Vec<f32>> {
         if query.trim().is_empty() {
-            return Err(Error::Invalid(
-                "the query is empty; there is nothing to rerank against".into(),
-            ));
+            return Err(Error::Invalid("the query is empty; there is nothing to rerank against".into()));
         }
         let pairs: Vec<(&str, &str)> = passages.iter().map(|p| (query, *p)).collect();
         let tokens = self.tokenizer.encode_pairs(&pairs)?;
         let lengths: Vec<usize> = tokens.iter().map(|t| t.ids.len()).collect();
         let plan = plan_batches(&lengths, self.limits);
         let scores: Vec<Vec<f32>> = if self.device.is_cpu() {
-            plan.par_iter()
-                .map(|b| self.score_batch(&tokens, b))
-                .collect::<Result<_>>()?
+            plan.par_iter().map(|b| self.score_batch(&tokens, b)).collect::<Result<_>>()?
         } else {
-            plan.iter()
-                .map(|b| self.score_batch(&tokens, b))
-                .collect::<Result<_>>()?
+            plan.iter().map(|b| self.score_batch(&tokens, b)).collect::<Result<_>>()?
         };
         let mut out = vec![f32::NAN; passages.len()];
         for (batch, s) in plan.iter().zip(scores) {

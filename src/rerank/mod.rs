@@ -20,16 +20,9 @@ pub trait Reranker: Send + Sync {
 }
 
 /// Loads the reranker a manifest entry describes, verifying its files first.
-pub fn load_reranker(
-    store: &ModelStore,
-    spec: &ModelSpec,
-    options: &RerankOptions,
-) -> Result<Arc<dyn Reranker>> {
+pub fn load_reranker(store: &ModelStore, spec: &ModelSpec, options: &RerankOptions) -> Result<Arc<dyn Reranker>> {
     match spec.architecture {
         Architecture::BertCrossEncoder => Ok(Arc::new(CrossEncoder::load(store, spec, options)?)),
-        other => Err(Error::Invalid(format!(
-            "model `{}` is a {other:?} model, not a reranker",
-            spec.name
-        ))),
+        other => Err(Error::Invalid(format!("model `{}` is a {other:?} model, not a reranker", spec.name))),
     }
 }

@@ -41,12 +41,7 @@ pub fn reciprocal_rank_fusion(lists: &[RankedList<'_>], k: f32) -> Vec<(ChunkId,
 /// `lambda * relevance - (1 - lambda) * (highest similarity to one already picked)`. `relevance`
 /// and `vectors` are per candidate, in candidate order; a candidate without a vector is never
 /// penalised. Returns candidate indices in pick order. `lambda = 1` keeps the relevance order.
-pub fn maximal_marginal_relevance(
-    relevance: &[f32],
-    vectors: &[Option<&[f32]>],
-    lambda: f32,
-    take: usize,
-) -> Vec<usize> {
+pub fn maximal_marginal_relevance(relevance: &[f32], vectors: &[Option<&[f32]>], lambda: f32, take: usize) -> Vec<usize> {
     let n = relevance.len().min(vectors.len());
     let mut picked: Vec<usize> = Vec::with_capacity(take.min(n));
     let mut redundancy = vec![f32::NEG_INFINITY; n];
@@ -54,11 +49,7 @@ pub fn maximal_marginal_relevance(
     while picked.len() < take.min(n) {
         let mut best: Option<(usize, f32)> = None;
         for i in (0..n).filter(|&i| free[i]) {
-            let penalty = if redundancy[i].is_finite() {
-                redundancy[i]
-            } else {
-                0.0
-            };
+            let penalty = if redundancy[i].is_finite() { redundancy[i] } else { 0.0 };
             let value = lambda * relevance[i] - (1.0 - lambda) * penalty;
             if best.is_none_or(|(_, b)| value > b) {
                 best = Some((i, value));
@@ -91,25 +82,11 @@ mod tests {
         let dense = ids(&[1, 2, 3]);
         let bm25 = ids(&[3, 1, 4]);
         let fused = reciprocal_rank_fusion(
-            &[
-                RankedList {
-                    weight: 1.0,
-                    ids: &dense,
-                },
-                RankedList {
-                    weight: 1.0,
-                    ids: &bm25,
-                },
-            ],
+            &[RankedList { weight: 1.0, ids: &dense }, RankedList { weight: 1.0, ids: &bm25 }],
             60.0,
         );
         // 1: 1/61 + 1/62; 3: 1/63 + 1/61; 2: 1/62; 4: 1/63.
-        let expect = [
-            (1, 1.0 / 61.0 + 1.0 / 62.0),
-            (3, 1.0 / 63.0 + 1.0 / 61.0),
-            (2, 1.0 / 62.0),
-            (4, 1.0 / 63.0),
-        ];
+        let expect = [(1, 1.0 / 61.0 + 1.0 / 62.0), (3, 1.0 / 63.0 + 1.0 / 61.0), (2, 1.0 / 62.0), (4, 1.0 / 63.0)];
         assert_eq!(fused.len(), 4);
         for ((id, score), (eid, escore)) in fused.iter().zip(expect) {
             assert_eq!(id.0, eid);
@@ -121,45 +98,11 @@ mod tests {
     fn rrf_weights_shift_the_order_and_ties_are_stable() {
         let dense = ids(&[1, 2]);
         let bm25 = ids(&[2, 1]);
-        let equal = reciprocal_rank_fusion(
-            &[
-                RankedList {
-                    weight: 1.0,
-                    ids: &dense,
-                },
-                RankedList {
-                    weight: 1.0,
-                    ids: &bm25,
-                },
-            ],
-            60.0,
-        );
-        assert_eq!(
-            equal.iter().map(|h| h.0 .0).collect::<Vec<_>>(),
-            vec![1, 2],
-            "a tie keeps first-seen order"
-        );
-        let lexical = reciprocal_rank_fusion(
-            &[
-                RankedList {
-                    weight: 0.5,
-                    ids: &dense,
-                },
-                RankedList {
-                    weight: 1.0,
-                    ids: &bm25,
-                },
-            ],
-            60.0,
-        );
+        let equal = reciprocal_rank_fusion(&[RankedList { weight: 1.0, ids: &dense }, RankedList { weight: 1.0, ids: &bm25 }], 60.0);
+        assert_eq!(equal.iter().map(|h| h.0 .0).collect::<Vec<_>>(), vec![1, 2], "a tie keeps first-seen order");
+        let lexical = reciprocal_rank_fusion(&[RankedList { weight: 0.5, ids: &dense }, RankedList { weight: 1.0, ids: &bm25 }], 60.0);
         assert_eq!(lexical[0].0, ChunkId(2));
-        let empty = reciprocal_rank_fusion(
-            &[RankedList {
-                weight: 1.0,
-                ids: &[],
-            }],
-            60.0,
-        );
+        let empty = reciprocal_rank_fusion(&[RankedList { weight: 1.0, ids: &[] }], 60.0);
         assert!(empty.is_empty());
     }
 
@@ -170,17 +113,10 @@ mod tests {
         let b = [0.0f32, 1.0];
         let rel = [0.9, 0.89, 0.5];
         let vecs: Vec<Option<&[f32]>> = vec![Some(&a), Some(&a2), Some(&b)];
-        assert_eq!(
-            maximal_marginal_relevance(&rel, &vecs, 1.0, 3),
-            vec![0, 1, 2],
-            "lambda 1 keeps relevance order"
-        );
+        assert_eq!(maximal_marginal_relevance(&rel, &vecs, 1.0, 3), vec![0, 1, 2], "lambda 1 keeps relevance order");
         // lambda 0.5: after 0, a2 scores 0.5*0.89 - 0.5*0.995 < 0, b scores 0.5*0.5 - 0 = 0.25.
         assert_eq!(maximal_marginal_relevance(&rel, &vecs, 0.5, 2), vec![0, 2]);
         let no_vectors: Vec<Option<&[f32]>> = vec![None, None, None];
-        assert_eq!(
-            maximal_marginal_relevance(&rel, &no_vectors, 0.5, 5),
-            vec![0, 1, 2]
-        );
+        assert_eq!(maximal_marginal_relevance(&rel, &no_vectors, 0.5, 5), vec![0, 1, 2]);
     }
 }

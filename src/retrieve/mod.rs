@@ -228,10 +228,7 @@ impl<'s> Retriever<'s> {
         options: RetrieveOptions,
     ) -> Result<Retriever<'s>> {
         if options.dense_candidates == 0 && options.lexical_candidates == 0 {
-            return Err(Error::Invalid(
-                "both candidate lists are switched off; set dense or lexical candidates above 0"
-                    .into(),
-            ));
+            return Err(Error::Invalid("both candidate lists are switched off; set dense or lexical candidates above 0".into()));
         }
         let reader = store.reader(tenant)?;
         match &embedder {
@@ -253,19 +250,11 @@ impl<'s> Retriever<'s> {
                 }
             }
             None if options.dense_candidates > 0 => {
-                return Err(Error::Invalid(
-                    "dense retrieval needs the index's embedding model".into(),
-                ))
+                return Err(Error::Invalid("dense retrieval needs the index's embedding model".into()))
             }
             None => {}
         }
-        Ok(Retriever {
-            store,
-            reader,
-            embedder,
-            reranker,
-            options,
-        })
+        Ok(Retriever { store, reader, embedder, reranker, options })
     }
 
     /// The open tenant.
@@ -301,19 +290,13 @@ impl<'s> Retriever<'s> {
         let started = Instant::now();
         let query = query.trim();
         if query.is_empty() {
-            return Err(Error::Invalid(
-                "the query is empty; type what you are looking for".into(),
-            ));
+            return Err(Error::Invalid("the query is empty; type what you are looking for".into()));
         }
         let o = &self.options;
         let mut timings = Timings::default();
 
         let t = Instant::now();
-        let query_vector = if o.dense_candidates > 0 {
-            self.embed_query(query)?
-        } else {
-            None
-        };
+        let query_vector = if o.dense_candidates > 0 { self.embed_query(query)? } else { None };
         timings.embed_ms = ms(t);
 
         let t = Instant::now();
@@ -323,11 +306,7 @@ impl<'s> Retriever<'s> {
         };
         timings.dense_ms = ms(t);
         let t = Instant::now();
-        let lexical = if o.lexical_candidates > 0 {
-            self.reader.lexical.search(query, o.lexical_candidates)?
-        } else {
-            Vec::new()
-        };
+        let lexical = if o.lexical_candidates > 0 { self.reader.lexical.search(query, o.lexical_candidates)? } else { Vec::new() };
         timings.lexical_ms = ms(t);
 
         let t = Instant::now();
@@ -335,30 +314,13 @@ impl<'s> Retriever<'s> {
         let lexical_ids: Vec<ChunkId> = lexical.iter().map(|h| h.0).collect();
         let fused = reciprocal_rank_fusion(
             &[
-                RankedList {
-                    weight: o.dense_weight,
-                    ids: &dense_ids,
-                },
-                RankedList {
-                    weight: o.lexical_weight,
-                    ids: &lexical_ids,
-                },
+                RankedList { weight: o.dense_weight, ids: &dense_ids },
+                RankedList { weight: o.lexical_weight, ids: &lexical_ids },
             ],
             o.rrf_k,
         );
         let stage = |list: &[(ChunkId, f32)]| -> HashMap<ChunkId, StageRank> {
-            list.iter()
-                .enumerate()
-                .map(|(i, (id, s))| {
-                    (
-                        *id,
-                        StageRank {
-                            rank: i + 1,
-                            score: *s,
-                        },
-                    )
-                })
-                .collect()
+            list.iter().enumerate().map(|(i, (id, s))| (*id, StageRank { rank: i + 1, score: *s })).collect()
         };
         let (dense_at, lexical_at) = (stage(&dense), stage(&lexical));
         let fused_ids: Vec<ChunkId> = fused.iter().map(|h| h.0).collect();
@@ -373,10 +335,7 @@ impl<'s> Retriever<'s> {
                 chunk: *id,
                 dense: dense_at.get(id).copied(),
                 lexical: lexical_at.get(id).copied(),
-                fused: StageRank {
-                    rank: i + 1,
-                    score: *score,
-                },
+                fused: StageRank { rank: i + 1, score: *score },
                 similarity: match (&query_vector, &vectors[i]) {
                     (Some(q), Some(v)) => Some(cosine(q, v)),
                     _ => None,
@@ -391,11 +350,7 @@ impl<'s> Retriever<'s> {
         // needs the texts of its whole depth, the hits a few more than `top_k` in case of stale ids.
         let t = Instant::now();
         let reranking = self.reranker.as_ref().filter(|_| o.rerank_depth > 0);
-        let head = if reranking.is_some() {
-            o.rerank_depth.max(o.top_k)
-        } else {
-            o.top_k * 2
-        };
+        let head = if reranking.is_some() { o.rerank_depth.max(o.top_k) } else { o.top_k * 2 };
         let mut rows = self.resolve(candidates.iter().take(head).map(|c| c.chunk))?;
         timings.resolve_ms = ms(t);
 
@@ -412,18 +367,11 @@ impl<'s> Retriever<'s> {
                 })
                 .collect();
             let refs: Vec<&str> = texts.iter().map(String::as_str).collect();
-            let scores = if refs.is_empty() {
-                Vec::new()
-            } else {
-                reranker.score(query, &refs)?
-            };
+            let scores = if refs.is_empty() { Vec::new() } else { reranker.score(query, &refs)? };
             let mut order: Vec<(usize, f32)> = scored.into_iter().zip(scores).collect();
             order.sort_by(|a, b| b.1.total_cmp(&a.1));
             for (rank, (i, score)) in order.iter().enumerate() {
-                candidates[*i].rerank = Some(StageRank {
-                    rank: rank + 1,
-                    score: *score,
-                });
+                candidates[*i].rerank = Some(StageRank { rank: rank + 1, score: *score });
             }
             // Reranked candidates first, by their score; the rest keep the fused order.
             candidates.sort_by(|a, b| match (a.rerank, b.rerank) {
@@ -440,12 +388,8 @@ impl<'s> Retriever<'s> {
         }
 
         let evidence = match (&self.reranker, &self.embedder) {
-            (Some(r), _) if o.rerank_depth > 0 => Evidence::Rerank {
-                model: r.model_id().to_string(),
-            },
-            (_, Some(e)) if query_vector.is_some() => Evidence::Similarity {
-                model: e.model_id().to_string(),
-            },
+            (Some(r), _) if o.rerank_depth > 0 => Evidence::Rerank { model: r.model_id().to_string() },
+            (_, Some(e)) if query_vector.is_some() => Evidence::Similarity { model: e.model_id().to_string() },
             _ => Evidence::None,
         };
         let evidence_of = |c: &Candidate| match evidence {
@@ -454,11 +398,7 @@ impl<'s> Retriever<'s> {
             Evidence::None => None,
         };
         let best_evidence = candidates.iter().filter_map(evidence_of).reduce(f32::max);
-        let floor = if evidence == Evidence::None {
-            None
-        } else {
-            o.floor
-        };
+        let floor = if evidence == Evidence::None { None } else { o.floor };
         let refused = match (floor, best_evidence) {
             (Some(f), Some(b)) => b < f,
             (Some(_), None) => true,
@@ -487,37 +427,17 @@ impl<'s> Retriever<'s> {
     /// Catalog rows of `ids` that belong to this tenant.
     fn resolve(&self, ids: impl Iterator<Item = ChunkId>) -> Result<HashMap<ChunkId, ChunkRow>> {
         let ids: Vec<ChunkId> = ids.collect();
-        Ok(self
-            .store
-            .catalog()
-            .chunks(self.reader.tenant.id, &ids)?
-            .into_iter()
-            .map(|r| (r.id, r))
-            .collect())
+        Ok(self.store.catalog().chunks(self.reader.tenant.id, &ids)?.into_iter().map(|r| (r.id, r)).collect())
     }
 
     /// Reorders the head of the candidate list (the reranked part, or `rerank_depth` fused
     /// candidates) by maximal marginal relevance, relevance being the stage score rescaled to 0..1.
     fn diversify(&self, candidates: &mut Vec<Candidate>, lambda: f32) -> Result<()> {
-        let depth = self
-            .options
-            .rerank_depth
-            .max(self.options.top_k)
-            .min(candidates.len());
+        let depth = self.options.rerank_depth.max(self.options.top_k).min(candidates.len());
         let head: Vec<Candidate> = candidates.drain(..depth).collect();
-        let scores: Vec<f32> = head
-            .iter()
-            .map(|c| c.rerank.map_or(c.fused.score, |r| r.score))
-            .collect();
-        let (lo, hi) = scores
-            .iter()
-            .fold((f32::INFINITY, f32::NEG_INFINITY), |(lo, hi), &s| {
-                (lo.min(s), hi.max(s))
-            });
-        let relevance: Vec<f32> = scores
-            .iter()
-            .map(|s| if hi > lo { (s - lo) / (hi - lo) } else { 1.0 })
-            .collect();
+        let scores: Vec<f32> = head.iter().map(|c| c.rerank.map_or(c.fused.score, |r| r.score)).collect();
+        let (lo, hi) = scores.iter().fold((f32::INFINITY, f32::NEG_INFINITY), |(lo, hi), &s| (lo.min(s), hi.max(s)));
+        let relevance: Vec<f32> = scores.iter().map(|s| if hi > lo { (s - lo) / (hi - lo) } else { 1.0 }).collect();
         let ids: Vec<ChunkId> = head.iter().map(|c| c.chunk).collect();
         let stored = self.reader.vector.vectors(&ids)?;
         let refs: Vec<Option<&[f32]>> = stored.iter().map(|v| v.as_deref()).collect();
@@ -548,8 +468,7 @@ impl<'s> Retriever<'s> {
             if !rows.contains_key(&id) {
                 // Past the resolved head: resolve the next stretch.
                 if i >= next {
-                    let more =
-                        self.resolve(candidates[i..].iter().take(o.top_k.max(8)).map(|c| c.chunk))?;
+                    let more = self.resolve(candidates[i..].iter().take(o.top_k.max(8)).map(|c| c.chunk))?;
                     next = i + o.top_k.max(8);
                     rows.extend(more);
                 }
@@ -559,15 +478,9 @@ impl<'s> Retriever<'s> {
                 }
             }
             let row = rows[&id].clone();
-            let score = candidates[i]
-                .rerank
-                .map_or(candidates[i].fused.score, |r| r.score);
+            let score = candidates[i].rerank.map_or(candidates[i].fused.score, |r| r.score);
             let evidence = evidence_of(&candidates[i]);
-            match row
-                .parent
-                .filter(|_| o.expand_parents)
-                .and_then(|p| by_parent.get(&p).map(|&h| (p, h)))
-            {
+            match row.parent.filter(|_| o.expand_parents).and_then(|p| by_parent.get(&p).map(|&h| (p, h))) {
                 Some((parent, h)) => {
                     let hit = &mut hits[h];
                     if hit.section.is_none() {
@@ -575,10 +488,7 @@ impl<'s> Retriever<'s> {
                     }
                     if hit.section.is_some() {
                         hit.children.push(id);
-                        candidates[i].outcome = Outcome::MergedIntoParent {
-                            parent,
-                            rank: hit.rank,
-                        };
+                        candidates[i].outcome = Outcome::MergedIntoParent { parent, rank: hit.rank };
                         continue;
                     }
                     // The parent is gone from the catalog: keep the child on its own.
@@ -595,23 +505,9 @@ impl<'s> Retriever<'s> {
         Ok(hits)
     }
 
-    fn push_hit(
-        &self,
-        hits: &mut Vec<Hit>,
-        candidate: &mut Candidate,
-        row: ChunkRow,
-        score: f32,
-        evidence: Option<f32>,
-    ) {
+    fn push_hit(&self, hits: &mut Vec<Hit>, candidate: &mut Candidate, row: ChunkRow, score: f32, evidence: Option<f32>) {
         let rank = hits.len() + 1;
         candidate.outcome = Outcome::Kept { rank };
-        hits.push(Hit {
-            rank,
-            children: vec![row.id],
-            chunk: row,
-            section: None,
-            score,
-            evidence,
-        });
+        hits.push(Hit { rank, children: vec![row.id], chunk: row, section: None, score, evidence });
     }
 }

@@ -16,10 +16,7 @@ use serde::de::DeserializeOwned;
 use serde::Deserialize;
 use tokio::sync::mpsc;
 
-use ragbox::service::{
-    Answer, AskOptions, Asked, Caller, EventFilter, KeyRole, Rating, SearchOptions, Service,
-    TokenSink,
-};
+use ragbox::service::{Answer, AskOptions, Asked, Caller, EventFilter, KeyRole, Rating, SearchOptions, Service, TokenSink};
 
 use super::auth::Authed;
 use super::error::rejection;
@@ -50,20 +47,14 @@ const DRAIN_BYTES: usize = 1 << 20;
 
 /// Reads a body of at most `limit` bytes within `timeout_ms` (else 408). A longer one is read on
 /// (up to [`DRAIN_BYTES`] more) and refused with 413 naming the limit.
-async fn read_body(
-    body: axum::body::Body,
-    limit: usize,
-    timeout_ms: u64,
-) -> Result<axum::body::Bytes, ApiError> {
+async fn read_body(body: axum::body::Body, limit: usize, timeout_ms: u64) -> Result<axum::body::Bytes, ApiError> {
     use futures::StreamExt;
     let mut stream = body.into_data_stream();
     let mut buf = Vec::new();
     let mut total = 0usize;
     let read = async {
         while let Some(chunk) = stream.next().await {
-            let chunk = chunk.map_err(|e| {
-                ApiError::invalid(format!("the request body could not be read: {e}"))
-            })?;
+            let chunk = chunk.map_err(|e| ApiError::invalid(format!("the request body could not be read: {e}")))?;
             total = total.saturating_add(chunk.len());
             if total <= limit {
                 buf.extend_from_slice(&chunk);
@@ -73,14 +64,9 @@ async fn read_body(
         }
         Ok::<(), ApiError>(())
     };
-    tokio::time::timeout(Duration::from_millis(timeout_ms), read)
-        .await
-        .map_err(|_| ApiError::slow_body(timeout_ms))??;
+    tokio::time::timeout(Duration::from_millis(timeout_ms), read).await.map_err(|_| ApiError::slow_body(timeout_ms))??;
     if total > limit {
-        return Err(ApiError::too_large(
-            "the request body",
-            format!("{limit} bytes"),
-        ));
+        return Err(ApiError::too_large("the request body", format!("{limit} bytes")));
     }
     Ok(buf.into())
 }
@@ -91,10 +77,7 @@ pub struct ApiPath<T>(pub T);
 impl<T: DeserializeOwned + Send, S: Send + Sync> axum::extract::FromRequestParts<S> for ApiPath<T> {
     type Rejection = ApiError;
 
-    async fn from_request_parts(
-        parts: &mut axum::http::request::Parts,
-        state: &S,
-    ) -> Result<Self, ApiError> {
+    async fn from_request_parts(parts: &mut axum::http::request::Parts, state: &S) -> Result<Self, ApiError> {
         match Path::<T>::from_request_parts(parts, state).await {
             Ok(Path(v)) => Ok(ApiPath(v)),
             Err(r) => Err(rejection(r.status(), r.body_text(), 0)),
@@ -105,17 +88,12 @@ impl<T: DeserializeOwned + Send, S: Send + Sync> axum::extract::FromRequestParts
 /// Checks a question or query: not empty, not longer than the limit.
 fn check_question(state: &State, what: &str, text: &str) -> Result<(), ApiError> {
     if text.trim().is_empty() {
-        return Err(ApiError::invalid(format!(
-            "the {what} is empty; send what you want to know"
-        )));
+        return Err(ApiError::invalid(format!("the {what} is empty; send what you want to know")));
     }
     let chars = text.chars().count();
     let limit = state.config.max_question_chars;
     if chars > limit {
-        return Err(ApiError::too_large(
-            &format!("the {what} ({chars} characters)"),
-            format!("{limit} characters (server.max_question_chars)"),
-        ));
+        return Err(ApiError::too_large(&format!("the {what} ({chars} characters)"), format!("{limit} characters (server.max_question_chars)")));
     }
     Ok(())
 }
@@ -134,40 +112,20 @@ pub async fn healthz() -> Json<serde_json::Value> {
 pub async fn readyz(Extract(state): Extract<State>) -> Response {
     let service = state.service.clone();
     match tokio::task::spawn_blocking(move || service.health()).await {
-        Ok(h) if h.ready && !state.stopping.load(Ordering::SeqCst) => (
-            StatusCode::OK,
-            Json(serde_json::json!({ "status": "ready", "health": h })),
-        )
-            .into_response(),
-        Ok(h) => (
-            StatusCode::SERVICE_UNAVAILABLE,
-            Json(serde_json::json!({ "status": "not_ready", "health": h })),
-        )
-            .into_response(),
+        Ok(h) if h.ready && !state.stopping.load(Ordering::SeqCst) => (StatusCode::OK, Json(serde_json::json!({ "status": "ready", "health": h }))).into_response(),
+        Ok(h) => (StatusCode::SERVICE_UNAVAILABLE, Json(serde_json::json!({ "status": "not_ready", "health": h }))).into_response(),
         Err(e) => ApiError::internal(e.to_string()).into_response(),
     }
 }
 
 /// Prometheus text.
 pub async fn metrics(Extract(state): Extract<State>) -> Response {
-    let text = state
-        .metrics
-        .render(state.queue.depth(), state.service.ingest_progress());
-    (
-        [(
-            axum::http::header::CONTENT_TYPE,
-            "text/plain; version=0.0.4",
-        )],
-        text,
-    )
-        .into_response()
+    let text = state.metrics.render(state.queue.depth(), state.service.ingest_progress());
+    ([(axum::http::header::CONTENT_TYPE, "text/plain; version=0.0.4")], text).into_response()
 }
 
 /// `GET /v1/tenants`: the tenants this key reaches.
-pub async fn tenants(
-    Extract(state): Extract<State>,
-    Authed(caller): Authed,
-) -> Result<Json<serde_json::Value>, ApiError> {
+pub async fn tenants(Extract(state): Extract<State>, Authed(caller): Authed) -> Result<Json<serde_json::Value>, ApiError> {
     let tenants = state.blocking(move |s| s.tenants(&caller)).await?;
     Ok(Json(serde_json::json!({ "tenants": tenants })))
 }
@@ -198,21 +156,13 @@ pub async fn search(
     if body.k == Some(0) || body.k.is_some_and(|k| k > 100) {
         return Err(ApiError::invalid("k must be between 1 and 100"));
     }
-    let options = SearchOptions {
-        k: body.k,
-        model: None,
-        no_rerank: body.no_rerank,
-    };
+    let options = SearchOptions { k: body.k, model: None, no_rerank: body.no_rerank };
     let explain = body.explain;
-    let mut found = state
-        .blocking(move |s| s.search(&caller, &tenant, &body.query, &options))
-        .await?;
+    let mut found = state.blocking(move |s| s.search(&caller, &tenant, &body.query, &options)).await?;
     if !explain {
         found.retrieval.candidates.clear();
     }
-    Ok(Json(
-        serde_json::json!({ "retrieval": found.retrieval, "note": found.note }),
-    ))
+    Ok(Json(serde_json::json!({ "retrieval": found.retrieval, "note": found.note })))
 }
 
 /// `POST /v1/tenants/{tenant}/ask`.
@@ -239,12 +189,7 @@ pub(super) type TokenFormat = Box<dyn Fn(&str) -> Option<Event> + Send + Sync>;
 
 /// ragbox's own token events: `event: token`, `data: {"text": "..."}`.
 pub(super) fn token_event() -> TokenFormat {
-    Box::new(|text| {
-        Event::default()
-            .event("token")
-            .json_data(serde_json::json!({ "text": text }))
-            .ok()
-    })
+    Box::new(|text| Event::default().event("token").json_data(serde_json::json!({ "text": text })).ok())
 }
 
 /// Tokens into the event stream; cancelled when the client has gone, the deadline passed or
@@ -264,17 +209,12 @@ impl TokenSink for ChannelSink {
     }
 
     fn cancelled(&self) -> bool {
-        self.tx.is_closed()
-            || Instant::now() > self.deadline
-            || self.state.stopping.load(Ordering::SeqCst)
+        self.tx.is_closed() || Instant::now() > self.deadline || self.state.stopping.load(Ordering::SeqCst)
     }
 }
 
 pub(super) fn error_event(e: &ApiError) -> Event {
-    Event::default()
-        .event("error")
-        .json_data(e.body())
-        .unwrap_or_else(|_| Event::default().event("error"))
+    Event::default().event("error").json_data(e.body()).unwrap_or_else(|_| Event::default().event("error"))
 }
 
 /// The final event's payload: the answer with what a client shows.
@@ -299,9 +239,7 @@ fn answer_payload(answer: &Answer) -> serde_json::Value {
 }
 
 /// A stream of events from `rx`.
-pub(super) fn event_stream(
-    rx: mpsc::UnboundedReceiver<Streamed>,
-) -> Sse<impl futures::Stream<Item = Result<Event, Infallible>>> {
+pub(super) fn event_stream(rx: mpsc::UnboundedReceiver<Streamed>) -> Sse<impl futures::Stream<Item = Result<Event, Infallible>>> {
     let stream = futures::stream::unfold(rx, |mut rx| async move {
         loop {
             match rx.recv().await {
@@ -352,12 +290,7 @@ pub(super) fn generate<T: Send + 'static>(
         let service = state.service.clone();
         let sink_tx = tx.clone();
         let result = tokio::task::spawn_blocking(move || {
-            let mut sink = ChannelSinkHandle(ChannelSink {
-                tx: sink_tx,
-                deadline,
-                state: sink_state,
-                format,
-            });
+            let mut sink = ChannelSinkHandle(ChannelSink { tx: sink_tx, deadline, state: sink_state, format });
             work(&service, &mut sink)
         })
         .await;
@@ -370,9 +303,7 @@ pub(super) fn generate<T: Send + 'static>(
             }
             Err(join) => {
                 state.metrics.generation("error", 0, 0.0);
-                Err(ApiError::internal(format!(
-                    "the answer's worker failed: {join}"
-                )))
+                Err(ApiError::internal(format!("the answer's worker failed: {join}")))
             }
         };
         for e in finish(&state, result) {
@@ -413,23 +344,13 @@ pub(super) fn count(state: &State, asked: &Asked) {
     } else {
         "ok"
     };
-    state.metrics.generation(
-        outcome,
-        asked.answer.timings.completion_tokens,
-        asked.answer.timings.tokens_per_second,
-    );
+    state.metrics.generation(outcome, asked.answer.timings.completion_tokens, asked.answer.timings.tokens_per_second);
 }
 
 /// Checks the tenant is in scope before a stream starts, so a wrong tenant is a plain 404.
-pub(super) async fn require_tenant(
-    state: &State,
-    caller: &Caller,
-    tenant: &str,
-) -> Result<(), ApiError> {
+pub(super) async fn require_tenant(state: &State, caller: &Caller, tenant: &str) -> Result<(), ApiError> {
     let (caller, tenant) = (caller.clone(), tenant.to_string());
-    state
-        .blocking(move |s| s.tenant(&caller, &tenant).map(|_| ()))
-        .await
+    state.blocking(move |s| s.tenant(&caller, &tenant).map(|_| ())).await
 }
 
 pub async fn ask(
@@ -440,10 +361,7 @@ pub async fn ask(
 ) -> Result<Response, ApiError> {
     check_question(&state, "question", &body.question)?;
     require_tenant(&state, &caller, &tenant).await?;
-    let options = AskOptions {
-        llm: None,
-        no_rerank: body.no_rerank,
-    };
+    let options = AskOptions { llm: None, no_rerank: body.no_rerank };
     let rx = generate(
         &state,
         token_event(),
@@ -457,42 +375,21 @@ pub async fn ask(
             let mut payload = answer_payload(&asked.answer);
             payload["note"] = serde_json::json!(asked.note);
             payload["cancelled"] = serde_json::json!(asked.cancelled);
-            vec![Streamed::Event(
-                Event::default()
-                    .event("answer")
-                    .json_data(payload)
-                    .unwrap_or_default(),
-            )]
+            vec![Streamed::Event(Event::default().event("answer").json_data(payload).unwrap_or_default())]
         },
     )?;
     Ok(event_stream(rx).into_response())
 }
 
 /// `POST /v1/tenants/{tenant}/chat/sessions`: a new session.
-pub async fn create_session(
-    Extract(state): Extract<State>,
-    Authed(caller): Authed,
-    ApiPath(tenant): ApiPath<String>,
-) -> Result<Response, ApiError> {
-    let (_, id) = state
-        .blocking(move |s| s.open_session(&caller, &tenant, None))
-        .await?;
-    Ok((
-        StatusCode::CREATED,
-        Json(serde_json::json!({ "session": id })),
-    )
-        .into_response())
+pub async fn create_session(Extract(state): Extract<State>, Authed(caller): Authed, ApiPath(tenant): ApiPath<String>) -> Result<Response, ApiError> {
+    let (_, id) = state.blocking(move |s| s.open_session(&caller, &tenant, None)).await?;
+    Ok((StatusCode::CREATED, Json(serde_json::json!({ "session": id }))).into_response())
 }
 
 /// `GET /v1/tenants/{tenant}/chat/sessions`.
-pub async fn list_sessions(
-    Extract(state): Extract<State>,
-    Authed(caller): Authed,
-    ApiPath(tenant): ApiPath<String>,
-) -> Result<Json<serde_json::Value>, ApiError> {
-    let rows = state
-        .blocking(move |s| s.sessions(&caller, &tenant, 100))
-        .await?;
+pub async fn list_sessions(Extract(state): Extract<State>, Authed(caller): Authed, ApiPath(tenant): ApiPath<String>) -> Result<Json<serde_json::Value>, ApiError> {
+    let rows = state.blocking(move |s| s.sessions(&caller, &tenant, 100)).await?;
     let sessions: Vec<_> = rows.iter().map(|(id, created_ms, turns)| serde_json::json!({ "session": id, "created_ms": created_ms, "turns": turns })).collect();
     Ok(Json(serde_json::json!({ "sessions": sessions })))
 }
@@ -503,12 +400,8 @@ pub async fn read_session(
     Authed(caller): Authed,
     ApiPath((tenant, session)): ApiPath<(String, i64)>,
 ) -> Result<Json<serde_json::Value>, ApiError> {
-    let turns = state
-        .blocking(move |s| s.session_turns(&caller, &tenant, session))
-        .await?;
-    Ok(Json(
-        serde_json::json!({ "session": session, "turns": turns }),
-    ))
+    let turns = state.blocking(move |s| s.session_turns(&caller, &tenant, session)).await?;
+    Ok(Json(serde_json::json!({ "session": session, "turns": turns })))
 }
 
 /// `POST /v1/tenants/{tenant}/chat/sessions/{session}/messages`.
@@ -530,13 +423,8 @@ pub async fn chat_message(
 ) -> Result<Response, ApiError> {
     check_question(&state, "question", &body.question)?;
     let (c, t) = (caller.clone(), tenant.clone());
-    let (tenant_row, session) = state
-        .blocking(move |s| s.open_session(&c, &t, Some(session)))
-        .await?;
-    let options = AskOptions {
-        llm: None,
-        no_rerank: body.no_rerank,
-    };
+    let (tenant_row, session) = state.blocking(move |s| s.open_session(&c, &t, Some(session))).await?;
+    let options = AskOptions { llm: None, no_rerank: body.no_rerank };
     let rx = generate(
         &state,
         token_event(),
@@ -548,15 +436,7 @@ pub async fn chat_message(
                     send(e);
                 }
             };
-            s.chat_turn(
-                &caller,
-                &tenant_row,
-                session,
-                &body.question,
-                &options,
-                sink,
-                &mut on_resolved,
-            )
+            s.chat_turn(&caller, &tenant_row, session, &body.question, &options, sink, &mut on_resolved)
         },
         |state, result: Result<(ragbox::service::ChatTurn, Asked), ApiError>| {
             let (turn, asked) = match result {
@@ -569,12 +449,7 @@ pub async fn chat_message(
             payload["turn"] = serde_json::json!(turn.turn);
             payload["follow_up"] = serde_json::json!(turn.follow_up);
             payload["cancelled"] = serde_json::json!(asked.cancelled);
-            vec![Streamed::Event(
-                Event::default()
-                    .event("answer")
-                    .json_data(payload)
-                    .unwrap_or_default(),
-            )]
+            vec![Streamed::Event(Event::default().event("answer").json_data(payload).unwrap_or_default())]
         },
     )?;
     Ok(event_stream(rx).into_response())
@@ -599,47 +474,18 @@ pub async fn feedback(
     ApiJson(body): ApiJson<FeedbackBody>,
 ) -> Result<Response, ApiError> {
     let rating: Rating = body.rating.parse().map_err(ApiError::from)?;
-    if body
-        .comment
-        .as_ref()
-        .is_some_and(|c| c.chars().count() > state.config.max_question_chars)
-    {
-        return Err(ApiError::too_large(
-            "the comment",
-            format!("{} characters", state.config.max_question_chars),
-        ));
+    if body.comment.as_ref().is_some_and(|c| c.chars().count() > state.config.max_question_chars) {
+        return Err(ApiError::too_large("the comment", format!("{} characters", state.config.max_question_chars)));
     }
     let answer_id = body.answer_id;
-    let id = state
-        .blocking(move |s| {
-            s.feedback(
-                &caller,
-                Some(&tenant),
-                answer_id,
-                rating,
-                body.comment.as_deref(),
-            )
-        })
-        .await?;
-    Ok((
-        StatusCode::CREATED,
-        Json(serde_json::json!({ "feedback_id": id, "answer_id": answer_id, "rating": rating })),
-    )
-        .into_response())
+    let id = state.blocking(move |s| s.feedback(&caller, Some(&tenant), answer_id, rating, body.comment.as_deref())).await?;
+    Ok((StatusCode::CREATED, Json(serde_json::json!({ "feedback_id": id, "answer_id": answer_id, "rating": rating }))).into_response())
 }
 
 /// `GET /v1/tenants/{tenant}/documents`.
-pub async fn list_documents(
-    Extract(state): Extract<State>,
-    Authed(caller): Authed,
-    ApiPath(tenant): ApiPath<String>,
-) -> Result<Json<serde_json::Value>, ApiError> {
-    let (tenant, docs) = state
-        .blocking(move |s| s.documents(&caller, &tenant))
-        .await?;
-    Ok(Json(
-        serde_json::json!({ "tenant": tenant, "documents": docs }),
-    ))
+pub async fn list_documents(Extract(state): Extract<State>, Authed(caller): Authed, ApiPath(tenant): ApiPath<String>) -> Result<Json<serde_json::Value>, ApiError> {
+    let (tenant, docs) = state.blocking(move |s| s.documents(&caller, &tenant)).await?;
+    Ok(Json(serde_json::json!({ "tenant": tenant, "documents": docs })))
 }
 
 /// `POST /v1/tenants/{tenant}/documents`: multipart, one part named `file` with a file name.
@@ -650,9 +496,7 @@ pub async fn upload(
     multipart: Result<Multipart, axum::extract::multipart::MultipartRejection>,
 ) -> Result<Response, ApiError> {
     caller.scope(&tenant).map_err(ApiError::from)?;
-    caller
-        .require(KeyRole::Writer, "uploading documents")
-        .map_err(ApiError::from)?;
+    caller.require(KeyRole::Writer, "uploading documents").map_err(ApiError::from)?;
     let limit = state.config.max_upload_bytes;
     let mut multipart = multipart.map_err(|r| rejection(r.status(), r.body_text(), limit))?;
     let read = async {
@@ -665,54 +509,28 @@ pub async fn upload(
             if field.name() != Some("file") {
                 continue;
             }
-            let name = field
-                .file_name()
-                .map(str::to_string)
-                .ok_or_else(|| ApiError::invalid("the `file` part has no file name"))?;
+            let name = field.file_name().map(str::to_string).ok_or_else(|| ApiError::invalid("the `file` part has no file name"))?;
             let bytes = field.bytes().await.map_err(|e| multipart_error(e, limit))?;
             if bytes.len() > limit {
-                return Err(ApiError::too_large(
-                    &format!("the upload ({} bytes)", bytes.len()),
-                    format!("{limit} bytes (server.max_upload_bytes)"),
-                ));
+                return Err(ApiError::too_large(&format!("the upload ({} bytes)", bytes.len()), format!("{limit} bytes (server.max_upload_bytes)")));
             }
             return Ok(Some((name, bytes)));
         }
     };
     let timeout_ms = state.config.body_timeout_ms;
-    let file = tokio::time::timeout(Duration::from_millis(timeout_ms), read)
-        .await
-        .map_err(|_| ApiError::slow_body(timeout_ms))??;
-    let (name, bytes) = file
-        .ok_or_else(|| ApiError::invalid("send the document as a multipart part named `file`"))?;
+    let file = tokio::time::timeout(Duration::from_millis(timeout_ms), read).await.map_err(|_| ApiError::slow_body(timeout_ms))??;
+    let (name, bytes) = file.ok_or_else(|| ApiError::invalid("send the document as a multipart part named `file`"))?;
     ragbox::service::check_upload_name(&name).map_err(ApiError::from)?;
-    let job = state
-        .blocking(move |s| s.upload(&caller, &tenant, &name, &bytes))
-        .await?;
-    Ok((
-        StatusCode::ACCEPTED,
-        Json(serde_json::json!({ "job": job })),
-    )
-        .into_response())
+    let job = state.blocking(move |s| s.upload(&caller, &tenant, &name, &bytes)).await?;
+    Ok((StatusCode::ACCEPTED, Json(serde_json::json!({ "job": job }))).into_response())
 }
 
 fn multipart_error(e: axum::extract::multipart::MultipartError, limit: usize) -> ApiError {
     let status = e.status();
     if status == StatusCode::PAYLOAD_TOO_LARGE {
-        return ApiError::too_large(
-            "the upload",
-            format!("{limit} bytes (server.max_upload_bytes)"),
-        );
+        return ApiError::too_large("the upload", format!("{limit} bytes (server.max_upload_bytes)"));
     }
-    rejection(
-        if status.is_client_error() {
-            status
-        } else {
-            StatusCode::BAD_REQUEST
-        },
-        format!("malformed multipart body: {}", e.body_text()),
-        limit,
-    )
+    rejection(if status.is_client_error() { status } else { StatusCode::BAD_REQUEST }, format!("malformed multipart body: {}", e.body_text()), limit)
 }
 
 /// `DELETE /v1/tenants/{tenant}/documents/{doc}`.
@@ -721,12 +539,8 @@ pub async fn remove_document(
     Authed(caller): Authed,
     ApiPath((tenant, doc)): ApiPath<(String, u64)>,
 ) -> Result<Json<serde_json::Value>, ApiError> {
-    let removed = state
-        .blocking(move |s| s.remove_document(&caller, &tenant, doc))
-        .await?;
-    Ok(Json(
-        serde_json::json!({ "removed": removed.to_string_lossy() }),
-    ))
+    let removed = state.blocking(move |s| s.remove_document(&caller, &tenant, doc)).await?;
+    Ok(Json(serde_json::json!({ "removed": removed.to_string_lossy() })))
 }
 
 /// `GET /v1/tenants/{tenant}/documents/{doc}/text`: the document's text as ingest parsed it
@@ -736,38 +550,18 @@ pub async fn document_text(
     Authed(caller): Authed,
     ApiPath((tenant, doc)): ApiPath<(String, u64)>,
 ) -> Result<Json<ragbox::service::DocumentText>, ApiError> {
-    Ok(Json(
-        state
-            .blocking(move |s| s.document_text(&caller, &tenant, doc))
-            .await?,
-    ))
+    Ok(Json(state.blocking(move |s| s.document_text(&caller, &tenant, doc)).await?))
 }
 
 /// `POST /v1/tenants/{tenant}/documents/{doc}/reingest`.
-pub async fn reingest(
-    Extract(state): Extract<State>,
-    Authed(caller): Authed,
-    ApiPath((tenant, doc)): ApiPath<(String, u64)>,
-) -> Result<Response, ApiError> {
-    let job = state
-        .blocking(move |s| s.reingest(&caller, &tenant, doc))
-        .await?;
-    Ok((
-        StatusCode::ACCEPTED,
-        Json(serde_json::json!({ "job": job })),
-    )
-        .into_response())
+pub async fn reingest(Extract(state): Extract<State>, Authed(caller): Authed, ApiPath((tenant, doc)): ApiPath<(String, u64)>) -> Result<Response, ApiError> {
+    let job = state.blocking(move |s| s.reingest(&caller, &tenant, doc)).await?;
+    Ok((StatusCode::ACCEPTED, Json(serde_json::json!({ "job": job }))).into_response())
 }
 
 /// `GET /v1/tenants/{tenant}/jobs/{job}`.
-pub async fn job(
-    Extract(state): Extract<State>,
-    Authed(caller): Authed,
-    ApiPath((tenant, job)): ApiPath<(String, u64)>,
-) -> Result<Json<serde_json::Value>, ApiError> {
-    let job = state
-        .blocking(move |s| s.job(&caller, &tenant, job))
-        .await?;
+pub async fn job(Extract(state): Extract<State>, Authed(caller): Authed, ApiPath((tenant, job)): ApiPath<(String, u64)>) -> Result<Json<serde_json::Value>, ApiError> {
+    let job = state.blocking(move |s| s.job(&caller, &tenant, job)).await?;
     Ok(Json(serde_json::json!({ "job": job })))
 }
 
@@ -786,42 +580,25 @@ pub async fn audit(
     query: Result<Query<AuditQuery>, axum::extract::rejection::QueryRejection>,
 ) -> Result<Json<serde_json::Value>, ApiError> {
     let Query(q) = query.map_err(|r| rejection(r.status(), r.body_text(), 0))?;
-    let filter = EventFilter {
-        tenant: q.tenant,
-        since_ms: q.since_ms,
-        limit: q.limit.unwrap_or(1000),
-    };
-    let rows = state
-        .blocking(move |s| s.audit_events(&caller, &filter))
-        .await?;
+    let filter = EventFilter { tenant: q.tenant, since_ms: q.since_ms, limit: q.limit.unwrap_or(1000) };
+    let rows = state.blocking(move |s| s.audit_events(&caller, &filter)).await?;
     Ok(Json(serde_json::json!({ "events": rows })))
 }
 
 /// `GET /v1/admin/audit/verify`.
-pub async fn audit_verify(
-    Extract(state): Extract<State>,
-    Authed(caller): Authed,
-) -> Result<Json<serde_json::Value>, ApiError> {
+pub async fn audit_verify(Extract(state): Extract<State>, Authed(caller): Authed) -> Result<Json<serde_json::Value>, ApiError> {
     let report = state.blocking(move |s| s.verify_audit(&caller)).await?;
-    Ok(Json(
-        serde_json::json!({ "intact": report.broken.is_none(), "report": report }),
-    ))
+    Ok(Json(serde_json::json!({ "intact": report.broken.is_none(), "report": report })))
 }
 
 /// `GET /v1/admin/doctor`: `ragbox doctor --json` (build, device, models verified, each
 /// tenant's generations and consistency, the server settings).
-pub async fn doctor(
-    Extract(state): Extract<State>,
-    Authed(caller): Authed,
-) -> Result<Json<ragbox::service::DoctorReport>, ApiError> {
+pub async fn doctor(Extract(state): Extract<State>, Authed(caller): Authed) -> Result<Json<ragbox::service::DoctorReport>, ApiError> {
     Ok(Json(state.blocking(move |s| s.doctor(&caller)).await?))
 }
 
 /// `GET /v1/admin/keys`.
-pub async fn list_keys(
-    Extract(state): Extract<State>,
-    Authed(caller): Authed,
-) -> Result<Json<serde_json::Value>, ApiError> {
+pub async fn list_keys(Extract(state): Extract<State>, Authed(caller): Authed) -> Result<Json<serde_json::Value>, ApiError> {
     let keys = state.blocking(move |s| s.keys(&caller)).await?;
     Ok(Json(serde_json::json!({ "keys": keys })))
 }
@@ -835,28 +612,14 @@ pub struct KeyBody {
     role: String,
 }
 
-pub async fn create_key(
-    Extract(state): Extract<State>,
-    Authed(caller): Authed,
-    ApiJson(body): ApiJson<KeyBody>,
-) -> Result<Response, ApiError> {
+pub async fn create_key(Extract(state): Extract<State>, Authed(caller): Authed, ApiJson(body): ApiJson<KeyBody>) -> Result<Response, ApiError> {
     let role: KeyRole = body.role.parse().map_err(ApiError::from)?;
-    let (row, secret) = state
-        .blocking(move |s| s.create_key(&caller, &body.name, body.tenant.as_deref(), role))
-        .await?;
-    Ok((
-        StatusCode::CREATED,
-        Json(serde_json::json!({ "key": row, "secret": secret })),
-    )
-        .into_response())
+    let (row, secret) = state.blocking(move |s| s.create_key(&caller, &body.name, body.tenant.as_deref(), role)).await?;
+    Ok((StatusCode::CREATED, Json(serde_json::json!({ "key": row, "secret": secret }))).into_response())
 }
 
 /// `DELETE /v1/admin/keys/{key}`.
-pub async fn revoke_key(
-    Extract(state): Extract<State>,
-    Authed(caller): Authed,
-    ApiPath(id): ApiPath<i64>,
-) -> Result<Json<serde_json::Value>, ApiError> {
+pub async fn revoke_key(Extract(state): Extract<State>, Authed(caller): Authed, ApiPath(id): ApiPath<i64>) -> Result<Json<serde_json::Value>, ApiError> {
     let row = state.blocking(move |s| s.revoke_key(&caller, id)).await?;
     Ok(Json(serde_json::json!({ "key": row })))
 }

@@ -28,10 +28,7 @@ const WINDOW: Duration = Duration::from_secs(60);
 impl FailureLimiter {
     /// At most `per_minute` failures per address per minute.
     pub fn new(per_minute: u32) -> FailureLimiter {
-        FailureLimiter {
-            per_minute,
-            seen: Mutex::default(),
-        }
+        FailureLimiter { per_minute, seen: Mutex::default() }
     }
 
     /// Seconds until `ip` may try again, when it is over the limit.
@@ -64,18 +61,12 @@ impl FailureLimiter {
 pub struct Authed(pub Caller);
 
 fn tenant_in_path(path: &str) -> &str {
-    path.strip_prefix("/v1/tenants/")
-        .and_then(|rest| rest.split('/').next())
-        .unwrap_or("")
+    path.strip_prefix("/v1/tenants/").and_then(|rest| rest.split('/').next()).unwrap_or("")
 }
 
 /// The client's address (`0.0.0.0:0` when the server runs without connection info, in tests).
 pub fn client_address(parts: &Parts) -> SocketAddr {
-    parts
-        .extensions
-        .get::<ConnectInfo<SocketAddr>>()
-        .map(|c| c.0)
-        .unwrap_or_else(|| SocketAddr::from(([0, 0, 0, 0], 0)))
+    parts.extensions.get::<ConnectInfo<SocketAddr>>().map(|c| c.0).unwrap_or_else(|| SocketAddr::from(([0, 0, 0, 0], 0)))
 }
 
 /// 429 when `address` failed too often this minute.
@@ -85,11 +76,7 @@ pub fn check_not_blocked(state: &State, address: SocketAddr) -> Result<(), ApiEr
             state.metrics.auth_failure("rate_limited");
             Err(ApiError {
                 retry_after: Some(secs),
-                ..ApiError::new(
-                    StatusCode::TOO_MANY_REQUESTS,
-                    "too_many_failures",
-                    "too many failed authentications from this address; wait a minute",
-                )
+                ..ApiError::new(StatusCode::TOO_MANY_REQUESTS, "too_many_failures", "too many failed authentications from this address; wait a minute")
             })
         }
         None => Ok(()),
@@ -104,38 +91,20 @@ pub async fn count_failure(state: &State, address: SocketAddr, tenant: &str, rea
 }
 
 /// Counts a failed attempt ([`count_failure`]) and returns the 401.
-pub async fn refuse(
-    state: &State,
-    address: SocketAddr,
-    tenant: &str,
-    reason: &'static str,
-    message: &str,
-) -> ApiError {
+pub async fn refuse(state: &State, address: SocketAddr, tenant: &str, reason: &'static str, message: &str) -> ApiError {
     count_failure(state, address, tenant, reason).await;
     ApiError::new(StatusCode::UNAUTHORIZED, "unauthorized", message)
 }
 
 /// The caller a presented key stands for, or the 401 (counted and audited).
-pub async fn caller_for_key(
-    state: &State,
-    address: SocketAddr,
-    tenant: &str,
-    secret: String,
-) -> Result<Caller, ApiError> {
+pub async fn caller_for_key(state: &State, address: SocketAddr, tenant: &str, secret: String) -> Result<Caller, ApiError> {
     let service = state.service.clone();
     let found = tokio::task::spawn_blocking(move || service.authenticate(&secret))
         .await
         .map_err(|e| ApiError::internal(format!("authentication worker failed: {e}")))??;
     match found {
         Some(key) => Ok(Caller::from_key(&key, Some(address.to_string()))),
-        None => Err(refuse(
-            state,
-            address,
-            tenant,
-            "invalid",
-            "the key is not valid (unknown or revoked)",
-        )
-        .await),
+        None => Err(refuse(state, address, tenant, "invalid", "the key is not valid (unknown or revoked)").await),
     }
 }
 
@@ -151,63 +120,34 @@ impl FromRequestParts<State> for Authed {
             .headers
             .get(header::AUTHORIZATION)
             .and_then(|v| v.to_str().ok())
-            .and_then(|v| {
-                v.strip_prefix("Bearer ")
-                    .or_else(|| v.strip_prefix("bearer "))
-            })
+            .and_then(|v| v.strip_prefix("Bearer ").or_else(|| v.strip_prefix("bearer ")))
             .map(|k| k.trim().to_string())
             .filter(|k| !k.is_empty());
         let tenant = tenant_in_path(parts.uri.path()).to_string();
         if let Some(secret) = presented {
-            return caller_for_key(state, address, &tenant, secret)
-                .await
-                .map(Authed);
+            return caller_for_key(state, address, &tenant, secret).await.map(Authed);
         }
         let Some(token) = web::session_cookie(&parts.headers) else {
-            return Err(refuse(
-                state,
-                address,
-                &tenant,
-                "missing",
-                "send `Authorization: Bearer <key>`; `ragbox keys create` makes keys",
-            )
-            .await);
+            return Err(refuse(state, address, &tenant, "missing", "send `Authorization: Bearer <key>`; `ragbox keys create` makes keys").await);
         };
         web::check_origin(&parts.method, &parts.headers)?;
         match state.web.login(&token) {
-            Some(web::Login::Key(secret)) => caller_for_key(state, address, &tenant, secret)
-                .await
-                .map(Authed),
+            Some(web::Login::Key(secret)) => caller_for_key(state, address, &tenant, secret).await.map(Authed),
             Some(web::Login::Local) => Ok(Authed(web::local_caller(address))),
-            None => Err(refuse(
-                state,
-                address,
-                &tenant,
-                "session_expired",
-                "your sign-in has expired; sign in again",
-            )
-            .await),
+            None => Err(refuse(state, address, &tenant, "session_expired", "your sign-in has expired; sign in again").await),
         }
     }
 }
 
 /// Writes the audit row of a failed attempt (the first `per_minute` of each window; beyond,
 /// the address is refused before it gets here).
-async fn record(
-    state: &State,
-    address: SocketAddr,
-    tenant: &str,
-    reason: &'static str,
-    count: u32,
-) {
+async fn record(state: &State, address: SocketAddr, tenant: &str, reason: &'static str, count: u32) {
     if count > state.config.auth_failures_per_minute.max(1) {
         return;
     }
     let service = state.service.clone();
     let (addr, tenant) = (address.to_string(), tenant.to_string());
-    let written =
-        tokio::task::spawn_blocking(move || service.record_failed_auth(&addr, &tenant, reason))
-            .await;
+    let written = tokio::task::spawn_blocking(move || service.record_failed_auth(&addr, &tenant, reason)).await;
     if let Ok(Err(e)) | Err(e) = written.map_err(|e| ragbox::Error::Bug(e.to_string())) {
         tracing::error!("cannot write the audit row of a failed authentication: {e}");
     }

@@ -23,12 +23,7 @@ pub struct ApiError {
 impl ApiError {
     /// Any status and code.
     pub fn new(status: StatusCode, code: &'static str, message: impl Into<String>) -> ApiError {
-        ApiError {
-            status,
-            code,
-            message: message.into(),
-            retry_after: None,
-        }
+        ApiError { status, code, message: message.into(), retry_after: None }
     }
 
     /// 400.
@@ -43,28 +38,17 @@ impl ApiError {
 
     /// 413 naming the limit.
     pub fn too_large(what: &str, limit: impl std::fmt::Display) -> ApiError {
-        ApiError::new(
-            StatusCode::PAYLOAD_TOO_LARGE,
-            "too_large",
-            format!("{what} is over the limit of {limit}"),
-        )
+        ApiError::new(StatusCode::PAYLOAD_TOO_LARGE, "too_large", format!("{what} is over the limit of {limit}"))
     }
 
     /// 503 + Retry-After.
     pub fn busy(message: impl Into<String>, retry_after: u64) -> ApiError {
-        ApiError {
-            retry_after: Some(retry_after),
-            ..ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "busy", message)
-        }
+        ApiError { retry_after: Some(retry_after), ..ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "busy", message) }
     }
 
     /// 504.
     pub fn timeout(ms: u64) -> ApiError {
-        ApiError::new(
-            StatusCode::GATEWAY_TIMEOUT,
-            "timeout",
-            format!("the request took longer than server.request_timeout_ms = {ms}"),
-        )
+        ApiError::new(StatusCode::GATEWAY_TIMEOUT, "timeout", format!("the request took longer than server.request_timeout_ms = {ms}"))
     }
 
     /// 408: the body did not arrive in time.
@@ -91,14 +75,10 @@ impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         let mut response = (self.status, Json(self.body())).into_response();
         if let Some(secs) = self.retry_after {
-            response
-                .headers_mut()
-                .insert(header::RETRY_AFTER, HeaderValue::from(secs));
+            response.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from(secs));
         }
         if self.status == StatusCode::UNAUTHORIZED {
-            response
-                .headers_mut()
-                .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+            response.headers_mut().insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
         }
         response
     }
@@ -112,11 +92,7 @@ impl From<ragbox::Error> for ApiError {
             E::UnknownTenant { name, .. } => ApiError::not_found(format!("no tenant `{name}`")),
             E::NotFound(m) => ApiError::not_found(m.clone()),
             E::Denied(m) => ApiError::new(StatusCode::FORBIDDEN, "forbidden", m.clone()),
-            E::ModelMissing { .. } => ApiError::new(
-                StatusCode::SERVICE_UNAVAILABLE,
-                "model_missing",
-                e.to_string(),
-            ),
+            E::ModelMissing { .. } => ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "model_missing", e.to_string()),
             _ => match e.fault() {
                 Fault::User => ApiError::invalid(e.to_string()),
                 Fault::Runtime => {
@@ -136,9 +112,7 @@ impl From<ragbox::Error> for ApiError {
 /// something the client sent.
 pub fn rejection(status: StatusCode, text: String, limit: usize) -> ApiError {
     match status {
-        StatusCode::PAYLOAD_TOO_LARGE => {
-            ApiError::too_large("the request body", format!("{limit} bytes"))
-        }
+        StatusCode::PAYLOAD_TOO_LARGE => ApiError::too_large("the request body", format!("{limit} bytes")),
         StatusCode::UNSUPPORTED_MEDIA_TYPE => ApiError::new(status, "unsupported_media_type", text),
         StatusCode::UNPROCESSABLE_ENTITY => ApiError::new(status, "invalid_field", text),
         s if s.is_client_error() => ApiError::new(s, "invalid_request", text),

@@ -14,9 +14,7 @@ use axum::response::Response;
 use super::State;
 
 /// Latency bucket bounds, seconds.
-const BUCKETS: [f64; 12] = [
-    0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
-];
+const BUCKETS: [f64; 12] = [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0];
 
 #[derive(Default)]
 struct Histogram {
@@ -48,10 +46,7 @@ impl Metrics {
     /// One request done.
     pub fn request(&self, method: &str, route: &str, status: u16, seconds: f64) {
         self.with(|m| {
-            let h = m
-                .requests
-                .entry((method.to_string(), route.to_string(), status))
-                .or_default();
+            let h = m.requests.entry((method.to_string(), route.to_string(), status)).or_default();
             h.count += 1;
             h.sum += seconds;
             for (i, b) in BUCKETS.iter().enumerate() {
@@ -115,22 +110,13 @@ impl Metrics {
             let _ = writeln!(out, "# TYPE ragbox_llm_tokens_per_second gauge");
             let _ = writeln!(out, "ragbox_llm_tokens_per_second {}", m.tokens_per_second);
         });
-        let _ = writeln!(
-            out,
-            "# HELP ragbox_queue_waiting Answers waiting for the LLM."
-        );
+        let _ = writeln!(out, "# HELP ragbox_queue_waiting Answers waiting for the LLM.");
         let _ = writeln!(out, "# TYPE ragbox_queue_waiting gauge");
         let _ = writeln!(out, "ragbox_queue_waiting {}", queue.0);
-        let _ = writeln!(
-            out,
-            "# HELP ragbox_queue_generating Answers generating now."
-        );
+        let _ = writeln!(out, "# HELP ragbox_queue_generating Answers generating now.");
         let _ = writeln!(out, "# TYPE ragbox_queue_generating gauge");
         let _ = writeln!(out, "ragbox_queue_generating {}", queue.1);
-        let _ = writeln!(
-            out,
-            "# HELP ragbox_ingest_jobs_active Ingest jobs queued or running."
-        );
+        let _ = writeln!(out, "# HELP ragbox_ingest_jobs_active Ingest jobs queued or running.");
         let _ = writeln!(out, "# TYPE ragbox_ingest_jobs_active gauge");
         let _ = writeln!(out, "ragbox_ingest_jobs_active {}", ingest.0);
         let _ = writeln!(out, "# HELP ragbox_ingest_files_visited Files looked at by active ingest jobs, of ragbox_ingest_files_found.");
@@ -146,16 +132,8 @@ impl Metrics {
 pub async fn track(Extract(state): Extract<State>, request: Request, next: Next) -> Response {
     let started = Instant::now();
     let method = request.method().to_string();
-    let route = request
-        .extensions()
-        .get::<MatchedPath>()
-        .map_or_else(|| "unmatched".to_string(), |p| p.as_str().to_string());
+    let route = request.extensions().get::<MatchedPath>().map_or_else(|| "unmatched".to_string(), |p| p.as_str().to_string());
     let response = next.run(request).await;
-    state.metrics.request(
-        &method,
-        &route,
-        response.status().as_u16(),
-        started.elapsed().as_secs_f64(),
-    );
+    state.metrics.request(&method, &route, response.status().as_u16(), started.elapsed().as_secs_f64());
     response
 }

@@ -69,9 +69,7 @@ impl AppState {
         let task = tokio::task::spawn_blocking(move || f(&service));
         match tokio::time::timeout(timeout, task).await {
             Ok(Ok(result)) => result.map_err(ApiError::from),
-            Ok(Err(join)) => Err(ApiError::internal(format!(
-                "the request's worker failed: {join}"
-            ))),
+            Ok(Err(join)) => Err(ApiError::internal(format!("the request's worker failed: {join}"))),
             Err(_) => Err(ApiError::timeout(self.config.request_timeout_ms)),
         }
     }
@@ -84,37 +82,17 @@ pub fn router(state: State) -> Router {
         .route("/tenants", get(api::tenants))
         .route("/tenants/{tenant}/search", post(api::search))
         .route("/tenants/{tenant}/ask", post(api::ask))
-        .route(
-            "/tenants/{tenant}/chat/sessions",
-            post(api::create_session).get(api::list_sessions),
-        )
-        .route(
-            "/tenants/{tenant}/chat/sessions/{session}",
-            get(api::read_session),
-        )
-        .route(
-            "/tenants/{tenant}/chat/sessions/{session}/messages",
-            post(api::chat_message),
-        )
+        .route("/tenants/{tenant}/chat/sessions", post(api::create_session).get(api::list_sessions))
+        .route("/tenants/{tenant}/chat/sessions/{session}", get(api::read_session))
+        .route("/tenants/{tenant}/chat/sessions/{session}/messages", post(api::chat_message))
         .route("/tenants/{tenant}/feedback", post(api::feedback))
         .route(
             "/tenants/{tenant}/documents",
-            get(api::list_documents)
-                .post(api::upload)
-                .layer(DefaultBodyLimit::max(upload_limit)),
+            get(api::list_documents).post(api::upload).layer(DefaultBodyLimit::max(upload_limit)),
         )
-        .route(
-            "/tenants/{tenant}/documents/{doc}",
-            delete(api::remove_document),
-        )
-        .route(
-            "/tenants/{tenant}/documents/{doc}/text",
-            get(api::document_text),
-        )
-        .route(
-            "/tenants/{tenant}/documents/{doc}/reingest",
-            post(api::reingest),
-        )
+        .route("/tenants/{tenant}/documents/{doc}", delete(api::remove_document))
+        .route("/tenants/{tenant}/documents/{doc}/text", get(api::document_text))
+        .route("/tenants/{tenant}/documents/{doc}/reingest", post(api::reingest))
         .route("/tenants/{tenant}/jobs/{job}", get(api::job))
         .route("/admin/audit", get(api::audit))
         .route("/admin/audit/verify", get(api::audit_verify))
@@ -124,49 +102,28 @@ pub fn router(state: State) -> Router {
         .route("/models", get(openai::models))
         .route("/chat/completions", post(openai::chat_completions))
         .fallback(api::not_found);
-    let mut app =
-        Router::new()
-            .route("/", get(web::index))
-            .route("/assets/{name}", get(web::asset))
-            .route("/signin", get(web::sign_in_link))
-            .route(
-                "/web/session",
-                get(web::whoami).post(web::sign_in).delete(web::sign_out),
-            )
-            .route("/healthz", get(api::healthz))
-            .route("/readyz", get(api::readyz))
-            .route("/metrics", get(api::metrics))
-            .nest("/v1", v1)
-            .fallback(api::not_found)
-            .layer(DefaultBodyLimit::max(state.config.max_body_bytes))
-            .layer(axum::middleware::from_fn_with_state(
-                state.clone(),
-                metrics::track,
-            ))
-            // 5xx responses at debug level: the intended 503s of a full queue are not errors, and the
-            // failures that are (a runtime fault, a bug) are logged where they happen (error.rs).
-            .layer(tower_http::trace::TraceLayer::new_for_http().on_failure(
-                tower_http::trace::DefaultOnFailure::new().level(tracing::Level::DEBUG),
-            ));
+    let mut app = Router::new()
+        .route("/", get(web::index))
+        .route("/assets/{name}", get(web::asset))
+        .route("/signin", get(web::sign_in_link))
+        .route("/web/session", get(web::whoami).post(web::sign_in).delete(web::sign_out))
+        .route("/healthz", get(api::healthz))
+        .route("/readyz", get(api::readyz))
+        .route("/metrics", get(api::metrics))
+        .nest("/v1", v1)
+        .fallback(api::not_found)
+        .layer(DefaultBodyLimit::max(state.config.max_body_bytes))
+        .layer(axum::middleware::from_fn_with_state(state.clone(), metrics::track))
+        // 5xx responses at debug level: the intended 503s of a full queue are not errors, and the
+        // failures that are (a runtime fault, a bug) are logged where they happen (error.rs).
+        .layer(tower_http::trace::TraceLayer::new_for_http().on_failure(tower_http::trace::DefaultOnFailure::new().level(tracing::Level::DEBUG)));
     if !state.config.cors_origins.is_empty() {
-        let origins: Vec<axum::http::HeaderValue> = state
-            .config
-            .cors_origins
-            .iter()
-            .filter_map(|o| o.parse().ok())
-            .collect();
+        let origins: Vec<axum::http::HeaderValue> = state.config.cors_origins.iter().filter_map(|o| o.parse().ok()).collect();
         app = app.layer(
             tower_http::cors::CorsLayer::new()
                 .allow_origin(origins)
-                .allow_methods([
-                    axum::http::Method::GET,
-                    axum::http::Method::POST,
-                    axum::http::Method::DELETE,
-                ])
-                .allow_headers([
-                    axum::http::header::AUTHORIZATION,
-                    axum::http::header::CONTENT_TYPE,
-                ]),
+                .allow_methods([axum::http::Method::GET, axum::http::Method::POST, axum::http::Method::DELETE])
+                .allow_headers([axum::http::header::AUTHORIZATION, axum::http::header::CONTENT_TYPE]),
         );
     }
     app.with_state(state)
@@ -175,11 +132,7 @@ pub fn router(state: State) -> Router {
 /// The start-up sign-in link for a server bound to `bound` (an unspecified address such as
 /// 0.0.0.0 is reached locally through loopback).
 fn signin_link(bound: SocketAddr, token: &str) -> String {
-    let host = if bound.ip().is_unspecified() {
-        SocketAddr::from(([127, 0, 0, 1], bound.port()))
-    } else {
-        bound
-    };
+    let host = if bound.ip().is_unspecified() { SocketAddr::from(([127, 0, 0, 1], bound.port())) } else { bound };
     format!("http://{host}/signin?token={token}")
 }
 
@@ -215,8 +168,7 @@ pub async fn serve(
     // connection and never finishes its head would otherwise hold it for ever); the same
     // timer closes a keep-alive connection left idle that long.
     let mut http = hyper::server::conn::http1::Builder::new();
-    http.timer(hyper_util::rt::TokioTimer::new())
-        .header_read_timeout(Duration::from_millis(config.body_timeout_ms));
+    http.timer(hyper_util::rt::TokioTimer::new()).header_read_timeout(Duration::from_millis(config.body_timeout_ms));
     let connections = hyper_util::server::graceful::GracefulShutdown::new();
     let mut stop = std::pin::pin!(stop);
     loop {
@@ -247,22 +199,10 @@ pub async fn serve(
         }
     }
     drop(listener);
-    tracing::info!(
-        "shutting down: no new connections; {} ms for in-flight requests",
-        config.shutdown_grace_ms
-    );
-    eprintln!(
-        "ragbox serve: stopping; in-flight requests get {} ms",
-        config.shutdown_grace_ms
-    );
+    tracing::info!("shutting down: no new connections; {} ms for in-flight requests", config.shutdown_grace_ms);
+    eprintln!("ragbox serve: stopping; in-flight requests get {} ms", config.shutdown_grace_ms);
     let mut drained = std::pin::pin!(connections.shutdown());
-    if tokio::time::timeout(
-        Duration::from_millis(config.shutdown_grace_ms),
-        &mut drained,
-    )
-    .await
-    .is_err()
-    {
+    if tokio::time::timeout(Duration::from_millis(config.shutdown_grace_ms), &mut drained).await.is_err() {
         // Cancel what still runs: generations stop at their next token and their streams end.
         state.stopping.store(true, Ordering::SeqCst);
         let _ = tokio::time::timeout(Duration::from_secs(5), &mut drained).await;

@@ -42,12 +42,7 @@ impl Content {
     fn text(&self) -> String {
         match self {
             Content::Text(t) => t.clone(),
-            Content::Parts(p) => p
-                .iter()
-                .filter(|p| p.kind == "text")
-                .filter_map(|p| p.text.clone())
-                .collect::<Vec<_>>()
-                .join("\n"),
+            Content::Parts(p) => p.iter().filter(|p| p.kind == "text").filter_map(|p| p.text.clone()).collect::<Vec<_>>().join("\n"),
         }
     }
 }
@@ -74,10 +69,7 @@ pub struct CompletionBody {
 }
 
 fn now_s() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_secs())
-        .unwrap_or(0)
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0)
 }
 
 /// The tenant a model name means for `caller`.
@@ -93,10 +85,7 @@ fn tenant_of(model: &str, caller: &Caller) -> Result<String, ApiError> {
 }
 
 /// `GET /v1/models`.
-pub async fn models(
-    Extract(state): Extract<State>,
-    Authed(caller): Authed,
-) -> Result<Json<serde_json::Value>, ApiError> {
+pub async fn models(Extract(state): Extract<State>, Authed(caller): Authed) -> Result<Json<serde_json::Value>, ApiError> {
     let own = caller.tenant.is_some();
     let tenants = state.blocking(move |s| s.tenants(&caller)).await?;
     let mut data: Vec<serde_json::Value> = tenants
@@ -126,11 +115,7 @@ fn extra(asked: &Asked) -> serde_json::Value {
 }
 
 /// `POST /v1/chat/completions`.
-pub async fn chat_completions(
-    Extract(state): Extract<State>,
-    Authed(caller): Authed,
-    ApiJson(body): ApiJson<CompletionBody>,
-) -> Result<Response, ApiError> {
+pub async fn chat_completions(Extract(state): Extract<State>, Authed(caller): Authed, ApiJson(body): ApiJson<CompletionBody>) -> Result<Response, ApiError> {
     let tenant = tenant_of(&body.model, &caller)?;
     let mut turns: Vec<(String, String)> = Vec::new();
     let mut question = None;
@@ -155,19 +140,13 @@ pub async fn chat_completions(
     if let Some(q) = pending.take() {
         question = Some(q);
     }
-    let question = question
-        .ok_or_else(|| ApiError::invalid("the last message must be the user's question"))?;
+    let question = question.ok_or_else(|| ApiError::invalid("the last message must be the user's question"))?;
     if question.trim().is_empty() {
-        return Err(ApiError::invalid(
-            "the question (last user message) is empty",
-        ));
+        return Err(ApiError::invalid("the question (last user message) is empty"));
     }
     let chars = question.chars().count();
     if chars > state.config.max_question_chars {
-        return Err(ApiError::too_large(
-            &format!("the question ({chars} characters)"),
-            format!("{} characters", state.config.max_question_chars),
-        ));
+        return Err(ApiError::too_large(&format!("the question ({chars} characters)"), format!("{} characters", state.config.max_question_chars)));
     }
     require_tenant(&state, &caller, &tenant).await?;
     let model = body.model.clone();
@@ -176,8 +155,7 @@ pub async fn chat_completions(
     let options = AskOptions::default();
     let work = {
         let tenant = tenant.clone();
-        move |s: &std::sync::Arc<ragbox::service::Service>,
-              sink: &mut super::api::ChannelSinkHandle| {
+        move |s: &std::sync::Arc<ragbox::service::Service>, sink: &mut super::api::ChannelSinkHandle| {
             s.ask_in_conversation(&caller, &tenant, &turns, &question, &options, sink)
         }
     };
@@ -193,75 +171,44 @@ pub async fn chat_completions(
         let token_chunk = chunk.clone();
         let format: super::api::TokenFormat = Box::new(move |text: &str| {
             let mut first = first.lock().unwrap_or_else(|e| e.into_inner());
-            let delta = if *first {
-                serde_json::json!({ "role": "assistant", "content": text })
-            } else {
-                serde_json::json!({ "content": text })
-            };
+            let delta = if *first { serde_json::json!({ "role": "assistant", "content": text }) } else { serde_json::json!({ "content": text }) };
             *first = false;
             Event::default().json_data(token_chunk(delta, None)).ok()
         });
-        let rx = generate(
-            &state,
-            format,
-            work,
-            move |state, result: Result<Asked, ApiError>| {
-                let asked = match result {
-                    Ok(a) => a,
-                    Err(e) => {
-                        return vec![
-                            Streamed::Event(
-                                Event::default().json_data(e.body()).unwrap_or_default(),
-                            ),
-                            Streamed::Event(Event::default().data("[DONE]")),
-                        ]
-                    }
-                };
-                count(state, &asked);
-                let mut last = chunk(
-                    serde_json::json!({}),
-                    Some(if asked.answer.hit_token_cap {
-                        "length"
-                    } else {
-                        "stop"
-                    }),
-                );
-                last["ragbox"] = extra(&asked);
-                vec![
-                    Streamed::Event(Event::default().json_data(last).unwrap_or_default()),
-                    Streamed::Event(Event::default().data("[DONE]")),
-                ]
-            },
-        )?;
+        let rx = generate(&state, format, work, move |state, result: Result<Asked, ApiError>| {
+            let asked = match result {
+                Ok(a) => a,
+                Err(e) => return vec![Streamed::Event(Event::default().json_data(e.body()).unwrap_or_default()), Streamed::Event(Event::default().data("[DONE]"))],
+            };
+            count(state, &asked);
+            let mut last = chunk(serde_json::json!({}), Some(if asked.answer.hit_token_cap { "length" } else { "stop" }));
+            last["ragbox"] = extra(&asked);
+            vec![Streamed::Event(Event::default().json_data(last).unwrap_or_default()), Streamed::Event(Event::default().data("[DONE]"))]
+        })?;
         return Ok(event_stream(rx).into_response());
     }
-    let mut rx = generate(
-        &state,
-        Box::new(|_: &str| None),
-        work,
-        move |state, result: Result<Asked, ApiError>| {
-            let value = result.map(|asked| {
-                count(state, &asked);
-                let a = &asked.answer;
-                serde_json::json!({
-                    "id": id, "object": "chat.completion", "created": created, "model": model,
-                    "choices": [{
-                        "index": 0,
-                        "message": { "role": "assistant", "content": a.answer },
-                        "finish_reason": if a.hit_token_cap { "length" } else { "stop" },
-                        "logprobs": null
-                    }],
-                    "usage": {
-                        "prompt_tokens": a.timings.prompt_tokens,
-                        "completion_tokens": a.timings.completion_tokens,
-                        "total_tokens": a.timings.prompt_tokens + a.timings.completion_tokens
-                    },
-                    "ragbox": extra(&asked),
-                })
-            });
-            vec![Streamed::Done(value)]
-        },
-    )?;
+    let mut rx = generate(&state, Box::new(|_: &str| None), work, move |state, result: Result<Asked, ApiError>| {
+        let value = result.map(|asked| {
+            count(state, &asked);
+            let a = &asked.answer;
+            serde_json::json!({
+                "id": id, "object": "chat.completion", "created": created, "model": model,
+                "choices": [{
+                    "index": 0,
+                    "message": { "role": "assistant", "content": a.answer },
+                    "finish_reason": if a.hit_token_cap { "length" } else { "stop" },
+                    "logprobs": null
+                }],
+                "usage": {
+                    "prompt_tokens": a.timings.prompt_tokens,
+                    "completion_tokens": a.timings.completion_tokens,
+                    "total_tokens": a.timings.prompt_tokens + a.timings.completion_tokens
+                },
+                "ragbox": extra(&asked),
+            })
+        });
+        vec![Streamed::Done(value)]
+    })?;
     while let Some(msg) = rx.recv().await {
         if let Streamed::Done(value) = msg {
             return value.map(|v| Json(v).into_response());

@@ -56,15 +56,8 @@ impl Queue {
             if now >= self.limit {
                 return None;
             }
-            match self
-                .admitted
-                .compare_exchange(now, now + 1, Ordering::SeqCst, Ordering::SeqCst)
-            {
-                Ok(_) => {
-                    return Some(Ticket {
-                        admitted: self.admitted.clone(),
-                    })
-                }
+            match self.admitted.compare_exchange(now, now + 1, Ordering::SeqCst, Ordering::SeqCst) {
+                Ok(_) => return Some(Ticket { admitted: self.admitted.clone() }),
                 Err(actual) => now = actual,
             }
         }
@@ -72,26 +65,15 @@ impl Queue {
 
     /// Waits for a generation slot.
     pub async fn slot(&self) -> Slot {
-        let permit = self
-            .slots
-            .clone()
-            .acquire_owned()
-            .await
-            .expect("the semaphore is never closed");
+        let permit = self.slots.clone().acquire_owned().await.expect("the semaphore is never closed");
         self.running.fetch_add(1, Ordering::SeqCst);
-        Slot {
-            _permit: permit,
-            running: self.running.clone(),
-        }
+        Slot { _permit: permit, running: self.running.clone() }
     }
 
     /// (waiting, generating).
     pub fn depth(&self) -> (usize, usize) {
         let running = self.running.load(Ordering::SeqCst);
-        (
-            self.admitted.load(Ordering::SeqCst).saturating_sub(running),
-            running,
-        )
+        (self.admitted.load(Ordering::SeqCst).saturating_sub(running), running)
     }
 }
 

@@ -71,10 +71,7 @@ impl WebSessions {
     /// No sessions; a fresh one-time sign-in token, returned for the start-up line.
     pub fn new() -> (WebSessions, String) {
         let token = random_token();
-        let sessions = WebSessions {
-            sessions: Mutex::default(),
-            signin: Mutex::new(Some(digest(&token))),
-        };
+        let sessions = WebSessions { sessions: Mutex::default(), signin: Mutex::new(Some(digest(&token))) };
         (sessions, token)
     }
 
@@ -83,13 +80,7 @@ impl WebSessions {
         let token = random_token();
         let mut sessions = self.sessions.lock().unwrap_or_else(|e| e.into_inner());
         sessions.retain(|_, s| s.last_seen.elapsed() < SESSION_IDLE);
-        sessions.insert(
-            digest(&token),
-            Session {
-                login,
-                last_seen: Instant::now(),
-            },
-        );
+        sessions.insert(digest(&token), Session { login, last_seen: Instant::now() });
         token
     }
 
@@ -111,10 +102,7 @@ impl WebSessions {
     }
 
     fn end(&self, token: &str) {
-        self.sessions
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .remove(&digest(token));
+        self.sessions.lock().unwrap_or_else(|e| e.into_inner()).remove(&digest(token));
     }
 
     /// Uses up the start-up link's token: true once, for the right token.
@@ -134,11 +122,7 @@ impl WebSessions {
 /// The caller the start-up link signs in: the local user (like the command line), named so in
 /// the audit log.
 pub fn local_caller(address: SocketAddr) -> Caller {
-    Caller {
-        name: "local sign-in link".into(),
-        address: Some(address.to_string()),
-        ..Caller::local()
-    }
+    Caller { name: "local sign-in link".into(), address: Some(address.to_string()), ..Caller::local() }
 }
 
 /// The session cookie's token, if the request has one.
@@ -161,16 +145,9 @@ pub fn check_origin(method: &Method, headers: &HeaderMap) -> Result<(), ApiError
     if matches!(*method, Method::GET | Method::HEAD | Method::OPTIONS) {
         return Ok(());
     }
-    let host = headers
-        .get(header::HOST)
-        .and_then(|h| h.to_str().ok())
-        .unwrap_or("");
-    let origin = headers
-        .get(header::ORIGIN)
-        .and_then(|h| h.to_str().ok())
-        .unwrap_or("");
-    let same = !host.is_empty()
-        && (origin == format!("http://{host}") || origin == format!("https://{host}"));
+    let host = headers.get(header::HOST).and_then(|h| h.to_str().ok()).unwrap_or("");
+    let origin = headers.get(header::ORIGIN).and_then(|h| h.to_str().ok()).unwrap_or("");
+    let same = !host.is_empty() && (origin == format!("http://{host}") || origin == format!("https://{host}"));
     if same {
         Ok(())
     } else {
@@ -183,27 +160,17 @@ pub fn check_origin(method: &Method, headers: &HeaderMap) -> Result<(), ApiError
 }
 
 fn cookie(token: &str, max_age: u64) -> HeaderValue {
-    HeaderValue::from_str(&format!(
-        "{COOKIE}={token}; HttpOnly; SameSite=Strict; Path=/; Max-Age={max_age}"
-    ))
-    .expect("a cookie of hex digits")
+    HeaderValue::from_str(&format!("{COOKIE}={token}; HttpOnly; SameSite=Strict; Path=/; Max-Age={max_age}")).expect("a cookie of hex digits")
 }
 
 /// Who the page is signed in as: `GET /web/session`.
-pub async fn whoami(
-    Extract(state): Extract<State>,
-    Authed(caller): Authed,
-) -> Result<Json<serde_json::Value>, ApiError> {
+pub async fn whoami(Extract(state): Extract<State>, Authed(caller): Authed) -> Result<Json<serde_json::Value>, ApiError> {
     let c = caller.clone();
     let tenants = state.blocking(move |s| s.tenants(&c)).await?;
     let mut names: Vec<String> = tenants.iter().map(|t| t.name.clone()).collect();
     // A key of a tenant that has no documents yet still works in it (an upload creates it); an
     // admin of an empty data folder starts with the default tenant.
-    let own = caller.tenant.clone().or_else(|| {
-        names
-            .is_empty()
-            .then(|| ragbox::service::DEFAULT_TENANT.to_string())
-    });
+    let own = caller.tenant.clone().or_else(|| names.is_empty().then(|| ragbox::service::DEFAULT_TENANT.to_string()));
     if let Some(own) = own.filter(|t| !names.contains(t)) {
         names.push(own);
     }
@@ -235,54 +202,34 @@ pub struct RequestInfo {
 impl FromRequestParts<State> for RequestInfo {
     type Rejection = std::convert::Infallible;
 
-    async fn from_request_parts(
-        parts: &mut axum::http::request::Parts,
-        _: &State,
-    ) -> Result<Self, Self::Rejection> {
-        Ok(RequestInfo {
-            address: auth::client_address(parts),
-            method: parts.method.clone(),
-            headers: parts.headers.clone(),
-        })
+    async fn from_request_parts(parts: &mut axum::http::request::Parts, _: &State) -> Result<Self, Self::Rejection> {
+        Ok(RequestInfo { address: auth::client_address(parts), method: parts.method.clone(), headers: parts.headers.clone() })
     }
 }
 
 /// Signs in with a key: sets the session cookie.
-pub async fn sign_in(
-    Extract(state): Extract<State>,
-    info: RequestInfo,
-    ApiJson(body): ApiJson<SignIn>,
-) -> Result<Response, ApiError> {
+pub async fn sign_in(Extract(state): Extract<State>, info: RequestInfo, ApiJson(body): ApiJson<SignIn>) -> Result<Response, ApiError> {
     check_origin(&info.method, &info.headers)?;
     auth::check_not_blocked(&state, info.address)?;
     let secret = body.key.trim().to_string();
     if secret.is_empty() {
-        return Err(ApiError::invalid(
-            "paste a key (`ragbox keys create` makes one)",
-        ));
+        return Err(ApiError::invalid("paste a key (`ragbox keys create` makes one)"));
     }
     auth::caller_for_key(&state, info.address, "", secret.clone()).await?;
     let token = state.web.start(Login::Key(secret));
     let mut response = StatusCode::NO_CONTENT.into_response();
-    response
-        .headers_mut()
-        .insert(header::SET_COOKIE, cookie(&token, SESSION_IDLE.as_secs()));
+    response.headers_mut().insert(header::SET_COOKIE, cookie(&token, SESSION_IDLE.as_secs()));
     Ok(response)
 }
 
 /// Signs out: ends the session and clears the cookie.
-pub async fn sign_out(
-    Extract(state): Extract<State>,
-    info: RequestInfo,
-) -> Result<Response, ApiError> {
+pub async fn sign_out(Extract(state): Extract<State>, info: RequestInfo) -> Result<Response, ApiError> {
     check_origin(&info.method, &info.headers)?;
     if let Some(token) = session_cookie(&info.headers) {
         state.web.end(&token);
     }
     let mut response = StatusCode::NO_CONTENT.into_response();
-    response
-        .headers_mut()
-        .insert(header::SET_COOKIE, cookie("", 0));
+    response.headers_mut().insert(header::SET_COOKIE, cookie("", 0));
     Ok(response)
 }
 
@@ -297,18 +244,11 @@ pub struct LinkQuery {
 /// The one-time start-up link: signs the browser in as the local user and goes to the page
 /// (whose address then no longer holds the token). A used or wrong token goes to the page with
 /// a note, and counts as a failed authentication.
-pub async fn sign_in_link(
-    Extract(state): Extract<State>,
-    info: RequestInfo,
-    Query(q): Query<LinkQuery>,
-) -> Result<Response, ApiError> {
+pub async fn sign_in_link(Extract(state): Extract<State>, info: RequestInfo, Query(q): Query<LinkQuery>) -> Result<Response, ApiError> {
     auth::check_not_blocked(&state, info.address)?;
     let redirect = |to: &str| {
         let mut r = StatusCode::SEE_OTHER.into_response();
-        r.headers_mut().insert(
-            header::LOCATION,
-            HeaderValue::from_str(to).expect("a fixed path"),
-        );
+        r.headers_mut().insert(header::LOCATION, HeaderValue::from_str(to).expect("a fixed path"));
         r
     };
     if !state.web.redeem(&q.token) {
@@ -317,29 +257,15 @@ pub async fn sign_in_link(
     }
     let token = state.web.start(Login::Local);
     let mut response = redirect("/");
-    response
-        .headers_mut()
-        .insert(header::SET_COOKIE, cookie(&token, SESSION_IDLE.as_secs()));
+    response.headers_mut().insert(header::SET_COOKIE, cookie(&token, SESSION_IDLE.as_secs()));
     Ok(response)
 }
 
 /// The page's files, embedded: (path under `/assets/`, content type, bytes).
 const ASSETS: &[(&str, &str, &str)] = &[
-    (
-        "app.js",
-        "text/javascript; charset=utf-8",
-        include_str!("assets/app.js"),
-    ),
-    (
-        "api.js",
-        "text/javascript; charset=utf-8",
-        include_str!("assets/api.js"),
-    ),
-    (
-        "app.css",
-        "text/css; charset=utf-8",
-        include_str!("assets/app.css"),
-    ),
+    ("app.js", "text/javascript; charset=utf-8", include_str!("assets/app.js")),
+    ("api.js", "text/javascript; charset=utf-8", include_str!("assets/api.js")),
+    ("app.css", "text/css; charset=utf-8", include_str!("assets/app.css")),
     ("icon.svg", "image/svg+xml", include_str!("assets/icon.svg")),
 ];
 
@@ -349,10 +275,7 @@ const INDEX: &str = include_str!("assets/index.html");
 /// be framed, and no address (a sign-in link) leaks in a Referer.
 fn page_headers(response: &mut Response, content_type: &str) {
     let h = response.headers_mut();
-    h.insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_str(content_type).expect("a fixed content type"),
-    );
+    h.insert(header::CONTENT_TYPE, HeaderValue::from_str(content_type).expect("a fixed content type"));
     h.insert(
         header::CONTENT_SECURITY_POLICY,
         HeaderValue::from_static(
@@ -360,14 +283,8 @@ fn page_headers(response: &mut Response, content_type: &str) {
              font-src 'self'; object-src 'none'; base-uri 'none'; form-action 'self'; frame-ancestors 'none'",
         ),
     );
-    h.insert(
-        header::X_CONTENT_TYPE_OPTIONS,
-        HeaderValue::from_static("nosniff"),
-    );
-    h.insert(
-        header::REFERRER_POLICY,
-        HeaderValue::from_static("no-referrer"),
-    );
+    h.insert(header::X_CONTENT_TYPE_OPTIONS, HeaderValue::from_static("nosniff"));
+    h.insert(header::REFERRER_POLICY, HeaderValue::from_static("no-referrer"));
     h.insert(header::X_FRAME_OPTIONS, HeaderValue::from_static("DENY"));
     h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
 }
@@ -422,33 +339,15 @@ mod tests {
     #[test]
     fn cookie_and_origin_checks() {
         let mut h = HeaderMap::new();
-        h.insert(
-            header::COOKIE,
-            HeaderValue::from_static("a=b; ragbox_session=abc123; c=d"),
-        );
+        h.insert(header::COOKIE, HeaderValue::from_static("a=b; ragbox_session=abc123; c=d"));
         assert_eq!(session_cookie(&h).as_deref(), Some("abc123"));
         h.insert(header::HOST, HeaderValue::from_static("127.0.0.1:7070"));
-        assert!(
-            check_origin(&Method::GET, &h).is_ok(),
-            "reads need no origin"
-        );
-        assert!(
-            check_origin(&Method::POST, &h).is_err(),
-            "a write without Origin is refused"
-        );
-        h.insert(
-            header::ORIGIN,
-            HeaderValue::from_static("http://127.0.0.1:7070"),
-        );
+        assert!(check_origin(&Method::GET, &h).is_ok(), "reads need no origin");
+        assert!(check_origin(&Method::POST, &h).is_err(), "a write without Origin is refused");
+        h.insert(header::ORIGIN, HeaderValue::from_static("http://127.0.0.1:7070"));
         assert!(check_origin(&Method::POST, &h).is_ok());
-        h.insert(
-            header::ORIGIN,
-            HeaderValue::from_static("http://127.0.0.1:8080"),
-        );
-        assert!(
-            check_origin(&Method::DELETE, &h).is_err(),
-            "another port is another origin"
-        );
+        h.insert(header::ORIGIN, HeaderValue::from_static("http://127.0.0.1:8080"));
+        assert!(check_origin(&Method::DELETE, &h).is_err(), "another port is another origin");
     }
 
     #[test]
@@ -457,10 +356,7 @@ mod tests {
             // The SVG namespace is a name, not an address anything is fetched from.
             let body = body.replace(r#"xmlns="http://www.w3.org/2000/svg""#, "");
             for needle in ["http://", "https://", "//cdn", "@import url(", "src=\"//"] {
-                assert!(
-                    !body.contains(needle),
-                    "{name} references another origin ({needle})"
-                );
+                assert!(!body.contains(needle), "{name} references another origin ({needle})");
             }
         }
     }

@@ -72,59 +72,30 @@ pub struct AskOptions {
 }
 
 impl Service {
-    fn retriever(
-        &self,
-        tenant: &TenantRow,
-        model: Option<&str>,
-        rerank: bool,
-        top_k: Option<usize>,
-    ) -> Result<(Retriever<'_>, Option<String>)> {
+    fn retriever(&self, tenant: &TenantRow, model: Option<&str>, rerank: bool, top_k: Option<usize>) -> Result<(Retriever<'_>, Option<String>)> {
         let mut options = self.app.retrieve_options();
         if let Some(k) = top_k {
             options.top_k = k;
         }
-        self.app
-            .retriever(&self.store, &tenant.name, model, rerank, options)
+        self.app.retriever(&self.store, &tenant.name, model, rerank, options)
     }
 
     /// Ranked passages of `tenant` for `query`.
-    pub fn search(
-        &self,
-        caller: &Caller,
-        tenant: &str,
-        query: &str,
-        o: &SearchOptions,
-    ) -> Result<SearchResult> {
+    pub fn search(&self, caller: &Caller, tenant: &str, query: &str, o: &SearchOptions) -> Result<SearchResult> {
         if o.k == Some(0) {
             return Err(Error::Invalid("-k must be at least 1".into()));
         }
         let tenant = self.tenant(caller, tenant)?;
         let (retriever, note) = self.retriever(&tenant, o.model.as_deref(), !o.no_rerank, o.k)?;
         let outcome = retriever.retrieve(query);
-        let ids: Vec<ChunkId> = outcome
-            .as_ref()
-            .map(|r| r.hits.iter().map(|h| h.chunk.id).collect())
-            .unwrap_or_default();
+        let ids: Vec<ChunkId> = outcome.as_ref().map(|r| r.hits.iter().map(|h| h.chunk.id).collect()).unwrap_or_default();
         let status = match &outcome {
             Ok(r) if r.refused => "refused".to_string(),
             Ok(_) => "ok".to_string(),
             Err(e) => format!("error: {e}"),
         };
-        self.audit(
-            caller,
-            EventRecord {
-                tenant: &tenant.name,
-                action: "search",
-                question: query,
-                chunk_ids: &ids,
-                outcome: &status,
-                ..EventRecord::default()
-            },
-        )?;
-        Ok(SearchResult {
-            retrieval: outcome?,
-            note,
-        })
+        self.audit(caller, EventRecord { tenant: &tenant.name, action: "search", question: query, chunk_ids: &ids, outcome: &status, ..EventRecord::default() })?;
+        Ok(SearchResult { retrieval: outcome?, note })
     }
 
     /// The prompt the generator is given for `standalone` over `retrieval` (for `--explain`).
@@ -134,23 +105,12 @@ impl Service {
 
     /// Answers `question` from `tenant`, streaming tokens into `sink`; writes the answer's
     /// audit rows. A question with no good source is refused without loading the LLM.
-    pub fn ask(
-        &self,
-        caller: &Caller,
-        tenant: &str,
-        question: &str,
-        o: &AskOptions,
-        sink: &mut (dyn TokenSink + Send),
-    ) -> Result<Asked> {
+    pub fn ask(&self, caller: &Caller, tenant: &str, question: &str, o: &AskOptions, sink: &mut (dyn TokenSink + Send)) -> Result<Asked> {
         if question.trim().is_empty() {
-            return Err(Error::Invalid(
-                "the question is empty; type what you want to know".into(),
-            ));
+            return Err(Error::Invalid("the question is empty; type what you want to know".into()));
         }
         let tenant = self.tenant(caller, tenant)?;
-        self.answer(
-            caller, &tenant, question, question, 0.0, None, o, "ask", sink,
-        )
+        self.answer(caller, &tenant, question, question, 0.0, None, o, "ask", sink)
     }
 
     /// Retrieves for `standalone` (which took `rewrite_ms` to make) and answers `question`.
@@ -181,9 +141,7 @@ impl Service {
                 a
             } else {
                 let generator = self.generator(o.llm.as_deref(), &mut warnings)?;
-                let support = self
-                    .app
-                    .support_checker(retriever.embedder().cloned(), &generator)?;
+                let support = self.app.support_checker(retriever.embedder().cloned(), &generator)?;
                 let answerer = Answerer::new(generator, support, options);
                 block_on(answerer.answer(question, standalone, &retrieval, sink))?
             };
@@ -194,17 +152,7 @@ impl Service {
             Err(e) => {
                 let outcome = format!("error: {e}");
                 let detail = serde_json::json!({ "session": session });
-                self.audit(
-                    caller,
-                    EventRecord {
-                        tenant: &tenant.name,
-                        action,
-                        question,
-                        outcome: &outcome,
-                        detail: &detail,
-                        ..EventRecord::default()
-                    },
-                )?;
+                self.audit(caller, EventRecord { tenant: &tenant.name, action, question, outcome: &outcome, detail: &detail, ..EventRecord::default() })?;
                 return Err(e);
             }
         };
@@ -212,8 +160,7 @@ impl Service {
         answer.timings.rewrite_ms = rewrite_ms;
         answer.timings.total_ms += rewrite_ms;
         let chunks = answer.served_chunks();
-        let timings = serde_json::to_value(&answer.timings)
-            .map_err(|e| Error::Bug(format!("timings to JSON: {e}")))?;
+        let timings = serde_json::to_value(&answer.timings).map_err(|e| Error::Bug(format!("timings to JSON: {e}")))?;
         let id = self.store.catalog().record_audit(&AuditRecord {
             tenant: tenant.id,
             session,
@@ -233,8 +180,7 @@ impl Service {
         } else {
             "ok"
         };
-        let detail =
-            serde_json::json!({ "answer_id": id, "session": session, "standalone": standalone });
+        let detail = serde_json::json!({ "answer_id": id, "session": session, "standalone": standalone });
         self.audit(
             caller,
             EventRecord {
@@ -248,21 +194,11 @@ impl Service {
                 ..EventRecord::default()
             },
         )?;
-        Ok(Asked {
-            retrieval,
-            answer,
-            note,
-            warnings,
-            cancelled,
-        })
+        Ok(Asked { retrieval, answer, note, warnings, cancelled })
     }
 
     /// The generator (`llm`, or the configured one), warning when it is remote.
-    fn generator(
-        &self,
-        llm: Option<&str>,
-        warnings: &mut Vec<String>,
-    ) -> Result<Arc<dyn Generator>> {
+    fn generator(&self, llm: Option<&str>, warnings: &mut Vec<String>) -> Result<Arc<dyn Generator>> {
         let g = self.app.generator(llm)?;
         if g.is_remote() {
             warnings.push(
@@ -276,39 +212,24 @@ impl Service {
 
     /// Opens a chat session of `tenant`: continues `session` when given (it must be the
     /// tenant's), else starts one.
-    pub fn open_session(
-        &self,
-        caller: &Caller,
-        tenant: &str,
-        session: Option<i64>,
-    ) -> Result<(TenantRow, i64)> {
+    pub fn open_session(&self, caller: &Caller, tenant: &str, session: Option<i64>) -> Result<(TenantRow, i64)> {
         let tenant = self.tenant(caller, tenant)?;
         let catalog = self.store.catalog();
         let id = match session {
             Some(id) => match catalog.session_tenant(id)? {
                 Some(t) if t == tenant.id => id,
-                Some(_) if caller.is_local() => return Err(Error::Invalid(format!(
-                    "session {id} belongs to another tenant; start a new chat without --session"
-                ))),
+                Some(_) if caller.is_local() => {
+                    return Err(Error::Invalid(format!("session {id} belongs to another tenant; start a new chat without --session")))
+                }
                 None if caller.is_local() => {
-                    return Err(Error::Invalid(format!(
-                        "no session {id}; start a new chat without --session"
-                    )))
+                    return Err(Error::Invalid(format!("no session {id}; start a new chat without --session")))
                 }
                 _ => return Err(Error::NotFound(format!("no session {id} in this tenant"))),
             },
             None => {
                 let id = catalog.create_session(tenant.id)?;
                 let detail = serde_json::json!({ "session": id });
-                self.audit(
-                    caller,
-                    EventRecord {
-                        tenant: &tenant.name,
-                        action: "session_create",
-                        detail: &detail,
-                        ..EventRecord::default()
-                    },
-                )?;
+                self.audit(caller, EventRecord { tenant: &tenant.name, action: "session_create", detail: &detail, ..EventRecord::default() })?;
                 id
             }
         };
@@ -316,23 +237,13 @@ impl Service {
     }
 
     /// A session's turns, oldest first (the session must be the tenant's).
-    pub fn session_turns(
-        &self,
-        caller: &Caller,
-        tenant: &str,
-        session: i64,
-    ) -> Result<Vec<crate::store::TurnRow>> {
+    pub fn session_turns(&self, caller: &Caller, tenant: &str, session: i64) -> Result<Vec<crate::store::TurnRow>> {
         let (_, id) = self.open_session(caller, tenant, Some(session))?;
         self.store.catalog().recent_turns(id, usize::MAX >> 1)
     }
 
     /// A tenant's sessions, newest first: (id, created ms, turns).
-    pub fn sessions(
-        &self,
-        caller: &Caller,
-        tenant: &str,
-        limit: usize,
-    ) -> Result<Vec<(i64, i64, usize)>> {
+    pub fn sessions(&self, caller: &Caller, tenant: &str, limit: usize) -> Result<Vec<(i64, i64, usize)>> {
         let tenant = self.tenant(caller, tenant)?;
         self.store.catalog().sessions(tenant.id, limit)
     }
@@ -341,35 +252,19 @@ impl Service {
     /// rewritten (by the generator when it is needed), a self-contained one is kept as it is.
     pub fn resolve(&self, session: i64, question: &str, llm: Option<&str>) -> Result<Standalone> {
         let rows = self.store.catalog().recent_turns(session, 8)?;
-        let prior: Vec<PriorTurn> = rows
-            .iter()
-            .map(|t| PriorTurn {
-                question: &t.question,
-                standalone: &t.standalone,
-                answer: &t.answer,
-            })
-            .collect();
+        let prior: Vec<PriorTurn> =
+            rows.iter().map(|t| PriorTurn { question: &t.question, standalone: &t.standalone, answer: &t.answer }).collect();
         self.resolve_with(&prior, question, llm)
     }
 
     /// [`Service::resolve`] over turns the caller holds (the OpenAI-compatible route's messages).
-    pub fn resolve_with(
-        &self,
-        prior: &[PriorTurn<'_>],
-        question: &str,
-        llm: Option<&str>,
-    ) -> Result<Standalone> {
+    pub fn resolve_with(&self, prior: &[PriorTurn<'_>], question: &str, llm: Option<&str>) -> Result<Standalone> {
         let max_turns = self.app.config.answer.memory_turns;
         if prior.is_empty() || crate::answer::memory::refers_back(question).is_none() {
             block_on(standalone(question, prior, max_turns, None))
         } else {
             let generator = self.app.generator(llm)?;
-            block_on(standalone(
-                question,
-                prior,
-                max_turns,
-                Some(generator.as_ref()),
-            ))
+            block_on(standalone(question, prior, max_turns, Some(generator.as_ref())))
         }
     }
 
@@ -387,39 +282,13 @@ impl Service {
         on_resolved: &mut dyn FnMut(&Standalone),
     ) -> Result<(ChatTurn, Asked)> {
         if question.trim().is_empty() {
-            return Err(Error::Invalid(
-                "the question is empty; type what you want to know".into(),
-            ));
+            return Err(Error::Invalid("the question is empty; type what you want to know".into()));
         }
         let resolved = self.resolve(session, question, o.llm.as_deref())?;
         on_resolved(&resolved);
-        let asked = self.answer(
-            caller,
-            tenant,
-            question,
-            &resolved.question,
-            resolved.rewrite_ms,
-            Some(session),
-            o,
-            "chat",
-            sink,
-        )?;
-        let turn = self.store.catalog().add_turn(
-            session,
-            question,
-            &resolved.question,
-            &asked.answer.answer,
-            asked.answer.answer_id,
-        )?;
-        Ok((
-            ChatTurn {
-                session,
-                turn,
-                follow_up: resolved,
-                answer: asked.answer.clone(),
-            },
-            asked,
-        ))
+        let asked = self.answer(caller, tenant, question, &resolved.question, resolved.rewrite_ms, Some(session), o, "chat", sink)?;
+        let turn = self.store.catalog().add_turn(session, question, &resolved.question, &asked.answer.answer, asked.answer.answer_id)?;
+        Ok((ChatTurn { session, turn, follow_up: resolved, answer: asked.answer.clone() }, asked))
     }
 
     /// An answer given to a conversation held by the client (OpenAI-compatible route): the last
@@ -437,25 +306,8 @@ impl Service {
             return Err(Error::Invalid("the last user message is empty".into()));
         }
         let tenant = self.tenant(caller, tenant)?;
-        let prior: Vec<PriorTurn> = earlier
-            .iter()
-            .map(|(q, a)| PriorTurn {
-                question: q,
-                standalone: q,
-                answer: a,
-            })
-            .collect();
+        let prior: Vec<PriorTurn> = earlier.iter().map(|(q, a)| PriorTurn { question: q, standalone: q, answer: a }).collect();
         let resolved = self.resolve_with(&prior, question, o.llm.as_deref())?;
-        self.answer(
-            caller,
-            &tenant,
-            question,
-            &resolved.question,
-            resolved.rewrite_ms,
-            None,
-            o,
-            "chat_completion",
-            sink,
-        )
+        self.answer(caller, &tenant, question, &resolved.question, resolved.rewrite_ms, None, o, "chat_completion", sink)
     }
 }

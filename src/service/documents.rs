@@ -101,18 +101,7 @@ pub(super) struct Jobs {
 impl Jobs {
     fn add(&self, tenant: &str, kind: JobKind, path: PathBuf) -> u64 {
         let id = self.next.fetch_add(1, Ordering::SeqCst) + 1;
-        let job = Job {
-            id,
-            tenant: tenant.into(),
-            kind,
-            path,
-            state: JobState::Queued,
-            files: 0,
-            visited: 0,
-            chunks: 0,
-            report: None,
-            error: None,
-        };
+        let job = Job { id, tenant: tenant.into(), kind, path, state: JobState::Queued, files: 0, visited: 0, chunks: 0, report: None, error: None };
         let mut all = self.all.lock().unwrap_or_else(|e| e.into_inner());
         all.push(job);
         // Keep the last thousand.
@@ -132,38 +121,21 @@ impl Jobs {
     fn pool(&self) -> Option<&rayon::ThreadPool> {
         self.pool
             .get_or_init(|| {
-                let threads =
-                    std::thread::available_parallelism().map_or(1, |n| (n.get() / 2).max(1));
-                rayon::ThreadPoolBuilder::new()
-                    .num_threads(threads)
-                    .thread_name(|i| format!("ingest-pool-{i}"))
-                    .build()
-                    .ok()
+                let threads = std::thread::available_parallelism().map_or(1, |n| (n.get() / 2).max(1));
+                rayon::ThreadPoolBuilder::new().num_threads(threads).thread_name(|i| format!("ingest-pool-{i}")).build().ok()
             })
             .as_ref()
     }
 
     fn get(&self, id: u64) -> Option<Job> {
-        self.all
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .iter()
-            .find(|j| j.id == id)
-            .cloned()
+        self.all.lock().unwrap_or_else(|e| e.into_inner()).iter().find(|j| j.id == id).cloned()
     }
 
     /// Jobs queued or running, and files visited by running jobs (for metrics).
     pub(super) fn progress(&self) -> (usize, usize, usize) {
         let all = self.all.lock().unwrap_or_else(|e| e.into_inner());
-        let active: Vec<&Job> = all
-            .iter()
-            .filter(|j| matches!(j.state, JobState::Queued | JobState::Running))
-            .collect();
-        (
-            active.len(),
-            active.iter().map(|j| j.visited).sum(),
-            active.iter().map(|j| j.files).sum(),
-        )
+        let active: Vec<&Job> = all.iter().filter(|j| matches!(j.state, JobState::Queued | JobState::Running)).collect();
+        (active.len(), active.iter().map(|j| j.visited).sum(), active.iter().map(|j| j.files).sum())
     }
 }
 
@@ -171,11 +143,7 @@ impl Jobs {
 /// characters, not `.`/`..`, no separators, not hidden, at most 200 bytes. The file is stored
 /// under this name in the tenant's managed folder; the client never names a path.
 pub fn check_upload_name(name: &str) -> Result<&str> {
-    let bad = |why: &str| {
-        Err(Error::Invalid(format!(
-            "file name {name:?} refused: {why}; send a plain file name such as policy.md"
-        )))
-    };
+    let bad = |why: &str| Err(Error::Invalid(format!("file name {name:?} refused: {why}; send a plain file name such as policy.md")));
     if name.is_empty() || name.trim().is_empty() {
         return bad("it is empty");
     }
@@ -199,11 +167,7 @@ pub fn check_upload_name(name: &str) -> Result<&str> {
 
 impl Service {
     /// The tenant's documents with their status.
-    pub fn documents(
-        &self,
-        caller: &Caller,
-        tenant: &str,
-    ) -> Result<(TenantRow, Vec<DocumentRow>)> {
+    pub fn documents(&self, caller: &Caller, tenant: &str) -> Result<(TenantRow, Vec<DocumentRow>)> {
         let tenant = self.tenant(caller, tenant)?;
         let docs = self.store.catalog().documents(tenant.id)?;
         Ok((tenant, docs))
@@ -227,34 +191,15 @@ impl Service {
         let doc = self.document(&t, id)?;
         let opts = self.app.ingest_options(&t.name, None)?;
         let (parsed, sha256) = crate::ingest::reparse(&doc.path, &opts).map_err(|reason| {
-            Error::NotFound(format!(
-                "the file of document {id} cannot be shown now ({reason}); re-ingest or remove it"
-            ))
+            Error::NotFound(format!("the file of document {id} cannot be shown now ({reason}); re-ingest or remove it"))
         })?;
         let detail = serde_json::json!({ "document": id, "path": doc.path.to_string_lossy() });
-        self.audit(
-            caller,
-            EventRecord {
-                tenant: &t.name,
-                action: "read_document",
-                detail: &detail,
-                ..EventRecord::default()
-            },
-        )?;
-        Ok(DocumentText {
-            changed: sha256 != doc.sha256,
-            text: parsed.text,
-            document: doc,
-        })
+        self.audit(caller, EventRecord { tenant: &t.name, action: "read_document", detail: &detail, ..EventRecord::default() })?;
+        Ok(DocumentText { changed: sha256 != doc.sha256, text: parsed.text, document: doc })
     }
 
     /// Removes documents by path (a folder removes everything ingested under it).
-    pub fn remove_paths(
-        &self,
-        caller: &Caller,
-        tenant: &str,
-        paths: &[PathBuf],
-    ) -> Result<(TenantRow, Vec<PathBuf>)> {
+    pub fn remove_paths(&self, caller: &Caller, tenant: &str, paths: &[PathBuf]) -> Result<(TenantRow, Vec<PathBuf>)> {
         let tenant = self.tenant(caller, tenant)?;
         caller.require(KeyRole::Writer, "removing documents")?;
         let lock = self.writer_lock(&tenant.name);
@@ -264,21 +209,9 @@ impl Service {
             Ok(_) => "ok".to_string(),
             Err(e) => format!("error: {e}"),
         };
-        let removed: Vec<String> = result
-            .as_ref()
-            .map(|r| r.iter().map(|p| p.to_string_lossy().into_owned()).collect())
-            .unwrap_or_default();
+        let removed: Vec<String> = result.as_ref().map(|r| r.iter().map(|p| p.to_string_lossy().into_owned()).collect()).unwrap_or_default();
         let detail = serde_json::json!({ "removed": removed });
-        self.audit(
-            caller,
-            EventRecord {
-                tenant: &tenant.name,
-                action: "remove",
-                outcome: &outcome,
-                detail: &detail,
-                ..EventRecord::default()
-            },
-        )?;
+        self.audit(caller, EventRecord { tenant: &tenant.name, action: "remove", outcome: &outcome, detail: &detail, ..EventRecord::default() })?;
         Ok((tenant, result?))
     }
 
@@ -299,13 +232,7 @@ impl Service {
 
     /// Stores `bytes` as `name` in the tenant's uploads folder (the tenant is created with the
     /// configured embedder if it does not exist) and starts an ingest job for it.
-    pub fn upload(
-        self: &Arc<Self>,
-        caller: &Caller,
-        tenant: &str,
-        name: &str,
-        bytes: &[u8],
-    ) -> Result<Job> {
+    pub fn upload(self: &Arc<Self>, caller: &Caller, tenant: &str, name: &str, bytes: &[u8]) -> Result<Job> {
         caller.scope(tenant)?;
         caller.require(KeyRole::Writer, "uploading documents")?;
         let name = check_upload_name(name)?;
@@ -318,15 +245,7 @@ impl Service {
         std::fs::write(&tmp, bytes).map_err(Error::path(&tmp))?;
         std::fs::rename(&tmp, &path).map_err(Error::path(&path))?;
         let detail = serde_json::json!({ "file": name, "bytes": bytes.len() });
-        self.audit(
-            caller,
-            EventRecord {
-                tenant,
-                action: "upload",
-                detail: &detail,
-                ..EventRecord::default()
-            },
-        )?;
+        self.audit(caller, EventRecord { tenant, action: "upload", detail: &detail, ..EventRecord::default() })?;
         self.start_job(caller, tenant, JobKind::Upload, path)
     }
 
@@ -336,38 +255,17 @@ impl Service {
         caller.require(KeyRole::Writer, "re-ingesting documents")?;
         let doc = self.document(&t, id)?;
         let detail = serde_json::json!({ "document": id, "path": doc.path.to_string_lossy() });
-        self.audit(
-            caller,
-            EventRecord {
-                tenant: &t.name,
-                action: "reingest",
-                detail: &detail,
-                ..EventRecord::default()
-            },
-        )?;
+        self.audit(caller, EventRecord { tenant: &t.name, action: "reingest", detail: &detail, ..EventRecord::default() })?;
         self.start_job(caller, &t.name, JobKind::Reingest, doc.path)
     }
 
     /// Ingests a folder the server can read into `tenant` (admin only: a client never names a
     /// path; this is for local tools).
-    pub fn ingest_folder(
-        self: &Arc<Self>,
-        caller: &Caller,
-        tenant: &str,
-        path: &Path,
-    ) -> Result<Job> {
+    pub fn ingest_folder(self: &Arc<Self>, caller: &Caller, tenant: &str, path: &Path) -> Result<Job> {
         caller.require(KeyRole::Admin, "ingesting a server folder")?;
         crate::store::check_tenant_name(tenant)?;
         let detail = serde_json::json!({ "path": path.to_string_lossy() });
-        self.audit(
-            caller,
-            EventRecord {
-                tenant,
-                action: "ingest_folder",
-                detail: &detail,
-                ..EventRecord::default()
-            },
-        )?;
+        self.audit(caller, EventRecord { tenant, action: "ingest_folder", detail: &detail, ..EventRecord::default() })?;
         self.start_job(caller, tenant, JobKind::Folder, path.to_path_buf())
     }
 
@@ -387,19 +285,13 @@ impl Service {
             if crate::store::check_tenant_name(&name).is_err() || !uploads.is_dir() {
                 continue;
             }
-            for file in std::fs::read_dir(&uploads)
-                .map_err(Error::path(&uploads))?
-                .flatten()
-            {
+            for file in std::fs::read_dir(&uploads).map_err(Error::path(&uploads))?.flatten() {
                 let file_name = file.file_name().to_string_lossy().into_owned();
                 if file_name.starts_with('.') && file_name.ends_with(".part") {
                     std::fs::remove_file(file.path()).map_err(Error::path(&file.path()))?;
                 }
             }
-            let caller = Caller {
-                name: "server start".into(),
-                ..Caller::local()
-            };
+            let caller = Caller { name: "server start".into(), ..Caller::local() };
             jobs.push(self.start_job(&caller, &name, JobKind::Resume, uploads)?);
         }
         Ok(jobs)
@@ -421,13 +313,7 @@ impl Service {
         self.jobs.progress()
     }
 
-    fn start_job(
-        self: &Arc<Self>,
-        caller: &Caller,
-        tenant: &str,
-        kind: JobKind,
-        path: PathBuf,
-    ) -> Result<Job> {
+    fn start_job(self: &Arc<Self>, caller: &Caller, tenant: &str, kind: JobKind, path: PathBuf) -> Result<Job> {
         let id = self.jobs.add(tenant, kind, path.clone());
         let service = self.clone();
         let (caller, tenant_name) = (caller.clone(), tenant.to_string());
@@ -435,9 +321,7 @@ impl Service {
             .name(format!("ingest-{id}"))
             .spawn(move || service.run_job(&caller, &tenant_name, id, &path))
             .map_err(Error::Io)?;
-        self.jobs
-            .get(id)
-            .ok_or_else(|| Error::Bug("job vanished".into()))
+        self.jobs.get(id).ok_or_else(|| Error::Bug("job vanished".into()))
     }
 
     fn run_job(&self, caller: &Caller, tenant: &str, id: u64, path: &Path) {
@@ -449,20 +333,14 @@ impl Service {
             let embedder = self.app.embedder(model.as_deref())?;
             let opts = self.app.ingest_options(tenant, None)?;
             let run = || {
-                ingest(
-                    &self.store,
-                    &embedder,
-                    path,
-                    &opts,
-                    &mut |event| match event {
-                        IngestEvent::Found { files } => self.jobs.update(id, |j| j.files = files),
-                        IngestEvent::Visited { chunks, .. } => self.jobs.update(id, |j| {
-                            j.visited += 1;
-                            j.chunks += chunks;
-                        }),
-                        _ => {}
-                    },
-                )
+                ingest(&self.store, &embedder, path, &opts, &mut |event| match event {
+                    IngestEvent::Found { files } => self.jobs.update(id, |j| j.files = files),
+                    IngestEvent::Visited { chunks, .. } => self.jobs.update(id, |j| {
+                        j.visited += 1;
+                        j.chunks += chunks;
+                    }),
+                    _ => {}
+                })
             };
             match self.jobs.pool() {
                 Some(pool) => pool.install(run),
@@ -484,16 +362,7 @@ impl Service {
             }),
         }
         let detail = serde_json::json!({ "job": id, "path": path.to_string_lossy() });
-        if let Err(e) = self.audit(
-            caller,
-            EventRecord {
-                tenant,
-                action: "ingest",
-                outcome: &outcome,
-                detail: &detail,
-                ..EventRecord::default()
-            },
-        ) {
+        if let Err(e) = self.audit(caller, EventRecord { tenant, action: "ingest", outcome: &outcome, detail: &detail, ..EventRecord::default() }) {
             tracing::error!("job {id}: cannot write its audit row: {e}");
         }
     }
@@ -506,24 +375,8 @@ mod tests {
     #[test]
     fn upload_names_are_plain_file_names() {
         assert_eq!(check_upload_name("policy.md").unwrap(), "policy.md");
-        assert_eq!(
-            check_upload_name("Reisekosten 2024 (final).pdf").unwrap(),
-            "Reisekosten 2024 (final).pdf"
-        );
-        for bad in [
-            "",
-            " ",
-            "../etc/passwd",
-            "/etc/passwd",
-            "a/b.md",
-            "..",
-            ".",
-            ".hidden",
-            "a\0b",
-            "a\\b",
-            "C:x",
-            "line\nbreak",
-        ] {
+        assert_eq!(check_upload_name("Reisekosten 2024 (final).pdf").unwrap(), "Reisekosten 2024 (final).pdf");
+        for bad in ["", " ", "../etc/passwd", "/etc/passwd", "a/b.md", "..", ".", ".hidden", "a\0b", "a\\b", "C:x", "line\nbreak"] {
             assert!(check_upload_name(bad).is_err(), "{bad:?} is refused");
         }
         assert!(check_upload_name(&"x".repeat(201)).is_err());

@@ -37,15 +37,15 @@ use crate::error::{Error, Result};
 use crate::store::{EventRecord, Store};
 
 pub use crate::answer::{Answer, Refusal, Source, Standalone};
-pub use crate::app::DoctorReport;
 pub use crate::generate::{Discard, Message, TokenSink};
 pub use crate::ingest::IngestReport;
 pub use crate::retrieve::Retrieval;
 pub use crate::store::{
-    ChainReport, ChunkRow, DocumentRow, DocumentStatus, EventFilter, EventRow, KeyRole, KeyRow,
-    Rating, TenantRow, TurnRow, DEFAULT_TENANT,
+    ChainReport, ChunkRow, DocumentRow, DocumentStatus, EventFilter, EventRow, KeyRole, KeyRow, Rating, TenantRow, TurnRow,
+    DEFAULT_TENANT,
 };
 pub use answering::{AskOptions, Asked, ChatTurn, SearchOptions, SearchResult};
+pub use crate::app::DoctorReport;
 pub use documents::{check_upload_name, DocumentText, Job, JobKind, JobState};
 
 /// Who is asking: a key of the HTTP API, or the local command line.
@@ -66,13 +66,7 @@ pub struct Caller {
 impl Caller {
     /// The local command line: whoever can read the data folder already has every tenant.
     pub fn local() -> Caller {
-        Caller {
-            key_id: None,
-            name: "cli".into(),
-            role: KeyRole::Admin,
-            tenant: None,
-            address: None,
-        }
+        Caller { key_id: None, name: "cli".into(), role: KeyRole::Admin, tenant: None, address: None }
     }
 
     /// The caller a key describes.
@@ -81,11 +75,7 @@ impl Caller {
             key_id: Some(key.id),
             name: key.name.clone(),
             role: key.role,
-            tenant: if key.role == KeyRole::Admin {
-                None
-            } else {
-                key.tenant.clone()
-            },
+            tenant: if key.role == KeyRole::Admin { None } else { key.tenant.clone() },
             address,
         }
     }
@@ -101,10 +91,7 @@ impl Caller {
         if self.reaches(tenant) {
             Ok(())
         } else {
-            Err(Error::UnknownTenant {
-                name: tenant.to_string(),
-                known: Vec::new(),
-            })
+            Err(Error::UnknownTenant { name: tenant.to_string(), known: Vec::new() })
         }
     }
 
@@ -117,10 +104,7 @@ impl Caller {
         if self.role >= role {
             Ok(())
         } else {
-            Err(Error::Denied(format!(
-                "{what} needs a {role} key; this key is a {}",
-                self.role
-            )))
+            Err(Error::Denied(format!("{what} needs a {role} key; this key is a {}", self.role)))
         }
     }
 }
@@ -156,12 +140,7 @@ impl Service {
     pub fn open(config: Config) -> Result<Service> {
         let app = App::new(config)?;
         let store = app.store()?;
-        Ok(Service {
-            app,
-            store,
-            jobs: documents::Jobs::default(),
-            writers: Mutex::default(),
-        })
+        Ok(Service { app, store, jobs: documents::Jobs::default(), writers: Mutex::default() })
     }
 
     /// The configuration in force.
@@ -182,22 +161,13 @@ impl Service {
         }
         match self.store.catalog().tenant(name)? {
             Some(t) if caller.reaches(&t.name) => Ok(t),
-            _ => Err(Error::UnknownTenant {
-                name: name.to_string(),
-                known: Vec::new(),
-            }),
+            _ => Err(Error::UnknownTenant { name: name.to_string(), known: Vec::new() }),
         }
     }
 
     /// The tenants the caller reaches.
     pub fn tenants(&self, caller: &Caller) -> Result<Vec<TenantRow>> {
-        Ok(self
-            .store
-            .catalog()
-            .tenants()?
-            .into_iter()
-            .filter(|t| caller.reaches(&t.name))
-            .collect())
+        Ok(self.store.catalog().tenants()?.into_iter().filter(|t| caller.reaches(&t.name)).collect())
     }
 
     /// Loads the configured embedder and reranker now, so the first request does not pay for it.
@@ -239,14 +209,7 @@ impl Service {
                 Some(false)
             }
         };
-        Health {
-            store,
-            embedder,
-            reranker,
-            tenants,
-            ready: problems.is_empty(),
-            problems,
-        }
+        Health { store, embedder, reranker, tenants, ready: problems.is_empty(), problems }
     }
 
     /// Appends an audit row for `caller`. Failing to write the audit trail fails the request:
@@ -256,10 +219,7 @@ impl Service {
         let record = match (&caller.address, record.detail.is_null()) {
             (Some(addr), true) => {
                 detail = serde_json::json!({ "address": addr });
-                EventRecord {
-                    detail: &detail,
-                    ..record
-                }
+                EventRecord { detail: &detail, ..record }
             }
             (Some(addr), false) => {
                 let mut d = record.detail.clone();
@@ -267,18 +227,11 @@ impl Service {
                     o.insert("address".into(), serde_json::Value::String(addr.clone()));
                 }
                 detail = d;
-                EventRecord {
-                    detail: &detail,
-                    ..record
-                }
+                EventRecord { detail: &detail, ..record }
             }
             _ => record,
         };
-        self.store.catalog().append_event(&EventRecord {
-            key_id: caller.key_id,
-            key_name: &caller.name,
-            ..record
-        })
+        self.store.catalog().append_event(&EventRecord { key_id: caller.key_id, key_name: &caller.name, ..record })
     }
 
     /// `doctor`'s report (build, device, models verified, every tenant's generations and
@@ -306,25 +259,11 @@ impl Service {
     }
 
     /// Makes a key (admin); the secret is returned once and never stored.
-    pub fn create_key(
-        &self,
-        caller: &Caller,
-        name: &str,
-        tenant: Option<&str>,
-        role: KeyRole,
-    ) -> Result<(KeyRow, String)> {
+    pub fn create_key(&self, caller: &Caller, name: &str, tenant: Option<&str>, role: KeyRole) -> Result<(KeyRow, String)> {
         caller.require(KeyRole::Admin, "creating keys")?;
         let (row, secret) = self.store.catalog().create_key(name, tenant, role)?;
         let detail = serde_json::json!({ "key": row.id, "name": row.name, "role": row.role });
-        self.audit(
-            caller,
-            EventRecord {
-                tenant: tenant.unwrap_or(""),
-                action: "key_create",
-                detail: &detail,
-                ..EventRecord::default()
-            },
-        )?;
+        self.audit(caller, EventRecord { tenant: tenant.unwrap_or(""), action: "key_create", detail: &detail, ..EventRecord::default() })?;
         Ok((row, secret))
     }
 
@@ -344,12 +283,7 @@ impl Service {
         let detail = serde_json::json!({ "key": row.id, "name": row.name });
         self.audit(
             caller,
-            EventRecord {
-                tenant: row.tenant.as_deref().unwrap_or(""),
-                action: "key_revoke",
-                detail: &detail,
-                ..EventRecord::default()
-            },
+            EventRecord { tenant: row.tenant.as_deref().unwrap_or(""), action: "key_revoke", detail: &detail, ..EventRecord::default() },
         )?;
         Ok(row)
     }
@@ -367,47 +301,18 @@ impl Service {
     }
 
     /// Rates an answer. `tenant`, when given, must be the answer's tenant (else: not found).
-    pub fn feedback(
-        &self,
-        caller: &Caller,
-        tenant: Option<&str>,
-        answer_id: i64,
-        rating: Rating,
-        comment: Option<&str>,
-    ) -> Result<i64> {
+    pub fn feedback(&self, caller: &Caller, tenant: Option<&str>, answer_id: i64, rating: Rating, comment: Option<&str>) -> Result<i64> {
         let not_found = || Error::NotFound(format!("no answer {answer_id} in this tenant"));
         if !caller.is_local() || tenant.is_some() {
-            let entry = self
-                .store
-                .catalog()
-                .audit_entry(answer_id)?
-                .ok_or_else(not_found)?;
+            let entry = self.store.catalog().audit_entry(answer_id)?.ok_or_else(not_found)?;
             if !caller.reaches(&entry.tenant) || tenant.is_some_and(|t| t != entry.tenant) {
                 return Err(not_found());
             }
         }
-        let id = self
-            .store
-            .catalog()
-            .add_feedback(answer_id, rating, comment)?;
-        let answer_tenant = self
-            .store
-            .catalog()
-            .audit_entry(answer_id)?
-            .map(|e| e.tenant)
-            .unwrap_or_default();
-        let detail =
-            serde_json::json!({ "answer_id": answer_id, "rating": rating, "feedback_id": id });
-        self.audit(
-            caller,
-            EventRecord {
-                tenant: &answer_tenant,
-                action: "feedback",
-                question: comment.unwrap_or(""),
-                detail: &detail,
-                ..EventRecord::default()
-            },
-        )?;
+        let id = self.store.catalog().add_feedback(answer_id, rating, comment)?;
+        let answer_tenant = self.store.catalog().audit_entry(answer_id)?.map(|e| e.tenant).unwrap_or_default();
+        let detail = serde_json::json!({ "answer_id": answer_id, "rating": rating, "feedback_id": id });
+        self.audit(caller, EventRecord { tenant: &answer_tenant, action: "feedback", question: comment.unwrap_or(""), detail: &detail, ..EventRecord::default() })?;
         Ok(id)
     }
 

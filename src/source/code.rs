@@ -97,27 +97,16 @@ impl Parser for CodeParser {
         let lang = Lang::from_path(path).ok_or(SkipReason::Unsupported)?;
         let text = decode_utf8(bytes)?;
         let mut parser = tree_sitter::Parser::new();
-        parser
-            .set_language(&lang.grammar())
-            .map_err(|e| SkipReason::corrupt(format!("tree-sitter grammar: {e}")))?;
-        let tree = parser
-            .parse(&text, None)
-            .ok_or_else(|| SkipReason::corrupt("tree-sitter gave no tree"))?;
-        let cx = Cx {
-            src: text.as_bytes(),
-            lang,
-        };
+        parser.set_language(&lang.grammar()).map_err(|e| SkipReason::corrupt(format!("tree-sitter grammar: {e}")))?;
+        let tree = parser.parse(&text, None).ok_or_else(|| SkipReason::corrupt("tree-sitter gave no tree"))?;
+        let cx = Cx { src: text.as_bytes(), lang };
         let root = tree.root_node();
-        let children: Vec<Node<'_>> = (0..root.child_count())
-            .filter_map(|i| root.child(i as u32))
-            .collect();
+        let children: Vec<Node<'_>> = (0..root.child_count()).filter_map(|i| root.child(i as u32)).collect();
         let units = cx.units(&children, |n| cx.top_symbol(n));
         let mut blocks = Vec::new();
         cx.emit(0, text.len(), &units, None, &mut blocks);
-        let title = path
-            .file_name()
-            .map(|n| n.to_string_lossy().into_owned())
-            .unwrap_or_else(|| super::title_from_path(path));
+        let title =
+            path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_else(|| super::title_from_path(path));
         let mut metadata = BTreeMap::new();
         metadata.insert("language".to_string(), lang.name().to_string());
         Ok(finish(self.name(), title, text, blocks, metadata))
@@ -153,9 +142,7 @@ impl<'s> Cx<'s> {
     }
 
     fn field(&self, node: Node<'_>, name: &str) -> Option<String> {
-        node.child_by_field_name(name)
-            .map(|n| one_line(self.text(n)))
-            .filter(|s| !s.is_empty())
+        node.child_by_field_name(name).map(|n| one_line(self.text(n))).filter(|s| !s.is_empty())
     }
 
     /// Whether a node attaches to the unit after it: a comment that is not an inner doc comment,
@@ -172,11 +159,7 @@ impl<'s> Cx<'s> {
     }
 
     /// The units among sibling nodes, each with the comments and attributes directly above it.
-    fn units<'t>(
-        &self,
-        children: &[Node<'t>],
-        symbol: impl Fn(Node<'t>) -> Option<String>,
-    ) -> Vec<Unit<'t>> {
+    fn units<'t>(&self, children: &[Node<'t>], symbol: impl Fn(Node<'t>) -> Option<String>) -> Vec<Unit<'t>> {
         let mut units: Vec<Unit<'t>> = Vec::new();
         // First node of the run of attachable nodes just before the current one.
         let mut lead: Option<Node<'t>> = None;
@@ -202,15 +185,9 @@ impl<'s> Cx<'s> {
                 continue;
             }
             if let Some(symbol) = symbol(child) {
-                let attached =
-                    lead.filter(|_| prev_row.is_some_and(|r| child.start_position().row <= r + 1));
+                let attached = lead.filter(|_| prev_row.is_some_and(|r| child.start_position().row <= r + 1));
                 let start = attached.map_or(child.start_byte(), |l| l.start_byte());
-                units.push(Unit {
-                    start,
-                    end: child.end_byte(),
-                    symbol,
-                    node: child,
-                });
+                units.push(Unit { start, end: child.end_byte(), symbol, node: child });
                 prev_was_unit = true;
             } else {
                 prev_was_unit = false;
@@ -223,26 +200,12 @@ impl<'s> Cx<'s> {
 
     /// Blocks for `start..end` holding `units`: the units, and the stretches between them with
     /// `gap_symbol`.
-    fn emit(
-        &self,
-        start: usize,
-        end: usize,
-        units: &[Unit<'_>],
-        gap_symbol: Option<&str>,
-        out: &mut Vec<RawBlock>,
-    ) {
-        let code = |symbol: Option<String>| BlockKind::Code {
-            language: Some(self.lang.name().to_string()),
-            symbol,
-        };
+    fn emit(&self, start: usize, end: usize, units: &[Unit<'_>], gap_symbol: Option<&str>, out: &mut Vec<RawBlock>) {
+        let code = |symbol: Option<String>| BlockKind::Code { language: Some(self.lang.name().to_string()), symbol };
         let mut pos = start;
         for unit in units {
             if unit.start > pos {
-                out.push((
-                    code(gap_symbol.map(str::to_string)),
-                    Span::new(pos, unit.start),
-                    None,
-                ));
+                out.push((code(gap_symbol.map(str::to_string)), Span::new(pos, unit.start), None));
             }
             let lines = unit.node.end_position().row - unit.node.start_position().row + 1;
             let split = (lines > SPLIT_LINES).then(|| self.members(unit)).flatten();
@@ -250,20 +213,12 @@ impl<'s> Cx<'s> {
                 Some(members) if !members.is_empty() => {
                     self.emit(unit.start, unit.end, &members, Some(&unit.symbol), out)
                 }
-                _ => out.push((
-                    code(Some(unit.symbol.clone())),
-                    Span::new(unit.start, unit.end),
-                    None,
-                )),
+                _ => out.push((code(Some(unit.symbol.clone())), Span::new(unit.start, unit.end), None)),
             }
             pos = unit.end;
         }
         if end > pos {
-            out.push((
-                code(gap_symbol.map(str::to_string)),
-                Span::new(pos, end),
-                None,
-            ));
+            out.push((code(gap_symbol.map(str::to_string)), Span::new(pos, end), None));
         }
     }
 
@@ -273,36 +228,20 @@ impl<'s> Cx<'s> {
         let (owner, method_kinds): (String, &[&str]) = match (self.lang, node.kind()) {
             (Lang::Rust, "impl_item") => {
                 let ty = self.field(node, "type")?;
-                (
-                    ty.split('<').next().unwrap_or(&ty).trim().to_string(),
-                    &["function_item", "function_signature_item"],
-                )
+                (ty.split('<').next().unwrap_or(&ty).trim().to_string(), &["function_item", "function_signature_item"])
             }
-            (Lang::Rust, "trait_item") => (
-                self.field(node, "name")?,
-                &["function_item", "function_signature_item"],
-            ),
-            (Lang::Python, "class_definition") => (
-                self.field(node, "name")?,
-                &["function_definition", "decorated_definition"],
-            ),
+            (Lang::Rust, "trait_item") => (self.field(node, "name")?, &["function_item", "function_signature_item"]),
+            (Lang::Python, "class_definition") => {
+                (self.field(node, "name")?, &["function_definition", "decorated_definition"])
+            }
             (
                 Lang::JavaScript | Lang::TypeScript | Lang::Tsx,
                 "class_declaration" | "abstract_class_declaration" | "class",
-            ) => (
-                self.field(node, "name")?,
-                &[
-                    "method_definition",
-                    "abstract_method_signature",
-                    "method_signature",
-                ],
-            ),
+            ) => (self.field(node, "name")?, &["method_definition", "abstract_method_signature", "method_signature"]),
             _ => return None,
         };
         let body = node.child_by_field_name("body")?;
-        let children: Vec<Node<'t>> = (0..body.child_count())
-            .filter_map(|i| body.child(i as u32))
-            .collect();
+        let children: Vec<Node<'t>> = (0..body.child_count()).filter_map(|i| body.child(i as u32)).collect();
         let sep = self.lang.member_sep();
         Some(self.units(&children, |n| {
             let def = self.definition(n);
@@ -332,10 +271,7 @@ impl<'s> Cx<'s> {
             (Lang::Rust, "enum_item") => name().map(|n| format!("enum {n}")),
             (Lang::Rust, "union_item") => name().map(|n| format!("union {n}")),
             (Lang::Rust, "trait_item") => name().map(|n| format!("trait {n}")),
-            (Lang::Rust, "mod_item") => node
-                .child_by_field_name("body")
-                .and(name())
-                .map(|n| format!("mod {n}")),
+            (Lang::Rust, "mod_item") => node.child_by_field_name("body").and(name()).map(|n| format!("mod {n}")),
             (Lang::Rust, "type_item") => name().map(|n| format!("type {n}")),
             (Lang::Rust, "macro_definition") => name().map(|n| format!("macro_rules! {n}")),
             (Lang::Rust, "impl_item") => {
@@ -347,9 +283,7 @@ impl<'s> Cx<'s> {
             }
             (Lang::Python, "function_definition") => name(),
             (Lang::Python, "class_definition") => name().map(|n| format!("class {n}")),
-            (Lang::Python, "decorated_definition") => {
-                self.top_symbol(node.child_by_field_name("definition")?)
-            }
+            (Lang::Python, "decorated_definition") => self.top_symbol(node.child_by_field_name("definition")?),
             (Lang::JavaScript | Lang::TypeScript | Lang::Tsx, kind) => self.js_symbol(node, kind),
             (Lang::Go, "function_declaration") => name(),
             (Lang::Go, "method_declaration") => {
@@ -357,15 +291,7 @@ impl<'s> Cx<'s> {
                     .child_by_field_name("receiver")
                     .and_then(|r| r.named_child(0))
                     .and_then(|p| p.child_by_field_name("type"))
-                    .map(|t| {
-                        self.text(t)
-                            .trim_start_matches('*')
-                            .split('[')
-                            .next()
-                            .unwrap_or("")
-                            .trim()
-                            .to_string()
-                    });
+                    .map(|t| self.text(t).trim_start_matches('*').split('[').next().unwrap_or("").trim().to_string());
                 let n = name()?;
                 Some(match recv.filter(|r| !r.is_empty()) {
                     Some(r) => format!("{r}.{n}"),
@@ -386,37 +312,28 @@ impl<'s> Cx<'s> {
     fn js_symbol(&self, node: Node<'_>, kind: &str) -> Option<String> {
         let name = || self.field(node, "name");
         match kind {
-            "function_declaration" | "generator_function_declaration" | "function_signature" => {
-                name()
-            }
-            "class_declaration" | "abstract_class_declaration" => {
-                name().map(|n| format!("class {n}"))
-            }
+            "function_declaration" | "generator_function_declaration" | "function_signature" => name(),
+            "class_declaration" | "abstract_class_declaration" => name().map(|n| format!("class {n}")),
             "interface_declaration" => name().map(|n| format!("interface {n}")),
             "type_alias_declaration" => name().map(|n| format!("type {n}")),
             "enum_declaration" => name().map(|n| format!("enum {n}")),
             "internal_module" | "module" => name().map(|n| format!("namespace {n}")),
-            "lexical_declaration" | "variable_declaration" => (0..node.named_child_count())
-                .filter_map(|i| node.named_child(i as u32))
-                .find_map(|d| {
+            "lexical_declaration" | "variable_declaration" => {
+                (0..node.named_child_count()).filter_map(|i| node.named_child(i as u32)).find_map(|d| {
                     let value = d.child_by_field_name("value")?;
                     matches!(
                         value.kind(),
-                        "arrow_function"
-                            | "function_expression"
-                            | "function"
-                            | "generator_function"
-                            | "class"
+                        "arrow_function" | "function_expression" | "function" | "generator_function" | "class"
                     )
                     .then(|| self.field(d, "name"))
                     .flatten()
-                }),
+                })
+            }
             "export_statement" => match node.child_by_field_name("declaration") {
                 Some(decl) => self.js_symbol(decl, decl.kind()),
                 None => {
-                    let is_default = (0..node.child_count())
-                        .filter_map(|i| node.child(i as u32))
-                        .any(|c| c.kind() == "default");
+                    let is_default =
+                        (0..node.child_count()).filter_map(|i| node.child(i as u32)).any(|c| c.kind() == "default");
                     is_default.then(|| "export default".to_string())
                 }
             },
@@ -441,10 +358,9 @@ mod tests {
         doc.blocks
             .iter()
             .map(|b| match &b.kind {
-                BlockKind::Code { symbol, .. } => (
-                    symbol.as_deref(),
-                    doc.text[b.span.range()].lines().next().unwrap_or(""),
-                ),
+                BlockKind::Code { symbol, .. } => {
+                    (symbol.as_deref(), doc.text[b.span.range()].lines().next().unwrap_or(""))
+                }
                 k => panic!("not code: {k:?}"),
             })
             .collect()
@@ -493,19 +409,11 @@ fn main() {} // trailing
         );
         assert_eq!(got[1], (Some("struct Point"), "/// A point."));
         assert_eq!(got[2], (Some("impl Point"), "impl Point {"));
-        assert_eq!(
-            got[3],
-            (
-                Some("impl fmt::Display for Point"),
-                "impl fmt::Display for Point {"
-            )
-        );
+        assert_eq!(got[3], (Some("impl fmt::Display for Point"), "impl fmt::Display for Point {"));
         assert_eq!(got[4], (None, "// A loose comment."));
         assert_eq!(got[5], (Some("main"), "fn main() {} // trailing"));
         assert_eq!(got.len(), 6);
-        let BlockKind::Code { language, .. } = &doc.blocks[1].kind else {
-            panic!()
-        };
+        let BlockKind::Code { language, .. } = &doc.blocks[1].kind else { panic!() };
         assert_eq!(language.as_deref(), Some("rust"));
     }
 
@@ -534,11 +442,7 @@ fn main() {} // trailing
         let doc = parse("store.py", src);
         assert_eq!(
             units(&doc),
-            vec![
-                (None, "\"\"\"Docs.\"\"\""),
-                (Some("helper"), "# Helper."),
-                (Some("class Store"), "class Store:")
-            ]
+            vec![(None, "\"\"\"Docs.\"\"\""), (Some("helper"), "# Helper."), (Some("class Store"), "class Store:")]
         );
     }
 
@@ -560,18 +464,10 @@ fn main() {} // trailing
         let doc = parse("repo.ts", ts);
         assert_eq!(
             units(&doc).iter().map(|u| u.0).collect::<Vec<_>>(),
-            vec![
-                Some("interface User"),
-                Some("type Id"),
-                Some("enum Role"),
-                Some("class Repo")
-            ]
+            vec![Some("interface User"), Some("type Id"), Some("enum Role"), Some("class Repo")]
         );
         let tsx = "export const App = () => <div>Hi</div>;\n";
-        assert_eq!(
-            units(&parse("app.tsx", tsx)),
-            vec![(Some("App"), "export const App = () => <div>Hi</div>;")]
-        );
+        assert_eq!(units(&parse("app.tsx", tsx)), vec![(Some("App"), "export const App = () => <div>Hi</div>;")]);
     }
 
     #[test]

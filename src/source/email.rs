@@ -21,10 +21,7 @@ use std::path::Path;
 
 use mail_parser::{Address, Message, MessageParser, MimeHeaders};
 
-use super::{
-    finish, html, markdown, normalise, text, title_from_path, InputKind, Parser, SkipReason,
-    TextBuilder,
-};
+use super::{finish, html, markdown, normalise, text, title_from_path, InputKind, Parser, SkipReason, TextBuilder};
 use crate::types::{BlockKind, ParsedDocument};
 
 /// The e-mail parser (`.eml` and `.mbox`).
@@ -41,24 +38,18 @@ impl Parser for EmailParser {
     }
 
     fn parse(&self, path: &Path, bytes: &[u8]) -> Result<ParsedDocument, SkipReason> {
-        let is_mbox = path
-            .extension()
-            .is_some_and(|e| e.eq_ignore_ascii_case("mbox"));
+        let is_mbox = path.extension().is_some_and(|e| e.eq_ignore_ascii_case("mbox"));
         let bytes = bytes.strip_prefix(b"\xef\xbb\xbf").unwrap_or(bytes);
         let parser = MessageParser::default();
         let mut out = TextBuilder::default();
         let mut metadata = BTreeMap::new();
         let title = if is_mbox || bytes.starts_with(b"From ") {
-            let raws: Vec<Vec<u8>> =
-                mail_parser::mailbox::mbox::MessageIterator::new(Cursor::new(bytes))
-                    .filter_map(Result::ok)
-                    .map(|m| m.unwrap_contents())
-                    .collect();
-            let messages: Vec<Message<'_>> = raws
-                .iter()
-                .filter_map(|raw| parser.parse(raw.as_slice()))
-                .filter(has_headers)
+            let raws: Vec<Vec<u8>> = mail_parser::mailbox::mbox::MessageIterator::new(Cursor::new(bytes))
+                .filter_map(Result::ok)
+                .map(|m| m.unwrap_contents())
                 .collect();
+            let messages: Vec<Message<'_>> =
+                raws.iter().filter_map(|raw| parser.parse(raw.as_slice())).filter(has_headers).collect();
             if messages.is_empty() {
                 return Err(SkipReason::corrupt(
                     "no e-mail message found (an mbox starts each one with a `From ` line)",
@@ -79,10 +70,8 @@ impl Parser for EmailParser {
             }
             first
         } else {
-            let message = parser
-                .parse(bytes)
-                .filter(has_headers)
-                .ok_or_else(|| SkipReason::corrupt("no e-mail headers"))?;
+            let message =
+                parser.parse(bytes).filter(has_headers).ok_or_else(|| SkipReason::corrupt("no e-mail headers"))?;
             render(&mut out, &message, 1);
             message_metadata(&message, &mut metadata);
             subject(&message)
@@ -102,10 +91,7 @@ fn has_headers(message: &Message<'_>) -> bool {
 }
 
 fn subject(message: &Message<'_>) -> Option<String> {
-    message
-        .subject()
-        .map(super::one_line)
-        .filter(|s| !s.is_empty())
+    message.subject().map(super::one_line).filter(|s| !s.is_empty())
 }
 
 /// `Name <address>, ...`.
@@ -166,45 +152,26 @@ fn render(out: &mut TextBuilder, message: &Message<'_>, level: u8) {
             render(out, nested, (level + 1).min(6));
             continue;
         }
-        let Some(content) = part.text_contents() else {
-            continue;
-        };
+        let Some(content) = part.text_contents() else { continue };
         let ctype = part.content_type();
         if !part.is_text() && !ctype.is_some_and(|c| c.ctype().eq_ignore_ascii_case("text")) {
             continue;
         }
-        let name = part
-            .attachment_name()
-            .map(super::one_line)
-            .unwrap_or_else(|| "unnamed".to_string());
-        let subtype = ctype
-            .and_then(|c| c.subtype())
-            .unwrap_or("plain")
-            .to_ascii_lowercase();
+        let name = part.attachment_name().map(super::one_line).unwrap_or_else(|| "unnamed".to_string());
+        let subtype = ctype.and_then(|c| c.subtype()).unwrap_or("plain").to_ascii_lowercase();
         let lower = name.to_ascii_lowercase();
         let title = format!("Attachment: {name}");
-        out.block(
-            BlockKind::Heading {
-                level: (level + 1).min(6),
-                title: title.clone(),
-            },
-            &title,
-            None,
-        );
+        out.block(BlockKind::Heading { level: (level + 1).min(6), title: title.clone() }, &title, None);
         let content = normalise(content);
         // A page nested too deep for the HTML parser is read as plain text.
-        if (subtype == "html" || part.is_text_html())
-            && html::nesting_estimate(&content) <= html::MAX_NESTING
-        {
+        if (subtype == "html" || part.is_text_html()) && html::nesting_estimate(&content) <= html::MAX_NESTING {
             let page = html::extract(&content);
             let start = out.raw(&page.text);
-            out.blocks.extend(page.blocks.into_iter().map(|(k, s, p)| {
-                (
-                    k,
-                    crate::types::Span::new(s.start + start, s.end + start),
-                    p,
-                )
-            }));
+            out.blocks.extend(
+                page.blocks
+                    .into_iter()
+                    .map(|(k, s, p)| (k, crate::types::Span::new(s.start + start, s.end + start), p)),
+            );
         } else if subtype == "markdown"
             || subtype == "x-markdown"
             || lower.ends_with(".md")
@@ -277,10 +244,7 @@ fn body_blocks(out: &mut TextBuilder, body: &str) {
         let next = (i + 1..lines.len()).find(|&j| kinds[j] != LineKind::Blank);
         if next.is_some_and(|j| kinds[j] == LineKind::Quoted) {
             kinds[i] = LineKind::Quoted;
-            if i > 0
-                && kinds[i - 1] == LineKind::Text
-                && line(i - 1).trim_start().starts_with("On ")
-            {
+            if i > 0 && kinds[i - 1] == LineKind::Text && line(i - 1).trim_start().starts_with("On ") {
                 kinds[i - 1] = LineKind::Quoted;
             }
         }
@@ -333,10 +297,7 @@ mod tests {
     }
 
     fn blocks(doc: &ParsedDocument) -> Vec<(BlockKind, &str)> {
-        doc.blocks
-            .iter()
-            .map(|b| (b.kind.clone(), &doc.text[b.span.range()]))
-            .collect()
+        doc.blocks.iter().map(|b| (b.kind.clone(), &doc.text[b.span.range()])).collect()
     }
 
     const REPLY: &str = "From: Alice Smith <alice@example.com>\r\n\
@@ -383,20 +344,10 @@ AAECAwQ=\r\n\
         let doc = parse("/mail/reply.eml", REPLY.as_bytes());
         assert_eq!(doc.title, "Re: Travel policé");
         assert_eq!(doc.metadata["from"], "Alice Smith <alice@example.com>");
-        assert_eq!(
-            doc.metadata["to"],
-            "Bob <bob@example.com>, carol@example.com"
-        );
+        assert_eq!(doc.metadata["to"], "Bob <bob@example.com>, carol@example.com");
         assert_eq!(doc.metadata["subject"], "Re: Travel policé");
-        assert!(
-            doc.metadata["date"].starts_with("2024-03-05T10:15:00"),
-            "{:?}",
-            doc.metadata["date"]
-        );
-        let h = |level: u8, title: &str| BlockKind::Heading {
-            level,
-            title: title.to_string(),
-        };
+        assert!(doc.metadata["date"].starts_with("2024-03-05T10:15:00"), "{:?}", doc.metadata["date"]);
+        let h = |level: u8, title: &str| BlockKind::Heading { level, title: title.to_string() };
         assert_eq!(
             blocks(&doc),
             vec![
@@ -425,11 +376,7 @@ AAECAwQ=\r\n\
         let eml = b"From: a@example.com\nSubject: Notice\nContent-Type: text/html\n\n<html><body><p>Office <b>closed</b> on Friday.</p><p>Second para.</p></body></html>\n";
         let doc = parse("n.eml", eml);
         assert_eq!(doc.title, "Notice");
-        assert!(
-            doc.text.contains("Office closed on Friday."),
-            "{:?}",
-            doc.text
-        );
+        assert!(doc.text.contains("Office closed on Friday."), "{:?}", doc.text);
         assert!(!doc.text.contains("<p>"));
         assert!(doc.blocks.len() >= 2);
     }
@@ -463,32 +410,16 @@ From: bob@example.com\nSubject: Second topic\n\nBody two.\n>From the archive, es
         let doc = parse("r.eml", eml);
         let got = blocks(&doc);
         assert_eq!(got[1], (BlockKind::Paragraph, "Yes."));
-        assert_eq!(
-            got[2],
-            (
-                BlockKind::Quote,
-                "-----Original Message-----\nFrom: b@example.com\nCan we?"
-            )
-        );
+        assert_eq!(got[2], (BlockKind::Quote, "-----Original Message-----\nFrom: b@example.com\nCan we?"));
     }
 
     #[test]
     fn garbage_is_corrupt() {
-        let corrupt = |name: &str, b: &[u8]| {
-            matches!(
-                EmailParser.parse(Path::new(name), b),
-                Err(SkipReason::Corrupt { .. })
-            )
-        };
-        assert!(corrupt(
-            "x.eml",
-            b"just some words, no headers at all\nand more\n"
-        ));
+        let corrupt =
+            |name: &str, b: &[u8]| matches!(EmailParser.parse(Path::new(name), b), Err(SkipReason::Corrupt { .. }));
+        assert!(corrupt("x.eml", b"just some words, no headers at all\nand more\n"));
         assert!(corrupt("x.eml", b"\xff\xfe\x01garbage"));
         assert!(corrupt("x.mbox", b"Subject: not an mbox\n\nbody\n"));
-        assert_eq!(
-            crate::source::parse(Path::new("x.eml"), b"\x00\x01\x02\x03", 1 << 20),
-            Err(SkipReason::Binary)
-        );
+        assert_eq!(crate::source::parse(Path::new("x.eml"), b"\x00\x01\x02\x03", 1 << 20), Err(SkipReason::Binary));
     }
 }

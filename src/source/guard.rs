@@ -74,27 +74,15 @@ impl Default for ParseLimits {
 pub fn check_limits(path: &Path, bytes: &[u8], limits: &ParseLimits) -> Result<(), SkipReason> {
     let size = bytes.len() as u64;
     if size > limits.max_file_bytes {
-        return Err(SkipReason::TooLarge {
-            bytes: size,
-            limit: limits.max_file_bytes,
-        });
+        return Err(SkipReason::TooLarge { bytes: size, limit: limits.max_file_bytes });
     }
-    let Some(parser) = parser_for(path) else {
-        return Ok(());
-    };
+    let Some(parser) = parser_for(path) else { return Ok(()) };
     match parser.name() {
         "markdown" | "text" | "code" => {
-            let longest = bytes
-                .split(|&b| b == b'\n')
-                .map(<[u8]>::len)
-                .max()
-                .unwrap_or(0);
+            let longest = bytes.split(|&b| b == b'\n').map(<[u8]>::len).max().unwrap_or(0);
             if longest > limits.max_line_bytes {
                 return Err(SkipReason::OverLimit {
-                    what: format!(
-                        "a line of {longest} bytes (the limit is {})",
-                        limits.max_line_bytes
-                    ),
+                    what: format!("a line of {longest} bytes (the limit is {})", limits.max_line_bytes),
                 });
             }
         }
@@ -110,16 +98,10 @@ pub fn check_limits(path: &Path, bytes: &[u8], limits: &ParseLimits) -> Result<(
             }
         }
         "email" => {
-            let parts = bytes
-                .split(|&b| b == b'\n')
-                .filter(|l| l.starts_with(b"--"))
-                .count();
+            let parts = bytes.split(|&b| b == b'\n').filter(|l| l.starts_with(b"--")).count();
             if parts > limits.max_mime_parts {
                 return Err(SkipReason::OverLimit {
-                    what: format!(
-                        "{parts} MIME boundary lines (the limit is {})",
-                        limits.max_mime_parts
-                    ),
+                    what: format!("{parts} MIME boundary lines (the limit is {})", limits.max_mime_parts),
                 });
             }
         }
@@ -130,48 +112,35 @@ pub fn check_limits(path: &Path, bytes: &[u8], limits: &ParseLimits) -> Result<(
 
 /// Parses one file as [`parse`] does, under guard: limits checked first, then the parser on its
 /// own thread, its panics caught, its time bounded.
-pub fn parse_guarded(
-    path: &Path,
-    bytes: Vec<u8>,
-    limits: &ParseLimits,
-) -> Result<ParsedDocument, SkipReason> {
+pub fn parse_guarded(path: &Path, bytes: Vec<u8>, limits: &ParseLimits) -> Result<ParsedDocument, SkipReason> {
     check_limits(path, &bytes, limits)?;
     let (tx, rx) = mpsc::sync_channel(1);
     let owned = path.to_path_buf();
     let max = limits.max_file_bytes;
-    let spawned = std::thread::Builder::new()
-        .name("ragbox-parse".into())
-        .stack_size(PARSE_STACK_BYTES)
-        .spawn(move || {
-            let result = catch_unwind(AssertUnwindSafe(|| parse(&owned, &bytes, max)));
-            // The receiver is gone when the parse ran past its budget; nothing to do then.
-            let _ = tx.send(result.map_err(|p| panic_message(p.as_ref())));
-        });
+    let spawned = std::thread::Builder::new().name("ragbox-parse".into()).stack_size(PARSE_STACK_BYTES).spawn(move || {
+        let result = catch_unwind(AssertUnwindSafe(|| parse(&owned, &bytes, max)));
+        // The receiver is gone when the parse ran past its budget; nothing to do then.
+        let _ = tx.send(result.map_err(|p| panic_message(p.as_ref())));
+    });
     if let Err(e) = spawned {
-        return Err(SkipReason::Crashed {
-            detail: format!("could not start a parse thread: {e}"),
-        });
+        return Err(SkipReason::Crashed { detail: format!("could not start a parse thread: {e}") });
     }
     match rx.recv_timeout(limits.timeout) {
         Ok(Ok(result)) => result,
         Ok(Err(detail)) => Err(SkipReason::Crashed { detail }),
         Err(mpsc::RecvTimeoutError::Timeout) => {
             tracing::warn!(path = %path.display(), "parse abandoned after {:?}; its thread runs on until it ends", limits.timeout);
-            Err(SkipReason::TimedOut {
-                limit_s: limits.timeout.as_secs().max(1),
-            })
+            Err(SkipReason::TimedOut { limit_s: limits.timeout.as_secs().max(1) })
         }
-        Err(mpsc::RecvTimeoutError::Disconnected) => Err(SkipReason::Crashed {
-            detail: "the parse thread ended without a result".into(),
-        }),
+        Err(mpsc::RecvTimeoutError::Disconnected) => {
+            Err(SkipReason::Crashed { detail: "the parse thread ended without a result".into() })
+        }
     }
 }
 
 /// Runs `f` (a chunker, say) with its panics caught and turned into [`SkipReason::Crashed`].
 pub fn caught<T>(what: &str, f: impl FnOnce() -> T) -> Result<T, SkipReason> {
-    catch_unwind(AssertUnwindSafe(f)).map_err(|p| SkipReason::Crashed {
-        detail: format!("{what}: {}", panic_message(p.as_ref())),
-    })
+    catch_unwind(AssertUnwindSafe(f)).map_err(|p| SkipReason::Crashed { detail: format!("{what}: {}", panic_message(p.as_ref())) })
 }
 
 /// The message of a caught panic.
@@ -233,10 +202,7 @@ mod tests {
     use std::io::Write;
 
     fn limits() -> ParseLimits {
-        ParseLimits {
-            timeout: Duration::from_secs(20),
-            ..ParseLimits::default()
-        }
+        ParseLimits { timeout: Duration::from_secs(20), ..ParseLimits::default() }
     }
 
     fn zlib(bytes: &[u8]) -> Vec<u8> {
@@ -260,13 +226,7 @@ mod tests {
 2 0 obj << /Type /Pages /Kids [3 0 R] /Count 1 >> endobj\n\
 3 0 obj << /Type /Page /Parent 2 0 R /Contents 4 0 R >> endobj\n"
             .to_vec();
-        pdf.extend_from_slice(
-            format!(
-                "4 0 obj << /Length {} /Filter /FlateDecode >>\nstream\n",
-                data.len()
-            )
-            .as_bytes(),
-        );
+        pdf.extend_from_slice(format!("4 0 obj << /Length {} /Filter /FlateDecode >>\nstream\n", data.len()).as_bytes());
         pdf.extend_from_slice(&data);
         pdf.extend_from_slice(b"\nendstream\nendobj\ntrailer << /Root 1 0 R >>\n%%EOF\n");
         pdf
@@ -276,18 +236,8 @@ mod tests {
     fn inflated_bytes_are_counted_without_keeping_them() {
         let pdf = pdf_bomb(3 << 20);
         assert_eq!(inflated_stream_bytes(&pdf, u64::MAX), 3 << 20);
-        assert!(
-            inflated_stream_bytes(&pdf, 1 << 20) > 1 << 20,
-            "stops just past the budget"
-        );
-        let two = [
-            b"stream\n".to_vec(),
-            zlib(b"hello"),
-            b"\nendstream stream\r\n".to_vec(),
-            zlib(b"world!"),
-            b"endstream".to_vec(),
-        ]
-        .concat();
+        assert!(inflated_stream_bytes(&pdf, 1 << 20) > 1 << 20, "stops just past the budget");
+        let two = [b"stream\n".to_vec(), zlib(b"hello"), b"\nendstream stream\r\n".to_vec(), zlib(b"world!"), b"endstream".to_vec()].concat();
         assert_eq!(inflated_stream_bytes(&two, u64::MAX), 11);
     }
 
@@ -296,83 +246,47 @@ mod tests {
         // 256 MiB of spaces in about 256 KB, against a limit of 64 MiB (the default is 512 MiB).
         let bomb = pdf_bomb(256 << 20);
         assert!(bomb.len() < 1 << 20, "{}", bomb.len());
-        let r = parse_guarded(
-            Path::new("bomb.pdf"),
-            bomb,
-            &ParseLimits {
-                max_inflated_bytes: 64 << 20,
-                ..limits()
-            },
-        );
-        assert!(
-            matches!(&r, Err(SkipReason::OverLimit { what }) if what.contains("decompression bomb")),
-            "{r:?}"
-        );
+        let r = parse_guarded(Path::new("bomb.pdf"), bomb, &ParseLimits { max_inflated_bytes: 64 << 20, ..limits() });
+        assert!(matches!(&r, Err(SkipReason::OverLimit { what }) if what.contains("decompression bomb")), "{r:?}");
     }
 
     #[test]
     fn a_ten_megabyte_line_is_skipped_and_a_long_html_line_is_not() {
         let line = "word ".repeat(2 << 20); // 10 MiB
         let r = parse_guarded(Path::new("line.txt"), line.clone().into_bytes(), &limits());
-        assert!(
-            matches!(&r, Err(SkipReason::OverLimit { what }) if what.contains("line of 10485760 bytes")),
-            "{r:?}"
-        );
+        assert!(matches!(&r, Err(SkipReason::OverLimit { what }) if what.contains("line of 10485760 bytes")), "{r:?}");
         let r = parse_guarded(Path::new("line.md"), line.into_bytes(), &limits());
         assert!(matches!(r, Err(SkipReason::OverLimit { .. })), "{r:?}");
         // Minified HTML is one long line; its parser does not mind.
-        let html = format!(
-            "<html><body>{}</body></html>",
-            "<p>para</p>".repeat(200_000)
-        );
+        let html = format!("<html><body>{}</body></html>", "<p>para</p>".repeat(200_000));
         let doc = parse_guarded(Path::new("min.html"), html.into_bytes(), &limits()).unwrap();
         assert_eq!(doc.blocks.len(), 200_000);
     }
 
     #[test]
     fn a_million_tiny_mime_parts_are_skipped() {
-        let mut eml =
-            b"From: a@example.com\nSubject: parts\nContent-Type: multipart/mixed; boundary=b\n\n"
-                .to_vec();
+        let mut eml = b"From: a@example.com\nSubject: parts\nContent-Type: multipart/mixed; boundary=b\n\n".to_vec();
         for _ in 0..1_000_000 {
             eml.extend_from_slice(b"--b\n\nx\n");
         }
         eml.extend_from_slice(b"--b--\n");
         let r = parse_guarded(Path::new("parts.eml"), eml, &limits());
-        assert!(
-            matches!(&r, Err(SkipReason::OverLimit { what }) if what.contains("1000001 MIME")),
-            "{r:?}"
-        );
+        assert!(matches!(&r, Err(SkipReason::OverLimit { what }) if what.contains("1000001 MIME")), "{r:?}");
     }
 
     #[test]
     fn deep_nesting_parses_within_budget() {
         let depth = 100_000;
-        let html = format!(
-            "{}<p>deep text</p>{}",
-            "<div>".repeat(4000),
-            "</div>".repeat(4000)
-        );
+        let html = format!("{}<p>deep text</p>{}", "<div>".repeat(4000), "</div>".repeat(4000));
         let doc = parse_guarded(Path::new("deep.html"), html.into_bytes(), &limits()).unwrap();
         assert!(doc.text.contains("deep text"));
-        let html = format!(
-            "{}<p>deep text</p>{}",
-            "<div>".repeat(depth),
-            "</div>".repeat(depth)
-        );
+        let html = format!("{}<p>deep text</p>{}", "<div>".repeat(depth), "</div>".repeat(depth));
         let r = parse_guarded(Path::new("deep.html"), html.into_bytes(), &limits());
         assert!(matches!(r, Err(SkipReason::OverLimit { .. })), "{r:?}");
         let md = format!("{}deep quote\n", "> ".repeat(depth));
         let r = parse_guarded(Path::new("deep.md"), md.into_bytes(), &limits());
-        assert!(
-            matches!(r, Ok(_) | Err(SkipReason::OverLimit { .. })),
-            "{r:?}"
-        );
-        let code = format!(
-            "fn f() {{ let x = {}1{}; }}\n",
-            "(".repeat(depth),
-            ")".repeat(depth)
-        );
+        assert!(matches!(r, Ok(_) | Err(SkipReason::OverLimit { .. })), "{r:?}");
+        let code = format!("fn f() {{ let x = {}1{}; }}\n", "(".repeat(depth), ")".repeat(depth));
         let r = parse_guarded(Path::new("deep.rs"), code.into_bytes(), &limits());
         assert!(r.is_ok(), "{r:?}");
     }
@@ -380,22 +294,12 @@ mod tests {
     #[test]
     fn a_slow_parse_times_out_and_a_panic_is_caught() {
         // A budget no parse can meet.
-        let tight = ParseLimits {
-            timeout: Duration::from_nanos(1),
-            ..ParseLimits::default()
-        };
+        let tight = ParseLimits { timeout: Duration::from_nanos(1), ..ParseLimits::default() };
         let big = "Some prose here.\n".repeat(200_000);
         let r = parse_guarded(Path::new("slow.txt"), big.into_bytes(), &tight);
         assert_eq!(r, Err(SkipReason::TimedOut { limit_s: 1 }));
         let r = caught("chunker structural", || -> u32 { panic!("boom") });
-        assert_eq!(
-            r,
-            Err(SkipReason::Crashed {
-                detail: "chunker structural: boom".into()
-            })
-        );
-        assert!(SkipReason::Crashed { detail: "x".into() }
-            .to_string()
-            .contains("bug in ragbox"));
+        assert_eq!(r, Err(SkipReason::Crashed { detail: "chunker structural: boom".into() }));
+        assert!(SkipReason::Crashed { detail: "x".into() }.to_string().contains("bug in ragbox"));
     }
 }

@@ -27,9 +27,7 @@ use std::path::Path;
 
 use scraper::{ElementRef, Html, Node, Selector};
 
-use super::{
-    decode_utf8, finish, one_line, title_from_path, Parser, RawBlock, SkipReason, TextBuilder,
-};
+use super::{decode_utf8, finish, one_line, title_from_path, Parser, RawBlock, SkipReason, TextBuilder};
 use crate::types::{BlockKind, ParsedDocument};
 
 /// The HTML parser.
@@ -51,13 +49,7 @@ impl Parser for HtmlParser {
         }
         let page = extract(&source);
         let title = page.title.unwrap_or_else(|| title_from_path(path));
-        Ok(finish(
-            self.name(),
-            title,
-            page.text,
-            page.blocks,
-            BTreeMap::new(),
-        ))
+        Ok(finish(self.name(), title, page.text, page.blocks, BTreeMap::new()))
     }
 }
 
@@ -74,27 +66,19 @@ pub(crate) struct Extracted {
 
 /// Elements never read.
 const SKIPPED: &[&str] = &[
-    "script", "style", "nav", "noscript", "template", "aside", "head", "svg", "math", "iframe",
-    "canvas", "button", "select", "input", "textarea", "object", "embed", "audio", "video", "map",
-    "link", "meta",
+    "script", "style", "nav", "noscript", "template", "aside", "head", "svg", "math", "iframe", "canvas", "button",
+    "select", "input", "textarea", "object", "embed", "audio", "video", "map", "link", "meta",
 ];
 
 /// Classes of permalink anchors and screen-reader or toggle furniture.
-const SKIPPED_CLASSES: &[&str] = &[
-    "anchor",
-    "doc-anchor",
-    "headerlink",
-    "hideme",
-    "sr-only",
-    "visually-hidden",
-    "screen-reader-text",
-];
+const SKIPPED_CLASSES: &[&str] =
+    &["anchor", "doc-anchor", "headerlink", "hideme", "sr-only", "visually-hidden", "screen-reader-text"];
 
 /// Elements that flow inside a line of text.
 const INLINE: &[&str] = &[
-    "a", "abbr", "b", "bdi", "bdo", "cite", "code", "data", "dfn", "em", "i", "kbd", "mark", "q",
-    "s", "samp", "small", "span", "strong", "sub", "sup", "time", "u", "var", "del", "ins",
-    "label", "font", "tt", "wbr", "img", "big", "strike", "nobr", "output", "ruby", "rt", "rp",
+    "a", "abbr", "b", "bdi", "bdo", "cite", "code", "data", "dfn", "em", "i", "kbd", "mark", "q", "s", "samp", "small",
+    "span", "strong", "sub", "sup", "time", "u", "var", "del", "ins", "label", "font", "tt", "wbr", "img", "big",
+    "strike", "nobr", "output", "ruby", "rt", "rp",
 ];
 
 /// Elements deeper than this are read as plain text, without recursion.
@@ -107,23 +91,13 @@ pub const MAX_NESTING: usize = 4096;
 /// Elements that never nest: void elements and those whose end tag may be left out (an open `li`
 /// is closed by the next `li`, so unclosed ones do not deepen the tree).
 const NON_NESTING: &[&str] = &[
-    "area", "base", "br", "col", "embed", "hr", "img", "input", "link", "meta", "param", "source",
-    "track", "wbr", "p", "li", "dt", "dd", "tr", "td", "th", "option", "optgroup", "thead",
-    "tbody", "tfoot", "colgroup", "caption", "rb", "rt", "rtc", "rp", "html", "head", "body",
-    "!doctype",
+    "area", "base", "br", "col", "embed", "hr", "img", "input", "link", "meta", "param", "source", "track", "wbr",
+    "p", "li", "dt", "dd", "tr", "td", "th", "option", "optgroup", "thead", "tbody", "tfoot", "colgroup", "caption",
+    "rb", "rt", "rtc", "rp", "html", "head", "body", "!doctype",
 ];
 
 /// Elements whose content is raw text, not markup (skipped to their end tag).
-const RAW_TEXT: &[&str] = &[
-    "script",
-    "style",
-    "textarea",
-    "title",
-    "xmp",
-    "plaintext",
-    "noembed",
-    "noframes",
-];
+const RAW_TEXT: &[&str] = &["script", "style", "textarea", "title", "xmp", "plaintext", "noembed", "noframes"];
 
 /// The deepest element nesting of a page, estimated in one linear pass over its tags: start tags
 /// minus end tags, ignoring [`NON_NESTING`] and self-closed elements, comments and raw text.
@@ -138,19 +112,13 @@ pub fn nesting_estimate(source: &str) -> usize {
         }
         let closing = b.get(at) == Some(&b'/');
         let name_start = at + usize::from(closing);
-        let name_len = b[name_start..]
-            .iter()
-            .take_while(|c| c.is_ascii_alphanumeric() || **c == b'!' || **c == b'-')
-            .count();
+        let name_len = b[name_start..].iter().take_while(|c| c.is_ascii_alphanumeric() || **c == b'!' || **c == b'-').count();
         if name_len == 0 {
             i = at;
             continue;
         }
         let name = source[name_start..name_start + name_len].to_ascii_lowercase();
-        let gt = b[name_start..]
-            .iter()
-            .position(|&c| c == b'>')
-            .map_or(b.len(), |j| name_start + j);
+        let gt = b[name_start..].iter().position(|&c| c == b'>').map_or(b.len(), |j| name_start + j);
         let self_closed = gt > 0 && gt < b.len() && b[gt - 1] == b'/';
         i = (gt + 1).min(b.len());
         if closing {
@@ -159,9 +127,7 @@ pub fn nesting_estimate(source: &str) -> usize {
             }
         } else if RAW_TEXT.contains(&name.as_str()) {
             let end = format!("</{name}");
-            let lower_find = b[i..]
-                .windows(end.len())
-                .position(|w| w.eq_ignore_ascii_case(end.as_bytes()));
+            let lower_find = b[i..].windows(end.len()).position(|w| w.eq_ignore_ascii_case(end.as_bytes()));
             i = lower_find.map_or(b.len(), |j| i + j);
         } else if !self_closed && !NON_NESTING.contains(&name.as_str()) {
             depth += 1;
@@ -172,20 +138,11 @@ pub fn nesting_estimate(source: &str) -> usize {
 }
 
 fn find_from(b: &[u8], from: usize, needle: &[u8]) -> Option<usize> {
-    b.get(from..)?
-        .windows(needle.len())
-        .position(|w| w == needle)
-        .map(|j| from + j)
+    b.get(from..)?.windows(needle.len()).position(|w| w == needle).map(|j| from + j)
 }
 
 /// Selectors of the main content element, best first.
-const MAIN_CONTENT: &[&str] = &[
-    "main",
-    "[role=main]",
-    "#main-content",
-    "div.body",
-    "article",
-];
+const MAIN_CONTENT: &[&str] = &["main", "[role=main]", "#main-content", "div.body", "article"];
 
 /// Extracts the visible text and blocks of an HTML page.
 pub(crate) fn extract(source: &str) -> Extracted {
@@ -195,10 +152,7 @@ pub(crate) fn extract(source: &str) -> Extracted {
         .and_then(|s| html.select(&s).next())
         .map(|t| one_line(&t.text().collect::<String>()))
         .filter(|t| !t.is_empty());
-    let root = MAIN_CONTENT
-        .iter()
-        .filter_map(|s| Selector::parse(s).ok())
-        .find_map(|s| html.select(&s).next());
+    let root = MAIN_CONTENT.iter().filter_map(|s| Selector::parse(s).ok()).find_map(|s| html.select(&s).next());
     let mut walker = Walker::default();
     match root {
         Some(main) => walker.walk(main, true, 0),
@@ -206,11 +160,7 @@ pub(crate) fn extract(source: &str) -> Extracted {
     }
     walker.flush();
     let title = title.or(walker.first_h1);
-    Extracted {
-        text: walker.out.text,
-        blocks: walker.out.blocks,
-        title,
-    }
+    Extracted { text: walker.out.text, blocks: walker.out.blocks, title }
 }
 
 #[derive(Default)]
@@ -233,9 +183,7 @@ impl Walker {
             match child.value() {
                 Node::Text(t) => push_collapsed(&mut self.inline, t),
                 Node::Element(_) => {
-                    let Some(child) = ElementRef::wrap(child) else {
-                        continue;
-                    };
+                    let Some(child) = ElementRef::wrap(child) else { continue };
                     if is_skipped(child, in_article) {
                         continue;
                     }
@@ -259,14 +207,7 @@ impl Walker {
                 if level == 1 && self.first_h1.is_none() {
                     self.first_h1 = Some(title.clone());
                 }
-                self.out.block(
-                    BlockKind::Heading {
-                        level,
-                        title: title.clone(),
-                    },
-                    &title,
-                    None,
-                );
+                self.out.block(BlockKind::Heading { level, title: title.clone() }, &title, None);
             }
             "p" => {
                 self.flush();
@@ -285,14 +226,7 @@ impl Walker {
             "pre" => {
                 self.flush();
                 let code: String = el.text().collect();
-                self.out.block(
-                    BlockKind::Code {
-                        language: code_language(el),
-                        symbol: None,
-                    },
-                    &code,
-                    None,
-                );
+                self.out.block(BlockKind::Code { language: code_language(el), symbol: None }, &code, None);
             }
             "blockquote" => {
                 self.flush();
@@ -327,9 +261,7 @@ impl Walker {
         let items = dl.children().filter_map(ElementRef::wrap).flat_map(|c| {
             // `div` wrappers around dt/dd pairs are allowed.
             if c.value().name() == "div" {
-                c.children()
-                    .filter_map(ElementRef::wrap)
-                    .collect::<Vec<_>>()
+                c.children().filter_map(ElementRef::wrap).collect::<Vec<_>>()
             } else {
                 vec![c]
             }
@@ -354,15 +286,11 @@ impl Walker {
 
     fn definition(&mut self, term: Option<String>, defs: Vec<String>) {
         let term = term.unwrap_or_default();
-        let single = defs.iter().all(|d| !d.contains('\n'))
-            && defs.iter().map(String::len).sum::<usize>() <= 200;
+        let single = defs.iter().all(|d| !d.contains('\n')) && defs.iter().map(String::len).sum::<usize>() <= 200;
         let text = match (term.is_empty(), single) {
             (true, _) => defs.join("\n"),
             (false, true) if !defs.is_empty() => format!("{term}: {}", defs.join(" ")),
-            (false, _) => std::iter::once(term)
-                .chain(defs)
-                .collect::<Vec<_>>()
-                .join("\n"),
+            (false, _) => std::iter::once(term).chain(defs).collect::<Vec<_>>().join("\n"),
         };
         self.out.block(BlockKind::Definition, &text, None);
     }
@@ -377,8 +305,7 @@ fn is_skipped(el: ElementRef<'_>, in_article: bool) -> bool {
     if e.attr("hidden").is_some()
         || e.attr("aria-hidden") == Some("true")
         || e.attr("role") == Some("navigation")
-        || e.attr("style")
-            .is_some_and(|s| s.replace(' ', "").contains("display:none"))
+        || e.attr("style").is_some_and(|s| s.replace(' ', "").contains("display:none"))
     {
         return true;
     }
@@ -400,11 +327,7 @@ fn push_collapsed(buf: &mut String, s: &str) {
 
 /// Lines trimmed, blank ones dropped.
 fn clean_lines(s: &str) -> String {
-    s.lines()
-        .map(str::trim)
-        .filter(|l| !l.is_empty())
-        .collect::<Vec<_>>()
-        .join("\n")
+    s.lines().map(str::trim).filter(|l| !l.is_empty()).collect::<Vec<_>>().join("\n")
 }
 
 /// Appends the text of `el`'s whole subtree, whitespace collapsed, without recursion (for
@@ -431,9 +354,7 @@ fn collect(el: ElementRef<'_>, buf: &mut String, depth: usize) {
         match child.value() {
             Node::Text(t) => push_collapsed(buf, t),
             Node::Element(_) => {
-                let Some(child) = ElementRef::wrap(child) else {
-                    continue;
-                };
+                let Some(child) = ElementRef::wrap(child) else { continue };
                 if is_skipped(child, true) {
                     continue;
                 }
@@ -459,11 +380,7 @@ fn collect(el: ElementRef<'_>, buf: &mut String, depth: usize) {
 /// issue 16).
 fn render_list(list: ElementRef<'_>, depth: usize, out: &mut String) {
     let ordered = list.value().name() == "ol";
-    let mut n: i64 = list
-        .value()
-        .attr("start")
-        .and_then(|s| s.trim().parse().ok())
-        .unwrap_or(1);
+    let mut n: i64 = list.value().attr("start").and_then(|s| s.trim().parse().ok()).unwrap_or(1);
     for li in list.children().filter_map(ElementRef::wrap) {
         if is_skipped(li, true) {
             continue;
@@ -474,9 +391,7 @@ fn render_list(list: ElementRef<'_>, depth: usize, out: &mut String) {
             match child.value() {
                 Node::Text(t) => push_collapsed(&mut text, t),
                 Node::Element(_) => {
-                    let Some(child) = ElementRef::wrap(child) else {
-                        continue;
-                    };
+                    let Some(child) = ElementRef::wrap(child) else { continue };
                     if is_skipped(child, true) {
                         continue;
                     }
@@ -495,11 +410,7 @@ fn render_list(list: ElementRef<'_>, depth: usize, out: &mut String) {
         }
         let item = one_line(&text);
         if li.value().name() == "li" || !item.is_empty() {
-            let marker = if ordered {
-                format!("{n}. ")
-            } else {
-                "- ".to_string()
-            };
+            let marker = if ordered { format!("{n}. ") } else { "- ".to_string() };
             out.push_str(&"  ".repeat(depth));
             out.push_str(&marker);
             out.push_str(&item);
@@ -517,11 +428,7 @@ fn render_table(table: ElementRef<'_>) -> String {
     let mut head = Vec::new();
     let mut body = Vec::new();
     let mut rows = |section: ElementRef<'_>, into_head: bool| {
-        for tr in section
-            .children()
-            .filter_map(ElementRef::wrap)
-            .filter(|e| e.value().name() == "tr")
-        {
+        for tr in section.children().filter_map(ElementRef::wrap).filter(|e| e.value().name() == "tr") {
             let cells: Vec<String> = tr
                 .children()
                 .filter_map(ElementRef::wrap)
@@ -552,21 +459,13 @@ fn render_table(table: ElementRef<'_>) -> String {
         .and_then(|s| table.select(&s).next())
         .map(|c| one_line(&c.text().collect::<String>()))
         .filter(|c| !c.is_empty());
-    caption
-        .into_iter()
-        .chain(head)
-        .chain(body)
-        .collect::<Vec<_>>()
-        .join("\n")
+    caption.into_iter().chain(head).chain(body).collect::<Vec<_>>().join("\n")
 }
 
 /// The language of a `pre`: a `language-*`, `lang-*` or `highlight-*` class on it, its `code`
 /// child or its two nearest ancestors (Sphinx wraps it twice); rustdoc's `rust` class.
 fn code_language(pre: ElementRef<'_>) -> Option<String> {
-    let code = pre
-        .children()
-        .filter_map(ElementRef::wrap)
-        .find(|c| c.value().name() == "code");
+    let code = pre.children().filter_map(ElementRef::wrap).find(|c| c.value().name() == "code");
     let ancestors = pre.ancestors().filter_map(ElementRef::wrap).take(2);
     for el in [Some(pre), code].into_iter().flatten().chain(ancestors) {
         for class in el.value().classes() {
@@ -579,10 +478,7 @@ fn code_language(pre: ElementRef<'_>) -> Option<String> {
             }
         }
     }
-    pre.value()
-        .classes()
-        .any(|c| c == "rust")
-        .then(|| "rust".to_string())
+    pre.value().classes().any(|c| c == "rust").then(|| "rust".to_string())
 }
 
 #[cfg(test)]
@@ -591,25 +487,17 @@ mod tests {
     use crate::source::testutil::check_document;
 
     fn parse(s: &str) -> ParsedDocument {
-        let doc = HtmlParser
-            .parse(Path::new("/site/page.html"), s.as_bytes())
-            .unwrap();
+        let doc = HtmlParser.parse(Path::new("/site/page.html"), s.as_bytes()).unwrap();
         check_document(&doc);
         doc
     }
 
     fn blocks(doc: &ParsedDocument) -> Vec<(BlockKind, &str)> {
-        doc.blocks
-            .iter()
-            .map(|b| (b.kind.clone(), &doc.text[b.span.range()]))
-            .collect()
+        doc.blocks.iter().map(|b| (b.kind.clone(), &doc.text[b.span.range()])).collect()
     }
 
     fn h(level: u8, title: &str) -> BlockKind {
-        BlockKind::Heading {
-            level,
-            title: title.to_string(),
-        }
+        BlockKind::Heading { level, title: title.to_string() }
     }
 
     #[test]
@@ -640,40 +528,18 @@ mod tests {
             blocks(&doc),
             vec![
                 (h(1, "Travel policy"), "Travel policy"),
-                (
-                    BlockKind::Paragraph,
-                    "Book trips through the portal.\nAsk first."
-                ),
+                (BlockKind::Paragraph, "Book trips through the portal.\nAsk first."),
                 (BlockKind::Paragraph, "Loose text in a div"),
                 (BlockKind::List, "- medical costs\n- luggage\n  - lost"),
                 (BlockKind::List, "3. third\n4. fourth"),
                 (BlockKind::Table, "Item | Limit\nHotel | 150"),
-                (
-                    BlockKind::Code {
-                        language: Some("python".into()),
-                        symbol: None
-                    },
-                    "def f():\n    return 1"
-                ),
+                (BlockKind::Code { language: Some("python".into()), symbol: None }, "def f():\n    return 1"),
                 (BlockKind::Quote, "Quoted\nadvice"),
                 (BlockKind::Definition, "Per diem: a daily allowance"),
             ]
         );
-        for gone in [
-            "Home",
-            "Menu item",
-            "no</p>",
-            "secret",
-            "gone",
-            "ad\n",
-            "(c)",
-            "color",
-        ] {
-            assert!(
-                !doc.text.contains(gone),
-                "{gone:?} leaked into {:?}",
-                doc.text
-            );
+        for gone in ["Home", "Menu item", "no</p>", "secret", "gone", "ad\n", "(c)", "color"] {
+            assert!(!doc.text.contains(gone), "{gone:?} leaked into {:?}", doc.text);
         }
         assert!(doc.text.contains("Travel policy\n\nBook trips"));
     }
@@ -693,21 +559,9 @@ mod tests {
         assert_eq!(doc.title, "Vec in std::vec - Rust");
         let got = blocks(&doc);
         assert_eq!(got[0], (h(1, "Struct Vec"), "Struct Vec"));
-        assert_eq!(
-            got[1],
-            (BlockKind::Paragraph, "A contiguous growable array type.")
-        );
+        assert_eq!(got[1], (BlockKind::Paragraph, "A contiguous growable array type."));
         assert_eq!(got[2], (h(2, "Examples"), "Examples"));
-        assert_eq!(
-            got[3],
-            (
-                BlockKind::Code {
-                    language: Some("rust".into()),
-                    symbol: None
-                },
-                "let v = vec![1];"
-            )
-        );
+        assert_eq!(got[3], (BlockKind::Code { language: Some("rust".into()), symbol: None }, "let v = vec![1];"));
         assert!(!doc.text.contains("Sidebar") && !doc.text.contains("Expand description"));
     }
 
@@ -723,13 +577,7 @@ mod tests {
             blocks(&doc),
             vec![
                 (h(1, "Install"), "Install"),
-                (
-                    BlockKind::Code {
-                        language: Some("bash".into()),
-                        symbol: None
-                    },
-                    "pip install x"
-                ),
+                (BlockKind::Code { language: Some("bash".into()), symbol: None }, "pip install x"),
                 (BlockKind::Definition, "f(x)\nDoes f.\nTwice."),
             ]
         );
@@ -740,31 +588,10 @@ mod tests {
     #[test]
     fn r16_deeply_nested_html_is_read_without_recursing_to_the_bottom() {
         for depth in [MAX_DEPTH - 1, MAX_DEPTH + 1, MAX_NESTING - 8] {
-            for tag in [
-                "div",
-                "span",
-                "ul><li",
-                "table><tr><td",
-                "blockquote",
-                "dl><dd",
-            ] {
-                let close: String = tag
-                    .split("><")
-                    .collect::<Vec<_>>()
-                    .iter()
-                    .rev()
-                    .map(|t| format!("</{t}>"))
-                    .collect();
-                let page = format!(
-                    "<p>top</p>{}deep text{}",
-                    format!("<{tag}>").repeat(depth),
-                    close.repeat(depth)
-                );
-                assert!(
-                    nesting_estimate(&page) <= depth + 1,
-                    "{tag} x {depth}: {}",
-                    nesting_estimate(&page)
-                );
+            for tag in ["div", "span", "ul><li", "table><tr><td", "blockquote", "dl><dd"] {
+                let close: String = tag.split("><").collect::<Vec<_>>().iter().rev().map(|t| format!("</{t}>")).collect();
+                let page = format!("<p>top</p>{}deep text{}", format!("<{tag}>").repeat(depth), close.repeat(depth));
+                assert!(nesting_estimate(&page) <= depth + 1, "{tag} x {depth}: {}", nesting_estimate(&page));
                 // The default test thread has a 2 MiB stack: a walk that recursed per level overflowed it.
                 let doc = parse(&page);
                 assert!(doc.text.contains("deep text"), "{tag} x {depth}");
@@ -777,15 +604,8 @@ mod tests {
         let t = std::time::Instant::now();
         let page = format!("{}x{}", "<div>".repeat(100_000), "</div>".repeat(100_000));
         let r = HtmlParser.parse(Path::new("deep.html"), page.as_bytes());
-        assert!(
-            matches!(&r, Err(SkipReason::OverLimit { what }) if what.contains("nested 100000 deep")),
-            "{r:?}"
-        );
-        assert!(
-            t.elapsed() < std::time::Duration::from_secs(5),
-            "{:?}",
-            t.elapsed()
-        );
+        assert!(matches!(&r, Err(SkipReason::OverLimit { what }) if what.contains("nested 100000 deep")), "{r:?}");
+        assert!(t.elapsed() < std::time::Duration::from_secs(5), "{:?}", t.elapsed());
         // What does not nest is not counted: unclosed list items, void elements, scripts, comments.
         let flat = format!(
             "<!DOCTYPE html><ul>{}</ul><script>{}</script><!-- {} --><p>a<br>b<img src=x><hr/>",
@@ -794,26 +614,14 @@ mod tests {
             "<div>".repeat(10_000)
         );
         assert_eq!(nesting_estimate(&flat), 1);
-        assert_eq!(
-            nesting_estimate("<div><span><b>x</b></span></div><div></div>"),
-            3
-        );
+        assert_eq!(nesting_estimate("<div><span><b>x</b></span></div><div></div>"), 3);
     }
 
     #[test]
     fn r16_huge_ordered_list_start_saturates() {
         let doc = parse("<ol start=\"18446744073709551615\"><li>a</li><li>b</li></ol><ol start=-3><li>c</li></ol><ol start=9223372036854775807><li>x</li><li>y</li></ol>");
-        assert!(
-            doc.text.contains("1. a\n2. b"),
-            "an unparsable start counts from 1: {:?}",
-            doc.text
-        );
+        assert!(doc.text.contains("1. a\n2. b"), "an unparsable start counts from 1: {:?}", doc.text);
         assert!(doc.text.contains("-3. c"), "{:?}", doc.text);
-        assert!(
-            doc.text
-                .contains("9223372036854775807. x\n9223372036854775807. y"),
-            "{:?}",
-            doc.text
-        );
+        assert!(doc.text.contains("9223372036854775807. x\n9223372036854775807. y"), "{:?}", doc.text);
     }
 }

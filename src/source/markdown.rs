@@ -36,13 +36,7 @@ impl Parser for MarkdownParser {
             .filter(|t| !t.is_empty())
             .or(parsed.first_h1)
             .unwrap_or_else(|| title_from_path(path));
-        Ok(finish(
-            self.name(),
-            title,
-            text,
-            parsed.blocks,
-            parsed.metadata,
-        ))
+        Ok(finish(self.name(), title, text, parsed.blocks, parsed.metadata))
     }
 }
 
@@ -85,22 +79,12 @@ pub(crate) fn blocks_in(src: &str, base: usize) -> Markdown {
                 if depth == 0 {
                     let span = Span::new(base + range.start, base + range.end);
                     let (kind, front_matter) = match &tag {
-                        Tag::Heading { level, .. } => (
-                            BlockKind::Heading {
-                                level: *level as u8,
-                                title: String::new(),
-                            },
-                            false,
-                        ),
+                        Tag::Heading { level, .. } => {
+                            (BlockKind::Heading { level: *level as u8, title: String::new() }, false)
+                        }
                         Tag::List(_) => (BlockKind::List, false),
                         Tag::Table(_) => (BlockKind::Table, false),
-                        Tag::CodeBlock(kind) => (
-                            BlockKind::Code {
-                                language: language(kind),
-                                symbol: None,
-                            },
-                            false,
-                        ),
+                        Tag::CodeBlock(kind) => (BlockKind::Code { language: language(kind), symbol: None }, false),
                         Tag::BlockQuote(_) => (BlockKind::Quote, false),
                         Tag::MetadataBlock(_) => (BlockKind::Paragraph, true),
                         Tag::Paragraph => {
@@ -113,12 +97,7 @@ pub(crate) fn blocks_in(src: &str, base: usize) -> Markdown {
                         }
                         _ => (BlockKind::Paragraph, false),
                     };
-                    open = Some(Open {
-                        kind,
-                        span,
-                        title: String::new(),
-                        front_matter,
-                    });
+                    open = Some(Open { kind, span, title: String::new(), front_matter });
                 }
                 depth += 1;
             }
@@ -139,9 +118,7 @@ pub(crate) fn blocks_in(src: &str, base: usize) -> Markdown {
             }
             Event::SoftBreak | Event::HardBreak => {
                 if let Some(block) = open.as_mut() {
-                    block
-                        .title
-                        .push(if block.front_matter { '\n' } else { ' ' });
+                    block.title.push(if block.front_matter { '\n' } else { ' ' });
                 }
             }
             // Rules, stray HTML and the like at top level carry no text worth a block.
@@ -192,9 +169,7 @@ fn front_matter(yaml: &str) -> BTreeMap<String, String> {
         if line.starts_with([' ', '\t', '-', '#']) {
             continue;
         }
-        let Some((key, value)) = line.split_once(':') else {
-            continue;
-        };
+        let Some((key, value)) = line.split_once(':') else { continue };
         let key = key.trim();
         let value = value.trim();
         if key.is_empty() || value.is_empty() || key.contains(' ') {
@@ -221,11 +196,8 @@ fn is_definition(src: &str) -> bool {
                 let after = rest[end + strong.len()..].trim_start();
                 let colon_inside = term.ends_with(':') && !after.is_empty();
                 let colon_after = after.starts_with(':') && after.len() > 1;
-                let dash_after =
-                    (after.starts_with('—') || after.starts_with('–')) && after.chars().count() > 2;
-                return !term.is_empty()
-                    && term.len() <= 80
-                    && (colon_inside || colon_after || dash_after);
+                let dash_after = (after.starts_with('—') || after.starts_with('–')) && after.chars().count() > 2;
+                return !term.is_empty() && term.len() <= 80 && (colon_inside || colon_after || dash_after);
             }
         }
     }
@@ -248,15 +220,12 @@ mod tests {
     use crate::types::Lines;
 
     fn parse(s: &str) -> ParsedDocument {
-        let doc = MarkdownParser
-            .parse(Path::new("/docs/handbook.md"), s.as_bytes())
-            .unwrap();
+        let doc = MarkdownParser.parse(Path::new("/docs/handbook.md"), s.as_bytes()).unwrap();
         check_document(&doc);
         doc
     }
 
-    const HANDBOOK: &str =
-        "---\r\ntitle: \"Staff handbook\"\r\nowner: HR team\r\ntags:\r\n  - policy\r\n---\r\n\r\n\
+    const HANDBOOK: &str = "---\r\ntitle: \"Staff handbook\"\r\nowner: HR team\r\ntags:\r\n  - policy\r\n---\r\n\r\n\
 # Travel *policy*\r\n\r\nBook trips through the **portal**.\r\nAsk your manager first.\r\n\r\n\
 ## 4.2 Insurance\r\n\r\n- medical\r\n- luggage\r\n  - lost\r\n- cancellation\r\n\r\n\
 | Item | Limit |\r\n|------|-------|\r\n| Hotel | 150 |\r\n| Meals | 40 |\r\n\r\n\
@@ -269,55 +238,21 @@ Setext heading\r\n--------------\r\n\r\nText with a footnote.[^1]\r\n\r\n[^1]: T
     fn blocks_titles_and_front_matter() {
         let doc = parse(HANDBOOK);
         assert_eq!(doc.title, "Staff handbook");
-        assert_eq!(
-            doc.metadata.get("owner").map(String::as_str),
-            Some("HR team")
-        );
+        assert_eq!(doc.metadata.get("owner").map(String::as_str), Some("HR team"));
         assert!(!doc.metadata.contains_key("tags"));
         assert!(!doc.text.contains('\r'));
-        let got: Vec<(&BlockKind, &str)> = doc
-            .blocks
-            .iter()
-            .map(|b| (&b.kind, &doc.text[b.span.range()]))
-            .collect();
-        let h = |level: u8, title: &str| BlockKind::Heading {
-            level,
-            title: title.to_string(),
-        };
+        let got: Vec<(&BlockKind, &str)> = doc.blocks.iter().map(|b| (&b.kind, &doc.text[b.span.range()])).collect();
+        let h = |level: u8, title: &str| BlockKind::Heading { level, title: title.to_string() };
         let expected: Vec<(BlockKind, &str)> = vec![
             (h(1, "Travel policy"), "# Travel *policy*"),
-            (
-                BlockKind::Paragraph,
-                "Book trips through the **portal**.\nAsk your manager first.",
-            ),
+            (BlockKind::Paragraph, "Book trips through the **portal**.\nAsk your manager first."),
             (h(2, "4.2 Insurance"), "## 4.2 Insurance"),
-            (
-                BlockKind::List,
-                "- medical\n- luggage\n  - lost\n- cancellation",
-            ),
-            (
-                BlockKind::Table,
-                "| Item | Limit |\n|------|-------|\n| Hotel | 150 |\n| Meals | 40 |",
-            ),
-            (
-                BlockKind::Code {
-                    language: Some("rust".into()),
-                    symbol: None,
-                },
-                "```rust,ignore\nfn main() {}\n```",
-            ),
-            (
-                BlockKind::Code {
-                    language: None,
-                    symbol: None,
-                },
-                "indented code",
-            ),
+            (BlockKind::List, "- medical\n- luggage\n  - lost\n- cancellation"),
+            (BlockKind::Table, "| Item | Limit |\n|------|-------|\n| Hotel | 150 |\n| Meals | 40 |"),
+            (BlockKind::Code { language: Some("rust".into()), symbol: None }, "```rust,ignore\nfn main() {}\n```"),
+            (BlockKind::Code { language: None, symbol: None }, "indented code"),
             (BlockKind::Quote, "> Quoted advice\n> over two lines"),
-            (
-                BlockKind::Definition,
-                "**Per diem**: a daily allowance for meals.",
-            ),
+            (BlockKind::Definition, "**Per diem**: a daily allowance for meals."),
             (h(2, "Setext heading"), "Setext heading\n--------------"),
             (BlockKind::Paragraph, "Text with a footnote.[^1]"),
             (BlockKind::Paragraph, "[^1]: The note."),
@@ -331,10 +266,7 @@ Setext heading\r\n--------------\r\n\r\nText with a footnote.[^1]\r\n\r\n[^1]: T
 
     #[test]
     fn title_from_first_h1_else_stem() {
-        assert_eq!(
-            parse("Intro.\n\n# The `ragbox` guide\n\n# Second\n").title,
-            "The ragbox guide"
-        );
+        assert_eq!(parse("Intro.\n\n# The `ragbox` guide\n\n# Second\n").title, "The ragbox guide");
         assert_eq!(parse("## Only a subsection\n\ntext\n").title, "handbook");
     }
 

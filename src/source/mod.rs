@@ -20,9 +20,9 @@
 
 pub mod code;
 pub mod email;
-pub mod guard;
 pub mod html;
 pub mod markdown;
+pub mod guard;
 pub mod pdf;
 pub mod text;
 pub mod walk;
@@ -90,9 +90,7 @@ impl fmt::Display for SkipReason {
         match self {
             SkipReason::Empty => f.write_str("empty file"),
             SkipReason::Binary => f.write_str("binary content"),
-            SkipReason::NotUtf8 { offset } => {
-                write!(f, "not valid UTF-8 (first bad byte at offset {offset})")
-            }
+            SkipReason::NotUtf8 { offset } => write!(f, "not valid UTF-8 (first bad byte at offset {offset})"),
             SkipReason::TooLarge { bytes, limit } => {
                 write!(f, "too large ({bytes} bytes; the limit is {limit}, setting ingest.max_file_bytes)")
             }
@@ -100,17 +98,11 @@ impl fmt::Display for SkipReason {
             SkipReason::Unsupported => f.write_str("unsupported file type"),
             SkipReason::Corrupt { detail } => write!(f, "could not be parsed: {detail}"),
             SkipReason::TimedOut { limit_s } => {
-                write!(
-                    f,
-                    "parsing took longer than {limit_s} s (setting ingest.parse_timeout_s)"
-                )
+                write!(f, "parsing took longer than {limit_s} s (setting ingest.parse_timeout_s)")
             }
             SkipReason::OverLimit { what } => write!(f, "over a parser safety limit: {what}"),
             SkipReason::Crashed { detail } => {
-                write!(
-                    f,
-                    "the parser failed on this file (a bug in ragbox; please report it): {detail}"
-                )
+                write!(f, "the parser failed on this file (a bug in ragbox; please report it): {detail}")
             }
         }
     }
@@ -119,9 +111,7 @@ impl fmt::Display for SkipReason {
 impl SkipReason {
     /// A [`SkipReason::Corrupt`] with `detail`.
     pub fn corrupt(detail: impl Into<String>) -> Self {
-        SkipReason::Corrupt {
-            detail: detail.into(),
-        }
+        SkipReason::Corrupt { detail: detail.into() }
     }
 }
 
@@ -180,8 +170,7 @@ pub fn parser_for(path: &Path) -> Option<&'static dyn Parser> {
         "html" | "htm" | "xhtml" => &HTML,
         "eml" | "mbox" => &EMAIL,
         "pdf" => &PDF,
-        "rs" | "py" | "pyi" | "js" | "jsx" | "mjs" | "cjs" | "ts" | "mts" | "cts" | "tsx"
-        | "go" => &CODE,
+        "rs" | "py" | "pyi" | "js" | "jsx" | "mjs" | "cjs" | "ts" | "mts" | "cts" | "tsx" | "go" => &CODE,
         _ => return None,
     };
     Some(parser)
@@ -193,10 +182,7 @@ pub fn parser_for(path: &Path) -> Option<&'static dyn Parser> {
 pub fn parse(path: &Path, bytes: &[u8], max_bytes: u64) -> Result<ParsedDocument, SkipReason> {
     let size = bytes.len() as u64;
     if size > max_bytes {
-        return Err(SkipReason::TooLarge {
-            bytes: size,
-            limit: max_bytes,
-        });
+        return Err(SkipReason::TooLarge { bytes: size, limit: max_bytes });
     }
     if bytes.iter().all(|b| b.is_ascii_whitespace()) {
         return Err(SkipReason::Empty);
@@ -205,9 +191,7 @@ pub fn parse(path: &Path, bytes: &[u8], max_bytes: u64) -> Result<ParsedDocument
     match parser.input() {
         InputKind::Utf8Text => {
             check_not_binary(bytes)?;
-            let text = std::str::from_utf8(bytes).map_err(|e| SkipReason::NotUtf8 {
-                offset: e.valid_up_to(),
-            })?;
+            let text = std::str::from_utf8(bytes).map_err(|e| SkipReason::NotUtf8 { offset: e.valid_up_to() })?;
             if text.trim_start_matches('\u{feff}').trim().is_empty() {
                 return Err(SkipReason::Empty);
             }
@@ -232,10 +216,8 @@ pub fn looks_binary(bytes: &[u8]) -> bool {
     if head.contains(&0) {
         return true;
     }
-    let control = head
-        .iter()
-        .filter(|&&b| (b < 0x20 && !matches!(b, b'\t' | b'\n' | b'\r' | 0x0c | 0x1b)) || b == 0x7f)
-        .count();
+    let control =
+        head.iter().filter(|&&b| (b < 0x20 && !matches!(b, b'\t' | b'\n' | b'\r' | 0x0c | 0x1b)) || b == 0x7f).count();
     control * 10 > head.len()
 }
 
@@ -249,9 +231,7 @@ fn check_not_binary(bytes: &[u8]) -> Result<(), SkipReason> {
 
 /// Decodes UTF-8 text and normalises it (see [`normalise`]); `NotUtf8` names the first bad byte.
 pub fn decode_utf8(bytes: &[u8]) -> Result<String, SkipReason> {
-    let text = std::str::from_utf8(bytes).map_err(|e| SkipReason::NotUtf8 {
-        offset: e.valid_up_to(),
-    })?;
+    let text = std::str::from_utf8(bytes).map_err(|e| SkipReason::NotUtf8 { offset: e.valid_up_to() })?;
     Ok(normalise(text))
 }
 
@@ -297,12 +277,7 @@ impl LineIndex {
     /// Indexes the line starts of `text` (lines end at `\n`).
     pub fn new(text: &str) -> Self {
         let mut starts = vec![0];
-        starts.extend(
-            text.bytes()
-                .enumerate()
-                .filter(|&(_, b)| b == b'\n')
-                .map(|(i, _)| i + 1),
-        );
+        starts.extend(text.bytes().enumerate().filter(|&(_, b)| b == b'\n').map(|(i, _)| i + 1));
         LineIndex { starts }
     }
 
@@ -318,11 +293,7 @@ impl LineIndex {
     /// The lines a span covers: from the line of its first byte to the line of its last byte.
     pub fn lines(&self, span: Span) -> Lines {
         let first = self.line_of(span.start);
-        let last = if span.is_empty() {
-            first
-        } else {
-            self.line_of(span.end - 1)
-        };
+        let last = if span.is_empty() { first } else { self.line_of(span.end - 1) };
         Lines { first, last }
     }
 }
@@ -350,21 +321,10 @@ pub(crate) fn finish(
             continue;
         }
         let lines = index.lines(span);
-        blocks.push(Block {
-            kind,
-            span,
-            page,
-            lines,
-        });
+        blocks.push(Block { kind, span, page, lines });
     }
     let title = one_line(&title);
-    ParsedDocument {
-        parser: parser.to_string(),
-        title,
-        text,
-        blocks,
-        metadata,
-    }
+    ParsedDocument { parser: parser.to_string(), title, text, blocks, metadata }
 }
 
 /// `span` with whitespace trimmed off (for code: whole blank lines at the start, whitespace at the
@@ -446,46 +406,20 @@ pub(crate) mod testutil {
         assert!(!doc.text.contains('\r'), "text has a CR");
         assert!(!doc.text.contains('\0'), "text has a NUL");
         assert!(!doc.text.starts_with('\u{feff}'), "text starts with a BOM");
-        assert!(
-            !doc.title.contains('\n'),
-            "title spans lines: {:?}",
-            doc.title
-        );
+        assert!(!doc.title.contains('\n'), "title spans lines: {:?}", doc.title);
         let index = LineIndex::new(&doc.text);
         let mut prev_end = 0;
         for (i, b) in doc.blocks.iter().enumerate() {
             assert!(!b.span.is_empty(), "block {i} is empty: {b:?}");
-            assert!(
-                b.span.start >= prev_end,
-                "block {i} overlaps or is out of order: {b:?}"
-            );
-            assert!(
-                b.span.end <= doc.text.len(),
-                "block {i} runs past the text: {b:?}"
-            );
-            assert!(
-                doc.text.is_char_boundary(b.span.start),
-                "block {i} starts inside a char"
-            );
-            assert!(
-                doc.text.is_char_boundary(b.span.end),
-                "block {i} ends inside a char"
-            );
+            assert!(b.span.start >= prev_end, "block {i} overlaps or is out of order: {b:?}");
+            assert!(b.span.end <= doc.text.len(), "block {i} runs past the text: {b:?}");
+            assert!(doc.text.is_char_boundary(b.span.start), "block {i} starts inside a char");
+            assert!(doc.text.is_char_boundary(b.span.end), "block {i} ends inside a char");
             let s = &doc.text[b.span.range()];
             assert!(!s.trim().is_empty(), "block {i} is blank");
-            assert!(
-                !s.ends_with(char::is_whitespace),
-                "block {i} ends with whitespace: {s:?}"
-            );
-            assert!(
-                !s.starts_with('\n'),
-                "block {i} starts with a line end: {s:?}"
-            );
-            assert_eq!(
-                b.lines,
-                index.lines(b.span),
-                "block {i} lines disagree with its span"
-            );
+            assert!(!s.ends_with(char::is_whitespace), "block {i} ends with whitespace: {s:?}");
+            assert!(!s.starts_with('\n'), "block {i} starts with a line end: {s:?}");
+            assert_eq!(b.lines, index.lines(b.span), "block {i} lines disagree with its span");
             assert!(b.lines.first >= 1 && b.lines.first <= b.lines.last);
             if let crate::types::BlockKind::Heading { level, title } = &b.kind {
                 assert!((1..=6).contains(level), "heading level {level}");
@@ -521,10 +455,7 @@ mod tests {
 
     #[test]
     fn title_falls_back_to_the_file_stem() {
-        assert_eq!(
-            title_from_path(Path::new("/a/travel-policy.md")),
-            "travel-policy"
-        );
+        assert_eq!(title_from_path(Path::new("/a/travel-policy.md")), "travel-policy");
         assert_eq!(title_from_path(Path::new("README")), "README");
     }
 
@@ -546,58 +477,24 @@ mod tests {
     #[test]
     fn bad_input_gives_the_right_skip_reason() {
         let limit = 1 << 20;
-        assert_eq!(
-            parse(Path::new("a.txt"), b"", limit),
-            Err(SkipReason::Empty)
-        );
-        assert_eq!(
-            parse(Path::new("a.txt"), b"  \n\t\r\n ", limit),
-            Err(SkipReason::Empty)
-        );
-        assert_eq!(
-            parse(Path::new("a.md"), "\u{feff}\n ".as_bytes(), limit),
-            Err(SkipReason::Empty)
-        );
-        assert_eq!(
-            parse(Path::new("a.txt"), b"hello\0world\x01\x02", limit),
-            Err(SkipReason::Binary)
-        );
-        let controls: Vec<u8> = (0..200)
-            .map(|i| if i % 3 == 0 { 0x01 } else { b'a' })
-            .collect();
-        assert_eq!(
-            parse(Path::new("a.txt"), &controls, limit),
-            Err(SkipReason::Binary)
-        );
+        assert_eq!(parse(Path::new("a.txt"), b"", limit), Err(SkipReason::Empty));
+        assert_eq!(parse(Path::new("a.txt"), b"  \n\t\r\n ", limit), Err(SkipReason::Empty));
+        assert_eq!(parse(Path::new("a.md"), "\u{feff}\n ".as_bytes(), limit), Err(SkipReason::Empty));
+        assert_eq!(parse(Path::new("a.txt"), b"hello\0world\x01\x02", limit), Err(SkipReason::Binary));
+        let controls: Vec<u8> = (0..200).map(|i| if i % 3 == 0 { 0x01 } else { b'a' }).collect();
+        assert_eq!(parse(Path::new("a.txt"), &controls, limit), Err(SkipReason::Binary));
         assert_eq!(
             parse(Path::new("a.md"), b"# Title\n\ncaf\xe9 au lait\n", limit),
             Err(SkipReason::NotUtf8 { offset: 12 })
         );
-        assert_eq!(
-            parse(Path::new("a.txt"), b"0123456789", 4),
-            Err(SkipReason::TooLarge {
-                bytes: 10,
-                limit: 4
-            })
-        );
-        assert_eq!(
-            parse(Path::new("a.jpg"), b"\xff\xd8\xff", limit),
-            Err(SkipReason::Unsupported)
-        );
-        assert_eq!(
-            parse(Path::new("a.html"), b"<script>var x = 1;</script>", limit),
-            Err(SkipReason::Empty)
-        );
+        assert_eq!(parse(Path::new("a.txt"), b"0123456789", 4), Err(SkipReason::TooLarge { bytes: 10, limit: 4 }));
+        assert_eq!(parse(Path::new("a.jpg"), b"\xff\xd8\xff", limit), Err(SkipReason::Unsupported));
+        assert_eq!(parse(Path::new("a.html"), b"<script>var x = 1;</script>", limit), Err(SkipReason::Empty));
     }
 
     #[test]
     fn parse_dispatches_and_normalises() {
-        let doc = parse(
-            Path::new("notes.txt"),
-            b"\xef\xbb\xbfFirst line\r\nsecond line\r\n",
-            1 << 20,
-        )
-        .unwrap();
+        let doc = parse(Path::new("notes.txt"), b"\xef\xbb\xbfFirst line\r\nsecond line\r\n", 1 << 20).unwrap();
         testutil::check_document(&doc);
         assert_eq!(doc.parser, "text");
         assert_eq!(doc.text, "First line\nsecond line\n");
@@ -609,14 +506,7 @@ mod tests {
         let mut b = TextBuilder::default();
         b.block(BlockKind::Paragraph, "  one\r\n", None);
         b.block(BlockKind::Paragraph, "   ", None);
-        b.block(
-            BlockKind::Code {
-                language: None,
-                symbol: None,
-            },
-            "\n    indented()\n",
-            Some(2),
-        );
+        b.block(BlockKind::Code { language: None, symbol: None }, "\n    indented()\n", Some(2));
         assert_eq!(b.text, "one\n\n    indented()");
         let doc = finish("t", "x".into(), b.text, b.blocks, BTreeMap::new());
         testutil::check_document(&doc);

@@ -32,11 +32,7 @@ impl Parser for PdfParser {
     }
 
     fn parse(&self, path: &Path, bytes: &[u8]) -> Result<ParsedDocument, SkipReason> {
-        if !bytes.starts_with(b"%PDF")
-            && !bytes[..bytes.len().min(1024)]
-                .windows(5)
-                .any(|w| w == b"%PDF-")
-        {
+        if !bytes.starts_with(b"%PDF") && !bytes[..bytes.len().min(1024)].windows(5).any(|w| w == b"%PDF-") {
             return Err(SkipReason::corrupt("not a PDF (no %PDF- header)"));
         }
         let extracted = catch_unwind(AssertUnwindSafe(|| extract(bytes))).map_err(|panic| {
@@ -57,13 +53,7 @@ impl Parser for PdfParser {
             let start = out.raw(&page_text);
             let end = out.text.len();
             let number = u32::try_from(i + 1).unwrap_or(u32::MAX);
-            blocks.extend(text::blocks_in(
-                &out.text,
-                start,
-                end,
-                Some(number),
-                text::Style::Pdf,
-            ));
+            blocks.extend(text::blocks_in(&out.text, start, end, Some(number), text::Style::Pdf));
         }
         let mut metadata = BTreeMap::new();
         metadata.insert("pages".to_string(), extracted.pages.len().to_string());
@@ -88,11 +78,9 @@ struct Extracted {
 }
 
 fn extract(bytes: &[u8]) -> Result<Extracted, SkipReason> {
-    let mut doc = pdf_extract::Document::load_mem(bytes)
-        .map_err(|e| SkipReason::corrupt(format!("PDF: {e}")))?;
+    let mut doc = pdf_extract::Document::load_mem(bytes).map_err(|e| SkipReason::corrupt(format!("PDF: {e}")))?;
     if doc.is_encrypted() {
-        doc.decrypt("")
-            .map_err(|e| SkipReason::corrupt(format!("encrypted PDF: {e}")))?;
+        doc.decrypt("").map_err(|e| SkipReason::corrupt(format!("encrypted PDF: {e}")))?;
     }
     let numbers: Vec<u32> = doc.get_pages().keys().copied().collect();
     if numbers.is_empty() {
@@ -115,11 +103,7 @@ fn extract(bytes: &[u8]) -> Result<Extracted, SkipReason> {
     if failed == pages.len() {
         return Err(SkipReason::corrupt("no page of the PDF could be read"));
     }
-    Ok(Extracted {
-        pages,
-        title: info(&doc, b"Title"),
-        author: info(&doc, b"Author"),
-    })
+    Ok(Extracted { pages, title: info(&doc, b"Title"), author: info(&doc, b"Author") })
 }
 
 /// A text entry of the document's Info dictionary.
@@ -158,10 +142,7 @@ mod tests {
     const LPPL: &[u8] = include_bytes!("../../tests/fixtures/source/lppl.pdf");
 
     fn summary(doc: &ParsedDocument) -> Vec<(u32, &str)> {
-        doc.blocks
-            .iter()
-            .map(|b| (b.page.unwrap_or(0), &doc.text[b.span.range()]))
-            .collect()
+        doc.blocks.iter().map(|b| (b.page.unwrap_or(0), &doc.text[b.span.range()])).collect()
     }
 
     #[test]
@@ -173,10 +154,7 @@ mod tests {
         assert_eq!(doc.title, "The LATEX Project Public License");
         let blocks = summary(&doc);
         let pages: Vec<u32> = blocks.iter().map(|b| b.0).collect();
-        assert!(
-            pages.windows(2).all(|w| w[0] <= w[1]),
-            "pages go backwards: {pages:?}"
-        );
+        assert!(pages.windows(2).all(|w| w[0] <= w[1]), "pages go backwards: {pages:?}");
         assert_eq!(pages.first(), Some(&1));
         assert_eq!(pages.last(), Some(&8));
         let page_of = |needle: &str| blocks.iter().find(|b| b.1.contains(needle)).map(|b| b.0);
@@ -185,9 +163,7 @@ mod tests {
         assert_eq!(page_of("There is no warranty for the Work"), Some(4));
         assert_eq!(page_of("How to Use This License"), Some(7));
         let heading = |title: &str| {
-            doc.blocks
-                .iter()
-                .any(|b| matches!(&b.kind, BlockKind::Heading { title: t, .. } if t == title))
+            doc.blocks.iter().any(|b| matches!(&b.kind, BlockKind::Heading { title: t, .. } if t == title))
         };
         assert!(heading("No Warranty") && heading("Maintenance of The Work"));
         // Lone page numbers are not blocks.
@@ -197,28 +173,13 @@ mod tests {
     #[test]
     fn truncated_and_garbage_pdfs_are_corrupt() {
         let half = &LPPL[..LPPL.len() / 2];
-        assert!(matches!(
-            PdfParser.parse(Path::new("half.pdf"), half),
-            Err(SkipReason::Corrupt { .. })
-        ));
-        let garbage: Vec<u8> = (0..4096u32)
-            .map(|i| (i.wrapping_mul(2654435761) >> 13) as u8)
-            .collect();
-        assert!(matches!(
-            PdfParser.parse(Path::new("x.pdf"), &garbage),
-            Err(SkipReason::Corrupt { .. })
-        ));
-        let fake =
-            b"%PDF-1.4\n1 0 obj << /Type /Catalog >> endobj\ntrailer << /Root 1 0 R >>\n%%EOF\n";
-        assert!(matches!(
-            PdfParser.parse(Path::new("x.pdf"), fake),
-            Err(SkipReason::Corrupt { .. })
-        ));
+        assert!(matches!(PdfParser.parse(Path::new("half.pdf"), half), Err(SkipReason::Corrupt { .. })));
+        let garbage: Vec<u8> = (0..4096u32).map(|i| (i.wrapping_mul(2654435761) >> 13) as u8).collect();
+        assert!(matches!(PdfParser.parse(Path::new("x.pdf"), &garbage), Err(SkipReason::Corrupt { .. })));
+        let fake = b"%PDF-1.4\n1 0 obj << /Type /Catalog >> endobj\ntrailer << /Root 1 0 R >>\n%%EOF\n";
+        assert!(matches!(PdfParser.parse(Path::new("x.pdf"), fake), Err(SkipReason::Corrupt { .. })));
         // Through the entry point: binary content is fine for a PDF, and the skip reason holds.
-        assert!(matches!(
-            crate::source::parse(Path::new("half.pdf"), half, 1 << 30),
-            Err(SkipReason::Corrupt { .. })
-        ));
+        assert!(matches!(crate::source::parse(Path::new("half.pdf"), half, 1 << 30), Err(SkipReason::Corrupt { .. })));
         assert!(crate::source::parse(Path::new("lppl.pdf"), LPPL, 1 << 30).is_ok());
     }
 }

@@ -66,21 +66,11 @@ pub(crate) enum Style {
 
 /// Blocks of `text[start..end]` (spans are offsets into the whole `text`), each with `page`.
 /// `start` and `end` must lie on line starts / ends.
-pub(crate) fn blocks_in(
-    text: &str,
-    start: usize,
-    end: usize,
-    page: Option<u32>,
-    style: Style,
-) -> Vec<RawBlock> {
+pub(crate) fn blocks_in(text: &str, start: usize, end: usize, page: Option<u32>, style: Style) -> Vec<RawBlock> {
     let mut lines = Vec::new();
     let mut pos = start;
     for s in text[start..end].split('\n') {
-        lines.push(Line {
-            start: pos,
-            end: pos + s.len(),
-            s,
-        });
+        lines.push(Line { start: pos, end: pos + s.len(), s });
         pos += s.len() + 1;
     }
     let mut out: Vec<RawBlock> = Vec::new();
@@ -107,11 +97,7 @@ pub(crate) fn blocks_in(
             }
             if text_after && heading_line(line.s).is_none() && is_title_line(line.s) {
                 let title = line.s.trim().to_string();
-                out.push((
-                    BlockKind::Heading { level: 2, title },
-                    Span::new(line.start, line.end),
-                    page,
-                ));
+                out.push((BlockKind::Heading { level: 2, title }, Span::new(line.start, line.end), page));
                 list_open = false;
                 i = j;
                 continue;
@@ -121,11 +107,7 @@ pub(crate) fn blocks_in(
         let mut para_start: Option<usize> = None;
         let flush_para = |out: &mut Vec<RawBlock>, from: Option<usize>, to: usize| {
             if let Some(from) = from {
-                out.push((
-                    BlockKind::Paragraph,
-                    Span::new(group[from].start, group[to - 1].end),
-                    page,
-                ));
+                out.push((BlockKind::Paragraph, Span::new(group[from].start, group[to - 1].end), page));
             }
         };
         while k < group.len() {
@@ -134,17 +116,10 @@ pub(crate) fn blocks_in(
             let followed_by_text = next.is_some() || text_after;
             // Setext heading: text over an underline.
             if let Some(level) = next.and_then(|n| underline_level(n.s)) {
-                if underline_level(line.s).is_none()
-                    && !is_list_item(line.s)
-                    && line.s.trim().len() <= 120
-                {
+                if underline_level(line.s).is_none() && !is_list_item(line.s) && line.s.trim().len() <= 120 {
                     flush_para(&mut out, para_start.take(), k);
                     let title = line.s.trim().to_string();
-                    out.push((
-                        BlockKind::Heading { level, title },
-                        Span::new(line.start, group[k + 1].end),
-                        page,
-                    ));
+                    out.push((BlockKind::Heading { level, title }, Span::new(line.start, group[k + 1].end), page));
                     list_open = false;
                     k += 2;
                     continue;
@@ -160,11 +135,7 @@ pub(crate) fn blocks_in(
             if followed_by_text && !next_is_item {
                 if let Some((level, title)) = heading_line(line.s) {
                     flush_para(&mut out, para_start.take(), k);
-                    out.push((
-                        BlockKind::Heading { level, title },
-                        Span::new(line.start, line.end),
-                        page,
-                    ));
+                    out.push((BlockKind::Heading { level, title }, Span::new(line.start, line.end), page));
                     list_open = false;
                     k += 1;
                     continue;
@@ -173,18 +144,14 @@ pub(crate) fn blocks_in(
             if is_list_item(line.s) {
                 flush_para(&mut out, para_start.take(), k);
                 let mut m = k + 1;
-                while m < group.len()
-                    && (is_list_item(group[m].s) || group[m].s.starts_with([' ', '\t']))
-                {
+                while m < group.len() && (is_list_item(group[m].s) || group[m].s.starts_with([' ', '\t'])) {
                     m += 1;
                 }
                 let span = Span::new(line.start, group[m - 1].end);
                 match out.last_mut() {
                     // Items separated by one blank line continue the list above.
                     Some((BlockKind::List, prev, _))
-                        if list_open
-                            && k == 0
-                            && blank_lines_between(text, prev.end, span.start) <= 1 =>
+                        if list_open && k == 0 && blank_lines_between(text, prev.end, span.start) <= 1 =>
                     {
                         *prev = prev.cover(span);
                     }
@@ -208,8 +175,7 @@ pub(crate) fn blocks_in(
 
 /// Blank lines between two offsets (the line ends between them, less one).
 fn blank_lines_between(text: &str, from: usize, to: usize) -> usize {
-    text.get(from..to)
-        .map_or(usize::MAX, |s| s.matches('\n').count().saturating_sub(1))
+    text.get(from..to).map_or(usize::MAX, |s| s.matches('\n').count().saturating_sub(1))
 }
 
 /// The level of a setext underline (`===` is 1, `---` is 2), at least three characters.
@@ -230,20 +196,14 @@ fn underline_level(line: &str) -> Option<u8> {
 /// A horizontal rule made of `*`, `_` or `~`.
 fn is_rule(line: &str) -> bool {
     let t: String = line.chars().filter(|c| !c.is_whitespace()).collect();
-    t.len() >= 3
-        && (t.bytes().all(|b| b == b'*')
-            || t.bytes().all(|b| b == b'_')
-            || t.bytes().all(|b| b == b'~'))
+    t.len() >= 3 && (t.bytes().all(|b| b == b'*') || t.bytes().all(|b| b == b'_') || t.bytes().all(|b| b == b'~'))
 }
 
 /// Whether a line starts a list item: a bullet, or an enumerator such as `1)`, `2.`, `a)`, `(iv)`,
 /// followed by a space.
 pub(crate) fn is_list_item(line: &str) -> bool {
     let t = line.trim_start();
-    if ["- ", "* ", "• ", "+ ", "– ", "· ", "◦ ", "▪ "]
-        .iter()
-        .any(|b| t.starts_with(b))
-    {
+    if ["- ", "* ", "• ", "+ ", "– ", "· ", "◦ ", "▪ "].iter().any(|b| t.starts_with(b)) {
         return true;
     }
     let (marker, rest) = match t.split_once(' ') {
@@ -256,36 +216,23 @@ pub(crate) fn is_list_item(line: &str) -> bool {
     let inner = marker.strip_prefix('(').and_then(|m| m.strip_suffix(')'));
     let body = match inner {
         Some(b) => b,
-        None => match marker
-            .strip_suffix(')')
-            .or_else(|| marker.strip_suffix('.'))
-        {
+        None => match marker.strip_suffix(')').or_else(|| marker.strip_suffix('.')) {
             Some(b) => b,
             None => return false,
         },
     };
     let numeric = !body.is_empty() && body.len() <= 3 && body.bytes().all(|b| b.is_ascii_digit());
     let letter = body.len() == 1 && body.bytes().all(|b| b.is_ascii_lowercase());
-    let roman = inner.is_some()
-        && !body.is_empty()
-        && body.len() <= 5
-        && body.bytes().all(|b| b"ivxlc".contains(&b));
+    let roman = inner.is_some() && !body.is_empty() && body.len() <= 5 && body.bytes().all(|b| b"ivxlc".contains(&b));
     numeric || letter || roman
 }
 
 /// A page number on a line of its own (`7`, `- 7 -`, `Page 7`, `7 of 12`).
 fn is_folio(line: &str) -> bool {
-    let t = line
-        .trim()
-        .trim_matches(|c: char| c == '-' || c == '–' || c.is_whitespace());
-    let t = t
-        .strip_prefix("Page ")
-        .or_else(|| t.strip_prefix("page "))
-        .unwrap_or(t);
+    let t = line.trim().trim_matches(|c: char| c == '-' || c == '–' || c.is_whitespace());
+    let t = t.strip_prefix("Page ").or_else(|| t.strip_prefix("page ")).unwrap_or(t);
     let t = t.split_once(" of ").map_or(t, |(a, _)| a);
-    !t.is_empty()
-        && t.len() <= 5
-        && (t.bytes().all(|b| b.is_ascii_digit()) || t.bytes().all(|b| b"ivxlc".contains(&b)))
+    !t.is_empty() && t.len() <= 5 && (t.bytes().all(|b| b.is_ascii_digit()) || t.bytes().all(|b| b"ivxlc".contains(&b)))
 }
 
 /// A short line that reads as a title: at most eight words, starting with a capital, no final
@@ -306,18 +253,11 @@ const SECTION_WORDS: [&str; 6] = ["section", "chapter", "article", "part", "appe
 /// Whether a line looks like a heading, with its level and title.
 fn heading_line(line: &str) -> Option<(u8, String)> {
     let t = line.trim();
-    if t.is_empty()
-        || t.chars().count() > 80
-        || t.ends_with(['.', ',', ';'])
-        || line.starts_with([' ', '\t'])
-    {
+    if t.is_empty() || t.chars().count() > 80 || t.ends_with(['.', ',', ';']) || line.starts_with([' ', '\t']) {
         return None;
     }
     // `4.2 Travel insurance`, `1. Scope`
-    let number_len = t
-        .bytes()
-        .take_while(|b| b.is_ascii_digit() || *b == b'.')
-        .count();
+    let number_len = t.bytes().take_while(|b| b.is_ascii_digit() || *b == b'.').count();
     if number_len > 0 && t.as_bytes()[0].is_ascii_digit() {
         let number = t[..number_len].trim_end_matches('.');
         let rest = &t[number_len..];
@@ -344,11 +284,7 @@ fn heading_line(line: &str) -> Option<(u8, String)> {
         let roman = !num.is_empty() && num.bytes().all(|b| b"IVXLC".contains(&b));
         let letter = num.len() == 1 && num.bytes().all(|b| b.is_ascii_uppercase());
         if is_word && (numeric || roman || letter) && t.split_whitespace().count() <= 12 {
-            let level = if numeric {
-                num.trim_end_matches('.').split('.').count().clamp(1, 6) as u8
-            } else {
-                1
-            };
+            let level = if numeric { num.trim_end_matches('.').split('.').count().clamp(1, 6) as u8 } else { 1 };
             return Some((level, t.to_string()));
         }
     }
@@ -372,9 +308,7 @@ mod tests {
     use crate::types::Lines;
 
     fn parse(s: &str) -> ParsedDocument {
-        let doc = TextParser
-            .parse(Path::new("/docs/policy.txt"), s.as_bytes())
-            .unwrap();
+        let doc = TextParser.parse(Path::new("/docs/policy.txt"), s.as_bytes()).unwrap();
         check_document(&doc);
         doc
     }
@@ -404,16 +338,10 @@ mod tests {
             vec![
                 ("h1".into(), "TRAVEL POLICY"),
                 ("h1".into(), "1. Scope"),
-                (
-                    "paragraph".into(),
-                    "This policy applies to all staff\nwho travel for work."
-                ),
+                ("paragraph".into(), "This policy applies to all staff\nwho travel for work."),
                 ("h2".into(), "4.2 Travel insurance"),
                 ("paragraph".into(), "Staff are covered by:"),
-                (
-                    "list".into(),
-                    "- medical costs\n- lost luggage\n\n- cancellation"
-                ),
+                ("list".into(), "- medical costs\n- lost luggage\n\n- cancellation"),
                 ("h1".into(), "Section 3 — Claims"),
                 ("paragraph".into(), "Send claims within 30 days."),
                 ("h1".into(), "ARTICLE IV"),
@@ -421,9 +349,7 @@ mod tests {
             ]
         );
         assert_eq!(doc.blocks[2].lines, Lines { first: 4, last: 5 });
-        let BlockKind::Heading { title, .. } = &doc.blocks[3].kind else {
-            panic!()
-        };
+        let BlockKind::Heading { title, .. } = &doc.blocks[3].kind else { panic!() };
         assert_eq!(title, "4.2 Travel insurance");
     }
 

@@ -60,32 +60,18 @@ pub fn walk(root: &Path) -> impl Iterator<Item = WalkEntry> {
                         .ok()
                         .and_then(|t| t.duration_since(UNIX_EPOCH).ok())
                         .map_or(0, |d| d.as_nanos() as i64);
-                    Some(WalkEntry::File {
-                        path,
-                        size: m.len(),
-                        mtime_ns,
-                    })
+                    Some(WalkEntry::File { path, size: m.len(), mtime_ns })
                 }
                 Ok(_) => Some(WalkEntry::Skipped {
                     path,
-                    reason: SkipReason::Unreadable {
-                        detail: "not a regular file (a FIFO, socket or device)".into(),
-                    },
+                    reason: SkipReason::Unreadable { detail: "not a regular file (a FIFO, socket or device)".into() },
                 }),
-                Err(err) => Some(WalkEntry::Skipped {
-                    path,
-                    reason: SkipReason::Unreadable {
-                        detail: err.to_string(),
-                    },
-                }),
+                Err(err) => Some(WalkEntry::Skipped { path, reason: SkipReason::Unreadable { detail: err.to_string() } }),
             }
         }
         Err(err) => {
             let (path, detail) = describe(&err);
-            Some(WalkEntry::Skipped {
-                path,
-                reason: SkipReason::Unreadable { detail },
-            })
+            Some(WalkEntry::Skipped { path, reason: SkipReason::Unreadable { detail } })
         }
     })
 }
@@ -94,13 +80,10 @@ pub fn walk(root: &Path) -> impl Iterator<Item = WalkEntry> {
 fn describe(err: &ignore::Error) -> (PathBuf, String) {
     match err {
         ignore::Error::WithPath { path, err } => (path.clone(), describe(err).1),
-        ignore::Error::WithDepth { err, .. } | ignore::Error::WithLineNumber { err, .. } => {
-            describe(err)
+        ignore::Error::WithDepth { err, .. } | ignore::Error::WithLineNumber { err, .. } => describe(err),
+        ignore::Error::Loop { ancestor, child } => {
+            (child.clone(), format!("symbolic link loop (points back to {})", ancestor.display()))
         }
-        ignore::Error::Loop { ancestor, child } => (
-            child.clone(),
-            format!("symbolic link loop (points back to {})", ancestor.display()),
-        ),
         ignore::Error::Io(e) => (PathBuf::new(), e.to_string()),
         other => (PathBuf::new(), other.to_string()),
     }
@@ -113,9 +96,7 @@ mod tests {
     fn files(root: &Path) -> Vec<String> {
         walk(root)
             .filter_map(|e| match e {
-                WalkEntry::File { path, .. } => {
-                    Some(path.strip_prefix(root).unwrap().display().to_string())
-                }
+                WalkEntry::File { path, .. } => Some(path.strip_prefix(root).unwrap().display().to_string()),
                 WalkEntry::Skipped { .. } => None,
             })
             .collect()
@@ -126,25 +107,13 @@ mod tests {
         let d = tempfile::tempdir().unwrap();
         let r = d.path();
         std::fs::create_dir_all(r.join("sub/build")).unwrap();
-        for f in [
-            "b.md",
-            "a.txt",
-            "sub/c.md",
-            "sub/build/x.md",
-            ".hidden.md",
-            "notes.tmp",
-            "sub/secret.md",
-        ] {
+        for f in ["b.md", "a.txt", "sub/c.md", "sub/build/x.md", ".hidden.md", "notes.tmp", "sub/secret.md"] {
             std::fs::write(r.join(f), "x").unwrap();
         }
         std::fs::write(r.join(".gitignore"), "*.tmp\n").unwrap();
         std::fs::write(r.join("sub/.ragboxignore"), "build/\nsecret.md\n").unwrap();
         assert_eq!(files(r), vec!["a.txt", "b.md", "sub/c.md"]);
-        assert_eq!(
-            files(&r.join("b.md")),
-            vec![""],
-            "a single file is walked as itself"
-        );
+        assert_eq!(files(&r.join("b.md")), vec![""], "a single file is walked as itself");
     }
 
     #[cfg(unix)]
@@ -164,30 +133,17 @@ mod tests {
         let skipped: Vec<(String, String)> = entries
             .iter()
             .filter_map(|e| match e {
-                WalkEntry::Skipped { path, reason } => {
-                    Some((path.display().to_string(), reason.to_string()))
-                }
+                WalkEntry::Skipped { path, reason } => Some((path.display().to_string(), reason.to_string())),
                 _ => None,
             })
             .collect();
         assert_eq!(files(r), vec!["ok.md"]);
         for name in ["loop-a", "loop-b", "dangling.md", "up"] {
-            assert!(
-                skipped.iter().any(|(p, _)| p.ends_with(name)),
-                "{name} not reported: {skipped:?}"
-            );
+            assert!(skipped.iter().any(|(p, _)| p.ends_with(name)), "{name} not reported: {skipped:?}");
         }
-        assert!(
-            skipped.iter().any(|(_, why)| why.contains("loop")),
-            "{skipped:?}"
-        );
+        assert!(skipped.iter().any(|(_, why)| why.contains("loop")), "{skipped:?}");
         if status.is_ok_and(|s| s.success()) {
-            assert!(
-                skipped
-                    .iter()
-                    .any(|(p, why)| p.ends_with("pipe.txt") && why.contains("FIFO")),
-                "{skipped:?}"
-            );
+            assert!(skipped.iter().any(|(p, why)| p.ends_with("pipe.txt") && why.contains("FIFO")), "{skipped:?}");
         }
     }
 }

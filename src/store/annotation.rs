@@ -25,10 +25,7 @@ impl Catalog {
         let mut st = conn.prepare_cached("SELECT context FROM annotations WHERE key = ?1")?;
         let mut out = HashMap::new();
         for k in keys {
-            if let Some(c) = st
-                .query_row([&k[..]], |r| r.get::<_, String>(0))
-                .optional()?
-            {
+            if let Some(c) = st.query_row([&k[..]], |r| r.get::<_, String>(0)).optional()? {
                 out.insert(*k, c);
             }
         }
@@ -62,13 +59,8 @@ mod tests {
         let c = Catalog::open(&path).unwrap();
         let (a, b) = ([1u8; 32], [2u8; 32]);
         assert!(c.cached_annotations(&[a, b]).unwrap().is_empty());
-        c.put_annotations("llm-context-v1:x", &[(a, "From the travel policy.".into())])
-            .unwrap();
-        c.put_annotations(
-            "llm-context-v1:x",
-            &[(a, "ignored: first write wins".into())],
-        )
-        .unwrap();
+        c.put_annotations("llm-context-v1:x", &[(a, "From the travel policy.".into())]).unwrap();
+        c.put_annotations("llm-context-v1:x", &[(a, "ignored: first write wins".into())]).unwrap();
         drop(c);
         let c = Catalog::open(&path).unwrap();
         let got = c.cached_annotations(&[a, b]).unwrap();

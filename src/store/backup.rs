@@ -133,21 +133,14 @@ fn index_files(root: &Path, dir: &Path, out: &mut Vec<PathBuf>) -> Result<()> {
         if path.is_dir() {
             index_files(root, &path, out)?;
         } else if !(name.ends_with(".lock") || name.contains(".tmp")) {
-            out.push(
-                path.strip_prefix(root)
-                    .map_err(|e| Error::Bug(e.to_string()))?
-                    .to_path_buf(),
-            );
+            out.push(path.strip_prefix(root).map_err(|e| Error::Bug(e.to_string()))?.to_path_buf());
         }
     }
     Ok(())
 }
 
 fn relative(path: &Path) -> String {
-    path.components()
-        .map(|c| c.as_os_str().to_string_lossy())
-        .collect::<Vec<_>>()
-        .join("/")
+    path.components().map(|c| c.as_os_str().to_string_lossy()).collect::<Vec<_>>().join("/")
 }
 
 /// Whether `dir` is missing or an empty folder.
@@ -155,10 +148,7 @@ fn is_empty_dir(dir: &Path) -> Result<bool> {
     match std::fs::read_dir(dir) {
         Ok(mut entries) => Ok(entries.next().is_none()),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(true),
-        Err(e) => Err(Error::Path {
-            path: dir.to_path_buf(),
-            source: e,
-        }),
+        Err(e) => Err(Error::Path { path: dir.to_path_buf(), source: e }),
     }
 }
 
@@ -173,9 +163,7 @@ impl Store {
     /// the module docs. Writers wait for it (up to their lock timeout).
     pub fn backup(&self, dest: &Path) -> Result<BackupManifest> {
         if !is_empty_dir(dest)? {
-            return Err(Error::Invalid(format!(
-                "the backup folder {dest:?} is not empty; give a new or empty folder"
-            )));
+            return Err(Error::Invalid(format!("the backup folder {dest:?} is not empty; give a new or empty folder")));
         }
         std::fs::create_dir_all(dest).map_err(Error::path(dest))?;
         // Every tenant's write lock, in name order (writers take one lock only, so no deadlock),
@@ -183,13 +171,7 @@ impl Store {
         let mut locked: Vec<String> = Vec::new();
         let mut locks = Vec::new();
         loop {
-            let names: Vec<String> = self
-                .catalog
-                .tenants()?
-                .into_iter()
-                .map(|t| t.name)
-                .filter(|n| !locked.contains(n))
-                .collect();
+            let names: Vec<String> = self.catalog.tenants()?.into_iter().map(|t| t.name).filter(|n| !locked.contains(n)).collect();
             if names.is_empty() {
                 break;
             }
@@ -204,13 +186,7 @@ impl Store {
             self.open_vector(&t, &t.model, t.dims, false)?;
             self.open_lexical(&t)?;
             let (documents, _, _, chunks) = self.catalog.counts(t.id)?;
-            tenants.push(TenantState {
-                name: t.name.clone(),
-                model: t.model.clone(),
-                generation: t.generation,
-                documents,
-                chunks,
-            });
+            tenants.push(TenantState { name: t.name.clone(), model: t.model.clone(), generation: t.generation, documents, chunks });
         }
         let catalog_copy = dest.join(CATALOG_FILE);
         {
@@ -222,30 +198,19 @@ impl Store {
             let copy = rusqlite::Connection::open(&catalog_copy)?;
             let verdict: String = copy.query_row("PRAGMA quick_check(1)", [], |r| r.get(0))?;
             if verdict != "ok" {
-                return Err(Error::CatalogDamaged {
-                    path: self.catalog.path().to_path_buf(),
-                    detail: verdict,
-                });
+                return Err(Error::CatalogDamaged { path: self.catalog.path().to_path_buf(), detail: verdict });
             }
             // A single file (no -wal beside it); opening it as a catalog switches it back to WAL.
             let _: String = copy.query_row("PRAGMA journal_mode = DELETE", [], |r| r.get(0))?;
         }
         let (bytes, sha256) = hash_file(&catalog_copy)?;
-        let mut files = vec![FileEntry {
-            path: CATALOG_FILE.to_string(),
-            bytes,
-            sha256,
-        }];
+        let mut files = vec![FileEntry { path: CATALOG_FILE.to_string(), bytes, sha256 }];
         let root = self.layout.root();
         let mut rel = Vec::new();
         index_files(root, &root.join(TENANTS_DIR), &mut rel)?;
         for r in rel {
             let (bytes, sha256) = copy_hashed(&root.join(&r), &dest.join(&r))?;
-            files.push(FileEntry {
-                path: relative(&r),
-                bytes,
-                sha256,
-            });
+            files.push(FileEntry { path: relative(&r), bytes, sha256 });
         }
         drop(locks);
         let manifest = BackupManifest {
@@ -282,22 +247,13 @@ fn read_manifest(src: &Path) -> Result<BackupManifest> {
     let text = std::fs::read(&path).map_err(|e| {
         Error::Invalid(format!("{src:?} is not a complete ragbox backup ({MANIFEST_FILE}: {e}); `ragbox backup DEST` makes one"))
     })?;
-    let manifest: BackupManifest = serde_json::from_slice(&text)
-        .map_err(|e| Error::Invalid(format!("{path:?} is not a backup manifest: {e}")))?;
+    let manifest: BackupManifest =
+        serde_json::from_slice(&text).map_err(|e| Error::Invalid(format!("{path:?} is not a backup manifest: {e}")))?;
     if manifest.format != BACKUP_FORMAT {
-        return Err(Error::Invalid(format!(
-            "{path:?} is backup format {}, this ragbox reads {BACKUP_FORMAT}",
-            manifest.format
-        )));
+        return Err(Error::Invalid(format!("{path:?} is backup format {}, this ragbox reads {BACKUP_FORMAT}", manifest.format)));
     }
-    if manifest
-        .files
-        .iter()
-        .any(|f| f.path.split('/').any(|c| c == ".." || c.is_empty()) || f.path.starts_with('/'))
-    {
-        return Err(Error::Invalid(format!(
-            "{path:?} names a file outside the backup"
-        )));
+    if manifest.files.iter().any(|f| f.path.split('/').any(|c| c == ".." || c.is_empty()) || f.path.starts_with('/')) {
+        return Err(Error::Invalid(format!("{path:?} names a file outside the backup")));
     }
     Ok(manifest)
 }
@@ -380,11 +336,7 @@ pub fn restore(src: &Path, data_dir: &Path, force: bool) -> Result<RestoreReport
             )));
         }
     }
-    Ok(RestoreReport {
-        manifest,
-        data_dir: data_dir.to_path_buf(),
-        replaced,
-    })
+    Ok(RestoreReport { manifest, data_dir: data_dir.to_path_buf(), replaced })
 }
 
 #[cfg(test)]
@@ -400,11 +352,7 @@ mod tests {
         let dest = tmp.path().join("backup");
         std::fs::create_dir_all(&dest).unwrap();
         std::fs::write(dest.join("x"), b"x").unwrap();
-        assert!(store
-            .backup(&dest)
-            .unwrap_err()
-            .to_string()
-            .contains("not empty"));
+        assert!(store.backup(&dest).unwrap_err().to_string().contains("not empty"));
         std::fs::remove_file(dest.join("x")).unwrap();
         let m = store.backup(&dest).unwrap();
         assert_eq!(m.tenants.len(), 1);
@@ -417,15 +365,7 @@ mod tests {
         let e = restore(&dest, &fresh, false).unwrap_err().to_string();
         assert!(e.contains("--force"), "{e}");
         assert!(restore(&dest, &fresh, true).unwrap().replaced);
-        assert_eq!(
-            Store::open(&fresh, VectorOptions::default())
-                .unwrap()
-                .catalog()
-                .require_tenant("t")
-                .unwrap()
-                .model,
-            "m"
-        );
+        assert_eq!(Store::open(&fresh, VectorOptions::default()).unwrap().catalog().require_tenant("t").unwrap().model, "m");
 
         // A damaged file is found before anything is touched.
         let cat = dest.join(CATALOG_FILE);
@@ -434,13 +374,8 @@ mod tests {
         bytes[last] ^= 0xff;
         std::fs::write(&cat, bytes).unwrap();
         assert!(verify(&dest).unwrap_err().to_string().contains("damaged"));
-        let e = restore(&dest, &tmp.path().join("other"), false)
-            .unwrap_err()
-            .to_string();
+        let e = restore(&dest, &tmp.path().join("other"), false).unwrap_err().to_string();
         assert!(e.contains("is damaged"), "{e}");
-        assert!(restore(tmp.path(), &tmp.path().join("x"), false)
-            .unwrap_err()
-            .to_string()
-            .contains("not a complete ragbox backup"));
+        assert!(restore(tmp.path(), &tmp.path().join("x"), false).unwrap_err().to_string().contains("not a complete ragbox backup"));
     }
 }

@@ -22,16 +22,10 @@ pub const QUICK_CHECK_BYTES: u64 = 64 << 20;
 fn damaged(path: &Path, e: Error) -> Error {
     match &e {
         Error::Catalog(rusqlite::Error::SqliteFailure(f, msg))
-            if matches!(
-                f.code,
-                rusqlite::ErrorCode::NotADatabase | rusqlite::ErrorCode::DatabaseCorrupt
-            ) =>
+            if matches!(f.code, rusqlite::ErrorCode::NotADatabase | rusqlite::ErrorCode::DatabaseCorrupt) =>
         {
             let detail = msg.clone().unwrap_or_else(|| f.to_string());
-            Error::CatalogDamaged {
-                path: path.to_path_buf(),
-                detail,
-            }
+            Error::CatalogDamaged { path: path.to_path_buf(), detail }
         }
         _ => e,
     }
@@ -292,9 +286,7 @@ fn vector_to_blob(v: &[f32]) -> Vec<u8> {
 }
 
 fn blob_to_vector(b: &[u8]) -> Vec<f32> {
-    b.chunks_exact(4)
-        .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
-        .collect()
+    b.chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect()
 }
 
 impl Catalog {
@@ -318,10 +310,7 @@ impl Catalog {
         if size > 0 && size <= QUICK_CHECK_BYTES {
             let verdict: String = conn.query_row("PRAGMA quick_check(1)", [], |r| r.get(0))?;
             if verdict != "ok" {
-                return Err(Error::CatalogDamaged {
-                    path: path.to_path_buf(),
-                    detail: verdict.split_whitespace().collect::<Vec<_>>().join(" "),
-                });
+                return Err(Error::CatalogDamaged { path: path.to_path_buf(), detail: verdict.split_whitespace().collect::<Vec<_>>().join(" ") });
             }
         }
         conn.pragma_update(None, "journal_mode", "WAL")?;
@@ -332,33 +321,22 @@ impl Catalog {
         conn.execute_batch(super::annotation::SCHEMA)?;
         conn.execute_batch(super::keys::SCHEMA)?;
         conn.execute_batch(super::events::SCHEMA)?;
-        let version: Option<String> = conn
-            .query_row(
-                "SELECT value FROM meta WHERE key = 'schema_version'",
-                [],
-                |r| r.get(0),
-            )
-            .optional()?;
+        let version: Option<String> =
+            conn.query_row("SELECT value FROM meta WHERE key = 'schema_version'", [], |r| r.get(0)).optional()?;
         match version {
             None => {
-                conn.execute(
-                    "INSERT INTO meta (key, value) VALUES ('schema_version', ?1)",
-                    [SCHEMA_VERSION.to_string()],
-                )?;
+                conn.execute("INSERT INTO meta (key, value) VALUES ('schema_version', ?1)", [SCHEMA_VERSION.to_string()])?;
             }
             Some(v) if v == SCHEMA_VERSION.to_string() => {}
-            Some(v) => return Err(Error::IndexMismatch {
-                path: path.to_path_buf(),
-                found: format!("catalog schema {v}"),
-                expected: format!(
-                    "schema {SCHEMA_VERSION}; use a new --data-dir or the matching ragbox version"
-                ),
-            }),
+            Some(v) => {
+                return Err(Error::IndexMismatch {
+                    path: path.to_path_buf(),
+                    found: format!("catalog schema {v}"),
+                    expected: format!("schema {SCHEMA_VERSION}; use a new --data-dir or the matching ragbox version"),
+                })
+            }
         }
-        Ok(Catalog {
-            conn: Mutex::new(conn),
-            path: path.to_path_buf(),
-        })
+        Ok(Catalog { conn: Mutex::new(conn), path: path.to_path_buf() })
     }
 
     /// The catalog file.
@@ -368,19 +346,14 @@ impl Catalog {
 
     pub(super) fn conn(&self) -> MutexGuard<'_, Connection> {
         // A panic while holding the lock leaves SQLite itself consistent (transactions roll back).
-        self.conn
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
+        self.conn.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
     /// All tenants, by name.
     pub fn tenants(&self) -> Result<Vec<TenantRow>> {
         let conn = self.conn();
-        let mut st =
-            conn.prepare("SELECT id, name, model, dims, generation FROM tenants ORDER BY name")?;
-        let rows = st
-            .query_map([], tenant_from_row)?
-            .collect::<rusqlite::Result<Vec<_>>>()?;
+        let mut st = conn.prepare("SELECT id, name, model, dims, generation FROM tenants ORDER BY name")?;
+        let rows = st.query_map([], tenant_from_row)?.collect::<rusqlite::Result<Vec<_>>>()?;
         Ok(rows)
     }
 
@@ -388,11 +361,7 @@ impl Catalog {
     pub fn tenant(&self, name: &str) -> Result<Option<TenantRow>> {
         let conn = self.conn();
         Ok(conn
-            .query_row(
-                "SELECT id, name, model, dims, generation FROM tenants WHERE name = ?1",
-                [name],
-                tenant_from_row,
-            )
+            .query_row("SELECT id, name, model, dims, generation FROM tenants WHERE name = ?1", [name], tenant_from_row)
             .optional()?)
     }
 
@@ -411,21 +380,14 @@ impl Catalog {
     pub fn create_tenant(&self, name: &str, model: &str, dims: usize) -> Result<TenantRow> {
         let conn = self.conn();
         // OR IGNORE: two processes creating one tenant at once both get it.
-        conn.execute(
-            "INSERT OR IGNORE INTO tenants (name, model, dims) VALUES (?1, ?2, ?3)",
-            params![name, model, dims as i64],
-        )?;
+        conn.execute("INSERT OR IGNORE INTO tenants (name, model, dims) VALUES (?1, ?2, ?3)", params![name, model, dims as i64])?;
         drop(conn);
-        self.tenant(name)?
-            .ok_or_else(|| Error::Bug("tenant vanished after insert".into()))
+        self.tenant(name)?.ok_or_else(|| Error::Bug("tenant vanished after insert".into()))
     }
 
     /// Switches a tenant's active model (after its index for that model is built).
     pub fn set_tenant_model(&self, tenant: i64, model: &str, dims: usize) -> Result<()> {
-        self.conn().execute(
-            "UPDATE tenants SET model = ?2, dims = ?3 WHERE id = ?1",
-            params![tenant, model, dims as i64],
-        )?;
+        self.conn().execute("UPDATE tenants SET model = ?2, dims = ?3 WHERE id = ?1", params![tenant, model, dims as i64])?;
         Ok(())
     }
 
@@ -446,11 +408,7 @@ impl Catalog {
                     sha256: r.get(2)?,
                     size: r.get::<_, i64>(3)? as u64,
                     mtime_ns: r.get(4)?,
-                    status: if status == "indexed" {
-                        DocumentStatus::Indexed
-                    } else {
-                        DocumentStatus::Skipped
-                    },
+                    status: if status == "indexed" { DocumentStatus::Indexed } else { DocumentStatus::Skipped },
                     skip_reason: r.get(6)?,
                     parser: r.get(7)?,
                     title: r.get(8)?,
@@ -462,23 +420,15 @@ impl Catalog {
     }
 
     /// Vectors cached for `model`, for those of `hashes` it has.
-    pub fn cached_embeddings(
-        &self,
-        model: &str,
-        hashes: &[TextHash],
-    ) -> Result<HashMap<TextHash, Vec<f32>>> {
+    pub fn cached_embeddings(&self, model: &str, hashes: &[TextHash]) -> Result<HashMap<TextHash, Vec<f32>>> {
         let conn = self.conn();
-        let mut st =
-            conn.prepare_cached("SELECT vector FROM embeddings WHERE model = ?1 AND sha256 = ?2")?;
+        let mut st = conn.prepare_cached("SELECT vector FROM embeddings WHERE model = ?1 AND sha256 = ?2")?;
         let mut out = HashMap::new();
         for h in hashes {
             if out.contains_key(h) {
                 continue;
             }
-            if let Some(blob) = st
-                .query_row(params![model, &h[..]], |r| r.get::<_, Vec<u8>>(0))
-                .optional()?
-            {
+            if let Some(blob) = st.query_row(params![model, &h[..]], |r| r.get::<_, Vec<u8>>(0)).optional()? {
                 out.insert(*h, blob_to_vector(&blob));
             }
         }
@@ -490,9 +440,7 @@ impl Catalog {
         let mut conn = self.conn();
         let tx = conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
         {
-            let mut put = tx.prepare_cached(
-                "INSERT OR IGNORE INTO embeddings (model, sha256, vector) VALUES (?1, ?2, ?3)",
-            )?;
+            let mut put = tx.prepare_cached("INSERT OR IGNORE INTO embeddings (model, sha256, vector) VALUES (?1, ?2, ?3)")?;
             for (hash, v) in vectors {
                 put.execute(params![model, &hash[..], vector_to_blob(v)])?;
             }
@@ -509,19 +457,12 @@ impl Catalog {
         // writes cannot wait for another process's writer (SQLite returns "database is locked"
         // at once to avoid a deadlock); an immediate one waits out the busy timeout.
         let tx = conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
-        let generation: i64 = tx.query_row(
-            "SELECT generation FROM tenants WHERE id = ?1",
-            [tenant.id],
-            |r| r.get(0),
-        )?;
+        let generation: i64 =
+            tx.query_row("SELECT generation FROM tenants WHERE id = ?1", [tenant.id], |r| r.get(0))?;
         let generation = generation + 1;
-        let mut changes = CommitChanges {
-            generation: generation as u64,
-            ..Default::default()
-        };
+        let mut changes = CommitChanges { generation: generation as u64, ..Default::default() };
         {
-            let mut old_children =
-                tx.prepare_cached("SELECT id FROM chunks WHERE doc_id = ?1 AND role = 'child'")?;
+            let mut old_children = tx.prepare_cached("SELECT id FROM chunks WHERE doc_id = ?1 AND role = 'child'")?;
             let mut removed_ids = |doc: i64, changes: &mut CommitChanges| -> rusqlite::Result<()> {
                 for id in old_children.query_map([doc], |r| r.get::<_, i64>(0))? {
                     changes.removed.push(ChunkId(id? as u64));
@@ -532,13 +473,9 @@ impl Catalog {
             for doc in &batch.removed {
                 removed_ids(doc.0 as i64, &mut changes)?;
                 tx.execute("DELETE FROM chunks WHERE doc_id = ?1", [doc.0 as i64])?;
-                tx.execute(
-                    "DELETE FROM documents WHERE id = ?1 AND tenant_id = ?2",
-                    params![doc.0 as i64, tenant.id],
-                )?;
+                tx.execute("DELETE FROM documents WHERE id = ?1 AND tenant_id = ?2", params![doc.0 as i64, tenant.id])?;
             }
-            let mut find_doc =
-                tx.prepare_cached("SELECT id FROM documents WHERE tenant_id = ?1 AND path = ?2")?;
+            let mut find_doc = tx.prepare_cached("SELECT id FROM documents WHERE tenant_id = ?1 AND path = ?2")?;
             let mut insert_chunk = tx.prepare_cached(
                 "INSERT INTO chunks (doc_id, tenant_id, ordinal, role, parent_id, section_path, start, end, page,
                                      line_first, line_last, tokens, context, embed_sha256)
@@ -546,9 +483,7 @@ impl Catalog {
             )?;
             for d in &batch.documents {
                 let path = path_text(&d.path)?;
-                let existing: Option<i64> = find_doc
-                    .query_row(params![tenant.id, path], |r| r.get(0))
-                    .optional()?;
+                let existing: Option<i64> = find_doc.query_row(params![tenant.id, path], |r| r.get(0)).optional()?;
                 if let Some(id) = existing {
                     removed_ids(id, &mut changes)?;
                     tx.execute("DELETE FROM chunks WHERE doc_id = ?1", [id])?;
@@ -560,21 +495,10 @@ impl Catalog {
                         Some(doc.parser.as_str()),
                         Some(chunker.as_str()),
                         Some(doc.title.as_str()),
-                        Some(
-                            serde_json::to_string(&doc.metadata)
-                                .map_err(|e| Error::Bug(e.to_string()))?,
-                        ),
+                        Some(serde_json::to_string(&doc.metadata).map_err(|e| Error::Bug(e.to_string()))?),
                         Some(doc.text.as_str()),
                     ),
-                    DocumentContent::Skipped { reason } => (
-                        "skipped",
-                        Some(reason.as_str()),
-                        None,
-                        None,
-                        None,
-                        None,
-                        None,
-                    ),
+                    DocumentContent::Skipped { reason } => ("skipped", Some(reason.as_str()), None, None, None, None, None),
                 };
                 let doc_id = match existing {
                     Some(id) => {
@@ -596,9 +520,7 @@ impl Catalog {
                         tx.last_insert_rowid()
                     }
                 };
-                let DocumentContent::Indexed { doc, chunks, .. } = &d.content else {
-                    continue;
-                };
+                let DocumentContent::Indexed { doc, chunks, .. } = &d.content else { continue };
                 // Ordinal -> chunk id, for the parent links (parents come before their children
                 // in ordinal order only by convention, so resolve after inserting all).
                 let mut ids: HashMap<u32, i64> = HashMap::new();
@@ -607,16 +529,14 @@ impl Catalog {
                     let text = doc.text.get(ch.span.range()).ok_or_else(|| {
                         Error::Bug(format!("chunk span {:?} outside {:?}", ch.span, d.path))
                     })?;
-                    let hash = (ch.role == ChunkRole::Child)
-                        .then(|| text_hash(&indexed_text(&c.context, text)));
+                    let hash = (ch.role == ChunkRole::Child).then(|| text_hash(&indexed_text(&c.context, text)));
                     insert_chunk.execute(params![
                         doc_id,
                         tenant.id,
                         ch.ordinal,
                         role_str(ch.role),
                         Option::<i64>::None,
-                        serde_json::to_string(&ch.section_path)
-                            .map_err(|e| Error::Bug(e.to_string()))?,
+                        serde_json::to_string(&ch.section_path).map_err(|e| Error::Bug(e.to_string()))?,
                         ch.span.start as i64,
                         ch.span.end as i64,
                         ch.page,
@@ -640,29 +560,18 @@ impl Catalog {
                 for c in chunks {
                     if let Some(parent) = c.chunk.parent {
                         let parent_id = ids.get(&parent).ok_or_else(|| {
-                            Error::Bug(format!(
-                                "chunk {} of {:?} names a missing parent {parent}",
-                                c.chunk.ordinal, d.path
-                            ))
+                            Error::Bug(format!("chunk {} of {:?} names a missing parent {parent}", c.chunk.ordinal, d.path))
                         })?;
-                        tx.execute(
-                            "UPDATE chunks SET parent_id = ?2 WHERE id = ?1",
-                            params![ids[&c.chunk.ordinal], parent_id],
-                        )?;
+                        tx.execute("UPDATE chunks SET parent_id = ?2 WHERE id = ?1", params![ids[&c.chunk.ordinal], parent_id])?;
                     }
                 }
             }
-            let mut put = tx.prepare_cached(
-                "INSERT OR IGNORE INTO embeddings (model, sha256, vector) VALUES (?1, ?2, ?3)",
-            )?;
+            let mut put = tx.prepare_cached("INSERT OR IGNORE INTO embeddings (model, sha256, vector) VALUES (?1, ?2, ?3)")?;
             for (hash, v) in &batch.embeddings {
                 put.execute(params![tenant.model, &hash[..], vector_to_blob(v)])?;
             }
         }
-        tx.execute(
-            "UPDATE tenants SET generation = ?2 WHERE id = ?1",
-            params![tenant.id, generation],
-        )?;
+        tx.execute("UPDATE tenants SET generation = ?2 WHERE id = ?1", params![tenant.id, generation])?;
         tx.commit()?;
         Ok(changes)
     }
@@ -682,20 +591,13 @@ impl Catalog {
             let context: String = r.get(2)?;
             let (start, end) = (r.get::<_, i64>(3)? as usize, r.get::<_, i64>(4)? as usize);
             let hash: Vec<u8> = r.get(5)?;
-            let text = r
-                .get_ref(6)?
-                .as_str()
-                .map_err(|e| Error::Bug(format!("document text: {e}")))?;
-            let slice = text.get(start..end).ok_or_else(|| {
-                Error::Bug(format!("chunk span {start}..{end} outside its document"))
-            })?;
+            let text = r.get_ref(6)?.as_str().map_err(|e| Error::Bug(format!("document text: {e}")))?;
+            let slice = text.get(start..end).ok_or_else(|| Error::Bug(format!("chunk span {start}..{end} outside its document")))?;
             out.push(IndexEntry {
                 id: ChunkId(r.get::<_, i64>(0)? as u64),
                 doc: DocId(r.get::<_, i64>(1)? as u64),
                 text: indexed_text(&context, slice),
-                hash: hash
-                    .try_into()
-                    .map_err(|_| Error::Bug("embedding hash is not 32 bytes".into()))?,
+                hash: hash.try_into().map_err(|_| Error::Bug("embedding hash is not 32 bytes".into()))?,
             });
         }
         Ok(out)
@@ -724,22 +626,12 @@ impl Catalog {
                             path: PathBuf::from(r.get::<_, String>(2)?),
                             title: r.get::<_, Option<String>>(3)?.unwrap_or_default(),
                             ordinal: r.get(4)?,
-                            role: if r.get::<_, String>(5)? == "parent" {
-                                ChunkRole::Parent
-                            } else {
-                                ChunkRole::Child
-                            },
+                            role: if r.get::<_, String>(5)? == "parent" { ChunkRole::Parent } else { ChunkRole::Child },
                             parent: r.get::<_, Option<i64>>(6)?.map(|p| ChunkId(p as u64)),
                             section_path: Vec::new(),
-                            span: Span::new(
-                                r.get::<_, i64>(8)? as usize,
-                                r.get::<_, i64>(9)? as usize,
-                            ),
+                            span: Span::new(r.get::<_, i64>(8)? as usize, r.get::<_, i64>(9)? as usize),
                             page: r.get(10)?,
-                            lines: Lines {
-                                first: r.get(11)?,
-                                last: r.get(12)?,
-                            },
+                            lines: Lines { first: r.get(11)?, last: r.get(12)? },
                             tokens: r.get::<_, i64>(13)? as usize,
                             context: r.get(14)?,
                             text: String::new(),
@@ -750,10 +642,8 @@ impl Catalog {
                 })
                 .optional()?;
             if let Some((mut chunk, section, text)) = row {
-                chunk.section_path = serde_json::from_str(&section)
-                    .map_err(|e| Error::Bug(format!("section path: {e}")))?;
-                chunk.text =
-                    String::from_utf8(text).map_err(|e| Error::Bug(format!("chunk text: {e}")))?;
+                chunk.section_path = serde_json::from_str(&section).map_err(|e| Error::Bug(format!("section path: {e}")))?;
+                chunk.text = String::from_utf8(text).map_err(|e| Error::Bug(format!("chunk text: {e}")))?;
                 out.push(chunk);
             }
         }
@@ -769,9 +659,7 @@ impl Catalog {
     /// Counts for doctor and tests: (indexed documents, skipped documents, parents, children).
     pub fn counts(&self, tenant: i64) -> Result<(usize, usize, usize, usize)> {
         let conn = self.conn();
-        let q = |sql: &str| -> Result<usize> {
-            Ok(conn.query_row(sql, [tenant], |r| r.get::<_, i64>(0))? as usize)
-        };
+        let q = |sql: &str| -> Result<usize> { Ok(conn.query_row(sql, [tenant], |r| r.get::<_, i64>(0))? as usize) };
         Ok((
             q("SELECT COUNT(*) FROM documents WHERE tenant_id = ?1 AND status = 'indexed'")?,
             q("SELECT COUNT(*) FROM documents WHERE tenant_id = ?1 AND status = 'skipped'")?,
@@ -794,8 +682,7 @@ fn tenant_from_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<TenantRow> {
 /// Paths are stored as UTF-8 text; a path that is not UTF-8 is refused (reported and skipped by
 /// the walker before it gets here).
 fn path_text(p: &Path) -> Result<&str> {
-    p.to_str()
-        .ok_or_else(|| Error::Invalid(format!("path {p:?} is not valid UTF-8")))
+    p.to_str().ok_or_else(|| Error::Invalid(format!("path {p:?} is not valid UTF-8")))
 }
 
 #[cfg(test)]
@@ -831,12 +718,7 @@ mod tests {
             lines: Lines { first: 1, last: 1 },
             tokens: 3,
         };
-        let child = Chunk {
-            ordinal: 1,
-            role: ChunkRole::Child,
-            parent: Some(0),
-            ..parent.clone()
-        };
+        let child = Chunk { ordinal: 1, role: ChunkRole::Child, parent: Some(0), ..parent.clone() };
         DocumentWrite {
             path: path.into(),
             sha256: "ab".into(),
@@ -846,14 +728,8 @@ mod tests {
                 doc,
                 chunker: "structural".into(),
                 chunks: vec![
-                    ContextualChunk {
-                        chunk: parent,
-                        context: String::new(),
-                    },
-                    ContextualChunk {
-                        chunk: child,
-                        context: "T".into(),
-                    },
+                    ContextualChunk { chunk: parent, context: String::new() },
+                    ContextualChunk { chunk: child, context: "T".into() },
                 ],
             },
         }
@@ -865,10 +741,7 @@ mod tests {
         let cat = Catalog::open(&dir.path().join("c.sqlite")).unwrap();
         let t = cat.create_tenant("a", "m", 4).unwrap();
         let other = cat.create_tenant("b", "m", 4).unwrap();
-        let batch = CommitBatch {
-            documents: vec![write("/x/one.txt", "héllo world")],
-            ..Default::default()
-        };
+        let batch = CommitBatch { documents: vec![write("/x/one.txt", "héllo world")], ..Default::default() };
         let c1 = cat.commit(&t, &batch).unwrap();
         assert_eq!(c1.generation, 1);
         assert_eq!(c1.added.len(), 1);
@@ -876,16 +749,10 @@ mod tests {
         let rows = cat.chunks(t.id, &[c1.added[0].id]).unwrap();
         assert_eq!(rows[0].text, "héllo world");
         assert!(rows[0].parent.is_some());
-        assert!(
-            cat.chunks(other.id, &[c1.added[0].id]).unwrap().is_empty(),
-            "another tenant's chunk is not resolved"
-        );
+        assert!(cat.chunks(other.id, &[c1.added[0].id]).unwrap().is_empty(), "another tenant's chunk is not resolved");
 
         // Replacing the document removes the old child in the same commit; ids are never reused.
-        let batch = CommitBatch {
-            documents: vec![write("/x/one.txt", "changed")],
-            ..Default::default()
-        };
+        let batch = CommitBatch { documents: vec![write("/x/one.txt", "changed")], ..Default::default() };
         let c2 = cat.commit(&t, &batch).unwrap();
         assert_eq!(c2.generation, 2);
         assert_eq!(c2.removed, vec![c1.added[0].id]);
@@ -894,15 +761,7 @@ mod tests {
         assert_eq!(cat.index_entries(t.id).unwrap().len(), 1);
 
         let doc = cat.documents(t.id).unwrap()[0].id;
-        let c3 = cat
-            .commit(
-                &t,
-                &CommitBatch {
-                    removed: vec![doc],
-                    ..Default::default()
-                },
-            )
-            .unwrap();
+        let c3 = cat.commit(&t, &CommitBatch { removed: vec![doc], ..Default::default() }).unwrap();
         assert_eq!(c3.removed, vec![c2.added[0].id]);
         assert_eq!(cat.counts(t.id).unwrap(), (0, 0, 0, 0));
     }
@@ -913,19 +772,10 @@ mod tests {
         let cat = Catalog::open(&dir.path().join("c.sqlite")).unwrap();
         let t = cat.create_tenant("a", "m", 2).unwrap();
         let h = text_hash("x");
-        let batch = CommitBatch {
-            embeddings: vec![(h, vec![0.5, -1.0])],
-            ..Default::default()
-        };
+        let batch = CommitBatch { embeddings: vec![(h, vec![0.5, -1.0])], ..Default::default() };
         cat.commit(&t, &batch).unwrap();
-        assert_eq!(
-            cat.vectors("m", &[h, text_hash("y")]).unwrap(),
-            vec![Some(vec![0.5, -1.0]), None]
-        );
-        assert!(
-            cat.vectors("other", &[h]).unwrap()[0].is_none(),
-            "the cache is per model"
-        );
+        assert_eq!(cat.vectors("m", &[h, text_hash("y")]).unwrap(), vec![Some(vec![0.5, -1.0]), None]);
+        assert!(cat.vectors("other", &[h]).unwrap()[0].is_none(), "the cache is per model");
     }
 
     #[test]
@@ -935,19 +785,13 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("c.sqlite");
         let (a, b) = (Catalog::open(&path).unwrap(), Catalog::open(&path).unwrap());
-        let (ta, tb) = (
-            a.create_tenant("a", "m", 4).unwrap(),
-            b.create_tenant("b", "m", 4).unwrap(),
-        );
+        let (ta, tb) = (a.create_tenant("a", "m", 4).unwrap(), b.create_tenant("b", "m", 4).unwrap());
         std::thread::scope(|s| {
             for (cat, t) in [(&a, &ta), (&b, &tb)] {
                 s.spawn(move || {
                     for i in 0..40 {
                         let doc = write(&format!("/{}/{i}.txt", t.name), "some words here");
-                        let batch = CommitBatch {
-                            documents: vec![doc],
-                            ..Default::default()
-                        };
+                        let batch = CommitBatch { documents: vec![doc], ..Default::default() };
                         cat.commit(t, &batch).unwrap();
                     }
                 });

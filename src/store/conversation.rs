@@ -261,20 +261,11 @@ impl Catalog {
     pub fn create_session(&self, tenant: i64) -> Result<i64> {
         let mut conn = self.conn();
         let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
-        let known: bool = tx.query_row(
-            "SELECT EXISTS (SELECT 1 FROM tenants WHERE id = ?1)",
-            [tenant],
-            |r| r.get(0),
-        )?;
+        let known: bool = tx.query_row("SELECT EXISTS (SELECT 1 FROM tenants WHERE id = ?1)", [tenant], |r| r.get(0))?;
         if !known {
-            return Err(Error::Bug(format!(
-                "session for tenant row {tenant}, which does not exist"
-            )));
+            return Err(Error::Bug(format!("session for tenant row {tenant}, which does not exist")));
         }
-        tx.execute(
-            "INSERT INTO sessions (tenant_id, created_ms) VALUES (?1, ?2)",
-            params![tenant, now_ms()],
-        )?;
+        tx.execute("INSERT INTO sessions (tenant_id, created_ms) VALUES (?1, ?2)", params![tenant, now_ms()])?;
         let id = tx.last_insert_rowid();
         tx.commit()?;
         Ok(id)
@@ -284,13 +275,7 @@ impl Catalog {
     /// against the tenant asking before they use the session's turns.
     pub fn session_tenant(&self, session: i64) -> Result<Option<i64>> {
         let conn = self.conn();
-        Ok(conn
-            .query_row(
-                "SELECT tenant_id FROM sessions WHERE id = ?1",
-                [session],
-                |r| r.get(0),
-            )
-            .optional()?)
+        Ok(conn.query_row("SELECT tenant_id FROM sessions WHERE id = ?1", [session], |r| r.get(0)).optional()?)
     }
 
     /// A tenant's sessions, newest first: (id, created ms, turns).
@@ -301,9 +286,7 @@ impl Catalog {
              FROM sessions s WHERE s.tenant_id = ?1 ORDER BY s.id DESC LIMIT ?2",
         )?;
         let rows = st
-            .query_map(params![tenant, sql_limit(limit)], |r| {
-                Ok((r.get(0)?, r.get(1)?, r.get::<_, i64>(2)? as usize))
-            })?
+            .query_map(params![tenant, sql_limit(limit)], |r| Ok((r.get(0)?, r.get(1)?, r.get::<_, i64>(2)? as usize)))?
             .collect::<rusqlite::Result<Vec<_>>>()?;
         Ok(rows)
     }
@@ -315,34 +298,19 @@ impl Catalog {
             "SELECT id, session_id, question, standalone, answer, audit_id, created_ms
              FROM turns WHERE session_id = ?1 ORDER BY id DESC LIMIT ?2",
         )?;
-        let mut turns = st
-            .query_map(params![session, sql_limit(limit)], turn_from_row)?
-            .collect::<rusqlite::Result<Vec<_>>>()?;
+        let mut turns = st.query_map(params![session, sql_limit(limit)], turn_from_row)?.collect::<rusqlite::Result<Vec<_>>>()?;
         turns.reverse();
         Ok(turns)
     }
 
     /// Appends a turn to a session; returns its id. An unknown session is a user error.
-    pub fn add_turn(
-        &self,
-        session: i64,
-        question: &str,
-        standalone: &str,
-        answer: &str,
-        audit_id: Option<i64>,
-    ) -> Result<i64> {
+    pub fn add_turn(&self, session: i64, question: &str, standalone: &str, answer: &str, audit_id: Option<i64>) -> Result<i64> {
         let mut conn = self.conn();
         // IMMEDIATE for the reason given in `Catalog::commit`: this reads, then writes.
         let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
-        let known: bool = tx.query_row(
-            "SELECT EXISTS (SELECT 1 FROM sessions WHERE id = ?1)",
-            [session],
-            |r| r.get(0),
-        )?;
+        let known: bool = tx.query_row("SELECT EXISTS (SELECT 1 FROM sessions WHERE id = ?1)", [session], |r| r.get(0))?;
         if !known {
-            return Err(Error::Invalid(format!(
-                "no session {session}; start a new one (leave out --session)"
-            )));
+            return Err(Error::Invalid(format!("no session {session}; start a new one (leave out --session)")));
         }
         tx.execute(
             "INSERT INTO turns (session_id, question, standalone, answer, audit_id, created_ms) VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
@@ -356,20 +324,13 @@ impl Catalog {
     /// Writes one answer to the audit log; returns its id, the answer id users rate with
     /// `ragbox feedback`. A session of another tenant is refused.
     pub fn record_audit(&self, record: &AuditRecord) -> Result<i64> {
-        let chunk_ids = serde_json::to_string(record.chunk_ids)
-            .map_err(|e| Error::Bug(format!("chunk ids to JSON: {e}")))?;
-        let timings = serde_json::to_string(record.timings)
-            .map_err(|e| Error::Bug(format!("timings to JSON: {e}")))?;
+        let chunk_ids = serde_json::to_string(record.chunk_ids).map_err(|e| Error::Bug(format!("chunk ids to JSON: {e}")))?;
+        let timings = serde_json::to_string(record.timings).map_err(|e| Error::Bug(format!("timings to JSON: {e}")))?;
         let mut conn = self.conn();
         let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
         if let Some(session) = record.session {
-            let owner: Option<i64> = tx
-                .query_row(
-                    "SELECT tenant_id FROM sessions WHERE id = ?1",
-                    [session],
-                    |r| r.get(0),
-                )
-                .optional()?;
+            let owner: Option<i64> =
+                tx.query_row("SELECT tenant_id FROM sessions WHERE id = ?1", [session], |r| r.get(0)).optional()?;
             if owner != Some(record.tenant) {
                 return Err(Error::Invalid(format!(
                     "no session {session} for this tenant; start a new one (leave out --session)"
@@ -400,13 +361,7 @@ impl Catalog {
     /// The audit row of answer `id`, with its feedback; `None` when there is none.
     pub fn audit_entry(&self, id: i64) -> Result<Option<AuditRow>> {
         let conn = self.conn();
-        let raw = conn
-            .query_row(
-                &format!("SELECT {AUDIT_COLUMNS} WHERE a.id = ?1"),
-                [id],
-                audit_from_row,
-            )
-            .optional()?;
+        let raw = conn.query_row(&format!("SELECT {AUDIT_COLUMNS} WHERE a.id = ?1"), [id], audit_from_row).optional()?;
         raw.map(|raw| finish_audit(&conn, raw)).transpose()
     }
 
@@ -414,31 +369,18 @@ impl Catalog {
     pub fn audit_entries(&self, tenant: i64, limit: usize) -> Result<Vec<AuditRow>> {
         let conn = self.conn();
         let raws = {
-            let mut st = conn.prepare(&format!(
-                "SELECT {AUDIT_COLUMNS} WHERE a.tenant_id = ?1 ORDER BY a.id DESC LIMIT ?2"
-            ))?;
+            let mut st = conn.prepare(&format!("SELECT {AUDIT_COLUMNS} WHERE a.tenant_id = ?1 ORDER BY a.id DESC LIMIT ?2"))?;
             let rows = st.query_map(params![tenant, sql_limit(limit)], audit_from_row)?;
             rows.collect::<rusqlite::Result<Vec<_>>>()?
         };
-        raws.into_iter()
-            .map(|raw| finish_audit(&conn, raw))
-            .collect()
+        raws.into_iter().map(|raw| finish_audit(&conn, raw)).collect()
     }
 
     /// Rates answer `audit_id`; returns the feedback's id. An unknown answer id is a user error.
-    pub fn add_feedback(
-        &self,
-        audit_id: i64,
-        rating: Rating,
-        comment: Option<&str>,
-    ) -> Result<i64> {
+    pub fn add_feedback(&self, audit_id: i64, rating: Rating, comment: Option<&str>) -> Result<i64> {
         let mut conn = self.conn();
         let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
-        let known: bool = tx.query_row(
-            "SELECT EXISTS (SELECT 1 FROM audit WHERE id = ?1)",
-            [audit_id],
-            |r| r.get(0),
-        )?;
+        let known: bool = tx.query_row("SELECT EXISTS (SELECT 1 FROM audit WHERE id = ?1)", [audit_id], |r| r.get(0))?;
         if !known {
             return Err(Error::Invalid(format!(
                 "no answer {audit_id}: answer ids are printed by `ragbox ask --json` (field `answer_id`); rate one of those"
@@ -455,24 +397,14 @@ impl Catalog {
 }
 
 /// Parses an audit row's JSON columns and attaches its feedback.
-fn finish_audit(
-    conn: &rusqlite::Connection,
-    (mut row, chunk_ids, timings): RawAudit,
-) -> Result<AuditRow> {
-    row.chunk_ids = serde_json::from_str(&chunk_ids)
-        .map_err(|e| Error::Bug(format!("audit row {}: chunk ids: {e}", row.id)))?;
-    row.timings = serde_json::from_str(&timings)
-        .map_err(|e| Error::Bug(format!("audit row {}: timings: {e}", row.id)))?;
+fn finish_audit(conn: &rusqlite::Connection, (mut row, chunk_ids, timings): RawAudit) -> Result<AuditRow> {
+    row.chunk_ids =
+        serde_json::from_str(&chunk_ids).map_err(|e| Error::Bug(format!("audit row {}: chunk ids: {e}", row.id)))?;
+    row.timings = serde_json::from_str(&timings).map_err(|e| Error::Bug(format!("audit row {}: timings: {e}", row.id)))?;
     let mut st =
         conn.prepare_cached("SELECT id, audit_id, rating, comment, created_ms FROM feedback WHERE audit_id = ?1 ORDER BY id")?;
     let rows = st.query_map([row.id], |r| {
-        Ok((
-            r.get::<_, i64>(0)?,
-            r.get::<_, i64>(1)?,
-            r.get::<_, String>(2)?,
-            r.get::<_, Option<String>>(3)?,
-            r.get::<_, i64>(4)?,
-        ))
+        Ok((r.get::<_, i64>(0)?, r.get::<_, i64>(1)?, r.get::<_, String>(2)?, r.get::<_, Option<String>>(3)?, r.get::<_, i64>(4)?))
     })?;
     for r in rows {
         let (id, audit_id, rating, comment, created_ms) = r?;
@@ -481,13 +413,7 @@ fn finish_audit(
             "down" => Rating::Down,
             other => return Err(Error::Bug(format!("feedback {id}: rating `{other}`"))),
         };
-        row.feedback.push(FeedbackRow {
-            id,
-            audit_id,
-            rating,
-            comment,
-            created_ms,
-        });
+        row.feedback.push(FeedbackRow { id, audit_id, rating, comment, created_ms });
     }
     Ok(row)
 }
@@ -503,12 +429,7 @@ mod tests {
         (dir, cat)
     }
 
-    fn record<'a>(
-        tenant: i64,
-        session: Option<i64>,
-        ids: &'a [ChunkId],
-        timings: &'a serde_json::Value,
-    ) -> AuditRecord<'a> {
+    fn record<'a>(tenant: i64, session: Option<i64>, ids: &'a [ChunkId], timings: &'a serde_json::Value) -> AuditRecord<'a> {
         AuditRecord {
             tenant,
             session,
@@ -533,20 +454,9 @@ mod tests {
         assert_eq!(cat.session_tenant(sa).unwrap(), Some(a.id));
         assert_eq!(cat.session_tenant(sb).unwrap(), Some(b.id));
         assert_eq!(cat.session_tenant(sb + 100).unwrap(), None);
-        assert!(
-            cat.create_session(b.id + 100).is_err(),
-            "no session for a tenant that does not exist"
-        );
+        assert!(cat.create_session(b.id + 100).is_err(), "no session for a tenant that does not exist");
 
-        let t = cat
-            .add_turn(
-                sa,
-                "Who approves it?",
-                "Who approves travel requests?",
-                "Line managers [1].",
-                None,
-            )
-            .unwrap();
+        let t = cat.add_turn(sa, "Who approves it?", "Who approves travel requests?", "Line managers [1].", None).unwrap();
         let turns = cat.recent_turns(sa, 10).unwrap();
         assert_eq!(turns.len(), 1);
         assert_eq!(turns[0].id, t);
@@ -556,16 +466,11 @@ mod tests {
         assert_eq!(turns[0].answer, "Line managers [1].");
         assert_eq!(turns[0].audit_id, None);
         assert!(turns[0].created_ms > 0);
-        assert!(
-            cat.recent_turns(sb, 10).unwrap().is_empty(),
-            "turns stay in their session"
-        );
+        assert!(cat.recent_turns(sb, 10).unwrap().is_empty(), "turns stay in their session");
 
         // An audit row cannot name another tenant's session.
         let v = serde_json::json!({});
-        let e = cat
-            .record_audit(&record(b.id, Some(sa), &[], &v))
-            .unwrap_err();
+        let e = cat.record_audit(&record(b.id, Some(sa), &[], &v)).unwrap_err();
         assert_eq!(e.fault(), Fault::User, "{e}");
         let e = cat.add_turn(sb + 100, "q", "q", "a", None).unwrap_err();
         assert_eq!(e.fault(), Fault::User, "{e}");
@@ -577,22 +482,9 @@ mod tests {
         let t = cat.create_tenant("a", "m", 4).unwrap();
         let s = cat.create_session(t.id).unwrap();
         for i in 0..5 {
-            cat.add_turn(
-                s,
-                &format!("q{i}"),
-                &format!("s{i}"),
-                &format!("a{i}"),
-                None,
-            )
-            .unwrap();
+            cat.add_turn(s, &format!("q{i}"), &format!("s{i}"), &format!("a{i}"), None).unwrap();
         }
-        let questions = |n| {
-            cat.recent_turns(s, n)
-                .unwrap()
-                .into_iter()
-                .map(|t| t.question)
-                .collect::<Vec<_>>()
-        };
+        let questions = |n| cat.recent_turns(s, n).unwrap().into_iter().map(|t| t.question).collect::<Vec<_>>();
         assert_eq!(questions(3), ["q2", "q3", "q4"]);
         assert_eq!(questions(10), ["q0", "q1", "q2", "q3", "q4"]);
         assert!(questions(0).is_empty());
@@ -605,32 +497,16 @@ mod tests {
         let s = cat.create_session(t.id).unwrap();
         let ids = [ChunkId(7), ChunkId(u64::from(u32::MAX) + 3)];
         let timings = serde_json::json!({ "retrieve_ms": 3.5, "generate_ms": 120.0 });
-        let first = cat
-            .record_audit(&record(t.id, Some(s), &ids, &timings))
-            .unwrap();
-        let refused = AuditRecord {
-            session: None,
-            model: "",
-            refused: true,
-            chunk_ids: &[],
-            ..record(t.id, None, &[], &timings)
-        };
+        let first = cat.record_audit(&record(t.id, Some(s), &ids, &timings)).unwrap();
+        let refused = AuditRecord { session: None, model: "", refused: true, chunk_ids: &[], ..record(t.id, None, &[], &timings) };
         let second = cat.record_audit(&refused).unwrap();
         assert!(second > first);
-        cat.add_turn(
-            s,
-            "And for contractors?",
-            "What is the travel insurance limit for contractors?",
-            "£2,000",
-            Some(first),
-        )
-        .unwrap();
+        cat.add_turn(s, "And for contractors?", "What is the travel insurance limit for contractors?", "£2,000", Some(first))
+            .unwrap();
         assert_eq!(cat.recent_turns(s, 1).unwrap()[0].audit_id, Some(first));
 
         let up = cat.add_feedback(first, Rating::Up, None).unwrap();
-        let down = cat
-            .add_feedback(first, "Down".parse().unwrap(), Some("wrong office"))
-            .unwrap();
+        let down = cat.add_feedback(first, "Down".parse().unwrap(), Some("wrong office")).unwrap();
         assert!(down > up);
 
         let row = cat.audit_entry(first).unwrap().unwrap();
@@ -638,38 +514,22 @@ mod tests {
         assert_eq!(row.tenant, "acme");
         assert_eq!(row.session, Some(s));
         assert_eq!(row.question, "And for contractors?");
-        assert_eq!(
-            row.standalone,
-            "What is the travel insurance limit for contractors?"
-        );
+        assert_eq!(row.standalone, "What is the travel insurance limit for contractors?");
         assert_eq!(row.chunk_ids, ids);
         assert_eq!(row.model, "qwen");
         assert!(!row.refused);
         assert_eq!(row.timings, timings);
         assert_eq!(row.feedback.len(), 2);
-        assert_eq!(
-            (row.feedback[0].rating, row.feedback[0].comment.as_deref()),
-            (Rating::Up, None)
-        );
-        assert_eq!(
-            (row.feedback[1].rating, row.feedback[1].comment.as_deref()),
-            (Rating::Down, Some("wrong office"))
-        );
+        assert_eq!((row.feedback[0].rating, row.feedback[0].comment.as_deref()), (Rating::Up, None));
+        assert_eq!((row.feedback[1].rating, row.feedback[1].comment.as_deref()), (Rating::Down, Some("wrong office")));
         assert_eq!(row.feedback[1].audit_id, first);
 
         let json = serde_json::to_value(&row).unwrap();
-        assert_eq!(
-            json["chunk_ids"],
-            serde_json::json!([7, u64::from(u32::MAX) + 3])
-        );
+        assert_eq!(json["chunk_ids"], serde_json::json!([7, u64::from(u32::MAX) + 3]));
         assert_eq!(json["feedback"][1]["rating"], "down");
 
         let entries = cat.audit_entries(t.id, 10).unwrap();
-        assert_eq!(
-            entries.iter().map(|e| e.id).collect::<Vec<_>>(),
-            [second, first],
-            "newest first"
-        );
+        assert_eq!(entries.iter().map(|e| e.id).collect::<Vec<_>>(), [second, first], "newest first");
         assert!(entries[0].refused && entries[0].model.is_empty() && entries[0].session.is_none());
         assert_eq!(cat.audit_entries(t.id, 1).unwrap().len(), 1);
         let other = cat.create_tenant("other", "m", 4).unwrap();
@@ -683,10 +543,7 @@ mod tests {
         let e = cat.add_feedback(42, Rating::Down, None).unwrap_err();
         assert_eq!(e.fault(), Fault::User);
         let msg = e.to_string();
-        assert!(
-            msg.contains("no answer 42") && msg.contains("ragbox ask --json"),
-            "{msg}"
-        );
+        assert!(msg.contains("no answer 42") && msg.contains("ragbox ask --json"), "{msg}");
         let e = "sideways".parse::<Rating>().unwrap_err();
         assert_eq!(e.fault(), Fault::User);
         assert!(e.to_string().contains("use up or down"), "{e}");
@@ -702,23 +559,10 @@ mod tests {
             // What the first release wrote: its schema only, stamped version 1, with a tenant.
             let conn = rusqlite::Connection::open(&path).unwrap();
             conn.execute_batch(super::super::catalog::SCHEMA).unwrap();
-            conn.execute(
-                "INSERT INTO meta (key, value) VALUES ('schema_version', '1')",
-                [],
-            )
-            .unwrap();
-            conn.execute(
-                "INSERT INTO tenants (name, model, dims) VALUES ('old', 'm', 4)",
-                [],
-            )
-            .unwrap();
-            let n: i64 = conn
-                .query_row(
-                    "SELECT COUNT(*) FROM sqlite_master WHERE name = 'sessions'",
-                    [],
-                    |r| r.get(0),
-                )
-                .unwrap();
+            conn.execute("INSERT INTO meta (key, value) VALUES ('schema_version', '1')", []).unwrap();
+            conn.execute("INSERT INTO tenants (name, model, dims) VALUES ('old', 'm', 4)", []).unwrap();
+            let n: i64 =
+                conn.query_row("SELECT COUNT(*) FROM sqlite_master WHERE name = 'sessions'", [], |r| r.get(0)).unwrap();
             assert_eq!(n, 0);
         }
         let t = {

@@ -186,10 +186,7 @@ fn row_hash(
     let mut h = sha2::Sha256::new();
     let key = key_id.map(|k| k.to_string()).unwrap_or_default();
     let (id, time) = (id.to_string(), time_ms.to_string());
-    for field in [
-        prev, &id, &time, &key, key_name, tenant, action, question, chunk_ids, model, outcome,
-        detail,
-    ] {
+    for field in [prev, &id, &time, &key, key_name, tenant, action, question, chunk_ids, model, outcome, detail] {
         h.update((field.len() as u64).to_le_bytes());
         h.update(field.as_bytes());
     }
@@ -226,36 +223,17 @@ const EVENT_COLUMNS: &str =
 impl Catalog {
     /// Appends one row to the chain; returns its id.
     pub fn append_event(&self, e: &EventRecord) -> Result<i64> {
-        let chunk_ids = serde_json::to_string(e.chunk_ids)
-            .map_err(|x| Error::Bug(format!("chunk ids to JSON: {x}")))?;
-        let detail = if e.detail.is_null() {
-            "{}".to_string()
-        } else {
-            e.detail.to_string()
-        };
+        let chunk_ids = serde_json::to_string(e.chunk_ids).map_err(|x| Error::Bug(format!("chunk ids to JSON: {x}")))?;
+        let detail = if e.detail.is_null() { "{}".to_string() } else { e.detail.to_string() };
         let mut conn = self.conn();
         let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
-        let last: Option<(i64, String)> = tx
-            .query_row(
-                "SELECT id, hash FROM events ORDER BY id DESC LIMIT 1",
-                [],
-                |r| Ok((r.get(0)?, r.get(1)?)),
-            )
-            .optional()?;
-        let seq: Option<i64> = tx
-            .query_row(
-                "SELECT seq FROM sqlite_sequence WHERE name = 'events'",
-                [],
-                |r| r.get(0),
-            )
-            .optional()?;
+        let last: Option<(i64, String)> =
+            tx.query_row("SELECT id, hash FROM events ORDER BY id DESC LIMIT 1", [], |r| Ok((r.get(0)?, r.get(1)?))).optional()?;
+        let seq: Option<i64> = tx.query_row("SELECT seq FROM sqlite_sequence WHERE name = 'events'", [], |r| r.get(0)).optional()?;
         let id = seq.unwrap_or(0).max(last.as_ref().map_or(0, |l| l.0)) + 1;
         let prev = last.map_or_else(|| GENESIS_HASH.to_string(), |l| l.1);
         let time_ms = now_ms();
-        let hash = row_hash(
-            &prev, id, time_ms, e.key_id, e.key_name, e.tenant, e.action, e.question, &chunk_ids,
-            e.model, e.outcome, &detail,
-        );
+        let hash = row_hash(&prev, id, time_ms, e.key_id, e.key_name, e.tenant, e.action, e.question, &chunk_ids, e.model, e.outcome, &detail);
         tx.execute(
             &format!("INSERT INTO events ({EVENT_COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13)"),
             params![id, time_ms, e.key_id, e.key_name, e.tenant, e.action, e.question, chunk_ids, e.model, e.outcome, detail, prev, hash],
@@ -267,28 +245,19 @@ impl Catalog {
     /// Rows matching `filter`, oldest first.
     pub fn events(&self, filter: &EventFilter) -> Result<Vec<EventRow>> {
         let conn = self.conn();
-        let limit = if filter.limit == 0 {
-            i64::MAX
-        } else {
-            i64::try_from(filter.limit).unwrap_or(i64::MAX)
-        };
+        let limit = if filter.limit == 0 { i64::MAX } else { i64::try_from(filter.limit).unwrap_or(i64::MAX) };
         let mut st = conn.prepare(&format!(
             "SELECT * FROM (SELECT {EVENT_COLUMNS} FROM events
                WHERE (?1 IS NULL OR tenant = ?1) AND (?2 IS NULL OR time_ms >= ?2)
                ORDER BY id DESC LIMIT ?3) ORDER BY id"
         ))?;
         let raws = st
-            .query_map(
-                params![filter.tenant, filter.since_ms, limit],
-                event_from_row,
-            )?
+            .query_map(params![filter.tenant, filter.since_ms, limit], event_from_row)?
             .collect::<rusqlite::Result<Vec<_>>>()?;
         raws.into_iter()
             .map(|(mut row, ids, detail)| {
-                row.chunk_ids = serde_json::from_str(&ids)
-                    .map_err(|e| Error::Bug(format!("event {}: chunk ids: {e}", row.id)))?;
-                row.detail = serde_json::from_str(&detail)
-                    .map_err(|e| Error::Bug(format!("event {}: detail: {e}", row.id)))?;
+                row.chunk_ids = serde_json::from_str(&ids).map_err(|e| Error::Bug(format!("event {}: chunk ids: {e}", row.id)))?;
+                row.detail = serde_json::from_str(&detail).map_err(|e| Error::Bug(format!("event {}: detail: {e}", row.id)))?;
                 Ok(row)
             })
             .collect()
@@ -305,11 +274,7 @@ impl Catalog {
         while let Some(r) = rows.next()? {
             let (row, ids, detail) = event_from_row(r)?;
             count += 1;
-            let broken = |reason: String| ChainReport {
-                rows: count,
-                head: prev.clone(),
-                broken: Some(BrokenLink { id: row.id, reason }),
-            };
+            let broken = |reason: String| ChainReport { rows: count, head: prev.clone(), broken: Some(BrokenLink { id: row.id, reason }) };
             if row.prev_hash != prev {
                 return Ok(broken(format!(
                     "names previous hash {} but the row before it hashes to {} (a row was removed, inserted or changed before it)",
@@ -318,33 +283,15 @@ impl Catalog {
                 )));
             }
             let want = row_hash(
-                &row.prev_hash,
-                row.id,
-                row.time_ms,
-                row.key_id,
-                &row.key_name,
-                &row.tenant,
-                &row.action,
-                &row.question,
-                &ids,
-                &row.model,
-                &row.outcome,
-                &detail,
+                &row.prev_hash, row.id, row.time_ms, row.key_id, &row.key_name, &row.tenant, &row.action, &row.question, &ids,
+                &row.model, &row.outcome, &detail,
             );
             if want != row.hash {
-                return Ok(broken(format!(
-                    "its fields hash to {} but it stores {} (the row was changed)",
-                    short(&want),
-                    short(&row.hash)
-                )));
+                return Ok(broken(format!("its fields hash to {} but it stores {} (the row was changed)", short(&want), short(&row.hash))));
             }
             prev = row.hash;
         }
-        Ok(ChainReport {
-            rows: count,
-            head: prev,
-            broken: None,
-        })
+        Ok(ChainReport { rows: count, head: prev, broken: None })
     }
 }
 
@@ -364,61 +311,27 @@ mod tests {
         for i in 0..5 {
             let q = format!("question {i}");
             let ids = [ChunkId(i)];
-            let e = EventRecord {
-                key_id: Some(1),
-                key_name: "alice",
-                tenant: "acme",
-                action: "ask",
-                question: &q,
-                chunk_ids: &ids,
-                detail: &detail,
-                ..EventRecord::default()
-            };
+            let e = EventRecord { key_id: Some(1), key_name: "alice", tenant: "acme", action: "ask", question: &q, chunk_ids: &ids, detail: &detail, ..EventRecord::default() };
             cat.append_event(&e).unwrap();
         }
         let ok = cat.verify_events().unwrap();
         assert_eq!(ok.rows, 5);
         assert!(ok.broken.is_none());
-        let rows = cat
-            .events(&EventFilter {
-                tenant: Some("acme".into()),
-                ..Default::default()
-            })
-            .unwrap();
+        let rows = cat.events(&EventFilter { tenant: Some("acme".into()), ..Default::default() }).unwrap();
         assert_eq!(rows.len(), 5);
         assert_eq!(rows[0].prev_hash, GENESIS_HASH);
         assert_eq!(rows[1].prev_hash, rows[0].hash);
         assert_eq!(rows[2].chunk_ids, vec![ChunkId(2)]);
         assert_eq!(rows[0].detail["answer_id"], 3);
-        assert_eq!(
-            cat.events(&EventFilter {
-                limit: 2,
-                ..Default::default()
-            })
-            .unwrap()[0]
-                .id,
-            rows[3].id,
-            "the newest, oldest first"
-        );
-        assert!(cat
-            .events(&EventFilter {
-                tenant: Some("other".into()),
-                ..Default::default()
-            })
-            .unwrap()
-            .is_empty());
+        assert_eq!(cat.events(&EventFilter { limit: 2, ..Default::default() }).unwrap()[0].id, rows[3].id, "the newest, oldest first");
+        assert!(cat.events(&EventFilter { tenant: Some("other".into()), ..Default::default() }).unwrap().is_empty());
 
         // The triggers refuse edits and deletions.
         let conn = cat.conn();
-        assert!(conn
-            .execute("UPDATE events SET question = 'x' WHERE id = 2", [])
-            .is_err());
+        assert!(conn.execute("UPDATE events SET question = 'x' WHERE id = 2", []).is_err());
         assert!(conn.execute("DELETE FROM events WHERE id = 2", []).is_err());
         // Someone who drops the trigger and edits a row is caught.
-        conn.execute_batch(
-            "DROP TRIGGER events_no_update; UPDATE events SET question = 'edited' WHERE id = 3;",
-        )
-        .unwrap();
+        conn.execute_batch("DROP TRIGGER events_no_update; UPDATE events SET question = 'edited' WHERE id = 3;").unwrap();
         drop(conn);
         let bad = cat.verify_events().unwrap();
         assert_eq!(bad.broken.as_ref().map(|b| b.id), Some(3), "{bad:?}");
@@ -429,18 +342,7 @@ mod tests {
         let bad = cat.verify_events().unwrap();
         assert_eq!(bad.broken.as_ref().map(|b| b.id), Some(5), "{bad:?}");
         // Ids are never reused, so an append after the deletion still chains from the last row.
-        cat.append_event(&EventRecord {
-            action: "search",
-            ..Default::default()
-        })
-        .unwrap();
-        assert_eq!(
-            cat.events(&EventFilter::default())
-                .unwrap()
-                .last()
-                .unwrap()
-                .id,
-            6
-        );
+        cat.append_event(&EventRecord { action: "search", ..Default::default() }).unwrap();
+        assert_eq!(cat.events(&EventFilter::default()).unwrap().last().unwrap().id, 6);
     }
 }

@@ -76,9 +76,7 @@ impl std::str::FromStr for KeyRole {
             "reader" => Ok(KeyRole::Reader),
             "writer" => Ok(KeyRole::Writer),
             "admin" => Ok(KeyRole::Admin),
-            _ => Err(Error::Invalid(format!(
-                "role `{s}`: use reader, writer or admin"
-            ))),
+            _ => Err(Error::Invalid(format!("role `{s}`: use reader, writer or admin"))),
         }
     }
 }
@@ -114,9 +112,7 @@ fn key_hash(secret: &str) -> String {
 }
 
 fn role_of(s: &str) -> rusqlite::Result<KeyRole> {
-    s.parse().map_err(|e: Error| {
-        rusqlite::Error::FromSqlConversionFailure(0, rusqlite::types::Type::Text, Box::new(e))
-    })
+    s.parse().map_err(|e: Error| rusqlite::Error::FromSqlConversionFailure(0, rusqlite::types::Type::Text, Box::new(e)))
 }
 
 fn key_from_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<KeyRow> {
@@ -135,26 +131,15 @@ const KEY_COLUMNS: &str = "id, name, tenant, role, created_ms, revoked_ms";
 impl Catalog {
     /// Makes a key for `tenant` (`None` only for an admin key: all tenants). Returns its row and
     /// the secret, which is not stored and cannot be shown again.
-    pub fn create_key(
-        &self,
-        name: &str,
-        tenant: Option<&str>,
-        role: KeyRole,
-    ) -> Result<(KeyRow, String)> {
+    pub fn create_key(&self, name: &str, tenant: Option<&str>, role: KeyRole) -> Result<(KeyRow, String)> {
         if tenant.is_none() && role != KeyRole::Admin {
-            return Err(Error::Invalid(format!(
-                "a {role} key needs --tenant; only admin keys reach every tenant"
-            )));
+            return Err(Error::Invalid(format!("a {role} key needs --tenant; only admin keys reach every tenant")));
         }
         if let Some(t) = tenant {
             super::layout::check_tenant_name(t)?;
         }
         let mut bytes = [0u8; 32];
-        getrandom::fill(&mut bytes).map_err(|e| {
-            Error::Io(std::io::Error::other(format!(
-                "no randomness for a key: {e}"
-            )))
-        })?;
+        getrandom::fill(&mut bytes).map_err(|e| Error::Io(std::io::Error::other(format!("no randomness for a key: {e}"))))?;
         let secret = format!("{KEY_PREFIX}{}", hex::encode(bytes));
         let conn = self.conn();
         conn.execute(
@@ -162,11 +147,7 @@ impl Catalog {
             params![name, tenant, role.as_str(), key_hash(&secret), now_ms()],
         )?;
         let id = conn.last_insert_rowid();
-        let row = conn.query_row(
-            &format!("SELECT {KEY_COLUMNS} FROM api_keys WHERE id = ?1"),
-            [id],
-            key_from_row,
-        )?;
+        let row = conn.query_row(&format!("SELECT {KEY_COLUMNS} FROM api_keys WHERE id = ?1"), [id], key_from_row)?;
         Ok((row, secret))
     }
 
@@ -174,9 +155,7 @@ impl Catalog {
     pub fn keys(&self) -> Result<Vec<KeyRow>> {
         let conn = self.conn();
         let mut st = conn.prepare(&format!("SELECT {KEY_COLUMNS} FROM api_keys ORDER BY id"))?;
-        let rows = st
-            .query_map([], key_from_row)?
-            .collect::<rusqlite::Result<Vec<_>>>()?;
+        let rows = st.query_map([], key_from_row)?.collect::<rusqlite::Result<Vec<_>>>()?;
         Ok(rows)
     }
 
@@ -184,17 +163,10 @@ impl Catalog {
     /// first time.
     pub fn revoke_key(&self, id: i64) -> Result<KeyRow> {
         let conn = self.conn();
-        conn.execute(
-            "UPDATE api_keys SET revoked_ms = COALESCE(revoked_ms, ?2) WHERE id = ?1",
-            params![id, now_ms()],
-        )?;
-        conn.query_row(
-            &format!("SELECT {KEY_COLUMNS} FROM api_keys WHERE id = ?1"),
-            [id],
-            key_from_row,
-        )
-        .optional()?
-        .ok_or_else(|| Error::Invalid(format!("no key {id}; `ragbox keys list` shows them")))
+        conn.execute("UPDATE api_keys SET revoked_ms = COALESCE(revoked_ms, ?2) WHERE id = ?1", params![id, now_ms()])?;
+        conn.query_row(&format!("SELECT {KEY_COLUMNS} FROM api_keys WHERE id = ?1"), [id], key_from_row)
+            .optional()?
+            .ok_or_else(|| Error::Invalid(format!("no key {id}; `ragbox keys list` shows them")))
     }
 
     /// The active key whose secret is `presented`, if any. Compares the presented key's hash with
@@ -202,9 +174,7 @@ impl Catalog {
     pub fn authenticate(&self, presented: &str) -> Result<Option<KeyRow>> {
         let hash = key_hash(presented);
         let conn = self.conn();
-        let mut st = conn.prepare_cached(&format!(
-            "SELECT {KEY_COLUMNS}, sha256 FROM api_keys WHERE revoked_ms IS NULL"
-        ))?;
+        let mut st = conn.prepare_cached(&format!("SELECT {KEY_COLUMNS}, sha256 FROM api_keys WHERE revoked_ms IS NULL"))?;
         let rows = st
             .query_map([], |r| Ok((key_from_row(r)?, r.get::<_, String>(6)?)))?
             .collect::<rusqlite::Result<Vec<_>>>()?;
@@ -226,48 +196,24 @@ mod tests {
     fn keys_are_hashed_scoped_and_revocable() {
         let dir = tempfile::tempdir().unwrap();
         let cat = Catalog::open(&dir.path().join("c.sqlite")).unwrap();
-        let (a, secret_a) = cat
-            .create_key("alice", Some("acme"), KeyRole::Reader)
-            .unwrap();
+        let (a, secret_a) = cat.create_key("alice", Some("acme"), KeyRole::Reader).unwrap();
         let (b, secret_b) = cat.create_key("root", None, KeyRole::Admin).unwrap();
         assert_ne!(secret_a, secret_b);
         assert_eq!(secret_a.len(), 4 + 64);
-        assert!(
-            cat.create_key("bob", None, KeyRole::Writer).is_err(),
-            "a writer needs a tenant"
-        );
-        assert!(cat
-            .create_key("bob", Some("../x"), KeyRole::Writer)
-            .is_err());
+        assert!(cat.create_key("bob", None, KeyRole::Writer).is_err(), "a writer needs a tenant");
+        assert!(cat.create_key("bob", Some("../x"), KeyRole::Writer).is_err());
         // Only the hash is stored.
         let conn = cat.conn();
-        let stored: String = conn
-            .query_row("SELECT sha256 FROM api_keys WHERE id = ?1", [a.id], |r| {
-                r.get(0)
-            })
-            .unwrap();
+        let stored: String = conn.query_row("SELECT sha256 FROM api_keys WHERE id = ?1", [a.id], |r| r.get(0)).unwrap();
         drop(conn);
         assert_ne!(stored, secret_a);
         assert_eq!(stored, key_hash(&secret_a));
-        assert_eq!(
-            cat.authenticate(&secret_a)
-                .unwrap()
-                .unwrap()
-                .tenant
-                .as_deref(),
-            Some("acme")
-        );
-        assert_eq!(
-            cat.authenticate(&secret_b).unwrap().unwrap().role,
-            KeyRole::Admin
-        );
+        assert_eq!(cat.authenticate(&secret_a).unwrap().unwrap().tenant.as_deref(), Some("acme"));
+        assert_eq!(cat.authenticate(&secret_b).unwrap().unwrap().role, KeyRole::Admin);
         assert!(cat.authenticate(&secret_a[..60]).unwrap().is_none());
         let revoked = cat.revoke_key(a.id).unwrap();
         assert!(revoked.revoked_ms.is_some());
-        assert!(
-            cat.authenticate(&secret_a).unwrap().is_none(),
-            "a revoked key is refused"
-        );
+        assert!(cat.authenticate(&secret_a).unwrap().is_none(), "a revoked key is refused");
         assert!(cat.revoke_key(999).is_err());
         assert_eq!(cat.keys().unwrap().len(), 2);
         assert_eq!(b.role, KeyRole::Admin);

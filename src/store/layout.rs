@@ -37,9 +37,7 @@ pub struct Layout {
 impl Layout {
     /// The layout rooted at `data_dir`.
     pub fn new(data_dir: impl Into<PathBuf>) -> Self {
-        Layout {
-            root: data_dir.into(),
-        }
+        Layout { root: data_dir.into() }
     }
 
     /// The data folder.
@@ -65,16 +63,12 @@ impl Layout {
 
     /// A tenant's vector index for a model.
     pub fn vector(&self, tenant: &str, model: &str) -> PathBuf {
-        self.tenant(tenant)
-            .join(VECTOR_DIR)
-            .join(format!("{model}.{VECTOR_EXT}"))
+        self.tenant(tenant).join(VECTOR_DIR).join(format!("{model}.{VECTOR_EXT}"))
     }
 
     /// The metadata file beside a tenant's vector index.
     pub fn vector_meta(&self, tenant: &str, model: &str) -> PathBuf {
-        self.tenant(tenant)
-            .join(VECTOR_DIR)
-            .join(format!("{model}.{VECTOR_META_EXT}"))
+        self.tenant(tenant).join(VECTOR_DIR).join(format!("{model}.{VECTOR_META_EXT}"))
     }
 
     /// A tenant's lexical index folder.
@@ -87,9 +81,7 @@ impl Layout {
 pub fn check_tenant_name(name: &str) -> Result<()> {
     let ok = !name.is_empty()
         && name.len() <= 64
-        && name
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_');
+        && name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_');
     if ok {
         Ok(())
     } else {
@@ -109,20 +101,14 @@ pub fn write_atomically(path: &Path, bytes: &[u8]) -> Result<()> {
     });
     if let Err(e) = written {
         let _ = std::fs::remove_file(&tmp);
-        return Err(Error::Path {
-            path: tmp,
-            source: e,
-        });
+        return Err(Error::Path { path: tmp, source: e });
     }
     rename_durably(&tmp, path)
 }
 
 /// A temporary name beside `path` (same folder, so a rename is atomic).
 pub fn temp_path(path: &Path) -> PathBuf {
-    let mut name = path
-        .file_name()
-        .map(|n| n.to_os_string())
-        .unwrap_or_default();
+    let mut name = path.file_name().map(|n| n.to_os_string()).unwrap_or_default();
     name.push(format!(".tmp{}", std::process::id()));
     path.with_file_name(name)
 }
@@ -153,10 +139,7 @@ mod tests {
     #[test]
     fn paths() {
         let l = Layout::new("/d");
-        assert_eq!(
-            l.vector("t", "m"),
-            PathBuf::from("/d/tenants/t/vector/m.usearch")
-        );
+        assert_eq!(l.vector("t", "m"), PathBuf::from("/d/tenants/t/vector/m.usearch"));
         assert_eq!(l.lexical("t"), PathBuf::from("/d/tenants/t/lexical"));
     }
 }

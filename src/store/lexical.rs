@@ -8,10 +8,8 @@ use std::path::Path;
 
 use tantivy::collector::TopDocs;
 use tantivy::query::{BooleanQuery, Occur, Query, TermQuery};
-use tantivy::schema::{
-    Field, IndexRecordOption, NumericOptions, Schema, TextFieldIndexing, TextOptions, Value,
-};
 use tantivy::tokenizer::{TextAnalyzer, TokenStream};
+use tantivy::schema::{Field, IndexRecordOption, NumericOptions, Schema, TextFieldIndexing, TextOptions, Value};
 use tantivy::{doc, Index, IndexReader, IndexWriter, ReloadPolicy, TantivyDocument, Term};
 
 use crate::error::{Error, Result};
@@ -34,28 +32,20 @@ struct Fields {
 
 fn schema() -> (Schema, Fields) {
     let mut b = Schema::builder();
-    let id_opts = NumericOptions::default()
-        .set_indexed()
-        .set_stored()
-        .set_fast();
+    let id_opts = NumericOptions::default().set_indexed().set_stored().set_fast();
     let chunk = b.add_u64_field("chunk_id", id_opts.clone());
     let doc = b.add_u64_field("doc_id", id_opts);
     let body = b.add_text_field(
         "body",
         TextOptions::default().set_indexing_options(
-            TextFieldIndexing::default()
-                .set_tokenizer(TOKENIZER)
-                .set_index_option(IndexRecordOption::WithFreqsAndPositions),
+            TextFieldIndexing::default().set_tokenizer(TOKENIZER).set_index_option(IndexRecordOption::WithFreqsAndPositions),
         ),
     );
     (b.build(), Fields { chunk, doc, body })
 }
 
 fn err(what: String) -> impl FnOnce(tantivy::TantivyError) -> Error {
-    move |e| Error::Index {
-        what,
-        source: Box::new(e),
-    }
+    move |e| Error::Index { what, source: Box::new(e) }
 }
 
 /// A tenant's lexical index.
@@ -74,22 +64,14 @@ impl LexicalIndex {
             what: format!("opening lexical index folder {dir:?}"),
             source: Box::new(e),
         })?;
-        let index = Index::open_or_create(mmap, schema)
-            .map_err(err(format!("opening lexical index {dir:?}")))?;
+        let index = Index::open_or_create(mmap, schema).map_err(err(format!("opening lexical index {dir:?}")))?;
         Ok(LexicalIndex { index, fields })
     }
 
     /// The catalog generation of the last commit (0 for a new index).
     pub fn generation(&self) -> Result<u64> {
-        let metas = self
-            .index
-            .load_metas()
-            .map_err(err("reading lexical index metadata".into()))?;
-        Ok(metas
-            .payload
-            .as_deref()
-            .and_then(|p| p.parse().ok())
-            .unwrap_or(0))
+        let metas = self.index.load_metas().map_err(err("reading lexical index metadata".into()))?;
+        Ok(metas.payload.as_deref().and_then(|p| p.parse().ok()).unwrap_or(0))
     }
 
     /// Documents (chunks) in the last commit.
@@ -126,14 +108,8 @@ impl LexicalIndex {
 
     /// A writer for changes; commit with [`LexicalWriter::commit`].
     pub fn writer(&self) -> Result<LexicalWriter> {
-        let writer = self
-            .index
-            .writer(WRITER_HEAP_BYTES)
-            .map_err(err("opening the lexical index writer".into()))?;
-        Ok(LexicalWriter {
-            writer,
-            fields: self.fields,
-        })
+        let writer = self.index.writer(WRITER_HEAP_BYTES).map_err(err("opening the lexical index writer".into()))?;
+        Ok(LexicalWriter { writer, fields: self.fields })
     }
 
     fn reader(&self) -> Result<IndexReader> {
@@ -147,15 +123,8 @@ impl LexicalIndex {
     /// A searcher over the last commit.
     pub fn searcher(&self) -> Result<LexicalSearcher> {
         let reader = self.reader()?;
-        let analyzer = self
-            .index
-            .tokenizer_for_field(self.fields.body)
-            .map_err(err("loading the lexical tokenizer".into()))?;
-        Ok(LexicalSearcher {
-            reader,
-            analyzer: std::sync::Mutex::new(analyzer),
-            fields: self.fields,
-        })
+        let analyzer = self.index.tokenizer_for_field(self.fields.body).map_err(err("loading the lexical tokenizer".into()))?;
+        Ok(LexicalSearcher { reader, analyzer: std::sync::Mutex::new(analyzer), fields: self.fields })
     }
 }
 
@@ -177,31 +146,21 @@ impl LexicalWriter {
 
     /// Removes every chunk of a document.
     pub fn remove_document(&mut self, doc: DocId) {
-        self.writer
-            .delete_term(Term::from_field_u64(self.fields.doc, doc.0));
+        self.writer.delete_term(Term::from_field_u64(self.fields.doc, doc.0));
     }
 
     /// Removes everything.
     pub fn clear(&mut self) -> Result<()> {
-        self.writer
-            .delete_all_documents()
-            .map_err(err("clearing the lexical index".into()))?;
+        self.writer.delete_all_documents().map_err(err("clearing the lexical index".into()))?;
         Ok(())
     }
 
     /// Commits the changes atomically, stamped with the catalog `generation`.
     pub fn commit(mut self, generation: u64) -> Result<()> {
-        let mut prepared = self
-            .writer
-            .prepare_commit()
-            .map_err(err("preparing the lexical commit".into()))?;
+        let mut prepared = self.writer.prepare_commit().map_err(err("preparing the lexical commit".into()))?;
         prepared.set_payload(&generation.to_string());
-        prepared
-            .commit()
-            .map_err(err("committing the lexical index".into()))?;
-        self.writer
-            .wait_merging_threads()
-            .map_err(err("merging lexical index segments".into()))?;
+        prepared.commit().map_err(err("committing the lexical index".into()))?;
+        self.writer.wait_merging_threads().map_err(err("merging lexical index segments".into()))?;
         Ok(())
     }
 }
@@ -235,12 +194,7 @@ impl LexicalSearcher {
         let q = BooleanQuery::new(
             terms
                 .into_iter()
-                .map(|t| {
-                    (
-                        Occur::Should,
-                        Box::new(TermQuery::new(t, IndexRecordOption::WithFreqs)) as Box<dyn Query>,
-                    )
-                })
+                .map(|t| (Occur::Should, Box::new(TermQuery::new(t, IndexRecordOption::WithFreqs)) as Box<dyn Query>))
                 .collect(),
         );
         let searcher = self.reader.searcher();
@@ -249,9 +203,7 @@ impl LexicalSearcher {
             .map_err(err("searching the lexical index".into()))?;
         let mut out = Vec::with_capacity(top.len());
         for (score, address) in top {
-            let d: TantivyDocument = searcher
-                .doc(address)
-                .map_err(err("reading a lexical hit".into()))?;
+            let d: TantivyDocument = searcher.doc(address).map_err(err("reading a lexical hit".into()))?;
             let id = d
                 .get_first(self.fields.chunk)
                 .and_then(|v| v.as_u64())
@@ -282,40 +234,19 @@ mod tests {
         let ix = LexicalIndex::open_or_create(dir.path()).unwrap();
         assert_eq!(ix.generation().unwrap(), 0);
         let mut w = ix.writer().unwrap();
-        w.add(
-            ChunkId(1),
-            DocId(1),
-            "Travel policy\n\nEmployees book economy flights.",
-        )
-        .unwrap();
-        w.add(
-            ChunkId(2),
-            DocId(2),
-            "Security policy\n\nPasswords have at least 14 characters.",
-        )
-        .unwrap();
+        w.add(ChunkId(1), DocId(1), "Travel policy\n\nEmployees book economy flights.").unwrap();
+        w.add(ChunkId(2), DocId(2), "Security policy\n\nPasswords have at least 14 characters.").unwrap();
         w.commit(3).unwrap();
         assert_eq!(ix.generation().unwrap(), 3);
         let s = ix.searcher().unwrap();
-        assert_eq!(
-            s.search("flight booking", 5).unwrap()[0].0,
-            ChunkId(1),
-            "stemming: flight ~ flights"
-        );
-        assert_eq!(
-            s.search("password: \"14 (characters", 5).unwrap()[0].0,
-            ChunkId(2),
-            "odd syntax is tolerated"
-        );
+        assert_eq!(s.search("flight booking", 5).unwrap()[0].0, ChunkId(1), "stemming: flight ~ flights");
+        assert_eq!(s.search("password: \"14 (characters", 5).unwrap()[0].0, ChunkId(2), "odd syntax is tolerated");
         assert!(s.search("   ", 5).unwrap().is_empty());
 
         let mut w = ix.writer().unwrap();
         w.remove_document(DocId(1));
         w.commit(4).unwrap();
-        let s = LexicalIndex::open_or_create(dir.path())
-            .unwrap()
-            .searcher()
-            .unwrap();
+        let s = LexicalIndex::open_or_create(dir.path()).unwrap().searcher().unwrap();
         assert!(s.search("flights", 5).unwrap().is_empty());
         assert_eq!(s.len(), 1);
     }

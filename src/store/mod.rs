@@ -36,8 +36,8 @@ use std::path::Path;
 use serde::Serialize;
 
 pub use catalog::{
-    text_hash, Catalog, ChunkRow, CommitBatch, CommitChanges, ContextualChunk, DocumentContent,
-    DocumentRow, DocumentStatus, DocumentWrite, IndexEntry, TenantRow, TextHash,
+    text_hash, Catalog, ChunkRow, CommitBatch, CommitChanges, ContextualChunk, DocumentContent, DocumentRow,
+    DocumentStatus, DocumentWrite, IndexEntry, TenantRow, TextHash,
 };
 pub use conversation::{AuditRecord, AuditRow, FeedbackRow, Rating, TurnRow};
 pub use events::{BrokenLink, ChainReport, EventFilter, EventRecord, EventRow};
@@ -107,13 +107,8 @@ impl Store {
         std::fs::create_dir_all(data_dir).map_err(|e| not_writable(data_dir, e))?;
         check_writable(data_dir)?;
         let layout = Layout::new(data_dir);
-        let catalog =
-            Catalog::open(&layout.catalog()).map_err(|e| explain_write_error(data_dir, e))?;
-        Ok(Store {
-            layout,
-            catalog,
-            vector_options,
-        })
+        let catalog = Catalog::open(&layout.catalog()).map_err(|e| explain_write_error(data_dir, e))?;
+        Ok(Store { layout, catalog, vector_options })
     }
 
     /// `e`, or [`Error::DiskFull`] naming the data folder when `e` is a write that failed for
@@ -153,12 +148,7 @@ impl Store {
         let dir = self.layout.tenant(tenant);
         std::fs::create_dir_all(&dir).map_err(Error::path(&dir))?;
         let path = dir.join("write.lock");
-        let f = File::options()
-            .create(true)
-            .truncate(false)
-            .write(true)
-            .open(&path)
-            .map_err(Error::path(&path))?;
+        let f = File::options().create(true).truncate(false).write(true).open(&path).map_err(Error::path(&path))?;
         let started = std::time::Instant::now();
         loop {
             match f.try_lock() {
@@ -182,9 +172,7 @@ impl Store {
             &self.layout.vector(&tenant.name, &tenant.model),
             &self.layout.vector_meta(&tenant.name, &tenant.model),
         )
-        .is_ok_and(|m| {
-            m.generation == tenant.generation && m.model == tenant.model && m.dims == tenant.dims
-        });
+        .is_ok_and(|m| m.generation == tenant.generation && m.model == tenant.model && m.dims == tenant.dims);
         let lexical_ok = LexicalIndex::open_or_create(&self.layout.lexical(&tenant.name))
             .and_then(|ix| ix.generation())
             .is_ok_and(|g| g == tenant.generation);
@@ -199,18 +187,8 @@ impl Store {
         let tenant = &self.catalog.require_tenant(&tenant.name)?;
         let (vector, repair_v) = self.open_vector(tenant, &tenant.model, tenant.dims, true)?;
         let (lexical, repair_l) = self.open_lexical(tenant)?;
-        let repair = Repair {
-            vector: repair_v,
-            lexical: repair_l,
-        };
-        Ok(TenantWriter {
-            store: self,
-            tenant: tenant.clone(),
-            vector,
-            lexical,
-            repair,
-            _lock: lock,
-        })
+        let repair = Repair { vector: repair_v, lexical: repair_l };
+        Ok(TenantWriter { store: self, tenant: tenant.clone(), vector, lexical, repair, _lock: lock })
     }
 
     /// Opens a tenant for reading with its active model's index. Lagging or damaged indexes are
@@ -221,54 +199,35 @@ impl Store {
             Repair::default()
         } else {
             match self.lock(&tenant.name, std::time::Duration::ZERO) {
-                Ok(_lock) => {
-                    let tenant = &self.catalog.require_tenant(&tenant.name)?;
-                    let (_, v) = self.open_vector(tenant, &tenant.model, tenant.dims, false)?;
-                    let (_, l) = self.open_lexical(tenant)?;
-                    Repair {
-                        vector: v,
-                        lexical: l,
-                    }
-                }
-                Err(Error::Invalid(_)) => Repair::default(),
-                Err(e) => return Err(e),
+            Ok(_lock) => {
+                let tenant = &self.catalog.require_tenant(&tenant.name)?;
+                let (_, v) = self.open_vector(tenant, &tenant.model, tenant.dims, false)?;
+                let (_, l) = self.open_lexical(tenant)?;
+                Repair { vector: v, lexical: l }
+            }
+            Err(Error::Invalid(_)) => Repair::default(),
+            Err(e) => return Err(e),
             }
         };
         let tenant = &self.catalog.require_tenant(&tenant.name)?;
         let path = self.layout.vector(&tenant.name, &tenant.model);
-        let meta =
-            VectorIndex::check(&path, &self.layout.vector_meta(&tenant.name, &tenant.model))?;
+        let meta = VectorIndex::check(&path, &self.layout.vector_meta(&tenant.name, &tenant.model))?;
         let vector = VectorIndex::view(&path, meta, self.vector_options)?;
-        let lexical =
-            LexicalIndex::open_or_create(&self.layout.lexical(&tenant.name))?.searcher()?;
-        Ok(TenantReader {
-            tenant: tenant.clone(),
-            vector,
-            lexical,
-            repair,
-        })
+        let lexical = LexicalIndex::open_or_create(&self.layout.lexical(&tenant.name))?.searcher()?;
+        Ok(TenantReader { tenant: tenant.clone(), vector, lexical, repair })
     }
 
     /// Opens the vector index of `model`, rebuilding it from the catalog when it is missing,
     /// damaged, of another model, or behind the catalog. `load` picks an in-memory (writable)
     /// index; otherwise the rebuilt index is saved and dropped.
-    fn open_vector(
-        &self,
-        tenant: &TenantRow,
-        model: &str,
-        dims: usize,
-        load: bool,
-    ) -> Result<(VectorIndex, Option<String>)> {
+    fn open_vector(&self, tenant: &TenantRow, model: &str, dims: usize, load: bool) -> Result<(VectorIndex, Option<String>)> {
         let path = self.layout.vector(&tenant.name, model);
         let meta_path = self.layout.vector_meta(&tenant.name, model);
         let problem = match VectorIndex::check(&path, &meta_path) {
-            Ok(meta) if meta.model != model || meta.dims != dims => {
-                Some(format!("built with {} ({} dims)", meta.model, meta.dims))
+            Ok(meta) if meta.model != model || meta.dims != dims => Some(format!("built with {} ({} dims)", meta.model, meta.dims)),
+            Ok(meta) if meta.generation != tenant.generation => {
+                Some(format!("at generation {}, catalog at {}", meta.generation, tenant.generation))
             }
-            Ok(meta) if meta.generation != tenant.generation => Some(format!(
-                "at generation {}, catalog at {}",
-                meta.generation, tenant.generation
-            )),
             Ok(meta) => {
                 if load {
                     return Ok((VectorIndex::load(&path, meta, self.vector_options)?, None));
@@ -291,11 +250,8 @@ impl Store {
                     tenant.name, tenant.name
                 )));
             }
-            let items: Vec<(ChunkId, &[f32])> = entries
-                .iter()
-                .zip(&vectors)
-                .filter_map(|(e, v)| v.as_deref().map(|v| (e.id, v)))
-                .collect();
+            let items: Vec<(ChunkId, &[f32])> =
+                entries.iter().zip(&vectors).filter_map(|(e, v)| v.as_deref().map(|v| (e.id, v))).collect();
             index.add(&items)?;
         }
         index.save(&path, &meta_path, tenant.generation)?;
@@ -305,14 +261,9 @@ impl Store {
     /// Opens the lexical index, rebuilding it when it cannot be opened or lags the catalog.
     fn open_lexical(&self, tenant: &TenantRow) -> Result<(LexicalIndex, Option<String>)> {
         let dir = self.layout.lexical(&tenant.name);
-        let (index, problem) = match LexicalIndex::open_or_create(&dir)
-            .and_then(|ix| ix.generation().map(|g| (ix, g)))
-        {
+        let (index, problem) = match LexicalIndex::open_or_create(&dir).and_then(|ix| ix.generation().map(|g| (ix, g))) {
             Ok((ix, g)) if g == tenant.generation => return Ok((ix, None)),
-            Ok((ix, g)) => (
-                ix,
-                format!("at generation {g}, catalog at {}", tenant.generation),
-            ),
+            Ok((ix, g)) => (ix, format!("at generation {g}, catalog at {}", tenant.generation)),
             Err(e) => {
                 let why = format!("{e:#}");
                 if dir.exists() {
@@ -359,9 +310,7 @@ impl Store {
             let texts: Vec<&str> = group.iter().map(|e| e.text.as_str()).collect();
             let out = vectors(&texts)?;
             if out.iter().any(|v| v.len() != dims) {
-                return Err(Error::Bug(format!(
-                    "{model} returned vectors that are not {dims} wide"
-                )));
+                return Err(Error::Bug(format!("{model} returned vectors that are not {dims} wide")));
             }
             let new: Vec<(TextHash, Vec<f32>)> = group.iter().map(|e| e.hash).zip(out).collect();
             self.catalog.put_embeddings(model, &new)?;
@@ -370,26 +319,13 @@ impl Store {
         let mut index = VectorIndex::create(model, dims, self.vector_options)?;
         let items: Vec<(ChunkId, &[f32])> = entries
             .iter()
-            .filter_map(|e| {
-                cached
-                    .get(&e.hash)
-                    .or_else(|| fresh.get(&e.hash))
-                    .map(|v| (e.id, v.as_slice()))
-            })
+            .filter_map(|e| cached.get(&e.hash).or_else(|| fresh.get(&e.hash)).map(|v| (e.id, v.as_slice())))
             .collect();
         index.add(&items)?;
         // The catalog generation cannot move while we hold the lock.
-        index.save(
-            &self.layout.vector(&tenant.name, model),
-            &self.layout.vector_meta(&tenant.name, model),
-            tenant.generation,
-        )?;
+        index.save(&self.layout.vector(&tenant.name, model), &self.layout.vector_meta(&tenant.name, model), tenant.generation)?;
         self.catalog.set_tenant_model(tenant.id, model, dims)?;
-        Ok(ReembedReport {
-            chunks: entries.len(),
-            embedded: todo.len(),
-            cached: entries.len() - todo.len(),
-        })
+        Ok(ReembedReport { chunks: entries.len(), embedded: todo.len(), cached: entries.len() - todo.len() })
     }
 
     /// Compares the chunk ids of a tenant's catalog, vector index and lexical index.
@@ -410,10 +346,7 @@ impl Store {
             Some(v) => entries.iter().filter(|e| !v.contains(e.id)).count(),
             None => entries.len(),
         };
-        let missing_lexical = entries
-            .iter()
-            .filter(|e| !lexical_set.contains(&e.id))
-            .count();
+        let missing_lexical = entries.iter().filter(|e| !lexical_set.contains(&e.id)).count();
         let vector_count = vector.as_ref().map_or(0, |v| v.len());
         let vector_generation = vector.as_ref().map(|v| v.meta().generation);
         let lexical_generation = lexical.as_ref().and_then(|l| l.generation().ok());
@@ -444,15 +377,9 @@ impl Store {
 /// [`Error::DiskFull`]).
 fn not_writable(path: &Path, e: std::io::Error) -> Error {
     if is_enospc(&e) {
-        return Error::DiskFull {
-            path: path.to_path_buf(),
-            detail: e.to_string(),
-        };
+        return Error::DiskFull { path: path.to_path_buf(), detail: e.to_string() };
     }
-    Error::DataDirNotWritable {
-        path: path.to_path_buf(),
-        reason: e.to_string(),
-    }
+    Error::DataDirNotWritable { path: path.to_path_buf(), reason: e.to_string() }
 }
 
 /// Creates and removes a probe file in the data folder, and opens the catalog for writing when it
@@ -471,10 +398,7 @@ fn check_writable(data_dir: &Path) -> Result<()> {
     written.map_err(|e| not_writable(data_dir, e))?;
     let catalog = data_dir.join(layout::CATALOG_FILE);
     if catalog.exists() {
-        std::fs::OpenOptions::new()
-            .write(true)
-            .open(&catalog)
-            .map_err(|e| not_writable(&catalog, e))?;
+        std::fs::OpenOptions::new().write(true).open(&catalog).map_err(|e| not_writable(&catalog, e))?;
     }
     Ok(())
 }
@@ -496,10 +420,7 @@ fn says_disk_full(e: &Error) -> bool {
             return true;
         }
         let text = c.to_string().to_ascii_lowercase();
-        if text.contains("no space left")
-            || text.contains("disk is full")
-            || text.contains("disk full")
-        {
+        if text.contains("no space left") || text.contains("disk is full") || text.contains("disk full") {
             return true;
         }
         cause = c.source();
@@ -522,22 +443,14 @@ fn free_bytes(path: &Path) -> Option<u64> {
 /// the device holding the data folder has (almost) no space left (some index libraries report a
 /// failed write without the system's reason).
 fn explain_write_error(data_dir: &Path, e: Error) -> Error {
-    if matches!(
-        e,
-        Error::DiskFull { .. } | Error::DataDirNotWritable { .. } | Error::CatalogDamaged { .. }
-    ) {
+    if matches!(e, Error::DiskFull { .. } | Error::DataDirNotWritable { .. } | Error::CatalogDamaged { .. }) {
         return e;
     }
     let full = says_disk_full(&e)
-        || (matches!(
-            e,
-            Error::Index { .. } | Error::Path { .. } | Error::Io(_) | Error::Catalog(_)
-        ) && free_bytes(data_dir).is_some_and(|b| b < 1 << 20));
+        || (matches!(e, Error::Index { .. } | Error::Path { .. } | Error::Io(_) | Error::Catalog(_))
+            && free_bytes(data_dir).is_some_and(|b| b < 1 << 20));
     if full {
-        return Error::DiskFull {
-            path: data_dir.to_path_buf(),
-            detail: format!("{e:#}"),
-        };
+        return Error::DiskFull { path: data_dir.to_path_buf(), detail: format!("{e:#}") };
     }
     e
 }
@@ -582,8 +495,7 @@ impl TenantWriter<'_> {
     /// Commits a batch by the protocol in the module docs. `batch.embeddings` must hold a vector
     /// for every child chunk of the batch's documents that is not cached already.
     pub fn commit(&mut self, batch: &CommitBatch) -> Result<CommitChanges> {
-        self.commit_inner(batch)
-            .map_err(|e| self.store.explain_write_error(e))
+        self.commit_inner(batch).map_err(|e| self.store.explain_write_error(e))
     }
 
     fn commit_inner(&mut self, batch: &CommitBatch) -> Result<CommitChanges> {
@@ -591,27 +503,13 @@ impl TenantWriter<'_> {
         let changes = self.store.catalog.commit(&self.tenant, batch)?;
         self.tenant.generation = changes.generation;
 
-        let mut vectors: HashMap<TextHash, &[f32]> = batch
-            .embeddings
-            .iter()
-            .map(|(h, v)| (*h, v.as_slice()))
-            .collect();
-        let missing: Vec<TextHash> = changes
-            .added
-            .iter()
-            .map(|e| e.hash)
-            .filter(|h| !vectors.contains_key(h))
-            .collect();
-        let cached = self
-            .store
-            .catalog
-            .cached_embeddings(&self.tenant.model, &missing)?;
+        let mut vectors: HashMap<TextHash, &[f32]> = batch.embeddings.iter().map(|(h, v)| (*h, v.as_slice())).collect();
+        let missing: Vec<TextHash> = changes.added.iter().map(|e| e.hash).filter(|h| !vectors.contains_key(h)).collect();
+        let cached = self.store.catalog.cached_embeddings(&self.tenant.model, &missing)?;
         vectors.extend(cached.iter().map(|(h, v)| (*h, v.as_slice())));
         let mut items = Vec::with_capacity(changes.added.len());
         for e in &changes.added {
-            let v = vectors
-                .get(&e.hash)
-                .ok_or_else(|| Error::Bug(format!("no vector for chunk {}", e.id.0)))?;
+            let v = vectors.get(&e.hash).ok_or_else(|| Error::Bug(format!("no vector for chunk {}", e.id.0)))?;
             items.push((e.id, *v));
         }
         self.vector.remove(&changes.removed)?;
@@ -658,12 +556,7 @@ mod tests {
         let mut at = 0;
         for (i, p) in paragraphs.iter().enumerate() {
             let span = Span::new(at, at + p.len());
-            blocks.push(Block {
-                kind: BlockKind::Paragraph,
-                span,
-                page: None,
-                lines: Lines { first: 1, last: 1 },
-            });
+            blocks.push(Block { kind: BlockKind::Paragraph, span, page: None, lines: Lines { first: 1, last: 1 } });
             let chunk = Chunk {
                 ordinal: i as u32,
                 role: ChunkRole::Child,
@@ -674,30 +567,17 @@ mod tests {
                 lines: Lines { first: 1, last: 1 },
                 tokens: 1,
             };
-            chunks.push(ContextualChunk {
-                chunk,
-                context: String::new(),
-            });
+            chunks.push(ContextualChunk { chunk, context: String::new() });
             at += p.len() + 2;
         }
-        let doc = ParsedDocument {
-            parser: "text".into(),
-            title: path.into(),
-            text,
-            blocks,
-            metadata: Default::default(),
-        };
+        let doc = ParsedDocument { parser: "text".into(), title: path.into(), text, blocks, metadata: Default::default() };
         let texts = paragraphs.iter().map(|s| s.to_string()).collect();
         let w = DocumentWrite {
             path: path.into(),
             sha256: path.into(),
             size: 1,
             mtime_ns: 0,
-            content: DocumentContent::Indexed {
-                doc,
-                chunker: "test".into(),
-                chunks,
-            },
+            content: DocumentContent::Indexed { doc, chunker: "test".into(), chunks },
         };
         (w, texts)
     }
@@ -731,11 +611,7 @@ mod tests {
         {
             let mut w = store.writer(&t).unwrap();
             assert!(store.writer(&t).is_err(), "a second writer is refused");
-            w.commit(&batch(&[
-                ("/a.txt", &["alpha one", "beta two"]),
-                ("/b.txt", &["gamma three"]),
-            ]))
-            .unwrap();
+            w.commit(&batch(&[("/a.txt", &["alpha one", "beta two"]), ("/b.txt", &["gamma three"])])).unwrap();
             w.commit(&batch(&[("/a.txt", &["alpha changed"])])).unwrap();
         }
         let t = store.catalog().require_tenant("acme").unwrap();
@@ -750,35 +626,21 @@ mod tests {
         let rows = store.catalog().chunks(t.id, &[hits[0].0]).unwrap();
         assert_eq!(rows[0].text, "gamma three");
         let dense = r.vector.search(&fake_vector("alpha changed"), 1).unwrap();
-        assert_eq!(
-            store.catalog().chunks(t.id, &[dense[0].0]).unwrap()[0].text,
-            "alpha changed"
-        );
+        assert_eq!(store.catalog().chunks(t.id, &[dense[0].0]).unwrap()[0].text, "alpha changed");
         drop(r);
 
         // Damage both indexes; opening repairs them from the catalog.
         std::fs::write(store.layout().vector("acme", "fake"), b"garbage").unwrap();
         std::fs::remove_dir_all(store.layout().lexical("acme")).unwrap();
         std::fs::create_dir_all(store.layout().lexical("acme")).unwrap();
-        std::fs::write(
-            store.layout().lexical("acme").join("meta.json"),
-            b"{not json",
-        )
-        .unwrap();
+        std::fs::write(store.layout().lexical("acme").join("meta.json"), b"{not json").unwrap();
         let r = store.reader(&t).unwrap();
-        assert!(
-            r.repair.vector.is_some() && r.repair.lexical.is_some(),
-            "{:?}",
-            r.repair
-        );
+        assert!(r.repair.vector.is_some() && r.repair.lexical.is_some(), "{:?}", r.repair);
         drop(r);
         assert!(store.check_consistency(&t).unwrap().consistent);
 
         // An index lagging the catalog (a crash between the catalog commit and the index writes).
-        store
-            .catalog()
-            .commit(&t, &batch(&[("/c.txt", &["delta four"])]))
-            .unwrap();
+        store.catalog().commit(&t, &batch(&[("/c.txt", &["delta four"])])).unwrap();
         let t = store.catalog().require_tenant("acme").unwrap();
         assert!(!store.check_consistency(&t).unwrap().consistent);
         let r = store.reader(&t).unwrap();
@@ -793,10 +655,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let store = Store::open(dir.path(), VectorOptions::default()).unwrap();
         store.tenant_for_model("t", "m1", 8).unwrap();
-        let e = store
-            .tenant_for_model("t", "m2", 8)
-            .unwrap_err()
-            .to_string();
+        let e = store.tenant_for_model("t", "m2", 8).unwrap_err().to_string();
         assert!(e.contains("ragbox reembed --tenant t --model m2"), "{e}");
     }
 }

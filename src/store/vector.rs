@@ -56,13 +56,7 @@ pub struct VectorOptions {
 
 impl Default for VectorOptions {
     fn default() -> Self {
-        VectorOptions {
-            quantization: Quantization::F32,
-            exact_below: 20_000,
-            connectivity: 16,
-            expansion_add: 128,
-            expansion_search: 128,
-        }
+        VectorOptions { quantization: Quantization::F32, exact_below: 20_000, connectivity: 16, expansion_add: 128, expansion_search: 128 }
     }
 }
 
@@ -96,10 +90,7 @@ pub struct VectorIndex {
 }
 
 fn ffi_err(what: String) -> impl FnOnce(cxx::Exception) -> Error {
-    move |e| Error::Index {
-        what,
-        source: Box::new(e),
-    }
+    move |e| Error::Index { what, source: Box::new(e) }
 }
 
 fn usearch_options(dims: usize, o: &VectorOptions) -> IndexOptions {
@@ -117,8 +108,7 @@ fn usearch_options(dims: usize, o: &VectorOptions) -> IndexOptions {
 impl VectorIndex {
     /// A new, empty index for `model` with `dims` dimensions.
     pub fn create(model: &str, dims: usize, options: VectorOptions) -> Result<VectorIndex> {
-        let index = Index::new(&usearch_options(dims, &options))
-            .map_err(ffi_err("creating a vector index".into()))?;
+        let index = Index::new(&usearch_options(dims, &options)).map_err(ffi_err("creating a vector index".into()))?;
         let meta = VectorMeta {
             generation: 0,
             model: model.to_string(),
@@ -128,11 +118,7 @@ impl VectorIndex {
             count: 0,
             file_bytes: 0,
         };
-        Ok(VectorIndex {
-            index,
-            meta,
-            options,
-        })
+        Ok(VectorIndex { index, meta, options })
     }
 
     /// Reads the sidecar of the index at `path` and checks it against the file: size and, from
@@ -145,17 +131,13 @@ impl VectorIndex {
         })?;
         let bytes = std::fs::metadata(path).map_err(Error::path(path))?.len();
         let path_str = path_str(path)?;
-        let header = Index::metadata(path_str)
-            .map_err(ffi_err(format!("vector index {path:?} has a bad header")))?;
+        let header = Index::metadata(path_str).map_err(ffi_err(format!("vector index {path:?} has a bad header")))?;
         let damaged = |why: String| Error::Index {
             what: format!("vector index {path:?} is damaged: {why}"),
             source: why.clone().into(),
         };
         if bytes != meta.file_bytes {
-            return Err(damaged(format!(
-                "{bytes} bytes, its metadata says {}",
-                meta.file_bytes
-            )));
+            return Err(damaged(format!("{bytes} bytes, its metadata says {}", meta.file_bytes)));
         }
         if header.dimensions as usize != meta.dims || header.count_present as usize != meta.count {
             return Err(damaged(format!(
@@ -168,42 +150,18 @@ impl VectorIndex {
 
     /// Maps the index at `path` read-only (after [`VectorIndex::check`]).
     pub fn view(path: &Path, meta: VectorMeta, options: VectorOptions) -> Result<VectorIndex> {
-        let index = Index::new(&usearch_options(
-            meta.dims,
-            &VectorOptions {
-                quantization: meta.quantization,
-                ..options
-            },
-        ))
-        .map_err(ffi_err("creating a vector index".into()))?;
-        index
-            .view(path_str(path)?)
-            .map_err(ffi_err(format!("mapping vector index {path:?}")))?;
-        Ok(VectorIndex {
-            index,
-            meta,
-            options,
-        })
+        let index = Index::new(&usearch_options(meta.dims, &VectorOptions { quantization: meta.quantization, ..options }))
+            .map_err(ffi_err("creating a vector index".into()))?;
+        index.view(path_str(path)?).map_err(ffi_err(format!("mapping vector index {path:?}")))?;
+        Ok(VectorIndex { index, meta, options })
     }
 
     /// Loads the index at `path` into memory for changes (after [`VectorIndex::check`]).
     pub fn load(path: &Path, meta: VectorMeta, options: VectorOptions) -> Result<VectorIndex> {
-        let index = Index::new(&usearch_options(
-            meta.dims,
-            &VectorOptions {
-                quantization: meta.quantization,
-                ..options
-            },
-        ))
-        .map_err(ffi_err("creating a vector index".into()))?;
-        index
-            .load(path_str(path)?)
-            .map_err(ffi_err(format!("loading vector index {path:?}")))?;
-        Ok(VectorIndex {
-            index,
-            meta,
-            options,
-        })
+        let index = Index::new(&usearch_options(meta.dims, &VectorOptions { quantization: meta.quantization, ..options }))
+            .map_err(ffi_err("creating a vector index".into()))?;
+        index.load(path_str(path)?).map_err(ffi_err(format!("loading vector index {path:?}")))?;
+        Ok(VectorIndex { index, meta, options })
     }
 
     /// What built it and which generation it reflects.
@@ -231,12 +189,7 @@ impl VectorIndex {
         use rayon::prelude::*;
         for (id, v) in items {
             if v.len() != self.meta.dims {
-                return Err(Error::Bug(format!(
-                    "vector of {} dims for a {}-dim index (chunk {})",
-                    v.len(),
-                    self.meta.dims,
-                    id.0
-                )));
+                return Err(Error::Bug(format!("vector of {} dims for a {}-dim index (chunk {})", v.len(), self.meta.dims, id.0)));
             }
         }
         let needed = self.index.size() + items.len();
@@ -248,17 +201,13 @@ impl VectorIndex {
         }
         for (id, _) in items {
             if self.index.contains(id.0) {
-                self.index
-                    .remove(id.0)
-                    .map_err(ffi_err("replacing a vector".into()))?;
+                self.index.remove(id.0).map_err(ffi_err("replacing a vector".into()))?;
             }
         }
         let index = &self.index;
-        items.par_iter().try_for_each(|(id, v)| {
-            index
-                .add(id.0, v)
-                .map_err(ffi_err(format!("adding vector {}", id.0)))
-        })?;
+        items
+            .par_iter()
+            .try_for_each(|(id, v)| index.add(id.0, v).map_err(ffi_err(format!("adding vector {}", id.0))))?;
         Ok(())
     }
 
@@ -266,9 +215,7 @@ impl VectorIndex {
     pub fn remove(&mut self, ids: &[ChunkId]) -> Result<()> {
         for id in ids {
             if self.index.contains(id.0) {
-                self.index
-                    .remove(id.0)
-                    .map_err(ffi_err(format!("removing vector {}", id.0)))?;
+                self.index.remove(id.0).map_err(ffi_err(format!("removing vector {}", id.0)))?;
             }
         }
         Ok(())
@@ -280,10 +227,7 @@ impl VectorIndex {
         ids.iter()
             .map(|id| {
                 let mut v = vec![0f32; dims];
-                let found = self
-                    .index
-                    .get(id.0, &mut v)
-                    .map_err(ffi_err(format!("reading the vector of chunk {}", id.0)))?;
+                let found = self.index.get(id.0, &mut v).map_err(ffi_err(format!("reading the vector of chunk {}", id.0)))?;
                 Ok((found > 0).then_some(v))
             })
             .collect()
@@ -308,12 +252,7 @@ impl VectorIndex {
             self.index.search(query, k)
         }
         .map_err(ffi_err("searching the vector index".into()))?;
-        Ok(matches
-            .keys
-            .into_iter()
-            .zip(matches.distances)
-            .map(|(key, d)| (ChunkId(key), 1.0 - d))
-            .collect())
+        Ok(matches.keys.into_iter().zip(matches.distances).map(|(key, d)| (ChunkId(key), 1.0 - d)).collect())
     }
 
     /// Writes the index to `path` and its sidecar to `meta_path`, both atomically, stamped with
@@ -329,11 +268,7 @@ impl VectorIndex {
             .index
             .save(path_str(&tmp)?)
             .map_err(ffi_err(format!("writing vector index {tmp:?}")))
-            .and_then(|()| {
-                std::fs::File::open(&tmp)
-                    .and_then(|f| f.sync_all())
-                    .map_err(Error::path(&tmp))
-            })
+            .and_then(|()| std::fs::File::open(&tmp).and_then(|f| f.sync_all()).map_err(Error::path(&tmp)))
             .and_then(|()| Ok(std::fs::metadata(&tmp).map_err(Error::path(&tmp))?.len()));
         let file_bytes = match written {
             Ok(n) => n,
@@ -353,8 +288,7 @@ impl VectorIndex {
 }
 
 fn path_str(p: &Path) -> Result<&str> {
-    p.to_str()
-        .ok_or_else(|| Error::Invalid(format!("data folder path {p:?} is not valid UTF-8")))
+    p.to_str().ok_or_else(|| Error::Invalid(format!("data folder path {p:?} is not valid UTF-8")))
 }
 
 #[cfg(test)]
@@ -371,13 +305,8 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let (path, meta_path) = (dir.path().join("v/m.usearch"), dir.path().join("v/m.json"));
         let mut ix = VectorIndex::create("m", 3, VectorOptions::default()).unwrap();
-        let (a, b, c) = (
-            unit(&[1.0, 0.0, 0.0]),
-            unit(&[0.0, 1.0, 0.0]),
-            unit(&[1.0, 1.0, 0.0]),
-        );
-        ix.add(&[(ChunkId(1), &a), (ChunkId(2), &b), (ChunkId(3), &c)])
-            .unwrap();
+        let (a, b, c) = (unit(&[1.0, 0.0, 0.0]), unit(&[0.0, 1.0, 0.0]), unit(&[1.0, 1.0, 0.0]));
+        ix.add(&[(ChunkId(1), &a), (ChunkId(2), &b), (ChunkId(3), &c)]).unwrap();
         let hits = ix.search(&a, 2).unwrap();
         assert_eq!(hits[0].0, ChunkId(1));
         assert!((hits[0].1 - 1.0).abs() < 1e-5);
@@ -391,20 +320,9 @@ mod tests {
         let view = VectorIndex::view(&path, meta.clone(), VectorOptions::default()).unwrap();
         assert_eq!(view.search(&b, 1).unwrap()[0].0, ChunkId(2));
         let got = view.vectors(&[ChunkId(2), ChunkId(1)]).unwrap();
-        assert!(
-            got[0]
-                .as_ref()
-                .unwrap()
-                .iter()
-                .zip(&b)
-                .all(|(x, y)| (x - y).abs() < 1e-6),
-            "mapped vectors read back"
-        );
+        assert!(got[0].as_ref().unwrap().iter().zip(&b).all(|(x, y)| (x - y).abs() < 1e-6), "mapped vectors read back");
         assert!(got[1].is_none(), "a removed vector is absent");
-        assert!(matches!(
-            view.search(&[1.0, 0.0], 1),
-            Err(Error::IndexMismatch { .. })
-        ));
+        assert!(matches!(view.search(&[1.0, 0.0], 1), Err(Error::IndexMismatch { .. })));
 
         // Writers reload, add, and replace the file; the mapped reader keeps its snapshot.
         let mut w = VectorIndex::load(&path, meta, VectorOptions::default()).unwrap();

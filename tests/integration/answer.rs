@@ -17,79 +17,49 @@ use crate::retrieve::sample_data;
 fn ask_json(data: &Path, args: &[&str]) -> serde_json::Value {
     let (code, out, err) = run(ragbox(data).arg("ask").args(args).arg("--json"));
     assert_eq!(code, 0, "{out}\n{err}");
-    serde_json::from_str(out.trim())
-        .unwrap_or_else(|e| panic!("ask --json printed {out:?}: {e}\n{err}"))
+    serde_json::from_str(out.trim()).unwrap_or_else(|e| panic!("ask --json printed {out:?}: {e}\n{err}"))
 }
 
 fn normalise(s: &str) -> String {
-    s.split_whitespace()
-        .collect::<Vec<_>>()
-        .join(" ")
-        .to_lowercase()
+    s.split_whitespace().collect::<Vec<_>>().join(" ").to_lowercase()
 }
 
 #[test]
 fn ask_answers_with_checked_citations_then_takes_feedback() {
     let data = sample_data();
-    let a = ask_json(
-        data,
-        &["How many days after a trip do I have to submit my expense claim?"],
-    );
+    let a = ask_json(data, &["How many days after a trip do I have to submit my expense claim?"]);
     assert_eq!(a["refused"], false, "{a:#}");
     assert_eq!(a["model"], "qwen2.5-coder-0.5b-instruct");
     let answer = a["answer"].as_str().unwrap();
-    assert!(
-        normalise(answer).contains("30 days"),
-        "the answer states the deadline: {answer}"
-    );
+    assert!(normalise(answer).contains("30 days"), "the answer states the deadline: {answer}");
     // Every citation left in the answer names a passage the model was given, and maps back to
     // its chunk, document, section path, span and page.
     let sources = a["sources"].as_array().unwrap();
     let citations = a["citations"].as_array().unwrap();
     assert!(!citations.is_empty(), "the answer cites: {a:#}");
     for c in citations {
-        let s = sources
-            .iter()
-            .find(|s| s["id"] == c["id"])
-            .unwrap_or_else(|| panic!("{c} names a given passage"));
+        let s = sources.iter().find(|s| s["id"] == c["id"]).unwrap_or_else(|| panic!("{c} names a given passage"));
         assert_eq!(s["chunk"], c["chunk"]);
         assert!(c["document"].as_str().unwrap().ends_with(".md"), "{c}");
         assert!(c["span"]["end"].as_u64() > c["span"]["start"].as_u64());
         assert!(c["section_path"].is_array() && c.get("page").is_some());
     }
     assert!(
-        citations.iter().any(|c| c["document"]
-            .as_str()
-            .unwrap()
-            .ends_with("travel-and-expenses.md")),
+        citations.iter().any(|c| c["document"].as_str().unwrap().ends_with("travel-and-expenses.md")),
         "the travel policy is cited: {citations:?}"
     );
     for bad in a["invalid_citations"].as_array().unwrap() {
-        assert!(
-            !answer.contains(&format!("[{}]", bad.as_str().unwrap())),
-            "made-up citation {bad} removed"
-        );
+        assert!(!answer.contains(&format!("[{}]", bad.as_str().unwrap())), "made-up citation {bad} removed");
     }
     let sentences = a["sentences"].as_array().unwrap();
     assert!(!sentences.is_empty());
-    assert!(sentences
-        .iter()
-        .all(|s| s["supported"].is_boolean() && s["citations"].is_array()));
+    assert!(sentences.iter().all(|s| s["supported"].is_boolean() && s["citations"].is_array()));
     let t = &a["timings"];
-    assert!(
-        t["first_token_ms"].as_f64().unwrap() > 0.0 && t["completion_tokens"].as_u64().unwrap() > 0,
-        "{t}"
-    );
+    assert!(t["first_token_ms"].as_f64().unwrap() > 0.0 && t["completion_tokens"].as_u64().unwrap() > 0, "{t}");
 
     // The audit row exists; feedback on it is stored; an unknown id is a user error.
     let id = a["answer_id"].as_i64().expect("an answer id");
-    let (code, out, err) = run(ragbox(data).args([
-        "feedback",
-        &id.to_string(),
-        "up",
-        "--comment",
-        "right deadline",
-    ]));
+    let (code, out, err) = run(ragbox(data).args(["feedback", &id.to_string(), "up", "--comment", "right deadline"]));
     assert_eq!(code, 0, "{out}\n{err}");
     assert!(out.contains(&format!("answer {id}")), "{out}");
     let (code, _, err) = run(ragbox(data).args(["feedback", "999999", "down"]));
@@ -106,33 +76,20 @@ fn a_question_without_a_good_source_is_refused_without_loading_the_llm() {
     // refusal that succeeds proves no LLM was loaded or called.
     let dir = tempfile::tempdir().unwrap();
     let config = dir.path().join("absent-llm.toml");
-    std::fs::write(
-        &config,
-        "[generate]\nmodel = \"qwen2.5-coder-1.5b-instruct\"\n",
-    )
-    .unwrap();
+    std::fs::write(&config, "[generate]\nmodel = \"qwen2.5-coder-1.5b-instruct\"\n").unwrap();
     let q = "How many weeks of parental leave do employees get?";
     let a = ask_json(data, &[q, "--config", config.to_str().unwrap()]);
     assert_eq!(a["refused"], true, "{a:#}");
     assert_eq!(a["refusal"], "no_good_source");
     assert!(a["model"].is_null());
     assert!(a["answer"].as_str().unwrap().contains("no good source"));
-    assert!(
-        !a["closest"].as_array().unwrap().is_empty(),
-        "the closest material is listed as such"
-    );
+    assert!(!a["closest"].as_array().unwrap().is_empty(), "the closest material is listed as such");
     assert!(a["citations"].as_array().unwrap().is_empty());
-    assert!(
-        a["answer_id"].as_i64().is_some(),
-        "refusals are audited too"
-    );
+    assert!(a["answer_id"].as_i64().is_some(), "refusals are audited too");
     // The human form says so and lists the closest material.
     let (code, out, err) = run(ragbox(data).args(["ask", q, "--config", config.to_str().unwrap()]));
     assert_eq!(code, 0, "{err}");
-    assert!(
-        out.contains("no good source") && out.contains("closest material (not a source)"),
-        "{out}"
-    );
+    assert!(out.contains("no good source") && out.contains("closest material (not a source)"), "{out}");
 }
 
 fn chat(data: &Path, session: Option<i64>, lines: &[&str]) -> Vec<serde_json::Value> {
@@ -141,29 +98,12 @@ fn chat(data: &Path, session: Option<i64>, lines: &[&str]) -> Vec<serde_json::Va
     if let Some(s) = session {
         cmd.args(["--session", &s.to_string()]);
     }
-    let mut child = cmd
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all((lines.join("\n") + "\n").as_bytes())
-        .unwrap();
+    let mut child = cmd.stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
+    child.stdin.take().unwrap().write_all((lines.join("\n") + "\n").as_bytes()).unwrap();
     let out = child.wait_with_output().unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "{stdout}\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    stdout
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{l}: {e}")))
-        .collect()
+    assert!(out.status.success(), "{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
+    stdout.lines().map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{l}: {e}"))).collect()
 }
 
 #[test]
@@ -182,55 +122,25 @@ fn chat_rewrites_follow_ups_and_leaves_self_contained_questions_alone() {
     let session = turns[0]["session"].as_i64().unwrap();
     assert!(turns.iter().all(|t| t["session"] == session));
     // 1: the first question has no history to use.
-    assert!(
-        turns[0]["follow_up"]["cue"].is_null(),
-        "{:#}",
-        turns[0]["follow_up"]
-    );
-    assert_eq!(
-        turns[0]["answer"]["standalone"],
-        turns[0]["answer"]["question"]
-    );
+    assert!(turns[0]["follow_up"]["cue"].is_null(), "{:#}", turns[0]["follow_up"]);
+    assert_eq!(turns[0]["answer"]["standalone"], turns[0]["answer"]["question"]);
     // 2: a follow-up ("there", "what about") is detected and rewritten with the London turn.
     let f = &turns[1]["follow_up"];
     assert!(!f["cue"].is_null(), "{f:#}");
     assert_eq!(f["turns"], serde_json::json!([0]), "{f:#}");
     let standalone = f["question"].as_str().unwrap().to_lowercase();
-    assert!(
-        standalone.contains("london"),
-        "the rewrite carries what 'there' refers to: {standalone}"
-    );
-    assert_eq!(
-        turns[1]["answer"]["standalone"]
-            .as_str()
-            .unwrap()
-            .to_lowercase(),
-        standalone
-    );
+    assert!(standalone.contains("london"), "the rewrite carries what 'there' refers to: {standalone}");
+    assert_eq!(turns[1]["answer"]["standalone"].as_str().unwrap().to_lowercase(), standalone);
     // 3: a self-contained question sees no history at all.
     let f = &turns[2]["follow_up"];
-    assert!(
-        f["cue"].is_null() && f["turns"].as_array().unwrap().is_empty(),
-        "{f:#}"
-    );
-    assert_eq!(
-        f["question"],
-        "What phone extension do I call for the IT service desk?"
-    );
+    assert!(f["cue"].is_null() && f["turns"].as_array().unwrap().is_empty(), "{f:#}");
+    assert_eq!(f["question"], "What phone extension do I call for the IT service desk?");
 
     // The session is stored: continuing it resolves a follow-up against the stored turns.
-    let more = chat(
-        data,
-        Some(session),
-        &["Is that number also reachable from outside?"],
-    );
+    let more = chat(data, Some(session), &["Is that number also reachable from outside?"]);
     let f = &more[0]["follow_up"];
     assert!(!f["cue"].is_null(), "{f:#}");
-    assert_eq!(
-        f["turns"],
-        serde_json::json!([2]),
-        "the IT desk turn is the one that matters: {f:#}"
-    );
+    assert_eq!(f["turns"], serde_json::json!([2]), "the IT desk turn is the one that matters: {f:#}");
 }
 
 fn load_generator(name: &str) -> Arc<dyn Generator> {
@@ -256,34 +166,18 @@ fn the_llm_reranker_scores_the_relevant_passage_above_the_others() {
         "The canteen on the second floor serves lunch from 12:00 to 14:00 on weekdays.",
         "Submit each expense claim in the ExpensePoint app within 30 days of the last day of the trip.",
     ];
-    let scores = r
-        .score(
-            "How many days after a trip do I have to submit my expense claim?",
-            &passages,
-        )
-        .unwrap();
+    let scores = r.score("How many days after a trip do I have to submit my expense claim?", &passages).unwrap();
     assert_eq!(scores.len(), 5);
     assert!(scores[1] > scores[0] && scores[1] > scores[2], "{scores:?}");
-    assert!(
-        (scores[3] - scores[0]).abs() < 1e-3 && (scores[4] - scores[1]).abs() < 1e-3,
-        "{scores:?}"
-    );
+    assert!((scores[3] - scores[0]).abs() < 1e-3 && (scores[4] - scores[1]).abs() < 1e-3, "{scores:?}");
     // Streaming and greedy decoding: the same prompt gives the same text twice.
-    let req = ragbox::generate::GenerateRequest::greedy(
-        vec![ragbox::generate::Message::user(
-            "What is the capital of France?",
-        )],
-        16,
-    );
+    let req = ragbox::generate::GenerateRequest::greedy(vec![ragbox::generate::Message::user("What is the capital of France?")], 16);
     let mut pieces = Vec::new();
     let a = block_on(g.generate(&req, &mut |t: &str| pieces.push(t.to_string()))).unwrap();
     let b = block_on(g.generate(&req, &mut ragbox::generate::Discard)).unwrap();
     assert!(a.text.contains("Paris"), "{}", a.text);
     assert_eq!(a.text, b.text);
-    assert!(
-        pieces.len() > 1 && pieces.concat() == a.text,
-        "tokens arrive one by one"
-    );
+    assert!(pieces.len() > 1 && pieces.concat() == a.text, "tokens arrive one by one");
 }
 
 #[test]
@@ -303,15 +197,7 @@ fn llm_context_annotates_each_chunk_once() {
     std::fs::write(&config, "[generate]\nmodel = \"smollm2-135m-instruct\"\n").unwrap();
     let ingest = |tenant: &str| {
         let (code, out, err) = run(ragbox(&dir.path().join("data"))
-            .args([
-                "ingest",
-                "--context",
-                "llm",
-                "--tenant",
-                tenant,
-                "--json",
-                "--config",
-            ])
+            .args(["ingest", "--context", "llm", "--tenant", tenant, "--json", "--config"])
             .arg(&config)
             .arg(&corpus));
         assert_eq!(code, 0, "{out}\n{err}");
@@ -319,32 +205,17 @@ fn llm_context_annotates_each_chunk_once() {
     };
     let first = ingest("a");
     let chunks = first["chunks"].as_u64().unwrap();
-    assert!(
-        chunks > 0 && first["annotated"].as_u64() == Some(chunks),
-        "{first:#}"
-    );
+    assert!(chunks > 0 && first["annotated"].as_u64() == Some(chunks), "{first:#}");
     // The same documents in another tenant: every context comes from the cache.
     let second = ingest("b");
     assert_eq!(second["annotated"], 0, "{second:#}");
     assert_eq!(second["chunks"].as_u64(), Some(chunks));
     // The context is in the indexed text: search shows it in front of the chunk.
-    let (code, out, err) = run(ragbox(&dir.path().join("data")).args([
-        "search",
-        "working from abroad",
-        "--tenant",
-        "a",
-        "--json",
-    ]));
+    let (code, out, err) = run(ragbox(&dir.path().join("data")).args(["search", "working from abroad", "--tenant", "a", "--json"]));
     assert_eq!(code, 0, "{err}");
     let v: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
-    let ctx = v["retrieval"]["hits"][0]["chunk"]["context"]
-        .as_str()
-        .unwrap();
-    assert!(
-        ctx.starts_with("Remote Work Policy")
-            && ctx.len() > "Remote Work Policy > 4 Working from abroad".len() + 10,
-        "structural and LLM context: {ctx}"
-    );
+    let ctx = v["retrieval"]["hits"][0]["chunk"]["context"].as_str().unwrap();
+    assert!(ctx.starts_with("Remote Work Policy") && ctx.len() > "Remote Work Policy > 4 Working from abroad".len() + 10, "structural and LLM context: {ctx}");
 }
 
 #[test]
@@ -352,8 +223,7 @@ fn a_gguf_file_that_is_no_chat_model_is_refused_with_the_fix() {
     // nomic-embed-text-v1.5 ships as a GGUF of architecture `nomic-bert`: a real file that
     // mistralrs cannot run as a chat model.
     let data = tempfile::tempdir().unwrap();
-    let (code, stdout, stderr) =
-        run(ragbox(data.path()).args(["models", "path", "nomic-embed-text-v1.5"]));
+    let (code, stdout, stderr) = run(ragbox(data.path()).args(["models", "path", "nomic-embed-text-v1.5"]));
     assert_eq!(code, 0, "{stderr}");
     let file = std::path::PathBuf::from(stdout.trim());
     let options = ragbox::generate::LocalOptions {
@@ -369,12 +239,6 @@ fn a_gguf_file_that_is_no_chat_model_is_refused_with_the_fix() {
         Err(e) => e.to_string(),
     };
     assert!(err.contains("architecture `nomic-bert`"), "{err}");
-    assert!(
-        err.contains("generate.model"),
-        "the error says what to do: {err}"
-    );
-    assert!(
-        err.contains(&file.display().to_string()),
-        "the error names the file: {err}"
-    );
+    assert!(err.contains("generate.model"), "the error says what to do: {err}");
+    assert!(err.contains(&file.display().to_string()), "the error names the file: {err}");
 }

@@ -11,17 +11,10 @@ use crate::ingest::sample_corpus;
 
 /// Chunk ids of `ragbox search --json` hits, in rank order.
 fn search_ids(data: &Path, query: &str) -> Vec<i64> {
-    let (code, out, err) =
-        run(ragbox(data).args(["search", "--json", "--no-rerank", "-k", "8", query]));
+    let (code, out, err) = run(ragbox(data).args(["search", "--json", "--no-rerank", "-k", "8", query]));
     assert_eq!(code, 0, "{err}");
-    let v: serde_json::Value =
-        serde_json::from_str(out.trim()).unwrap_or_else(|e| panic!("{out}: {e}"));
-    v["retrieval"]["hits"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|h| h["chunk"]["id"].as_i64().unwrap())
-        .collect()
+    let v: serde_json::Value = serde_json::from_str(out.trim()).unwrap_or_else(|e| panic!("{out}: {e}"));
+    v["retrieval"]["hits"].as_array().unwrap().iter().map(|h| h["chunk"]["id"].as_i64().unwrap()).collect()
 }
 
 /// `ragbox audit verify --json`, which must find the chain intact.
@@ -38,12 +31,7 @@ fn backup_then_restore_into_a_fresh_folder_gives_the_same_results() {
     copy_tree(&sample_corpus(), &corpus);
     let (code, _, err) = run(ragbox(&data).arg("ingest").arg(&corpus));
     assert_eq!(code, 0, "{err}");
-    let queries = [
-        "how long do we keep personal data",
-        "travel expenses per diem",
-        "who do I call when the scanner breaks",
-        "fire drill",
-    ];
+    let queries = ["how long do we keep personal data", "travel expenses per diem", "who do I call when the scanner breaks", "fire drill"];
     let before: Vec<Vec<i64>> = queries.iter().map(|q| search_ids(&data, q)).collect();
     assert!(before.iter().all(|ids| !ids.is_empty()));
 
@@ -53,21 +41,9 @@ fn backup_then_restore_into_a_fresh_folder_gives_the_same_results() {
     let manifest: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
     let files = manifest["files"].as_array().unwrap();
     assert_eq!(files[0]["path"], "catalog.sqlite");
-    assert!(
-        files
-            .iter()
-            .any(|f| f["path"].as_str().unwrap().ends_with(".usearch")),
-        "{manifest}"
-    );
-    assert!(
-        files
-            .iter()
-            .any(|f| f["path"].as_str().unwrap().contains("/lexical/")),
-        "{manifest}"
-    );
-    assert!(files
-        .iter()
-        .all(|f| f["sha256"].as_str().unwrap().len() == 64));
+    assert!(files.iter().any(|f| f["path"].as_str().unwrap().ends_with(".usearch")), "{manifest}");
+    assert!(files.iter().any(|f| f["path"].as_str().unwrap().contains("/lexical/")), "{manifest}");
+    assert!(files.iter().all(|f| f["sha256"].as_str().unwrap().len() == 64));
     assert!(dest.join("ragbox-backup.json").exists());
     // Into the same folder again: refused.
     let (code, _, err) = run(ragbox(&data).arg("backup").arg(&dest));
@@ -80,14 +56,8 @@ fn backup_then_restore_into_a_fresh_folder_gives_the_same_results() {
     assert!(out.contains("restored into"), "{out}");
     // The hash-chained audit log came along whole: the restored chain verifies, row for row.
     let (original_chain, restored_chain) = (audit_verify(&data), audit_verify(&fresh));
-    assert!(
-        original_chain["rows"].as_u64().unwrap() > 0,
-        "{original_chain}"
-    );
-    assert_eq!(
-        (&restored_chain["rows"], &restored_chain["head"]),
-        (&original_chain["rows"], &original_chain["head"])
-    );
+    assert!(original_chain["rows"].as_u64().unwrap() > 0, "{original_chain}");
+    assert_eq!((&restored_chain["rows"], &restored_chain["head"]), (&original_chain["rows"], &original_chain["head"]));
     let after: Vec<Vec<i64>> = queries.iter().map(|q| search_ids(&fresh, q)).collect();
     assert_eq!(before, after);
     let store = Store::open(&fresh, VectorOptions::default()).unwrap();
@@ -96,39 +66,23 @@ fn backup_then_restore_into_a_fresh_folder_gives_the_same_results() {
     assert!(c.consistent, "{c:?}");
     let original = Store::open(&data, VectorOptions::default()).unwrap();
     let o = original.catalog().require_tenant("default").unwrap();
-    assert_eq!(
-        (t.generation, original.catalog().counts(o.id).unwrap()),
-        (o.generation, store.catalog().counts(t.id).unwrap())
-    );
+    assert_eq!((t.generation, original.catalog().counts(o.id).unwrap()), (o.generation, store.catalog().counts(t.id).unwrap()));
     // The restored store did not need a repair: its indexes were at the catalog's generation.
     assert!(!store.reader(&t).unwrap().repair.any());
-    assert_eq!(
-        store.catalog().audit_entries(t.id, 1000).unwrap().len(),
-        original.catalog().audit_entries(o.id, 1000).unwrap().len()
-    );
+    assert_eq!(store.catalog().audit_entries(t.id, 1000).unwrap().len(), original.catalog().audit_entries(o.id, 1000).unwrap().len());
 
     // A used folder needs --force; a damaged backup is refused before anything is touched.
     let (code, _, err) = run(ragbox(&fresh).arg("restore").arg(&dest));
     assert_eq!(code, 2, "{err}");
     assert!(err.contains("--force"), "{err}");
-    let vector = std::fs::read_dir(dest.join("tenants/default/vector"))
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .find(|p| p.extension().is_some_and(|x| x == "usearch"))
-        .unwrap();
+    let vector = std::fs::read_dir(dest.join("tenants/default/vector")).unwrap().map(|e| e.unwrap().path()).find(|p| p.extension().is_some_and(|x| x == "usearch")).unwrap();
     let mut bytes = std::fs::read(&vector).unwrap();
     bytes[100] ^= 1;
     std::fs::write(&vector, bytes).unwrap();
     let (code, _, err) = run(ragbox(&fresh).args(["restore", "--force"]).arg(&dest));
     assert_eq!(code, 2, "{err}");
     assert!(err.contains("is damaged"), "{err}");
-    assert_eq!(
-        after[0],
-        search_ids(&fresh, queries[0]),
-        "the refused restore left the folder as it was"
-    );
+    assert_eq!(after[0], search_ids(&fresh, queries[0]), "the refused restore left the folder as it was");
     // Rows appended after the restore extend the restored chain.
-    assert!(
-        audit_verify(&fresh)["rows"].as_u64().unwrap() > restored_chain["rows"].as_u64().unwrap()
-    );
+    assert!(audit_verify(&fresh)["rows"].as_u64().unwrap() > restored_chain["rows"].as_u64().unwrap());
 }

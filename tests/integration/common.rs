@@ -12,9 +12,7 @@ pub fn models_dir() -> PathBuf {
 
 /// A file under tests/fixtures.
 pub fn fixture(name: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/fixtures")
-        .join(name)
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures").join(name)
 }
 
 /// Parses a JSON fixture.
@@ -25,20 +23,12 @@ pub fn json_fixture(name: &str) -> serde_json::Value {
 
 /// A `Vec<u32>` from a JSON array.
 pub fn u32s(v: &serde_json::Value) -> Vec<u32> {
-    v.as_array()
-        .expect("array")
-        .iter()
-        .map(|x| x.as_u64().expect("integer") as u32)
-        .collect()
+    v.as_array().expect("array").iter().map(|x| x.as_u64().expect("integer") as u32).collect()
 }
 
 /// A `Vec<f32>` from a JSON array.
 pub fn f32s(v: &serde_json::Value) -> Vec<f32> {
-    v.as_array()
-        .expect("array")
-        .iter()
-        .map(|x| x.as_f64().expect("number") as f32)
-        .collect()
+    v.as_array().expect("array").iter().map(|x| x.as_f64().expect("number") as f32).collect()
 }
 
 /// The ragbox binary with a private data folder and the test models folder.
@@ -54,11 +44,7 @@ pub fn ragbox(data: &Path) -> Command {
 
 /// Runs a command, returning (exit code, stdout, stderr).
 pub fn run(cmd: &mut Command) -> (i32, String, String) {
-    let Output {
-        status,
-        stdout,
-        stderr,
-    } = cmd.output().expect("ragbox runs");
+    let Output { status, stdout, stderr } = cmd.output().expect("ragbox runs");
     (
         status.code().unwrap_or(-1),
         String::from_utf8_lossy(&stdout).into_owned(),

@@ -21,9 +21,7 @@ fn open_store(data: &Path) -> Store {
 /// Indexed document paths of the default tenant (empty when it does not exist yet).
 fn indexed(data: &Path) -> BTreeSet<PathBuf> {
     let store = open_store(data);
-    let Some(t) = store.catalog().tenant("default").unwrap() else {
-        return BTreeSet::new();
-    };
+    let Some(t) = store.catalog().tenant("default").unwrap() else { return BTreeSet::new() };
     store
         .catalog()
         .documents(t.id)
@@ -38,9 +36,7 @@ fn indexed(data: &Path) -> BTreeSet<PathBuf> {
 /// catalog and both indexes hold the same chunks with no duplicate.
 fn assert_consistent(data: &Path, what: &str) {
     let store = open_store(data);
-    let Some(t) = store.catalog().tenant("default").unwrap() else {
-        return;
-    };
+    let Some(t) = store.catalog().tenant("default").unwrap() else { return };
     drop(store.reader(&t).unwrap());
     let t = store.catalog().require_tenant("default").unwrap();
     let c = store.check_consistency(&t).unwrap();
@@ -51,10 +47,7 @@ fn assert_consistent(data: &Path, what: &str) {
 fn acknowledged(stderr: &str) -> BTreeSet<PathBuf> {
     stderr
         .lines()
-        .filter_map(|l| {
-            l.strip_prefix("committed added ")
-                .or_else(|| l.strip_prefix("committed updated "))
-        })
+        .filter_map(|l| l.strip_prefix("committed added ").or_else(|| l.strip_prefix("committed updated ")))
         .map(PathBuf::from)
         .collect()
 }
@@ -72,10 +65,7 @@ fn can_mount() -> Result<(), String> {
         .output();
     match probe {
         Ok(o) if o.status.success() => Ok(()),
-        Ok(o) => Err(format!(
-            "cannot mount a tmpfs here: {}",
-            String::from_utf8_lossy(&o.stderr).trim()
-        )),
+        Ok(o) => Err(format!("cannot mount a tmpfs here: {}", String::from_utf8_lossy(&o.stderr).trim())),
         Err(e) => Err(format!("no unshare: {e}")),
     }
 }
@@ -83,15 +73,7 @@ fn can_mount() -> Result<(), String> {
 /// Runs `script` with bash in a private mount namespace, with the ragbox environment of the tests.
 fn in_mount_namespace(script: &str, args: &[&Path]) -> (i32, String, String) {
     let mut cmd = Command::new("unshare");
-    cmd.args([
-        "--mount",
-        "--propagation",
-        "private",
-        "bash",
-        "-euc",
-        script,
-        "fault-test",
-    ]);
+    cmd.args(["--mount", "--propagation", "private", "bash", "-euc", script, "fault-test"]);
     cmd.args(args);
     cmd.env("RAGBOX_BIN", env!("CARGO_BIN_EXE_ragbox"))
         .env("RAGBOX_MODELS_DIR", models_dir())
@@ -161,15 +143,10 @@ cp -a "$mnt/data" "$out/after-retry"
     assert_eq!(code, 0, "{stdout}{stderr}");
     let read = |name: &str| std::fs::read_to_string(out.join(name)).unwrap();
     let (first_code, first_err) = (read("first.code"), read("first.err"));
-    assert_eq!(
-        first_code.trim(),
-        "3",
-        "a full disk is a runtime error: {first_err}"
-    );
+    assert_eq!(first_code.trim(), "3", "a full disk is a runtime error: {first_err}");
     let data_on_mount = mnt.join("data");
     assert!(
-        first_err.contains("no space left on the device holding the data folder")
-            && first_err.contains(&format!("{data_on_mount:?}")),
+        first_err.contains("no space left on the device holding the data folder") && first_err.contains(&format!("{data_on_mount:?}")),
         "the error names the data folder: {first_err}"
     );
     assert!(first_err.contains("run the command again"), "{first_err}");
@@ -179,11 +156,7 @@ cp -a "$mnt/data" "$out/after-retry"
     let acked = acknowledged(&first_err);
     let full = out.join("after-full");
     let present = indexed(&full);
-    assert!(
-        acked.is_subset(&present),
-        "acknowledged but lost: {:?}",
-        acked.difference(&present)
-    );
+    assert!(acked.is_subset(&present), "acknowledged but lost: {:?}", acked.difference(&present));
     assert_consistent(&full, "after the disk filled");
 
     // With space freed, the next run finishes the job: every document, each once.
@@ -191,27 +164,11 @@ cp -a "$mnt/data" "$out/after-retry"
     assert_eq!(second_code.trim(), "0", "{second_err}");
     let retry = out.join("after-retry");
     let all = indexed(&retry);
-    assert_eq!(
-        all.len(),
-        ragbox::source::walk::walk(&corpus).count(),
-        "{all:?}"
-    );
+    assert_eq!(all.len(), ragbox::source::walk::walk(&corpus).count(), "{all:?}");
     assert_consistent(&retry, "after the next run");
-    eprintln!(
-        "disk full: {} documents acknowledged before the disk filled, {} after the retry",
-        acked.len(),
-        all.len()
-    );
-    eprintln!(
-        "disk full: the first run said: {}",
-        first_err.lines().last().unwrap_or_default()
-    );
-    assert!(
-        !acked.is_empty() && acked.len() < all.len(),
-        "the disk filled between commits: {} of {}",
-        acked.len(),
-        all.len()
-    );
+    eprintln!("disk full: {} documents acknowledged before the disk filled, {} after the retry", acked.len(), all.len());
+    eprintln!("disk full: the first run said: {}", first_err.lines().last().unwrap_or_default());
+    assert!(!acked.is_empty() && acked.len() < all.len(), "the disk filled between commits: {} of {}", acked.len(), all.len());
 }
 
 #[test]
@@ -244,15 +201,10 @@ done
             assert_eq!(code, 0, "{out}{err}");
             assert_eq!(out.matches("exit 3").count(), 2, "both refused: {out}");
             assert_eq!(out.matches("is not writable").count(), 2, "{out}");
-            assert!(
-                out.contains("Read-only file system"),
-                "the system's reason is given: {out}"
-            );
+            assert!(out.contains("Read-only file system"), "the system's reason is given: {out}");
             assert!(out.contains("--data-dir"), "and what to do: {out}");
         }
-        Err(why) if unsafe { libc::geteuid() } == 0 => {
-            eprintln!("skipped the read-only mount: {why}")
-        }
+        Err(why) if unsafe { libc::geteuid() } == 0 => eprintln!("skipped the read-only mount: {why}"),
         Err(_) => {
             // Not root: permissions do it.
             use std::os::unix::fs::PermissionsExt;
@@ -260,10 +212,7 @@ done
             let (code, _, err) = run(ragbox(&data).arg("ls"));
             std::fs::set_permissions(&data, std::fs::Permissions::from_mode(0o755)).unwrap();
             assert_eq!(code, 3, "{err}");
-            assert!(
-                err.contains("is not writable") && err.contains("ermission denied"),
-                "{err}"
-            );
+            assert!(err.contains("is not writable") && err.contains("ermission denied"), "{err}");
         }
     }
 }
@@ -276,27 +225,15 @@ fn a_damaged_catalog_is_detected_at_open_with_the_command_that_restores_it() {
     let (code, _, err) = run(ragbox(&data).arg("ingest").arg(&corpus));
     assert_eq!(code, 0, "{err}");
     let catalog = data.join("catalog.sqlite");
-    assert!(
-        !data.join("catalog.sqlite-wal").exists()
-            || std::fs::metadata(data.join("catalog.sqlite-wal"))
-                .unwrap()
-                .len()
-                == 0
-    );
+    assert!(!data.join("catalog.sqlite-wal").exists() || std::fs::metadata(data.join("catalog.sqlite-wal")).unwrap().len() == 0);
     let good = std::fs::read(&catalog).unwrap();
 
     let damage = |name: &str, bytes: Vec<u8>| {
         std::fs::write(&catalog, bytes).unwrap();
         let (code, _, err) = run(ragbox(&data).arg("ls"));
         assert_eq!(code, 3, "{name}: {err}");
-        assert!(
-            err.contains("is damaged") && err.contains("ragbox restore BACKUP_DIR --force"),
-            "{name}: {err}"
-        );
-        assert!(
-            err.contains("catalog.sqlite"),
-            "{name}: names the file: {err}"
-        );
+        assert!(err.contains("is damaged") && err.contains("ragbox restore BACKUP_DIR --force"), "{name}: {err}");
+        assert!(err.contains("catalog.sqlite"), "{name}: names the file: {err}");
         let (code, _, err) = run(ragbox(&data).arg("ingest").arg(&corpus));
         assert_eq!(code, 3, "{name}: ingest refuses too: {err}");
     };
@@ -345,10 +282,7 @@ fn two_ingests_of_one_tenant_at_once_end_consistent_without_duplicates() {
         match o.status.code() {
             Some(0) => finished += 1,
             // The other one held the tenant longer than a writer waits: a clear refusal.
-            Some(2) => assert!(
-                err.contains("another ragbox process is writing to tenant `default`"),
-                "{err}"
-            ),
+            Some(2) => assert!(err.contains("another ragbox process is writing to tenant `default`"), "{err}"),
             other => panic!("exit {other:?}: {err}"),
         }
     }
@@ -366,9 +300,5 @@ fn two_ingests_of_one_tenant_at_once_end_consistent_without_duplicates() {
     let (code, out, err) = run(ragbox(&data).args(["ingest", "--json"]).arg(&corpus));
     assert_eq!(code, 0, "{err}");
     let report: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
-    assert_eq!(
-        (report["unchanged"].as_u64(), report["added"].as_u64()),
-        (Some(files as u64), Some(0)),
-        "{report}"
-    );
+    assert_eq!((report["unchanged"].as_u64(), report["added"].as_u64()), (Some(files as u64), Some(0)), "{report}");
 }

@@ -2,16 +2,51 @@
 //! (tests/fixtures/golden-*.json): token ids identical, cosine >= 0.9999, |logit diff| <= 1e-3.
 
 use ragbox::embed::{load_transformer, EmbedOptions, Embedder};
-use ragbox::model::ModelStore;
+use ragbox::model::{ModelStore, Precision};
 use ragbox::rerank::{CrossEncoder, RerankOptions, Reranker};
 use ragbox::types::{cosine, TextKind};
 
 use crate::common::{f32s, fixture, json_fixture, models_dir, u32s};
 
 fn embedder(name: &str) -> ragbox::embed::TransformerEmbedder {
+    embedder_at(name, Precision::F32)
+}
+
+fn embedder_at(name: &str, precision: Precision) -> ragbox::embed::TransformerEmbedder {
     let store = ModelStore::new(models_dir());
     let spec = store.manifest().get(name).unwrap();
-    load_transformer(&store, spec, &EmbedOptions::default()).unwrap_or_else(|e| panic!("{e}"))
+    let options = EmbedOptions { precision, ..EmbedOptions::default() };
+    load_transformer(&store, spec, &options).unwrap_or_else(|e| panic!("{e}"))
+}
+
+/// The quality gate of `embed.precision = "int8"` (docs/BENCHMARKS.md): int8 may be the default
+/// only if every golden text's embedding stays within cosine 0.999 of sentence-transformers' f32
+/// one. Measured: worst 0.9962, mean 0.9987 on MiniLM, so f32 stays the default; this test fails
+/// the day that changes either way. The opt-in path must stay close (>= 0.995 per text) and
+/// consistent (a text alone and in a padded batch get the same vector).
+#[test]
+fn minilm_int8_quality_gate_decides_the_default_precision() {
+    let golden = json_fixture("golden-minilm.json");
+    let e = embedder_at("all-minilm-l6-v2", Precision::Int8);
+    let items = golden["items"].as_array().unwrap();
+    let texts: Vec<&str> = items.iter().map(|i| i["text"].as_str().unwrap()).collect();
+    let out = e.embed(&texts, TextKind::Passage).unwrap();
+    let mut worst = 1f32;
+    for (i, item) in items.iter().enumerate() {
+        assert_eq!(out[i].tokens, item["num_tokens"].as_u64().unwrap() as usize);
+        let c = cosine(&out[i].vector, &f32s(&item["embedding"]));
+        assert!(c >= 0.995, "text {i}: int8 cosine {c} to the f32 reference");
+        worst = worst.min(c);
+    }
+    let alone = e.embed(&texts[..1], TextKind::Passage).unwrap();
+    assert!(cosine(&alone[0].vector, &out[0].vector) > 0.99999);
+    let passes = worst >= 0.999;
+    assert_eq!(
+        Precision::default() == Precision::Int8,
+        passes,
+        "the default precision must be int8 exactly when int8 passes the gate (worst cosine {worst})"
+    );
+    eprintln!("golden minilm int8: {} texts, worst cosine {worst:.5}", texts.len());
 }
 
 #[test]
@@ -33,56 +68,34 @@ fn minilm_matches_sentence_transformers() {
         worst = worst.min(c);
     }
     let truncated = out.iter().filter(|o| o.truncated_from.is_some()).count();
-    assert!(
-        truncated >= 1,
-        "the golden set has a text over 256 tokens; its truncation must be reported"
-    );
+    assert!(truncated >= 1, "the golden set has a text over 256 tokens; its truncation must be reported");
     for t in golden["tokenization"].as_array().unwrap() {
-        let ids = e
-            .token_ids(t["text"].as_str().unwrap(), TextKind::Passage)
-            .unwrap();
+        let ids = e.token_ids(t["text"].as_str().unwrap(), TextKind::Passage).unwrap();
         assert_eq!(ids, u32s(&t["input_ids"]));
     }
-    eprintln!(
-        "golden minilm: {} texts, worst cosine {worst:.7}",
-        texts.len()
-    );
+    eprintln!("golden minilm: {} texts, worst cosine {worst:.7}", texts.len());
 }
 
 #[test]
 fn nomic_matches_the_float64_reference_and_llama_cpp() {
     let golden = json_fixture("golden-nomic.json");
     let e = embedder("nomic-embed-text-v1.5");
-    assert!(
-        e.max_tokens() >= 8192,
-        "nomic is not truncated below 8,192 tokens"
-    );
+    assert!(e.max_tokens() >= 8192, "nomic is not truncated below 8,192 tokens");
     let items = golden["items"].as_array().unwrap();
     let (mut worst, mut worst_llama) = (1f32, 1f32);
     for kind in [TextKind::Passage, TextKind::Query] {
-        let prefix = if kind == TextKind::Query {
-            "search_query: "
-        } else {
-            "search_document: "
-        };
-        let chosen: Vec<&serde_json::Value> =
-            items.iter().filter(|i| i["prefix"] == prefix).collect();
+        let prefix = if kind == TextKind::Query { "search_query: " } else { "search_document: " };
+        let chosen: Vec<&serde_json::Value> = items.iter().filter(|i| i["prefix"] == prefix).collect();
         assert!(!chosen.is_empty());
         let texts: Vec<&str> = chosen.iter().map(|i| i["text"].as_str().unwrap()).collect();
         let out = e.embed(&texts, kind).unwrap();
         for (i, item) in chosen.iter().enumerate() {
-            assert_eq!(
-                e.token_ids(texts[i], kind).unwrap(),
-                u32s(&item["input_ids"]),
-                "{prefix}{}",
-                texts[i]
-            );
+            assert_eq!(e.token_ids(texts[i], kind).unwrap(), u32s(&item["input_ids"]), "{prefix}{}", texts[i]);
             assert_eq!(out[i].truncated_from, None);
             let c = cosine(&out[i].vector, &f32s(&item["embedding"]));
             assert!(c >= 0.9999, "{prefix}{}: cosine {c}", texts[i]);
             worst = worst.min(c);
-            worst_llama =
-                worst_llama.min(cosine(&out[i].vector, &f32s(&item["embedding_llama_cpp"])));
+            worst_llama = worst_llama.min(cosine(&out[i].vector, &f32s(&item["embedding_llama_cpp"])));
         }
     }
     eprintln!("golden nomic: {} inputs, worst cosine {worst:.7} (float64 reference), {worst_llama:.7} (llama.cpp)", items.len());
@@ -92,60 +105,64 @@ fn nomic_matches_the_float64_reference_and_llama_cpp() {
 fn nomic_ranks_the_paris_passage_first() {
     let e = embedder("nomic-embed-text-v1.5");
     let q = e.embed_one("capital of France", TextKind::Query).unwrap();
-    let docs = [
-        "Paris is the capital and largest city of France.",
-        "Berlin is the capital of Germany.",
-        "Mitochondria produce most of the cell's energy.",
-    ];
+    let docs = ["Paris is the capital and largest city of France.", "Berlin is the capital of Germany.", "Mitochondria produce most of the cell's energy."];
     let d = e.embed(&docs, TextKind::Passage).unwrap();
     let s: Vec<f32> = d.iter().map(|v| cosine(&q.vector, &v.vector)).collect();
     assert!(s[0] > s[1] && s[1] > s[2], "{s:?}");
 }
 
-#[test]
-fn cross_encoder_matches_transformers_logits() {
-    let golden = json_fixture("golden-crossencoder-tiny-random.json");
+fn tiny_cross_encoder(precision: Precision) -> CrossEncoder {
     let dir = fixture("tiny-random-bert-crossencoder");
-    let ce = CrossEncoder::from_files(
+    CrossEncoder::from_files(
         "tiny-random-bert-crossencoder",
         512,
         &dir.join("config.json"),
         &dir.join("tokenizer.json"),
         &dir.join("model.safetensors"),
-        &RerankOptions::default(),
+        &RerankOptions { precision, ..RerankOptions::default() },
     )
-    .unwrap();
+    .unwrap()
+}
+
+/// The worst |logit − reference| over the golden pairs, scoring one query's passages per call as
+/// retrieval does; also asserts each is within `tolerance`.
+fn worst_logit_difference(ce: &CrossEncoder, tolerance: f32) -> f32 {
+    let golden = json_fixture("golden-crossencoder-tiny-random.json");
     let pairs = golden["pairs"].as_array().unwrap();
     let mut worst = 0f32;
-    // One query at a time against all passages in one call, as retrieval uses it.
-    for p in pairs {
+    let queries: std::collections::BTreeSet<&str> = pairs.iter().map(|p| p["query"].as_str().unwrap()).collect();
+    for q in queries {
+        let mine: Vec<&serde_json::Value> = pairs.iter().filter(|p| p["query"] == q).collect();
+        let passages: Vec<&str> = mine.iter().map(|p| p["passage"].as_str().unwrap()).collect();
+        let scores = ce.score(q, &passages).unwrap();
+        for (p, s) in mine.iter().zip(scores) {
+            let d = (s - p["logit"].as_f64().unwrap() as f32).abs();
+            assert!(d <= tolerance, "{q} / {}: logit {s}, reference {}", p["passage"], p["logit"]);
+            worst = worst.max(d);
+        }
+    }
+    worst
+}
+
+#[test]
+fn cross_encoder_matches_transformers_logits() {
+    let golden = json_fixture("golden-crossencoder-tiny-random.json");
+    let ce = tiny_cross_encoder(Precision::F32);
+    for p in golden["pairs"].as_array().unwrap() {
         let (q, passage) = (p["query"].as_str().unwrap(), p["passage"].as_str().unwrap());
         let t = ce.encode_pair(q, passage).unwrap();
         assert_eq!(t.ids, u32s(&p["input_ids"]));
         assert_eq!(t.type_ids, u32s(&p["token_type_ids"]));
     }
-    let queries: std::collections::BTreeSet<&str> =
-        pairs.iter().map(|p| p["query"].as_str().unwrap()).collect();
-    for q in queries {
-        let mine: Vec<&serde_json::Value> = pairs.iter().filter(|p| p["query"] == q).collect();
-        let passages: Vec<&str> = mine
-            .iter()
-            .map(|p| p["passage"].as_str().unwrap())
-            .collect();
-        let scores = ce.score(q, &passages).unwrap();
-        for (p, s) in mine.iter().zip(scores) {
-            let d = (s - p["logit"].as_f64().unwrap() as f32).abs();
-            assert!(
-                d <= 1e-3,
-                "{q} / {}: logit {s}, reference {}",
-                p["passage"],
-                p["logit"]
-            );
-            worst = worst.max(d);
-        }
-    }
-    eprintln!(
-        "golden cross-encoder: {} pairs, worst |logit diff| {worst:.2e}",
-        pairs.len()
-    );
+    let worst = worst_logit_difference(&ce, 1e-3);
+    eprintln!("golden cross-encoder: worst |logit diff| {worst:.2e}");
+}
+
+/// int8's gate for the cross-encoder: logits within 0.05 of transformers' f32 ones (the golden
+/// logits span 1.6), on the tiny random model, whose 32-wide layers quantise worse than a real
+/// model's 384-wide ones.
+#[test]
+fn cross_encoder_int8_logits_stay_close_to_transformers() {
+    let worst = worst_logit_difference(&tiny_cross_encoder(Precision::Int8), 0.05);
+    eprintln!("golden cross-encoder int8: worst |logit diff| {worst:.2e}");
 }

@@ -18,15 +18,12 @@ pub fn sample_corpus() -> PathBuf {
 
 fn ingest_json(data: &Path, args: &[&str]) -> (i32, serde_json::Value, String) {
     let (code, out, err) = run(ragbox(data).arg("ingest").args(args).arg("--json"));
-    let json = serde_json::from_str(out.trim())
-        .unwrap_or_else(|e| panic!("ingest --json printed {out:?} ({e}); stderr: {err}"));
+    let json = serde_json::from_str(out.trim()).unwrap_or_else(|e| panic!("ingest --json printed {out:?} ({e}); stderr: {err}"));
     (code, json, err)
 }
 
 fn count(v: &serde_json::Value, key: &str) -> u64 {
-    v[key]
-        .as_u64()
-        .unwrap_or_else(|| panic!("{key} missing in {v}"))
+    v[key].as_u64().unwrap_or_else(|| panic!("{key} missing in {v}"))
 }
 
 fn open_store(data: &Path) -> Store {
@@ -60,13 +57,7 @@ fn lexical_paths(data: &Path, tenant: &str, query: &str) -> Vec<PathBuf> {
     let reader = store.reader(&t).unwrap();
     let hits = reader.lexical.search(query, 5).unwrap();
     let ids: Vec<_> = hits.iter().map(|h| h.0).collect();
-    store
-        .catalog()
-        .chunks(t.id, &ids)
-        .unwrap()
-        .into_iter()
-        .map(|c| c.path)
-        .collect()
+    store.catalog().chunks(t.id, &ids).unwrap().into_iter().map(|c| c.path).collect()
 }
 
 fn corpus_files(dir: &Path) -> usize {
@@ -97,15 +88,7 @@ fn sample_corpus_ingests_then_reruns_touch_only_what_changed() {
     // Unchanged: nothing parsed, embedded or committed.
     let (code, second, _) = ingest_json(&data, &[corpus.to_str().unwrap()]);
     assert_eq!(code, 0);
-    assert_eq!(
-        (
-            count(&second, "unchanged"),
-            count(&second, "embedded"),
-            count(&second, "commits")
-        ),
-        (files, 0, 0),
-        "{second}"
-    );
+    assert_eq!((count(&second, "unchanged"), count(&second, "embedded"), count(&second, "commits")), (files, 0, 0), "{second}");
 
     // One file changed, one removed, one added: exactly those are touched.
     let mut md: Vec<PathBuf> = std::fs::read_dir(corpus.join("policies"))
@@ -120,41 +103,21 @@ fn sample_corpus_ingests_then_reruns_touch_only_what_changed() {
     std::fs::remove_file(changed).unwrap(); // break the hard link to the shipped file
     std::fs::write(changed, text).unwrap();
     std::fs::remove_file(gone).unwrap();
-    std::fs::write(
-        corpus.join("new-note.txt"),
-        "Parking\n\nVisitors park in bay 7 after signing in at reception.\n",
-    )
-    .unwrap();
+    std::fs::write(corpus.join("new-note.txt"), "Parking\n\nVisitors park in bay 7 after signing in at reception.\n").unwrap();
     let (code, third, _) = ingest_json(&data, &[corpus.to_str().unwrap()]);
     assert_eq!(code, 0);
     assert_eq!(
-        (
-            count(&third, "added"),
-            count(&third, "updated"),
-            count(&third, "removed"),
-            count(&third, "unchanged")
-        ),
+        (count(&third, "added"), count(&third, "updated"), count(&third, "removed"), count(&third, "unchanged")),
         (1, 1, 1, files - 2),
         "{third}"
     );
-    assert!(
-        count(&third, "cached") > 0,
-        "unchanged sections of the changed file come from the cache: {third}"
-    );
+    assert!(count(&third, "cached") > 0, "unchanged sections of the changed file come from the cache: {third}");
     let c = consistent(&data, "default");
     assert!(c.consistent, "{c:?}");
     let paths = indexed_paths(&data, "default");
     assert!(!paths.iter().any(|p| p.file_name() == gone.file_name()));
-    assert_eq!(
-        lexical_paths(&data, "default", "quokka on site")[0].file_name(),
-        changed.file_name()
-    );
-    assert_eq!(
-        lexical_paths(&data, "default", "where do visitors park")[0]
-            .file_name()
-            .unwrap(),
-        "new-note.txt"
-    );
+    assert_eq!(lexical_paths(&data, "default", "quokka on site")[0].file_name(), changed.file_name());
+    assert_eq!(lexical_paths(&data, "default", "where do visitors park")[0].file_name().unwrap(), "new-note.txt");
 
     // ls and rm.
     let (code, out, _) = run(ragbox(&data).args(["ls", "--json"]));
@@ -163,9 +126,7 @@ fn sample_corpus_ingests_then_reruns_touch_only_what_changed() {
     assert_eq!(ls["documents"].as_array().unwrap().len() as u64, files);
     let (code, _, err) = run(ragbox(&data).arg("rm").arg(corpus.join("new-note.txt")));
     assert_eq!(code, 0, "{err}");
-    assert!(lexical_paths(&data, "default", "where do visitors park")
-        .iter()
-        .all(|p| !p.ends_with("new-note.txt")));
+    assert!(lexical_paths(&data, "default", "where do visitors park").iter().all(|p| !p.ends_with("new-note.txt")));
     let (code, _, err) = run(ragbox(&data).arg("rm").arg(corpus.join("never-there.md")));
     assert_eq!(code, 2, "{err}");
     assert!(err.contains("ragbox ls"), "{err}");
@@ -177,11 +138,7 @@ fn dense_search_finds_the_passage_with_the_real_model() {
     let (corpus, data) = (tmp.path().join("corpus"), tmp.path().join("data"));
     std::fs::create_dir_all(&corpus).unwrap();
     std::fs::write(corpus.join("pets.md"), "# Office pets\n\nDogs are welcome in the office on Fridays if they are calm and vaccinated.\n").unwrap();
-    std::fs::write(
-        corpus.join("tax.md"),
-        "# Taxes\n\nQuarterly VAT returns are filed by the finance team before the 20th.\n",
-    )
-    .unwrap();
+    std::fs::write(corpus.join("tax.md"), "# Taxes\n\nQuarterly VAT returns are filed by the finance team before the 20th.\n").unwrap();
     let (code, report, err) = ingest_json(&data, &[corpus.to_str().unwrap()]);
     assert_eq!(code, 0, "{report} {err}");
 
@@ -198,20 +155,12 @@ fn dense_search_finds_the_passage_with_the_real_model() {
     let store = app.store().unwrap();
     let t = store.catalog().require_tenant("default").unwrap();
     let reader = store.reader(&t).unwrap();
-    let q = embedder
-        .embed_one(
-            "can I bring my puppy to work?",
-            ragbox::types::TextKind::Query,
-        )
-        .unwrap();
+    let q = embedder.embed_one("can I bring my puppy to work?", ragbox::types::TextKind::Query).unwrap();
     let hits = reader.vector.search(&q.vector, 2).unwrap();
     let rows = store.catalog().chunks(t.id, &[hits[0].0]).unwrap();
     assert!(rows[0].path.ends_with("pets.md"), "{rows:?}");
     assert!(rows[0].text.contains("Dogs are welcome"));
-    assert_eq!(
-        rows[0].context, "Office pets",
-        "title and section path, deduplicated"
-    );
+    assert_eq!(rows[0].context, "Office pets", "title and section path, deduplicated");
     assert!(hits[0].1 > hits[1].1);
 }
 
@@ -228,58 +177,29 @@ fn bad_inputs_are_reported_with_path_and_reason_and_the_rest_is_ingested() {
         .as_array()
         .unwrap()
         .iter()
-        .map(|s| {
-            (
-                s["path"].as_str().unwrap().to_string(),
-                s["reason"].as_str().unwrap().to_string(),
-            )
-        })
+        .map(|s| (s["path"].as_str().unwrap().to_string(), s["reason"].as_str().unwrap().to_string()))
         .collect();
     let reason_of = |name: &str| -> String {
         skipped
             .iter()
-            .find(|(p, _)| {
-                Path::new(p)
-                    .file_name()
-                    .is_some_and(|f| f.to_string_lossy() == name)
-            })
+            .find(|(p, _)| Path::new(p).file_name().is_some_and(|f| f.to_string_lossy() == name))
             .map(|(_, r)| r.clone())
             .unwrap_or_else(|| panic!("{name} not reported as skipped: {skipped:#?}"))
     };
     assert!(reason_of("empty.md").contains("empty"));
     assert!(reason_of("huge.txt").contains("too large"));
-    assert!(
-        reason_of("truncated.pdf").contains("could not be parsed"),
-        "{}",
-        reason_of("truncated.pdf")
-    );
-    assert!(
-        skipped.iter().any(|(_, r)| r.contains("binary")),
-        "{skipped:#?}"
-    );
-    assert!(
-        skipped.iter().any(|(_, r)| r.contains("UTF-8")),
-        "{skipped:#?}"
-    );
-    assert!(
-        skipped.iter().any(|(_, r)| r.contains("loop")),
-        "{skipped:#?}"
-    );
-    assert!(
-        count(&report, "added") >= 3,
-        "the good files are ingested: {report}"
-    );
+    assert!(reason_of("truncated.pdf").contains("could not be parsed"), "{}", reason_of("truncated.pdf"));
+    assert!(skipped.iter().any(|(_, r)| r.contains("binary")), "{skipped:#?}");
+    assert!(skipped.iter().any(|(_, r)| r.contains("UTF-8")), "{skipped:#?}");
+    assert!(skipped.iter().any(|(_, r)| r.contains("loop")), "{skipped:#?}");
+    assert!(count(&report, "added") >= 3, "the good files are ingested: {report}");
     let c = consistent(&data, "default");
     assert!(c.consistent, "{c:?}");
 
     // A second run reports the same skips (they stay skipped until they change) and does no work.
     let (code, again, _) = ingest_json(&data, &[dir.to_str().unwrap()]);
     assert_eq!(code, 5);
-    assert_eq!(
-        again["skipped"].as_array().unwrap().len(),
-        skipped.len(),
-        "{again}"
-    );
+    assert_eq!(again["skipped"].as_array().unwrap().len(), skipped.len(), "{again}");
     assert_eq!(count(&again, "embedded"), 0);
 }
 
@@ -288,10 +208,7 @@ fn a_missing_folder_is_a_user_error_that_says_what_to_do() {
     let tmp = tempfile::tempdir().unwrap();
     let (code, _, err) = run(ragbox(tmp.path()).args(["ingest", "/no/such/folder"]));
     assert_eq!(code, 2, "{err}");
-    assert!(
-        err.contains("/no/such/folder") && err.contains("existing file or folder"),
-        "{err}"
-    );
+    assert!(err.contains("/no/such/folder") && err.contains("existing file or folder"), "{err}");
 }
 
 /// A config that commits every few chunks, so kills land between many commits.
@@ -303,12 +220,7 @@ fn small_commits_config(dir: &Path) -> PathBuf {
 
 /// Starts an ingest, kills it after `delay`, returns the documents it acknowledged and whether the
 /// kill landed while it was still running.
-fn ingest_and_kill(
-    data: &Path,
-    config: &Path,
-    corpus: &Path,
-    delay: Duration,
-) -> (BTreeSet<PathBuf>, bool) {
+fn ingest_and_kill(data: &Path, config: &Path, corpus: &Path, delay: Duration) -> (BTreeSet<PathBuf>, bool) {
     use std::io::Read;
     use std::os::unix::process::ExitStatusExt;
     let mut child = ragbox(data)
@@ -333,10 +245,7 @@ fn ingest_and_kill(
     let err = reader.join().unwrap();
     let acked = err
         .lines()
-        .filter_map(|l| {
-            l.strip_prefix("committed added ")
-                .or_else(|| l.strip_prefix("committed updated "))
-        })
+        .filter_map(|l| l.strip_prefix("committed added ").or_else(|| l.strip_prefix("committed updated ")))
         .map(PathBuf::from)
         .collect();
     (acked, status.signal() == Some(9))
@@ -346,10 +255,7 @@ fn ingest_and_kill(
 /// `scripts/crash-test.sh` runs it with RAGBOX_CRASH_RUNS=100 or more.
 #[test]
 fn sigkill_at_random_moments_loses_nothing_acknowledged() {
-    let runs: usize = std::env::var("RAGBOX_CRASH_RUNS")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(20);
+    let runs: usize = std::env::var("RAGBOX_CRASH_RUNS").ok().and_then(|v| v.parse().ok()).unwrap_or(20);
     let tmp = tempfile::tempdir().unwrap();
     // Part of the sample corpus (four policies, the e-mails, the PDF: three parsers, ~90 chunks),
     // so that 20 runs stay within a few minutes on two cores.
@@ -362,11 +268,7 @@ fn sigkill_at_random_moments_loses_nothing_acknowledged() {
     // How long a whole run takes here: kills are spread over that window.
     let data = tmp.path().join("timing");
     let t = Instant::now();
-    let (code, _, err) = run(ragbox(&data)
-        .arg("--config")
-        .arg(&config)
-        .arg("ingest")
-        .arg(&corpus));
+    let (code, _, err) = run(ragbox(&data).arg("--config").arg(&config).arg("ingest").arg(&corpus));
     assert_eq!(code, 0, "{err}");
     let full = t.elapsed();
     let expected = indexed_paths(&data, "default");
@@ -393,45 +295,22 @@ fn sigkill_at_random_moments_loses_nothing_acknowledged() {
             if let Some(t) = store.catalog().tenant("default").unwrap() {
                 drop(store.reader(&t).unwrap());
                 let present = indexed_paths(&data, "default");
-                assert!(
-                    acked.is_subset(&present),
-                    "run {run_no}: acknowledged but missing: {:?}",
-                    acked.difference(&present)
-                );
-                let c = store
-                    .check_consistency(&store.catalog().require_tenant("default").unwrap())
-                    .unwrap();
+                assert!(acked.is_subset(&present), "run {run_no}: acknowledged but missing: {:?}", acked.difference(&present));
+                let c = store.check_consistency(&store.catalog().require_tenant("default").unwrap()).unwrap();
                 assert!(c.consistent, "run {run_no}: after repair {c:?}");
             }
         }
-        eprintln!(
-            "run {run_no}: {} of {} documents acknowledged before the kills",
-            acked.len(),
-            expected.len()
-        );
+        eprintln!("run {run_no}: {} of {} documents acknowledged before the kills", acked.len(), expected.len());
         // The next run finishes the job.
-        let (code, _, err) = run(ragbox(&data)
-            .arg("--config")
-            .arg(&config)
-            .arg("ingest")
-            .arg(&corpus));
+        let (code, _, err) = run(ragbox(&data).arg("--config").arg(&config).arg("ingest").arg(&corpus));
         assert_eq!(code, 0, "run {run_no}: {err}");
         assert_eq!(indexed_paths(&data, "default"), expected, "run {run_no}");
         let c = consistent(&data, "default");
-        assert!(
-            c.consistent && c.duplicate_lexical == 0,
-            "run {run_no}: {c:?}"
-        );
-        assert!(
-            !lexical_paths(&data, "default", "policy").is_empty(),
-            "run {run_no}: search works"
-        );
+        assert!(c.consistent && c.duplicate_lexical == 0, "run {run_no}: {c:?}");
+        assert!(!lexical_paths(&data, "default", "policy").is_empty(), "run {run_no}: search works");
     }
     eprintln!("{interrupted} of {kills} kills landed while ingest was running");
-    assert!(
-        interrupted * 2 >= kills,
-        "most kills land mid-run ({interrupted} of {kills})"
-    );
+    assert!(interrupted * 2 >= kills, "most kills land mid-run ({interrupted} of {kills})");
 }
 
 #[test]
@@ -452,33 +331,17 @@ fn damaged_or_missing_indexes_are_rebuilt_from_the_catalog_without_reembedding()
     assert_eq!(code, 0);
     let repaired = report["repaired"].as_array().unwrap();
     assert_eq!(repaired.len(), 2, "{report}");
-    assert_eq!(
-        count(&report, "embedded"),
-        0,
-        "vectors come from the catalog's cache: {report}"
-    );
+    assert_eq!(count(&report, "embedded"), 0, "vectors come from the catalog's cache: {report}");
     assert!(consistent(&data, "default").consistent);
 
     // A missing vector file, and a truncated one.
     std::fs::remove_file(&vector).unwrap();
     assert!(!lexical_paths(&data, "default", "password").is_empty());
-    assert!(
-        consistent(&data, "default").consistent,
-        "the reader rebuilt it"
-    );
+    assert!(consistent(&data, "default").consistent, "the reader rebuilt it");
     let bytes = std::fs::read(&vector).unwrap();
     std::fs::write(&vector, &bytes[..bytes.len() / 3]).unwrap();
     assert!(!consistent(&data, "default").consistent);
-    drop(
-        open_store(&data)
-            .reader(
-                &open_store(&data)
-                    .catalog()
-                    .require_tenant("default")
-                    .unwrap(),
-            )
-            .unwrap(),
-    );
+    drop(open_store(&data).reader(&open_store(&data).catalog().require_tenant("default").unwrap()).unwrap());
     assert!(consistent(&data, "default").consistent);
 }
 
@@ -489,54 +352,23 @@ fn tenants_are_kept_apart() {
     let (a, b) = (tmp.path().join("a"), tmp.path().join("b"));
     std::fs::create_dir_all(&a).unwrap();
     std::fs::create_dir_all(&b).unwrap();
-    std::fs::write(
-        a.join("alpha.md"),
-        "# Alpha\n\nThe alpha team owns the zebra project.\n",
-    )
-    .unwrap();
-    std::fs::write(
-        b.join("beta.md"),
-        "# Beta\n\nThe beta team owns the zebra budget.\n",
-    )
-    .unwrap();
-    assert_eq!(
-        ingest_json(&data, &[a.to_str().unwrap(), "--tenant", "acme"]).0,
-        0
-    );
-    assert_eq!(
-        ingest_json(&data, &[b.to_str().unwrap(), "--tenant", "globex"]).0,
-        0
-    );
+    std::fs::write(a.join("alpha.md"), "# Alpha\n\nThe alpha team owns the zebra project.\n").unwrap();
+    std::fs::write(b.join("beta.md"), "# Beta\n\nThe beta team owns the zebra budget.\n").unwrap();
+    assert_eq!(ingest_json(&data, &[a.to_str().unwrap(), "--tenant", "acme"]).0, 0);
+    assert_eq!(ingest_json(&data, &[b.to_str().unwrap(), "--tenant", "globex"]).0, 0);
     let acme = lexical_paths(&data, "acme", "zebra");
     let globex = lexical_paths(&data, "globex", "zebra");
     assert!(acme.len() == 1 && acme[0].ends_with("alpha.md"), "{acme:?}");
-    assert!(
-        globex.len() == 1 && globex[0].ends_with("beta.md"),
-        "{globex:?}"
-    );
+    assert!(globex.len() == 1 && globex[0].ends_with("beta.md"), "{globex:?}");
     // Resolution checks the tenant again: globex's chunk ids do not resolve for acme.
     let store = open_store(&data);
-    let (ta, tg) = (
-        store.catalog().require_tenant("acme").unwrap(),
-        store.catalog().require_tenant("globex").unwrap(),
-    );
-    let g_hits = store
-        .reader(&tg)
-        .unwrap()
-        .lexical
-        .search("zebra", 5)
-        .unwrap();
-    assert!(store
-        .catalog()
-        .chunks(ta.id, &[g_hits[0].0])
-        .unwrap()
-        .is_empty());
+    let (ta, tg) = (store.catalog().require_tenant("acme").unwrap(), store.catalog().require_tenant("globex").unwrap());
+    let g_hits = store.reader(&tg).unwrap().lexical.search("zebra", 5).unwrap();
+    assert!(store.catalog().chunks(ta.id, &[g_hits[0].0]).unwrap().is_empty());
     let (code, _, err) = run(ragbox(&data).args(["ls", "--tenant", "initech"]));
     assert_eq!(code, 2);
     assert!(err.contains("acme, globex"), "{err}");
-    let (code, _, err) = run(ragbox(&data)
-        .args(["ingest", "--tenant", "../evil"])
-        .arg(&a));
+    let (code, _, err) = run(ragbox(&data).args(["ingest", "--tenant", "../evil"]).arg(&a));
     assert_eq!(code, 2, "{err}");
 }
 
@@ -545,28 +377,14 @@ fn reembed_switches_a_tenant_to_another_model_from_the_catalog() {
     let tmp = tempfile::tempdir().unwrap();
     let (corpus, data) = (tmp.path().join("corpus"), tmp.path().join("data"));
     std::fs::create_dir_all(&corpus).unwrap();
-    std::fs::write(
-        corpus.join("a.md"),
-        "# Leave\n\nStaff get 28 days of annual leave, including public holidays.\n",
-    )
-    .unwrap();
-    std::fs::write(
-        corpus.join("b.md"),
-        "# Laptops\n\nLaptops are replaced every four years.\n",
-    )
-    .unwrap();
+    std::fs::write(corpus.join("a.md"), "# Leave\n\nStaff get 28 days of annual leave, including public holidays.\n").unwrap();
+    std::fs::write(corpus.join("b.md"), "# Laptops\n\nLaptops are replaced every four years.\n").unwrap();
     assert_eq!(ingest_json(&data, &[corpus.to_str().unwrap()]).0, 0);
-    let (code, _, err) = run(ragbox(&data)
-        .args(["ingest", "--model", "nomic-embed-text-v1.5"])
-        .arg(&corpus));
+    let (code, _, err) = run(ragbox(&data).args(["ingest", "--model", "nomic-embed-text-v1.5"]).arg(&corpus));
     assert_eq!(code, 2, "another model on an existing tenant is refused");
-    assert!(
-        err.contains("ragbox reembed --tenant default --model nomic-embed-text-v1.5"),
-        "{err}"
-    );
+    assert!(err.contains("ragbox reembed --tenant default --model nomic-embed-text-v1.5"), "{err}");
 
-    let (code, out, err) =
-        run(ragbox(&data).args(["reembed", "--model", "nomic-embed-text-v1.5", "--json"]));
+    let (code, out, err) = run(ragbox(&data).args(["reembed", "--model", "nomic-embed-text-v1.5", "--json"]));
     assert_eq!(code, 0, "{err}");
     let r: serde_json::Value = serde_json::from_str(&out).unwrap();
     assert_eq!(r["report"]["embedded"], 2, "{r}");
@@ -574,38 +392,18 @@ fn reembed_switches_a_tenant_to_another_model_from_the_catalog() {
     let t = store.catalog().require_tenant("default").unwrap();
     assert_eq!((t.model.as_str(), t.dims), ("nomic-embed-text-v1.5", 768));
     assert!(store.check_consistency(&t).unwrap().consistent);
-    assert!(
-        ragbox::store::Layout::new(&data)
-            .vector("default", "all-minilm-l6-v2")
-            .exists(),
-        "the old index stays"
-    );
+    assert!(ragbox::store::Layout::new(&data).vector("default", "all-minilm-l6-v2").exists(), "the old index stays");
 
     // Further ingests use the tenant's model; nothing unchanged is embedded again.
     std::fs::write(corpus.join("c.md"), "# Parking\n\nBay 7 is for visitors.\n").unwrap();
     let (code, report, _) = ingest_json(&data, &[corpus.to_str().unwrap()]);
     assert_eq!(code, 0);
-    assert_eq!(
-        (
-            report["model"].as_str().unwrap(),
-            count(&report, "added"),
-            count(&report, "embedded")
-        ),
-        ("nomic-embed-text-v1.5", 1, 1)
-    );
+    assert_eq!((report["model"].as_str().unwrap(), count(&report, "added"), count(&report, "embedded")), ("nomic-embed-text-v1.5", 1, 1));
     // Switching back costs nothing: MiniLM's vectors are still cached.
-    let (code, out, _) =
-        run(ragbox(&data).args(["reembed", "--model", "all-minilm-l6-v2", "--json"]));
+    let (code, out, _) = run(ragbox(&data).args(["reembed", "--model", "all-minilm-l6-v2", "--json"]));
     assert_eq!(code, 0);
     let r: serde_json::Value = serde_json::from_str(&out).unwrap();
-    assert_eq!(
-        (
-            r["report"]["embedded"].as_u64(),
-            r["report"]["cached"].as_u64()
-        ),
-        (Some(1), Some(2)),
-        "{r}"
-    );
+    assert_eq!((r["report"]["embedded"].as_u64(), r["report"]["cached"].as_u64()), (Some(1), Some(2)), "{r}");
 }
 
 #[test]
@@ -614,20 +412,11 @@ fn watch_follows_new_and_changed_files() {
     let (corpus, data) = (tmp.path().join("corpus"), tmp.path().join("data"));
     std::fs::create_dir_all(&corpus).unwrap();
     std::fs::write(corpus.join("a.md"), "# A\n\nFirst document.\n").unwrap();
-    let mut child = ragbox(&data)
-        .args(["ingest", "--watch", "-q"])
-        .arg(&corpus)
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
+    let mut child = ragbox(&data).args(["ingest", "--watch", "-q"]).arg(&corpus).stdout(Stdio::null()).stderr(Stdio::null()).spawn().unwrap();
     let wait_for = |what: &str, cond: &dyn Fn() -> bool| {
         let t = Instant::now();
         while !cond() {
-            assert!(
-                t.elapsed() < Duration::from_secs(60),
-                "timed out waiting for {what}"
-            );
+            assert!(t.elapsed() < Duration::from_secs(60), "timed out waiting for {what}");
             std::thread::sleep(Duration::from_millis(200));
         }
     };
@@ -635,35 +424,16 @@ fn watch_follows_new_and_changed_files() {
         let data = data.clone();
         move || {
             data.join("catalog.sqlite").exists()
-                && open_store(&data)
-                    .catalog()
-                    .tenant("default")
-                    .ok()
-                    .flatten()
-                    .is_some()
-                && indexed_paths(&data, "default")
-                    .iter()
-                    .any(|p| p.ends_with(name))
+                && open_store(&data).catalog().tenant("default").ok().flatten().is_some()
+                && indexed_paths(&data, "default").iter().any(|p| p.ends_with(name))
         }
     };
     wait_for("the first ingest", &has("a.md"));
-    std::fs::write(
-        corpus.join("b.md"),
-        "# B\n\nThe watcher picked up the aardvark memo.\n",
-    )
-    .unwrap();
+    std::fs::write(corpus.join("b.md"), "# B\n\nThe watcher picked up the aardvark memo.\n").unwrap();
     wait_for("the new file", &has("b.md"));
-    wait_for("the lexical index", &|| {
-        lexical_paths(&data, "default", "aardvark")
-            .iter()
-            .any(|p| p.ends_with("b.md"))
-    });
+    wait_for("the lexical index", &|| lexical_paths(&data, "default", "aardvark").iter().any(|p| p.ends_with("b.md")));
     std::fs::remove_file(corpus.join("a.md")).unwrap();
-    wait_for("the removal", &|| {
-        !indexed_paths(&data, "default")
-            .iter()
-            .any(|p| p.ends_with("a.md"))
-    });
+    wait_for("the removal", &|| !indexed_paths(&data, "default").iter().any(|p| p.ends_with("a.md")));
     let _ = child.kill();
     let _ = child.wait();
 }

@@ -13,50 +13,21 @@ fn check(dtype: GgmlDType, k: usize, n: usize, m: usize) {
     let dequantised = q.dequantize(&dev).expect("dequantise");
     let mm = QMatMul::from_qtensor(q).expect("qmatmul");
     let x = Tensor::randn(0f32, 1.0, (m, k), &dev).expect("activations");
-    let got: Vec<f32> = mm
-        .forward(&x)
-        .expect("forward")
-        .flatten_all()
-        .unwrap()
-        .to_vec1()
-        .unwrap();
-    let want: Vec<f32> = x
-        .matmul(&dequantised.t().unwrap())
-        .unwrap()
-        .flatten_all()
-        .unwrap()
-        .to_vec1()
-        .unwrap();
+    let got: Vec<f32> = mm.forward(&x).expect("forward").flatten_all().unwrap().to_vec1().unwrap();
+    let want: Vec<f32> = x.matmul(&dequantised.t().unwrap()).unwrap().flatten_all().unwrap().to_vec1().unwrap();
     assert_eq!(got.len(), m * n);
     // The activations are quantised to 8 bits per row, so results differ from f32 by about
     // 1% of a dot product's scale (sqrt(k) for unit normals); a wrong kernel is off by far more.
     let scale = (k as f32).sqrt();
-    let worst = got
-        .iter()
-        .zip(&want)
-        .map(|(a, b)| (a - b).abs())
-        .fold(0f32, f32::max);
-    assert!(
-        worst < 0.05 * scale,
-        "{dtype:?} {m}x{k} @ {k}x{n}: max |error| {worst} (scale {scale})"
-    );
+    let worst = got.iter().zip(&want).map(|(a, b)| (a - b).abs()).fold(0f32, f32::max);
+    assert!(worst < 0.05 * scale, "{dtype:?} {m}x{k} @ {k}x{n}: max |error| {worst} (scale {scale})");
 }
 
 #[test]
 fn quantised_matmul_matches_f32_for_one_row_and_a_prompt() {
-    for dtype in [
-        GgmlDType::Q5_0,
-        GgmlDType::Q8_0,
-        GgmlDType::Q4_0,
-        GgmlDType::Q4K,
-        GgmlDType::Q6K,
-    ] {
+    for dtype in [GgmlDType::Q5_0, GgmlDType::Q8_0, GgmlDType::Q4_0, GgmlDType::Q4K, GgmlDType::Q6K] {
         // Qwen2.5-0.5B's shapes: 896 wide (not a multiple of 256: k-quants need 256).
-        let k = if matches!(dtype, GgmlDType::Q4K | GgmlDType::Q6K) {
-            1024
-        } else {
-            896
-        };
+        let k = if matches!(dtype, GgmlDType::Q4K | GgmlDType::Q6K) { 1024 } else { 896 };
         for m in [1, 3, 70] {
             check(dtype, k, 40, m);
         }

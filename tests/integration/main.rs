@@ -3,16 +3,16 @@
 //! `scripts/fetch-models.sh` (the normal test command runs it first); a missing model fails with a
 //! message naming that command.
 
-mod answer;
-mod backup;
 mod cli;
 mod common;
-mod faults;
 mod golden;
 mod ingest;
 mod kernels;
 mod models;
 mod retrieve;
-mod serve_faults;
 mod server;
+mod serve_faults;
 mod web;
+mod answer;
+mod backup;
+mod faults;

@@ -42,12 +42,9 @@ fn serve_hub(files: Vec<(String, String, Vec<u8>)>, max_requests: usize) -> Stri
                 }
             }
             let path = request.split_whitespace().nth(1).unwrap_or("").to_string();
-            let found = files
-                .iter()
-                .find(|(repo, name, _)| path == format!("/{repo}/resolve/main/{name}"));
+            let found = files.iter().find(|(repo, name, _)| path == format!("/{repo}/resolve/main/{name}"));
             let response = match found {
-                None => b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
-                    .to_vec(),
+                None => b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\nConnection: close\r\n\r\n".to_vec(),
                 Some((_, _, body)) => {
                     let start = range_start.unwrap_or(0).min(body.len());
                     let end = range_end.map_or(body.len(), |e| (e + 1).min(body.len()));
@@ -81,13 +78,7 @@ fn tiny_files(repo: &str) -> Vec<(String, String, Vec<u8>)> {
     let dir = fixture("tiny-random-bert-crossencoder");
     ["config.json", "tokenizer.json", "model.safetensors"]
         .iter()
-        .map(|f| {
-            (
-                repo.to_string(),
-                f.to_string(),
-                std::fs::read(dir.join(f)).unwrap(),
-            )
-        })
+        .map(|f| (repo.to_string(), f.to_string(), std::fs::read(dir.join(f)).unwrap()))
         .collect()
 }
 
@@ -100,10 +91,7 @@ fn tiny_manifest() -> &'static Manifest {
     for f in ["config.json", "tokenizer.json", "model.safetensors"] {
         let p = dir.join(f);
         let size = std::fs::metadata(&p).unwrap().len();
-        text += &format!(
-            "[[model.files]]\nname = \"{f}\"\nsha256 = \"{}\"\nsize = {size}\n",
-            sha256_file(&p).unwrap()
-        );
+        text += &format!("[[model.files]]\nname = \"{f}\"\nsha256 = \"{}\"\nsize = {size}\n", sha256_file(&p).unwrap());
     }
     Box::leak(Box::new(Manifest::parse(&text).unwrap()))
 }
@@ -131,21 +119,13 @@ fn pull_from_a_hub_endpoint_lands_verified_files_in_hub_layout() {
     let spec = store.manifest().get("tiny-ce").unwrap();
     let paths = pull_model(&store, spec, &endpoint, false).unwrap();
     assert_eq!(paths.len(), 3);
-    assert!(models
-        .path()
-        .join("models--ragbox-tests--tiny-ce/refs/main")
-        .is_file());
+    assert!(models.path().join("models--ragbox-tests--tiny-ce/refs/main").is_file());
     assert!(store.status(spec).ready);
     // The pulled model works: its logits are the reference ones.
     let reranker = load_reranker(&store, spec, &RerankOptions::default()).unwrap();
     let golden = json_fixture("golden-crossencoder-tiny-random.json");
     let p = &golden["pairs"][0];
-    let s = reranker
-        .score(
-            p["query"].as_str().unwrap(),
-            &[p["passage"].as_str().unwrap()],
-        )
-        .unwrap();
+    let s = reranker.score(p["query"].as_str().unwrap(), &[p["passage"].as_str().unwrap()]).unwrap();
     assert!((s[0] - p["logit"].as_f64().unwrap() as f32).abs() <= 1e-3);
     // A second pull finds everything verified and asks the endpoint nothing.
     let again = pull_model(&store, spec, "http://127.0.0.1:9", false).unwrap();
@@ -160,36 +140,20 @@ fn pull_refuses_files_that_fail_their_checksum_and_keeps_none() {
     let models = tempfile::tempdir().unwrap();
     let (code, _out, err) = run(ragbox(data.path())
         .env("RAGBOX_MODELS_DIR", models.path())
-        .args([
-            "models",
-            "pull",
-            "ms-marco-minilm-l6-v2",
-            "--endpoint",
-            &endpoint,
-        ]));
+        .args(["models", "pull", "ms-marco-minilm-l6-v2", "--endpoint", &endpoint]));
     assert_eq!(code, 3, "{err}");
-    assert!(
-        err.contains("config.json") && err.contains("failed its checksum"),
-        "{err}"
-    );
-    let left: Vec<PathBuf> = files_under(models.path())
-        .into_iter()
-        .filter(|p| !p.ends_with("refs/main"))
-        .collect();
+    assert!(err.contains("config.json") && err.contains("failed its checksum"), "{err}");
+    let left: Vec<PathBuf> = files_under(models.path()).into_iter().filter(|p| !p.ends_with("refs/main")).collect();
     assert!(left.is_empty(), "unverified files left behind: {left:?}");
 }
 
 #[test]
 fn import_copies_a_carried_folder_and_verifies_it() {
     let spec_dir = models_dir().join("models--sentence-transformers--all-MiniLM-L6-v2");
-    let snapshot = std::fs::read_to_string(spec_dir.join("refs/main"))
-        .expect("MiniLM fetched: run scripts/fetch-models.sh");
+    let snapshot = std::fs::read_to_string(spec_dir.join("refs/main")).expect("MiniLM fetched: run scripts/fetch-models.sh");
     let carried = tempfile::tempdir().unwrap();
     // A flat folder of files, as someone would carry them on a stick.
-    copy_tree(
-        &spec_dir.join("snapshots").join(snapshot.trim()),
-        &carried.path().join("all-minilm-l6-v2"),
-    );
+    copy_tree(&spec_dir.join("snapshots").join(snapshot.trim()), &carried.path().join("all-minilm-l6-v2"));
     let models = tempfile::tempdir().unwrap();
     let data = tempfile::tempdir().unwrap();
     let (code, out, err) = run(ragbox(data.path())
@@ -199,9 +163,7 @@ fn import_copies_a_carried_folder_and_verifies_it() {
         .args(["--model", "all-minilm-l6-v2"]));
     assert_eq!(code, 0, "{err}");
     assert_eq!(out.matches("imported").count(), 3, "{out}");
-    let (code, out, err) = run(ragbox(data.path())
-        .env("RAGBOX_MODELS_DIR", models.path())
-        .args(["embed", "--json", "imported and working"]));
+    let (code, out, err) = run(ragbox(data.path()).env("RAGBOX_MODELS_DIR", models.path()).args(["embed", "--json", "imported and working"]));
     assert_eq!(code, 0, "{err}");
     assert!(out.contains("\"dims\":384"));
 
@@ -209,11 +171,7 @@ fn import_copies_a_carried_folder_and_verifies_it() {
     let carried2 = tempfile::tempdir().unwrap();
     let models2 = tempfile::tempdir().unwrap();
     for f in ["config.json", "tokenizer.json", "model.safetensors"] {
-        std::fs::copy(
-            carried.path().join("all-minilm-l6-v2").join(f),
-            carried2.path().join(f),
-        )
-        .unwrap();
+        std::fs::copy(carried.path().join("all-minilm-l6-v2").join(f), carried2.path().join(f)).unwrap();
     }
     let mut bytes = std::fs::read(carried2.path().join("config.json")).unwrap();
     bytes[10] ^= 1;
@@ -224,26 +182,15 @@ fn import_copies_a_carried_folder_and_verifies_it() {
         .arg(carried2.path())
         .args(["--model", "all-minilm-l6-v2"]));
     assert_eq!(code, 3, "{err}");
-    assert!(
-        err.contains("config.json") && err.contains("sha256"),
-        "{err}"
-    );
-    assert!(files_under(models2.path())
-        .iter()
-        .all(|p| !p.ends_with("config.json")));
+    assert!(err.contains("config.json") && err.contains("sha256"), "{err}");
+    assert!(files_under(models2.path()).iter().all(|p| !p.ends_with("config.json")));
 }
 
 #[test]
 fn import_of_a_folder_without_the_model_says_what_is_missing() {
     let empty = tempfile::tempdir().unwrap();
     let data = tempfile::tempdir().unwrap();
-    let (code, _out, err) = run(ragbox(data.path())
-        .args(["models", "import"])
-        .arg(empty.path())
-        .args(["--model", "ms-marco-minilm-l6-v2"]));
+    let (code, _out, err) = run(ragbox(data.path()).args(["models", "import"]).arg(empty.path()).args(["--model", "ms-marco-minilm-l6-v2"]));
     assert_eq!(code, 2, "{err}");
-    assert!(
-        err.contains("config.json of model `ms-marco-minilm-l6-v2` is not in"),
-        "{err}"
-    );
+    assert!(err.contains("config.json of model `ms-marco-minilm-l6-v2` is not in"), "{err}");
 }

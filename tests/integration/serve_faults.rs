@@ -41,19 +41,8 @@ fn assert_consistent(server: &Server, when: &str) {
     };
     for t in doctor()["tenants"].as_array().unwrap() {
         if t["consistency"]["consistent"] != true {
-            eprintln!(
-                "{when}: tenant {} behind its catalog after the kill: {}",
-                t["tenant"]["name"], t["consistency"]
-            );
-            let (code, _, err) = cli(
-                server,
-                &[
-                    "search",
-                    "--tenant",
-                    t["tenant"]["name"].as_str().unwrap(),
-                    "policy",
-                ],
-            );
+            eprintln!("{when}: tenant {} behind its catalog after the kill: {}", t["tenant"]["name"], t["consistency"]);
+            let (code, _, err) = cli(server, &["search", "--tenant", t["tenant"]["name"].as_str().unwrap(), "policy"]);
             assert_eq!(code, 0, "{when}: {err}");
         }
     }
@@ -66,21 +55,12 @@ fn assert_consistent(server: &Server, when: &str) {
 
 fn uploads(server: &Server, tenant: &str) -> BTreeSet<String> {
     let dir = server.data.join("tenants").join(tenant).join("uploads");
-    std::fs::read_dir(dir)
-        .map(|d| {
-            d.flatten()
-                .map(|e| e.file_name().to_string_lossy().into_owned())
-                .collect()
-        })
-        .unwrap_or_default()
+    std::fs::read_dir(dir).map(|d| d.flatten().map(|e| e.file_name().to_string_lossy().into_owned()).collect()).unwrap_or_default()
 }
 
 /// The indexed documents' file names in `tenant`, through the API.
 fn indexed(server: &Server, key: &str, tenant: &str) -> BTreeSet<String> {
-    let (s, body) = get(
-        &format!("{}/v1/tenants/{tenant}/documents", server.base),
-        Some(key),
-    );
+    let (s, body) = get(&format!("{}/v1/tenants/{tenant}/documents", server.base), Some(key));
     if s == 404 {
         return BTreeSet::new();
     }
@@ -90,52 +70,22 @@ fn indexed(server: &Server, key: &str, tenant: &str) -> BTreeSet<String> {
         .unwrap()
         .iter()
         .filter(|d| d["status"] == "indexed")
-        .map(|d| {
-            d["path"]
-                .as_str()
-                .unwrap()
-                .rsplit('/')
-                .next()
-                .unwrap()
-                .to_string()
-        })
+        .map(|d| d["path"].as_str().unwrap().rsplit('/').next().unwrap().to_string())
         .collect()
 }
 
 #[test]
 fn serve_sigkill_mid_answer_mid_upload_and_mid_ingest_loses_nothing_acknowledged() {
     let mut server = start_with(FAST);
-    let writer = create_key(
-        &server,
-        &[
-            "--tenant",
-            "crash",
-            "--role",
-            "writer",
-            "--name",
-            "crash-writer",
-        ],
-    );
-    let reader = create_key(
-        &server,
-        &[
-            "--tenant",
-            "default",
-            "--role",
-            "reader",
-            "--name",
-            "crash-reader",
-        ],
-    );
+    let writer = create_key(&server, &["--tenant", "crash", "--role", "writer", "--name", "crash-writer"]);
+    let reader = create_key(&server, &["--tenant", "default", "--role", "reader", "--name", "crash-reader"]);
 
     // Mid-answer: the event stream is open (the generation runs) when the server dies.
     let ask = format!("{}/v1/tenants/default/ask", server.base);
     let resp = ureq::post(&ask)
         .set("Authorization", &format!("Bearer {reader}"))
         .set("Content-Type", "application/json")
-        .send_string(
-            r#"{"question": "How many days after a trip do I have to submit my expense claim?"}"#,
-        )
+        .send_string(r#"{"question": "How many days after a trip do I have to submit my expense claim?"}"#)
         .unwrap();
     assert_eq!(resp.header("Content-Type"), Some("text/event-stream"));
     server.kill();
@@ -144,10 +94,7 @@ fn serve_sigkill_mid_answer_mid_upload_and_mid_ingest_loses_nothing_acknowledged
     server.restart();
 
     // Mid-upload: half of a body sent, then the kill. Nothing of it may be left.
-    let (body, content_type) = multipart(
-        "half.md",
-        "# Half\n\nNever finished.\n".repeat(4000).as_bytes(),
-    );
+    let (body, content_type) = multipart("half.md", "# Half\n\nNever finished.\n".repeat(4000).as_bytes());
     let mut tcp = TcpStream::connect(host(&server)).unwrap();
     let head = format!(
         "POST /v1/tenants/crash/documents HTTP/1.1\r\nHost: {}\r\nAuthorization: Bearer {writer}\r\nContent-Type: {content_type}\r\nContent-Length: {}\r\n\r\n",
@@ -158,11 +105,7 @@ fn serve_sigkill_mid_answer_mid_upload_and_mid_ingest_loses_nothing_acknowledged
     tcp.write_all(&body[..body.len() / 2]).unwrap();
     std::thread::sleep(Duration::from_millis(300));
     server.kill();
-    assert!(
-        uploads(&server, "crash").is_empty(),
-        "a half upload left a file: {:?}",
-        uploads(&server, "crash")
-    );
+    assert!(uploads(&server, "crash").is_empty(), "a half upload left a file: {:?}", uploads(&server, "crash"));
     server.restart();
 
     // Mid-ingest: six uploads acknowledged (202), the kill while their jobs run.
@@ -171,28 +114,14 @@ fn serve_sigkill_mid_answer_mid_upload_and_mid_ingest_loses_nothing_acknowledged
     for entry in std::fs::read_dir(&policies).unwrap().flatten().take(6) {
         let name = format!("crash-{}", entry.file_name().to_string_lossy());
         let (body, content_type) = multipart(&name, &std::fs::read(entry.path()).unwrap());
-        let (s, reply, _) = call(
-            "POST",
-            &format!("{}/v1/tenants/crash/documents", server.base),
-            Some(&writer),
-            Some(&body),
-            &content_type,
-        );
+        let (s, reply, _) = call("POST", &format!("{}/v1/tenants/crash/documents", server.base), Some(&writer), Some(&body), &content_type);
         assert_eq!(s, 202, "{reply}");
         acked.insert(name);
     }
     server.kill();
     let done_before = indexed_after_kill(&server);
-    eprintln!(
-        "{} of {} acknowledged uploads were ingested before the kill",
-        done_before,
-        acked.len()
-    );
-    assert_eq!(
-        uploads(&server, "crash"),
-        acked,
-        "every acknowledged upload is on disk"
-    );
+    eprintln!("{} of {} acknowledged uploads were ingested before the kill", done_before, acked.len());
+    assert_eq!(uploads(&server, "crash"), acked, "every acknowledged upload is on disk");
 
     // The restarted server ingests what the kill interrupted, and answers searches meanwhile.
     server.restart();
@@ -200,26 +129,13 @@ fn serve_sigkill_mid_answer_mid_upload_and_mid_ingest_loses_nothing_acknowledged
     let deadline = Instant::now() + Duration::from_secs(300);
     let mut searches = 0;
     while indexed(&server, &writer, "crash") != acked {
-        assert!(
-            Instant::now() < deadline,
-            "acknowledged uploads not ingested after the restart: {:?}",
-            indexed(&server, &writer, "crash")
-        );
-        let (s, body) = post(
-            &search,
-            Some(&reader),
-            &serde_json::json!({ "query": "expense claim deadline", "k": 3 }),
-        );
-        assert_eq!(
-            s, 200,
-            "searches are answered while the uploads are ingested: {body}"
-        );
+        assert!(Instant::now() < deadline, "acknowledged uploads not ingested after the restart: {:?}", indexed(&server, &writer, "crash"));
+        let (s, body) = post(&search, Some(&reader), &serde_json::json!({ "query": "expense claim deadline", "k": 3 }));
+        assert_eq!(s, 200, "searches are answered while the uploads are ingested: {body}");
         searches += 1;
         std::thread::sleep(Duration::from_millis(200));
     }
-    eprintln!(
-        "{searches} searches answered while the restarted server ingested the interrupted uploads"
-    );
+    eprintln!("{searches} searches answered while the restarted server ingested the interrupted uploads");
     server.kill();
     assert_consistent(&server, "after the resumed ingest");
     assert!(!server.stderr().contains("panicked"), "{}", server.stderr());
@@ -241,22 +157,17 @@ fn indexed_after_kill(server: &Server) -> usize {
 fn exchange(addr: &str, request: &[u8]) -> Option<(u16, String, Vec<u8>)> {
     let mut tcp = TcpStream::connect(addr).unwrap();
     tcp.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
-    tcp.set_write_timeout(Some(Duration::from_secs(10)))
-        .unwrap();
+    tcp.set_write_timeout(Some(Duration::from_secs(10))).unwrap();
     // The server may answer (401, 413) and stop reading before it all went: the write fails or
     // times out, and the answer is read all the same.
     let _ = tcp.write_all(request);
     let mut raw = Vec::new();
     if let Err(e) = tcp.read_to_end(&mut raw) {
         assert!(
-            !matches!(
-                e.kind(),
-                std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
-            ) || !raw.is_empty(),
+            !matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut) || !raw.is_empty(),
             "no answer within 60 s to ({} bytes):\n{}",
             request.len(),
-            String::from_utf8_lossy(&request[..request.len().min(3000)])
-                .replace(&"x".repeat(300), "x…x")
+            String::from_utf8_lossy(&request[..request.len().min(3000)]).replace(&"x".repeat(300), "x…x")
         );
     }
     let text = String::from_utf8_lossy(&raw);
@@ -266,11 +177,7 @@ fn exchange(addr: &str, request: &[u8]) -> Option<(u16, String, Vec<u8>)> {
     let mut body = raw[split + 4..].to_vec();
     if head.contains("transfer-encoding: chunked") {
         body = dechunk(&body);
-    } else if let Some(len) = head
-        .lines()
-        .find_map(|l| l.strip_prefix("content-length:"))
-        .and_then(|v| v.trim().parse::<usize>().ok())
-    {
+    } else if let Some(len) = head.lines().find_map(|l| l.strip_prefix("content-length:")).and_then(|v| v.trim().parse::<usize>().ok()) {
         // Only the first response: after answering early (a 401 before the body was read), hyper
         // may read the rest of the body as another request and answer that too.
         body.truncate(len);
@@ -281,9 +188,7 @@ fn exchange(addr: &str, request: &[u8]) -> Option<(u16, String, Vec<u8>)> {
 fn dechunk(mut b: &[u8]) -> Vec<u8> {
     let mut out = Vec::new();
     while let Some(eol) = b.windows(2).position(|w| w == b"\r\n") {
-        let Ok(n) = usize::from_str_radix(String::from_utf8_lossy(&b[..eol]).trim(), 16) else {
-            break;
-        };
+        let Ok(n) = usize::from_str_radix(String::from_utf8_lossy(&b[..eol]).trim(), 16) else { break };
         if n == 0 || b.len() < eol + 2 + n {
             break;
         }
@@ -316,77 +221,24 @@ impl Requests {
             5 => "DEFAULT".to_string(),
             _ => "default".to_string(),
         };
-        let id = self
-            .pick(&[
-                "1",
-                "2",
-                "0",
-                "-1",
-                "99999999999999999999",
-                "abc",
-                "1.5",
-                "%20",
-                "3",
-            ])
-            .to_string();
-        let q = self
-            .pick(&[
-                "",
-                "?limit=5",
-                "?limit=-5",
-                "?since_ms=abc",
-                "?tenant=%00&limit=99999999999",
-                "?since_ms=1&since_ms=2",
-                "?x=%zz",
-            ])
-            .to_string();
+        let id = self.pick(&["1", "2", "0", "-1", "99999999999999999999", "abc", "1.5", "%20", "3"]).to_string();
+        let q = self.pick(&["", "?limit=5", "?limit=-5", "?since_ms=abc", "?tenant=%00&limit=99999999999", "?since_ms=1&since_ms=2", "?x=%zz"]).to_string();
         // Each route with the method it answers, so that most requests get past routing.
         const ROUTES: &[(&str, &str)] = &[
-            ("POST", "/v1/tenants/{t}/search"),
-            ("POST", "/v1/tenants/{t}/ask"),
-            ("POST", "/v1/tenants/{t}/chat/sessions"),
-            ("GET", "/v1/tenants/{t}/chat/sessions"),
-            ("GET", "/v1/tenants/{t}/chat/sessions/{id}"),
-            ("POST", "/v1/tenants/{t}/chat/sessions/{id}/messages"),
-            ("POST", "/v1/tenants/{t}/feedback"),
-            ("GET", "/v1/tenants/{t}/documents"),
-            ("POST", "/v1/tenants/{t}/documents"),
-            ("DELETE", "/v1/tenants/{t}/documents/{id}"),
-            ("GET", "/v1/tenants/{t}/documents/{id}/text"),
-            ("POST", "/v1/tenants/{t}/documents/{id}/reingest"),
-            ("GET", "/v1/tenants/{t}/jobs/{id}"),
-            ("GET", "/v1/admin/audit{q}"),
-            ("GET", "/v1/admin/audit/verify"),
-            ("GET", "/v1/admin/doctor"),
-            ("GET", "/v1/admin/keys"),
-            ("POST", "/v1/admin/keys"),
-            ("GET", "/v1/models"),
-            ("POST", "/v1/chat/completions"),
-            ("GET", "/v1/tenants"),
-            ("GET", "/web/session"),
-            ("POST", "/web/session"),
-            ("DELETE", "/web/session"),
-            ("GET", "/signin?token={id}"),
-            ("GET", "/"),
-            ("GET", "/assets/{id}"),
-            ("GET", "/healthz"),
-            ("GET", "/readyz"),
-            ("GET", "/metrics"),
-            ("GET", "/v1/nope/{id}"),
-            ("POST", "/v1/tenants/{t}/search{q}"),
+            ("POST", "/v1/tenants/{t}/search"), ("POST", "/v1/tenants/{t}/ask"), ("POST", "/v1/tenants/{t}/chat/sessions"),
+            ("GET", "/v1/tenants/{t}/chat/sessions"), ("GET", "/v1/tenants/{t}/chat/sessions/{id}"),
+            ("POST", "/v1/tenants/{t}/chat/sessions/{id}/messages"), ("POST", "/v1/tenants/{t}/feedback"),
+            ("GET", "/v1/tenants/{t}/documents"), ("POST", "/v1/tenants/{t}/documents"), ("DELETE", "/v1/tenants/{t}/documents/{id}"),
+            ("GET", "/v1/tenants/{t}/documents/{id}/text"), ("POST", "/v1/tenants/{t}/documents/{id}/reingest"),
+            ("GET", "/v1/tenants/{t}/jobs/{id}"), ("GET", "/v1/admin/audit{q}"), ("GET", "/v1/admin/audit/verify"),
+            ("GET", "/v1/admin/doctor"), ("GET", "/v1/admin/keys"), ("POST", "/v1/admin/keys"), ("GET", "/v1/models"),
+            ("POST", "/v1/chat/completions"), ("GET", "/v1/tenants"), ("GET", "/web/session"), ("POST", "/web/session"),
+            ("DELETE", "/web/session"), ("GET", "/signin?token={id}"), ("GET", "/"), ("GET", "/assets/{id}"), ("GET", "/healthz"),
+            ("GET", "/readyz"), ("GET", "/metrics"), ("GET", "/v1/nope/{id}"), ("POST", "/v1/tenants/{t}/search{q}"),
         ];
         let (method, t) = ROUTES[self.rng.below(ROUTES.len())];
-        let method = if self.rng.below(4) == 0 {
-            self.pick(&["GET", "POST", "DELETE", "PUT", "PATCH", "HEAD", "OPTIONS"])
-        } else {
-            method
-        };
-        (
-            method.to_string(),
-            t.replace("{t}", &tenant)
-                .replace("{id}", &id)
-                .replace("{q}", &q),
-        )
+        let method = if self.rng.below(4) == 0 { self.pick(&["GET", "POST", "DELETE", "PUT", "PATCH", "HEAD", "OPTIONS"]) } else { method };
+        (method.to_string(), t.replace("{t}", &tenant).replace("{id}", &id).replace("{q}", &q))
     }
 
     fn json_seed(&mut self) -> serde_json::Value {
@@ -397,9 +249,7 @@ impl Requests {
             2 => serde_json::json!({ "answer_id": 1, "rating": "up", "comment": "fine" }),
             3 => serde_json::json!({ "key": "rbx_0000" }),
             4 => serde_json::json!({ "name": "fuzz", "tenant": "globex", "role": "reader" }),
-            5 => {
-                serde_json::json!({ "model": "ragbox", "messages": [{ "role": "user", "content": q }], "stream": false })
-            }
+            5 => serde_json::json!({ "model": "ragbox", "messages": [{ "role": "user", "content": q }], "stream": false }),
             _ => serde_json::json!({ "query": q, "explain": true, "no_rerank": true }),
         }
     }
@@ -452,24 +302,10 @@ impl Requests {
     }
 
     fn multipart_body(&mut self) -> (Vec<u8>, String) {
-        let name = self
-            .pick(&[
-                "notes.md",
-                "../escape.md",
-                ".hidden.md",
-                "a/b.md",
-                "ok.txt",
-                "x.pdf",
-                "nul\u{0}.md",
-                "über.md",
-                "",
-            ])
-            .to_string();
+        let name = self.pick(&["notes.md", "../escape.md", ".hidden.md", "a/b.md", "ok.txt", "x.pdf", "nul\u{0}.md", "über.md", ""]).to_string();
         let content: Vec<u8> = match self.rng.below(4) {
             0 => b"# Title\n\nSome text.\n".to_vec(),
-            1 => (0..self.rng.below(5000))
-                .map(|_| self.rng.below(256) as u8)
-                .collect(),
+            1 => (0..self.rng.below(5000)).map(|_| self.rng.below(256) as u8).collect(),
             2 => b"%PDF-1.4\n1 0 obj<</Length 99999999>>stream\nxx\nendstream\nendobj\n".to_vec(),
             _ => Vec::new(),
         };
@@ -486,17 +322,11 @@ impl Requests {
 
     fn next(&mut self) -> Vec<u8> {
         let (method, path) = self.route();
-        let mut headers = vec![
-            format!("Host: {}", self.host),
-            "Connection: close".to_string(),
-        ];
+        let mut headers = vec![format!("Host: {}", self.host), "Connection: close".to_string()];
         match self.rng.below(8) {
             0 => {}
             1 => headers.push("Authorization: Bearer".into()),
-            2 => headers.push(format!(
-                "Authorization: Bearer rbx_{}",
-                "f".repeat(self.rng.below(3) * 4000)
-            )),
+            2 => headers.push(format!("Authorization: Bearer rbx_{}", "f".repeat(self.rng.below(3) * 4000))),
             3 => headers.push("Authorization: Basic YWxhZGRpbjpvcGVuc2VzYW1l".into()),
             4 => headers.push(format!("Cookie: ragbox_session={}", "a".repeat(64))),
             _ => {
@@ -505,27 +335,12 @@ impl Requests {
             }
         }
         if self.rng.below(4) == 0 {
-            headers.push(
-                self.pick(&[
-                    "Origin: http://evil.example",
-                    "Origin: null",
-                    "X-Forwarded-For: 1.2.3.4",
-                    "Accept: */*",
-                ])
-                .to_string(),
-            );
+            headers.push(self.pick(&["Origin: http://evil.example", "Origin: null", "X-Forwarded-For: 1.2.3.4", "Accept: */*"]).to_string());
         }
         let (body, content_type) = if self.rng.below(5) == 0 {
             self.multipart_body()
         } else {
-            let ct = self.pick(&[
-                "application/json",
-                "application/json",
-                "application/json",
-                "text/plain",
-                "application/json; charset=utf-16",
-                "",
-            ]);
+            let ct = self.pick(&["application/json", "application/json", "application/json", "text/plain", "application/json; charset=utf-16", ""]);
             (self.body(), ct.to_string())
         };
         if !content_type.is_empty() {
@@ -535,25 +350,10 @@ impl Requests {
             // Not even HTTP: a broken request line, a header without a colon, a huge header.
             0 => format!("{method} {path}\r\n").into_bytes(),
             1 => format!("{method} {path} HTTP/1.1\r\nHost {}\r\n\r\n", self.host).into_bytes(),
-            2 => format!(
-                "{method} {path} HTTP/1.1\r\nHost: {}\r\nX-Big: {}\r\n\r\n",
-                self.host,
-                "b".repeat(200_000)
-            )
-            .into_bytes(),
+            2 => format!("{method} {path} HTTP/1.1\r\nHost: {}\r\nX-Big: {}\r\n\r\n", self.host, "b".repeat(200_000)).into_bytes(),
             // A body shorter than its Content-Length: the server's body timeout answers.
-            3 => format!(
-                "{method} {path} HTTP/1.1\r\n{}\r\nContent-Length: {}\r\n\r\n",
-                headers.join("\r\n"),
-                body.len() + 10
-            )
-            .into_bytes(),
-            _ => format!(
-                "{method} {path} HTTP/1.1\r\n{}\r\nContent-Length: {}\r\n\r\n",
-                headers.join("\r\n"),
-                body.len()
-            )
-            .into_bytes(),
+            3 => format!("{method} {path} HTTP/1.1\r\n{}\r\nContent-Length: {}\r\n\r\n", headers.join("\r\n"), body.len() + 10).into_bytes(),
+            _ => format!("{method} {path} HTTP/1.1\r\n{}\r\nContent-Length: {}\r\n\r\n", headers.join("\r\n"), body.len()).into_bytes(),
         };
         request.extend_from_slice(&body);
         request
@@ -575,111 +375,47 @@ impl ReplaceBytes for Vec<u8> {
 
 #[test]
 fn api_fuzz_answers_every_request_with_a_well_formed_response() {
-    let cases: usize = std::env::var("RAGBOX_API_FUZZ_CASES")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(2_000);
-    let seed: u64 = std::env::var("RAGBOX_API_FUZZ_SEED")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(16);
+    let cases: usize = std::env::var("RAGBOX_API_FUZZ_CASES").ok().and_then(|v| v.parse().ok()).unwrap_or(2_000);
+    let seed: u64 = std::env::var("RAGBOX_API_FUZZ_SEED").ok().and_then(|v| v.parse().ok()).unwrap_or(16);
     let server = start_with(FAST);
     let keys = vec![
-        create_key(
-            &server,
-            &[
-                "--tenant",
-                "default",
-                "--role",
-                "reader",
-                "--name",
-                "fuzz-reader",
-            ],
-        ),
-        create_key(
-            &server,
-            &[
-                "--tenant",
-                "globex",
-                "--role",
-                "writer",
-                "--name",
-                "fuzz-writer",
-            ],
-        ),
+        create_key(&server, &["--tenant", "default", "--role", "reader", "--name", "fuzz-reader"]),
+        create_key(&server, &["--tenant", "globex", "--role", "writer", "--name", "fuzz-writer"]),
         create_key(&server, &["--role", "admin", "--name", "fuzz-admin"]),
     ];
     let addr = host(&server);
-    let mut gen = Requests {
-        rng: SeededRng::new(seed),
-        host: addr.clone(),
-        keys,
-    };
+    let mut gen = Requests { rng: SeededRng::new(seed), host: addr.clone(), keys };
     let started = Instant::now();
-    let (mut answered, mut closed, mut by_status) = (
-        0usize,
-        0usize,
-        std::collections::BTreeMap::<u16, usize>::new(),
-    );
+    let (mut answered, mut closed, mut by_status) = (0usize, 0usize, std::collections::BTreeMap::<u16, usize>::new());
     for case in 0..cases {
         let request = gen.next();
-        let is_http = request.windows(11).any(|w| w == b" HTTP/1.1\r\n")
-            && request.windows(6).any(|w| w == b"Host: ");
+        let is_http = request.windows(11).any(|w| w == b" HTTP/1.1\r\n") && request.windows(6).any(|w| w == b"Host: ");
         let Some((status, head, body)) = exchange(&addr, &request) else {
-            assert!(
-                !is_http || request.len() > 100_000,
-                "case {case}: no response to an HTTP request:\n{}",
-                String::from_utf8_lossy(&request[..request.len().min(600)])
-            );
+            assert!(!is_http || request.len() > 100_000, "case {case}: no response to an HTTP request:\n{}", String::from_utf8_lossy(&request[..request.len().min(600)]));
             closed += 1;
             continue;
         };
         answered += 1;
         *by_status.entry(status).or_default() += 1;
-        assert!(
-            status < 500 || status == 503 || status == 504,
-            "case {case}: {status}\n{}\n{}",
-            String::from_utf8_lossy(&request[..request.len().min(600)]),
-            String::from_utf8_lossy(&body)
-        );
+        assert!(status < 500 || status == 503 || status == 504, "case {case}: {status}\n{}\n{}", String::from_utf8_lossy(&request[..request.len().min(600)]), String::from_utf8_lossy(&body));
         // Every error ragbox itself writes has the one shape (hyper's own 400/431 for a request
         // that is not HTTP have no body).
         if request.starts_with(b"HEAD ") {
             continue; // a response to HEAD has no body
         }
         if status >= 400 && head.contains("content-type: application/json") {
-            let v: serde_json::Value = serde_json::from_slice(&body).unwrap_or_else(|e| {
-                panic!(
-                    "case {case}: {status} body is not JSON ({e}): {}",
-                    String::from_utf8_lossy(&body)
-                )
-            });
-            assert!(
-                v["error"]["code"].as_str().is_some_and(|c| !c.is_empty()),
-                "case {case}: {v}"
-            );
-            assert!(
-                v["error"]["message"]
-                    .as_str()
-                    .is_some_and(|m| !m.is_empty()),
-                "case {case}: {v}"
-            );
+            let v: serde_json::Value = serde_json::from_slice(&body).unwrap_or_else(|e| panic!("case {case}: {status} body is not JSON ({e}): {}", String::from_utf8_lossy(&body)));
+            assert!(v["error"]["code"].as_str().is_some_and(|c| !c.is_empty()), "case {case}: {v}");
+            assert!(v["error"]["message"].as_str().is_some_and(|m| !m.is_empty()), "case {case}: {v}");
         } else if status >= 400 && !body.is_empty() {
-            panic!(
-                "case {case}: a {status} that is not JSON: {}",
-                String::from_utf8_lossy(&body)
-            );
+            panic!("case {case}: a {status} that is not JSON: {}", String::from_utf8_lossy(&body));
         }
     }
     eprintln!(
         "{cases} requests (seed {seed}) in {:.0} s: {answered} answered, {closed} closed without an answer (not HTTP), statuses {by_status:?}",
         started.elapsed().as_secs_f64()
     );
-    assert_eq!(
-        get(&format!("{}/healthz", server.base), None).0,
-        200,
-        "the server is still up"
-    );
+    assert_eq!(get(&format!("{}/healthz", server.base), None).0, 200, "the server is still up");
     assert!(!server.stderr().contains("panicked"), "{}", server.stderr());
     let (code, out, err) = cli(&server, &["audit", "verify"]);
     assert_eq!(code, 0, "{out}\n{err}");

@@ -14,8 +14,8 @@
 //! Needs `chromium` and `chromedriver` on the PATH (`scripts/test.sh` installs them).
 
 use std::net::TcpListener;
-use std::os::unix::process::CommandExt;
 use std::path::PathBuf;
+use std::os::unix::process::CommandExt;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -39,11 +39,7 @@ impl Drop for Driver {
 }
 
 fn which(name: &str) -> Option<PathBuf> {
-    std::env::var_os("PATH")?
-        .to_str()?
-        .split(':')
-        .map(|d| PathBuf::from(d).join(name))
-        .find(|p| p.is_file())
+    std::env::var_os("PATH")?.to_str()?.split(':').map(|d| PathBuf::from(d).join(name)).find(|p| p.is_file())
 }
 
 fn driver() -> Driver {
@@ -51,11 +47,7 @@ fn driver() -> Driver {
         "chromedriver is not installed: the browser test needs Debian's chromium and chromium-driver \
          (scripts/test.sh installs them: apt-get install chromium chromium-driver)",
     );
-    let port = TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
+    let port = TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
     let child = Command::new(exe)
         .arg(format!("--port={port}"))
         .process_group(0)
@@ -66,10 +58,7 @@ fn driver() -> Driver {
     let url = format!("http://127.0.0.1:{port}");
     let deadline = Instant::now() + Duration::from_secs(30);
     while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-        assert!(
-            Instant::now() < deadline,
-            "chromedriver did not start listening on {url}"
-        );
+        assert!(Instant::now() < deadline, "chromedriver did not start listening on {url}");
         std::thread::sleep(Duration::from_millis(100));
     }
     Driver { child, url }
@@ -95,9 +84,7 @@ async fn browser(driver: &Driver, profile: &std::path::Path) -> Client {
 }
 
 fn shots() -> PathBuf {
-    let target = std::env::var("CARGO_TARGET_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|_| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("target"));
+    let target = std::env::var("CARGO_TARGET_DIR").map(PathBuf::from).unwrap_or_else(|_| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("target"));
     let dir = target.join("web-screenshots");
     std::fs::create_dir_all(&dir).unwrap();
     dir
@@ -109,11 +96,7 @@ async fn shot(c: &Client, name: &str) {
 }
 
 async fn find(c: &Client, css: &str) -> Element {
-    c.wait()
-        .at_most(Duration::from_secs(30))
-        .for_element(Locator::Css(css))
-        .await
-        .unwrap_or_else(|e| panic!("{css}: {e}"))
+    c.wait().at_most(Duration::from_secs(30)).for_element(Locator::Css(css)).await.unwrap_or_else(|e| panic!("{css}: {e}"))
 }
 
 /// Waits up to `secs` for `js` (a function body returning a value) to return something truthy.
@@ -125,14 +108,8 @@ async fn until(c: &Client, secs: u64, what: &str, js: &str) -> serde_json::Value
             return v;
         }
         if Instant::now() > deadline {
-            let notice = c
-                .execute("return document.body.innerText", vec![])
-                .await
-                .unwrap();
-            panic!(
-                "waited {secs} s for {what}; the page says:\n{}",
-                notice.as_str().unwrap_or("")
-            );
+            let notice = c.execute("return document.body.innerText", vec![]).await.unwrap();
+            panic!("waited {secs} s for {what}; the page says:\n{}", notice.as_str().unwrap_or(""));
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
@@ -153,30 +130,16 @@ async fn sign_in_with(c: &Client, base: &str, key: &str) {
     c.goto(&format!("{base}/")).await.unwrap();
     let input = find(c, "#key").await;
     input.send_keys(key).await.unwrap();
-    find(c, "#signin-form button[type=submit]")
-        .await
-        .click()
-        .await
-        .unwrap();
+    find(c, "#signin-form button[type=submit]").await.click().await.unwrap();
 }
 
 async fn sign_out(c: &Client) {
     find(c, "#sign-out").await.click().await.unwrap();
-    until(
-        c,
-        10,
-        "the sign-in form",
-        "return !document.querySelector('#signin-view').hidden",
-    )
-    .await;
+    until(c, 10, "the sign-in form", "return !document.querySelector('#signin-view').hidden").await;
 }
 
 async fn tab(c: &Client, view: &str) {
-    find(c, &format!("#tabs button[data-view={view}]"))
-        .await
-        .click()
-        .await
-        .unwrap();
+    find(c, &format!("#tabs button[data-view={view}]")).await.click().await.unwrap();
 }
 
 /// The status of `fetch(method, path)` made by the page itself (its cookie, its origin).
@@ -187,10 +150,7 @@ async fn page_fetch(c: &Client, method: &str, path: &str, form: bool) -> u16 {
         if (form) { body = new FormData(); body.append('file', new Blob(['# Note\n\nhello\n']), 'note.md'); }
         fetch(path, { method, body }).then(r => done(r.status), () => done(0));
     "#;
-    let v = c
-        .execute_async(js, vec![method.into(), path.into(), form.into()])
-        .await
-        .unwrap();
+    let v = c.execute_async(js, vec![method.into(), path.into(), form.into()]).await.unwrap();
     v.as_u64().unwrap() as u16
 }
 
@@ -199,64 +159,25 @@ const QUESTION: &str = "How many days after a trip do I have to submit my expens
 #[test]
 fn web_page_in_a_real_browser() {
     // The default model and prompt layout (what a person gets), answers kept short.
-    let mut server =
-        start_with("[generate]\nmax_tokens = 96\n[server]\nmax_upload_bytes = 200000\n");
+    let mut server = start_with("[generate]\nmax_tokens = 96\n[server]\nmax_upload_bytes = 200000\n");
     let b = server.base.clone();
-    let reader = create_key(
-        &server,
-        &[
-            "--tenant",
-            "default",
-            "--role",
-            "reader",
-            "--name",
-            "web-reader",
-        ],
-    );
-    let writer = create_key(
-        &server,
-        &[
-            "--tenant",
-            "webco",
-            "--role",
-            "writer",
-            "--name",
-            "web-writer",
-        ],
-    );
+    let reader = create_key(&server, &["--tenant", "default", "--role", "reader", "--name", "web-reader"]);
+    let writer = create_key(&server, &["--tenant", "webco", "--role", "writer", "--name", "web-writer"]);
 
     // The page and its assets name no other origin (everything is embedded in the binary).
     let page = ureq::get(&format!("{b}/")).call().unwrap();
-    assert!(page
-        .header("Content-Security-Policy")
-        .is_some_and(|p| p.contains("default-src 'self'")));
+    assert!(page.header("Content-Security-Policy").is_some_and(|p| p.contains("default-src 'self'")));
     let html = page.into_string().unwrap();
-    assert!(
-        html.contains("/assets/app.js") && html.contains("/assets/app.css"),
-        "{html}"
-    );
+    assert!(html.contains("/assets/app.js") && html.contains("/assets/app.css"), "{html}");
     for asset in ["app.js", "api.js", "app.css"] {
-        let body = ureq::get(&format!("{b}/assets/{asset}"))
-            .call()
-            .unwrap()
-            .into_string()
-            .unwrap();
-        assert!(
-            !body.contains("http://") && !body.contains("https://"),
-            "{asset} names another origin"
-        );
+        let body = ureq::get(&format!("{b}/assets/{asset}")).call().unwrap().into_string().unwrap();
+        assert!(!body.contains("http://") && !body.contains("https://"), "{asset} names another origin");
     }
-    assert!(
-        !html.contains("http://") && !html.contains("https://"),
-        "index.html names another origin"
-    );
+    assert!(!html.contains("http://") && !html.contains("https://"), "index.html names another origin");
 
     let driver = driver();
     let profile = tempfile::tempdir().unwrap();
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
     rt.block_on(async {
         let c = browser(&driver, profile.path()).await;
 

@@ -56,27 +56,15 @@ struct EmbedBench {
 pub fn peak_rss_mb() -> f64 {
     std::fs::read_to_string("/proc/self/status")
         .ok()
-        .and_then(|s| {
-            s.lines()
-                .find(|l| l.starts_with("VmHWM:"))
-                .map(str::to_owned)
-        })
-        .and_then(|l| {
-            l.split_whitespace()
-                .nth(1)
-                .and_then(|kb| kb.parse::<f64>().ok())
-        })
+        .and_then(|s| s.lines().find(|l| l.starts_with("VmHWM:")).map(str::to_owned))
+        .and_then(|l| l.split_whitespace().nth(1).and_then(|kb| kb.parse::<f64>().ok()))
         .map_or(0.0, |kb| kb / 1024.0)
 }
 
 fn read_beir_corpus(dir: &std::path::Path, limit: Option<usize>) -> anyhow::Result<Vec<String>> {
     let path = dir.join("corpus.jsonl");
-    let file = std::fs::File::open(&path).map_err(|e| {
-        ragbox::Error::Invalid(format!(
-            "{}: {e}; --data must be a BEIR folder with corpus.jsonl",
-            path.display()
-        ))
-    })?;
+    let file = std::fs::File::open(&path)
+        .map_err(|e| ragbox::Error::Invalid(format!("{}: {e}; --data must be a BEIR folder with corpus.jsonl", path.display())))?;
     let mut texts = Vec::new();
     for line in std::io::BufReader::new(file).lines() {
         let line = line?;
@@ -96,19 +84,11 @@ fn read_beir_corpus(dir: &std::path::Path, limit: Option<usize>) -> anyhow::Resu
 }
 
 pub fn run(g: &GlobalArgs, args: EmbedArgs) -> anyhow::Result<()> {
-    let EmbedArgs {
-        data,
-        model,
-        limit,
-        batch_size,
-        threads,
-    } = args;
+    let EmbedArgs { data, model, limit, batch_size, threads } = args;
     if let Some(n) = threads {
         // candle's matmuls read RAYON_NUM_THREADS on every call; rayon's pool reads it once.
         std::env::set_var("RAYON_NUM_THREADS", n.to_string());
-        let _ = rayon::ThreadPoolBuilder::new()
-            .num_threads(n)
-            .build_global();
+        let _ = rayon::ThreadPoolBuilder::new().num_threads(n).build_global();
     }
     let mut config = g.config()?;
     if let Some(b) = batch_size {

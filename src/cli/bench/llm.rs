@@ -93,10 +93,7 @@ fn prompt_user(run: usize, text: &str) -> String {
 
 /// Runs the bench.
 pub fn run(g: &GlobalArgs, args: LlmArgs) -> anyhow::Result<()> {
-    anyhow::ensure!(
-        args.runs > 0 && args.prompt_tokens > 0 && args.gen_tokens > 1,
-        "--runs, --prompt-tokens and --gen-tokens must be positive (--gen-tokens at least 2)"
-    );
+    anyhow::ensure!(args.runs > 0 && args.prompt_tokens > 0 && args.gen_tokens > 1, "--runs, --prompt-tokens and --gen-tokens must be positive (--gen-tokens at least 2)");
     let app = g.app()?;
     let started = Instant::now();
     let generator = app.generator(args.model.as_deref().or(Some(&app.config.generate.model)))?;
@@ -104,10 +101,7 @@ pub fn run(g: &GlobalArgs, args: LlmArgs) -> anyhow::Result<()> {
     let model = generator.model_id().to_string();
     eprintln!("[bench llm] {model} loaded in {load_s:.1} s");
     let generate = |messages: Vec<Message>, max_tokens: usize| -> anyhow::Result<Generation> {
-        Ok(block_on(generator.generate(
-            &GenerateRequest::greedy(messages, max_tokens),
-            &mut Discard,
-        ))?)
+        Ok(block_on(generator.generate(&GenerateRequest::greedy(messages, max_tokens), &mut Discard))?)
     };
 
     // Calibrate characters per token on this text with one request (also the warm-up).
@@ -121,10 +115,7 @@ pub fn run(g: &GlobalArgs, args: LlmArgs) -> anyhow::Result<()> {
     for run in 1..=args.runs {
         let out = generate(messages(SYSTEM, prompt_user(run, &text)), 1)?;
         prompt_tokens = out.prompt_tokens;
-        eprintln!(
-            "[bench llm] prompt run {run}: {} tokens in {:.0} ms",
-            out.prompt_tokens, out.first_token_ms
-        );
+        eprintln!("[bench llm] prompt run {run}: {} tokens in {:.0} ms", out.prompt_tokens, out.first_token_ms);
         prompt_runs.push(out.first_token_ms / 1e3);
     }
     let prompt_s = percentile(&sorted(prompt_runs.clone()), 50.0);
@@ -133,17 +124,11 @@ pub fn run(g: &GlobalArgs, args: LlmArgs) -> anyhow::Result<()> {
     let mut gen_runs = Vec::new();
     let mut gen_tokens = 0;
     for run in 1..=args.runs {
-        let out = generate(
-            messages(SYSTEM, format!("Run {run}. {GENERATE_PROMPT}")),
-            args.gen_tokens,
-        )?;
+        let out = generate(messages(SYSTEM, format!("Run {run}. {GENERATE_PROMPT}")), args.gen_tokens)?;
         gen_tokens = out.completion_tokens;
         let decode_s = (out.total_ms - out.first_token_ms) / 1e3;
         let rate = out.completion_tokens.saturating_sub(1) as f64 / decode_s.max(1e-9);
-        eprintln!(
-            "[bench llm] generation run {run}: {} tokens, {rate:.1} tokens/s after the first",
-            out.completion_tokens
-        );
+        eprintln!("[bench llm] generation run {run}: {} tokens, {rate:.1} tokens/s after the first", out.completion_tokens);
         gen_runs.push(rate);
     }
     let report = Report {
@@ -167,14 +152,8 @@ pub fn run(g: &GlobalArgs, args: LlmArgs) -> anyhow::Result<()> {
     println!("model                {}", report.model);
     println!("threads              {}", report.threads);
     println!("load                 {:.1} s", report.load_s);
-    println!(
-        "prompt processing    {:.1} tokens/s ({} tokens)",
-        report.prompt_tokens_per_s, report.prompt_tokens
-    );
-    println!(
-        "generation           {:.1} tokens/s ({} tokens)",
-        report.gen_tokens_per_s, report.gen_tokens
-    );
+    println!("prompt processing    {:.1} tokens/s ({} tokens)", report.prompt_tokens_per_s, report.prompt_tokens);
+    println!("generation           {:.1} tokens/s ({} tokens)", report.gen_tokens_per_s, report.gen_tokens);
     if let Some(mb) = report.peak_rss_mb {
         println!("peak RSS             {mb:.0} MB");
     }

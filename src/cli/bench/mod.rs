@@ -24,7 +24,7 @@ pub enum BenchCmd {
     /// Cross-encoder rerank latency at the ms-marco-MiniLM-L-6-v2 shape (random weights).
     Rerank(rerank::RerankArgs),
     /// The local LLM: prompt processing and generation tokens/s (llama-bench's two figures).
-    Llm(llm::LlmArgs),
+        Llm(llm::LlmArgs),
     /// The HTTP server under loopback load: search p50/p99 and req/s at N clients, during an
     /// ingest, and asking with the queue full; RSS at start and end.
     Serve(serve::ServeBenchArgs),
@@ -36,7 +36,7 @@ pub fn run(g: &GlobalArgs, cmd: BenchCmd) -> anyhow::Result<()> {
         BenchCmd::Embed(args) => embed::run(g, args),
         BenchCmd::Vectors(args) => vectors::run(g, args),
         BenchCmd::Rerank(args) => rerank::run(g, args),
-        BenchCmd::Llm(args) => llm::run(g, args),
+                BenchCmd::Llm(args) => llm::run(g, args),
         BenchCmd::Serve(args) => serve::run(g, args),
     }
 }
@@ -93,10 +93,7 @@ fn sorted(mut values: Vec<f64>) -> Vec<f64> {
 /// `None` off Linux.
 fn status_mb(field: &str) -> Option<f64> {
     let status = std::fs::read_to_string("/proc/self/status").ok()?;
-    let line = status.lines().find(|l| {
-        l.strip_prefix(field)
-            .is_some_and(|rest| rest.starts_with(':'))
-    })?;
+    let line = status.lines().find(|l| l.strip_prefix(field).is_some_and(|rest| rest.starts_with(':')))?;
     let kb: f64 = line.split_whitespace().nth(1)?.parse().ok()?;
     Some(kb / 1024.0)
 }
@@ -131,15 +128,8 @@ mod tests {
         let mut big = vec![0f32; 100_001];
         SeededRng::new(1).fill_normal(&mut big);
         let mean = big.iter().map(|&x| f64::from(x)).sum::<f64>() / big.len() as f64;
-        let var = big
-            .iter()
-            .map(|&x| (f64::from(x) - mean).powi(2))
-            .sum::<f64>()
-            / big.len() as f64;
-        assert!(
-            mean.abs() < 0.02 && (var - 1.0).abs() < 0.02,
-            "mean {mean}, variance {var}"
-        );
+        let var = big.iter().map(|&x| (f64::from(x) - mean).powi(2)).sum::<f64>() / big.len() as f64;
+        assert!(mean.abs() < 0.02 && (var - 1.0).abs() < 0.02, "mean {mean}, variance {var}");
     }
 
     #[test]

@@ -28,10 +28,7 @@ use crate::cli::{print_json, GlobalArgs};
 
 /// The architecture measured; its config and tokenizer are checked in (no weights).
 const ARCHITECTURE: &str = "ms-marco-MiniLM-L-6-v2";
-const DEFAULT_CONFIG_DIR: &str = concat!(
-    env!("CARGO_MANIFEST_DIR"),
-    "/tests/fixtures/ms-marco-MiniLM-L-6-v2-config"
-);
+const DEFAULT_CONFIG_DIR: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/ms-marco-MiniLM-L-6-v2-config");
 /// Its `max_tokens` in models/manifest.toml.
 const MAX_TOKENS: usize = 512;
 /// Standard deviation of the random weight matrices (the config's `initializer_range`).
@@ -39,8 +36,7 @@ const WEIGHT_STD: f32 = 0.02;
 /// Data stream of [`SeededRng::for_item`] for weights.
 const WEIGHTS: u64 = 2;
 
-const QUERY: &str =
-    "how does an offline appliance keep its answers grounded in the source documents";
+const QUERY: &str = "how does an offline appliance keep its answers grounded in the source documents";
 
 /// Cycled to make passages; plain English so word pieces are as in real text.
 const PARAGRAPH: &str = "The appliance reads every document in the folder, splits it into \
@@ -116,28 +112,17 @@ impl Drop for TempFile {
 /// Writes seeded random weights of the BERT sequence-classification model `config_path`
 /// describes to `out`: layer norms 1, biases 0, everything else N(0, 0.02²).
 fn write_random_weights(config_path: &Path, out: &Path, seed: u64) -> anyhow::Result<()> {
-    let text = std::fs::read_to_string(config_path).map_err(|e| {
-        anyhow::anyhow!(
-            "{}: {e}; --model-config must hold config.json",
-            config_path.display()
-        )
-    })?;
+    let text = std::fs::read_to_string(config_path)
+        .map_err(|e| anyhow::anyhow!("{}: {e}; --model-config must hold config.json", config_path.display()))?;
     let cfg: candle_transformers::models::bert::Config = serde_json::from_str(&text)?;
     let varmap = VarMap::new();
     let vb = VarBuilder::from_varmap(&varmap, DType::F32, &Device::Cpu);
     // The loaders create every variable they ask for, under the names they will read.
     BertBody::load(vb.pp("bert"), &cfg, ragbox::model::Precision::F32)?;
-    candle_nn::linear(
-        cfg.hidden_size,
-        cfg.hidden_size,
-        vb.pp("bert").pp("pooler").pp("dense"),
-    )?;
+    candle_nn::linear(cfg.hidden_size, cfg.hidden_size, vb.pp("bert").pp("pooler").pp("dense"))?;
     candle_nn::linear(cfg.hidden_size, 1, vb.pp("classifier"))?;
     {
-        let vars = varmap
-            .data()
-            .lock()
-            .map_err(|_| anyhow::anyhow!("weight map lock poisoned"))?;
+        let vars = varmap.data().lock().map_err(|_| anyhow::anyhow!("weight map lock poisoned"))?;
         let mut names: Vec<&String> = vars.keys().collect();
         names.sort();
         for (i, name) in names.into_iter().enumerate() {
@@ -185,45 +170,24 @@ fn passages(tokenizer: &TextTokenizer, count: usize, tokens: usize) -> Vec<Strin
 }
 
 pub fn run(g: &GlobalArgs, args: RerankArgs) -> anyhow::Result<()> {
-    anyhow::ensure!(
-        args.candidates > 0 && args.runs > 0,
-        "--candidates and --runs must be positive"
-    );
+    anyhow::ensure!(args.candidates > 0 && args.runs > 0, "--candidates and --runs must be positive");
     if let Some(n) = args.threads {
         // As in `bench embed`: candle's matmuls read RAYON_NUM_THREADS; rayon's pool reads it once.
         std::env::set_var("RAYON_NUM_THREADS", n.to_string());
-        let _ = rayon::ThreadPoolBuilder::new()
-            .num_threads(n)
-            .build_global();
+        let _ = rayon::ThreadPoolBuilder::new().num_threads(n).build_global();
     }
     let config = g.config()?;
     let batch = args.batch.unwrap_or(config.rerank.batch_size);
     anyhow::ensure!(batch > 0, "--batch must be positive");
     let config_path = args.model_config.join("config.json");
     let tokenizer = args.model_config.join("tokenizer.json");
-    let weights = TempFile(std::env::temp_dir().join(format!(
-        "ragbox-bench-rerank-{}.safetensors",
-        std::process::id()
-    )));
-    eprintln!(
-        "writing random weights of the {ARCHITECTURE} architecture (seed {})",
-        args.seed
-    );
+    let weights = TempFile(std::env::temp_dir().join(format!("ragbox-bench-rerank-{}.safetensors", std::process::id())));
+    eprintln!("writing random weights of the {ARCHITECTURE} architecture (seed {})", args.seed);
     write_random_weights(&config_path, &weights.0, args.seed)?;
 
     let precision = config.embed.precision;
-    eprintln!(
-        "precision: {}",
-        ragbox::model::precision::describe(precision, &Device::Cpu)
-    );
-    let options = RerankOptions {
-        device: Device::Cpu,
-        batch: BatchLimits {
-            max_items: batch,
-            ..BatchLimits::default()
-        },
-        precision,
-    };
+    eprintln!("precision: {}", ragbox::model::precision::describe(precision, &Device::Cpu));
+    let options = RerankOptions { device: Device::Cpu, batch: BatchLimits { max_items: batch, ..BatchLimits::default() }, precision };
     let start = Instant::now();
     let encoder = CrossEncoder::from_files(
         &format!("{ARCHITECTURE} (random weights)"),
@@ -234,11 +198,7 @@ pub fn run(g: &GlobalArgs, args: RerankArgs) -> anyhow::Result<()> {
         &options,
     )?;
     let load_s = start.elapsed().as_secs_f64();
-    let texts = passages(
-        &TextTokenizer::load(&tokenizer, MAX_TOKENS)?,
-        args.candidates,
-        args.passage_tokens,
-    );
+    let texts = passages(&TextTokenizer::load(&tokenizer, MAX_TOKENS)?, args.candidates, args.passage_tokens);
     let refs: Vec<&str> = texts.iter().map(String::as_str).collect();
     let mut pair_tokens = 0;
     for p in &refs {
@@ -248,10 +208,7 @@ pub fn run(g: &GlobalArgs, args: RerankArgs) -> anyhow::Result<()> {
     let start = Instant::now();
     let scores = encoder.score(QUERY, &refs)?;
     let warmup_s = start.elapsed().as_secs_f64();
-    anyhow::ensure!(
-        scores.len() == refs.len() && scores.iter().all(|s| s.is_finite()),
-        "the cross-encoder gave bad scores"
-    );
+    anyhow::ensure!(scores.len() == refs.len() && scores.iter().all(|s| s.is_finite()), "the cross-encoder gave bad scores");
     let mut times = Vec::with_capacity(args.runs);
     for _ in 0..args.runs {
         let start = Instant::now();
@@ -297,8 +254,7 @@ pub fn run(g: &GlobalArgs, args: RerankArgs) -> anyhow::Result<()> {
     println!(
         "model load {:.2} s, peak RSS {} MiB",
         r.load_s,
-        r.peak_rss_mb
-            .map_or_else(|| "?".into(), |m| format!("{m:.0}"))
+        r.peak_rss_mb.map_or_else(|| "?".into(), |m| format!("{m:.0}"))
     );
     Ok(())
 }
@@ -314,17 +270,12 @@ mod tests {
     #[test]
     fn random_weights_load_as_a_cross_encoder_and_are_seeded() {
         let dir = tiny_fixture();
-        let tmp =
-            std::env::temp_dir().join(format!("ragbox-rerank-weights-test-{}", std::process::id()));
+        let tmp = std::env::temp_dir().join(format!("ragbox-rerank-weights-test-{}", std::process::id()));
         std::fs::create_dir_all(&tmp).unwrap();
         let (a, b) = (tmp.join("a.safetensors"), tmp.join("b.safetensors"));
         write_random_weights(&dir.join("config.json"), &a, 3).unwrap();
         write_random_weights(&dir.join("config.json"), &b, 3).unwrap();
-        assert_eq!(
-            std::fs::read(&a).unwrap(),
-            std::fs::read(&b).unwrap(),
-            "same seed, same weights"
-        );
+        assert_eq!(std::fs::read(&a).unwrap(), std::fs::read(&b).unwrap(), "same seed, same weights");
         let enc = CrossEncoder::from_files(
             "tiny",
             64,
@@ -334,9 +285,7 @@ mod tests {
             &RerankOptions::default(),
         )
         .unwrap();
-        let scores = enc
-            .score("a query", &["one passage", "another passage"])
-            .unwrap();
+        let scores = enc.score("a query", &["one passage", "another passage"]).unwrap();
         assert!(scores.len() == 2 && scores.iter().all(|s| s.is_finite()));
         std::fs::remove_dir_all(&tmp).unwrap();
     }

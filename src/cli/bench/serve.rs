@@ -104,12 +104,7 @@ const ASKS: &[&str] = &[
 ];
 
 /// Runs `clients` threads, each calling `call` (returning a status) until `seconds` pass.
-fn phase(
-    name: &str,
-    clients: usize,
-    seconds: u64,
-    call: Arc<dyn Fn(usize, usize) -> u16 + Send + Sync>,
-) -> Phase {
+fn phase(name: &str, clients: usize, seconds: u64, call: Arc<dyn Fn(usize, usize) -> u16 + Send + Sync>) -> Phase {
     let deadline = Instant::now() + Duration::from_secs(seconds);
     let started = Instant::now();
     let threads: Vec<_> = (0..clients)
@@ -131,18 +126,9 @@ fn phase(
             })
         })
         .collect();
-    let results: Vec<(u16, f64)> = threads
-        .into_iter()
-        .flat_map(|t| t.join().unwrap_or_default())
-        .collect();
+    let results: Vec<(u16, f64)> = threads.into_iter().flat_map(|t| t.join().unwrap_or_default()).collect();
     let wall = started.elapsed().as_secs_f64();
-    let ok_latencies = sorted(
-        results
-            .iter()
-            .filter(|r| r.0 == 200)
-            .map(|r| r.1 * 1e3)
-            .collect(),
-    );
+    let ok_latencies = sorted(results.iter().filter(|r| r.0 == 200).map(|r| r.1 * 1e3).collect());
     let mut errors = std::collections::BTreeMap::new();
     for (s, _) in results.iter().filter(|r| r.0 != 200) {
         *errors.entry(*s).or_insert(0) += 1;
@@ -162,14 +148,8 @@ fn phase(
     }
 }
 
-fn search_call(
-    base: String,
-    key: String,
-    tenant: String,
-) -> Arc<dyn Fn(usize, usize) -> u16 + Send + Sync> {
-    let agent = ureq::AgentBuilder::new()
-        .max_idle_connections_per_host(64)
-        .build();
+fn search_call(base: String, key: String, tenant: String) -> Arc<dyn Fn(usize, usize) -> u16 + Send + Sync> {
+    let agent = ureq::AgentBuilder::new().max_idle_connections_per_host(64).build();
     Arc::new(move |c, i| {
         let q = QUERIES[(c + i) % QUERIES.len()];
         let body = serde_json::json!({ "query": q, "k": 5 }).to_string();
@@ -193,14 +173,8 @@ fn search_call(
     })
 }
 
-fn ask_call(
-    base: String,
-    key: String,
-    tenant: String,
-) -> Arc<dyn Fn(usize, usize) -> u16 + Send + Sync> {
-    let agent = ureq::AgentBuilder::new()
-        .timeout(Duration::from_secs(600))
-        .build();
+fn ask_call(base: String, key: String, tenant: String) -> Arc<dyn Fn(usize, usize) -> u16 + Send + Sync> {
+    let agent = ureq::AgentBuilder::new().timeout(Duration::from_secs(600)).build();
     Arc::new(move |c, i| {
         let q = ASKS[(c + i) % ASKS.len()];
         let body = serde_json::json!({ "question": q }).to_string();
@@ -262,10 +236,7 @@ pub fn run(g: &GlobalArgs, args: ServeBenchArgs) -> anyhow::Result<()> {
         })
     };
     let bound = addr_rx.recv_timeout(Duration::from_secs(30))?;
-    anyhow::ensure!(
-        bound.ip().is_loopback(),
-        "bench serve loads only its own loopback server, not {bound}"
-    );
+    anyhow::ensure!(bound.ip().is_loopback(), "bench serve loads only its own loopback server, not {bound}");
     let base = format!("http://{bound}");
     eprintln!("bench serve: server on {base}; warming up");
     // Warm-up: a few searches so the first measured one does not pay for lazy loads, and the
@@ -281,54 +252,23 @@ pub fn run(g: &GlobalArgs, args: ServeBenchArgs) -> anyhow::Result<()> {
     // grows memory once (threads, each one's working tensors, allocator arenas; +230 MiB at 16
     // clients, flat afterwards), which is not growth over the run.
     let rss_cold = status_mb("VmRSS");
-    eprintln!(
-        "bench serve: {} clients warming up for {} s",
-        args.clients, WARM_UP_SECONDS
-    );
-    phase(
-        "warm-up",
-        args.clients,
-        WARM_UP_SECONDS,
-        search_call(base.clone(), secret.clone(), args.tenant.clone()),
-    );
+    eprintln!("bench serve: {} clients warming up for {} s", args.clients, WARM_UP_SECONDS);
+    phase("warm-up", args.clients, WARM_UP_SECONDS, search_call(base.clone(), secret.clone(), args.tenant.clone()));
     let rss_start = status_mb("VmRSS");
     let mut phases = Vec::new();
-    eprintln!(
-        "bench serve: {} clients searching for {} s",
-        args.clients, args.seconds
-    );
-    phases.push(phase(
-        "search",
-        args.clients,
-        args.seconds,
-        search_call(base.clone(), secret.clone(), args.tenant.clone()),
-    ));
+    eprintln!("bench serve: {} clients searching for {} s", args.clients, args.seconds);
+    phases.push(phase("search", args.clients, args.seconds, search_call(base.clone(), secret.clone(), args.tenant.clone())));
     let mut ingest = None;
     if let Some(dir) = &args.ingest {
         let job = service.ingest_folder(&caller, "bench-ingest", dir)?;
-        eprintln!(
-            "bench serve: {} clients searching for {} s while job {} ingests {}",
-            args.clients,
-            args.seconds,
-            job.id,
-            dir.display()
-        );
+        eprintln!("bench serve: {} clients searching for {} s while job {} ingests {}", args.clients, args.seconds, job.id, dir.display());
         let started = Instant::now();
-        phases.push(phase(
-            "search during ingest",
-            args.clients,
-            args.seconds,
-            search_call(base.clone(), secret.clone(), args.tenant.clone()),
-        ));
+        phases.push(phase("search during ingest", args.clients, args.seconds, search_call(base.clone(), secret.clone(), args.tenant.clone())));
         let at_end = service.job(&caller, "bench-ingest", job.id)?;
         // The asking phase starts on a quiet store: wait (bounded) for the job to finish.
         let deadline = Instant::now() + Duration::from_secs(args.ingest_wait);
         let mut last = at_end.clone();
-        while matches!(
-            last.state,
-            ragbox::service::JobState::Queued | ragbox::service::JobState::Running
-        ) && Instant::now() < deadline
-        {
+        while matches!(last.state, ragbox::service::JobState::Queued | ragbox::service::JobState::Running) && Instant::now() < deadline {
             std::thread::sleep(Duration::from_millis(250));
             last = service.job(&caller, "bench-ingest", job.id)?;
         }
@@ -343,16 +283,8 @@ pub fn run(g: &GlobalArgs, args: ServeBenchArgs) -> anyhow::Result<()> {
         }));
     }
     if args.askers > 0 {
-        eprintln!(
-            "bench serve: {} clients asking for {} s (1 generating, 1 waiting; the rest get 503)",
-            args.askers, args.ask_seconds
-        );
-        phases.push(phase(
-            "ask, queue full",
-            args.askers,
-            args.ask_seconds,
-            ask_call(base.clone(), secret.clone(), args.tenant.clone()),
-        ));
+        eprintln!("bench serve: {} clients asking for {} s (1 generating, 1 waiting; the rest get 503)", args.askers, args.ask_seconds);
+        phases.push(phase("ask, queue full", args.askers, args.ask_seconds, ask_call(base.clone(), secret.clone(), args.tenant.clone())));
     }
     let rss_end = status_mb("VmRSS");
     let _ = stop_tx.send(());
@@ -376,15 +308,7 @@ pub fn run(g: &GlobalArgs, args: ServeBenchArgs) -> anyhow::Result<()> {
         "phase", "clients", "requests", "ok", "req/s", "p50 ms", "p99 ms", "max ms", "rss MiB"
     );
     for p in &report.phases {
-        let errors = if p.errors.is_empty() {
-            "none".to_string()
-        } else {
-            p.errors
-                .iter()
-                .map(|(s, n)| format!("{s}×{n}"))
-                .collect::<Vec<_>>()
-                .join(" ")
-        };
+        let errors = if p.errors.is_empty() { "none".to_string() } else { p.errors.iter().map(|(s, n)| format!("{s}×{n}")).collect::<Vec<_>>().join(" ") };
         println!(
             "{:<22} {:>7} {:>8} {:>8} {:>9.1} {:>8.1} {:>8.1} {:>8.1} {:>8}  {errors}",
             p.name,

@@ -128,12 +128,7 @@ impl Mixture {
         };
         let centres = unit_rows(topics.max(1));
         let directions = unit_rows(topics.max(1) * TOPIC_RANK);
-        Mixture {
-            dims,
-            centres,
-            directions,
-            seed,
-        }
+        Mixture { dims, centres, directions, seed }
     }
 
     fn topics(&self) -> usize {
@@ -212,19 +207,11 @@ fn resident_pct(path: &Path) -> std::io::Result<f64> {
         return Ok(0.0);
     }
     // SAFETY: sysconf has no preconditions.
-    let page = usize::try_from(unsafe { libc::sysconf(libc::_SC_PAGESIZE) })
-        .unwrap_or(4096)
-        .max(1);
+    let page = usize::try_from(unsafe { libc::sysconf(libc::_SC_PAGESIZE) }).unwrap_or(4096).max(1);
     let pages = map.len().div_ceil(page);
     let mut resident = vec![0u8; pages];
     // SAFETY: the mapping is page-aligned and `map.len()` long; `resident` has one byte per page.
-    let rc = unsafe {
-        libc::mincore(
-            map.as_ptr() as *mut libc::c_void,
-            map.len(),
-            resident.as_mut_ptr(),
-        )
-    };
+    let rc = unsafe { libc::mincore(map.as_ptr() as *mut libc::c_void, map.len(), resident.as_mut_ptr()) };
     if rc != 0 {
         return Err(std::io::Error::last_os_error());
     }
@@ -251,12 +238,7 @@ fn evict(path: &Path) -> Eviction {
         }
         (Ok(()), Ok(pct)) => (true, format!("evicted: {pct:.1}% of the file cached before the open")),
     };
-    Eviction {
-        evicted,
-        resident_before_pct: before,
-        resident_after_pct: after.ok(),
-        note,
-    }
+    Eviction { evicted, resident_before_pct: before, resident_after_pct: after.ok(), note }
 }
 
 /// One search mode on the mapped file.
@@ -336,10 +318,7 @@ impl Scratch {
     fn new(dir: Option<PathBuf>) -> anyhow::Result<Scratch> {
         let (dir, owned) = match dir {
             Some(d) => (d, false),
-            None => (
-                std::env::temp_dir().join(format!("ragbox-bench-vectors-{}", std::process::id())),
-                true,
-            ),
+            None => (std::env::temp_dir().join(format!("ragbox-bench-vectors-{}", std::process::id())), true),
         };
         std::fs::create_dir_all(&dir)?;
         Ok(Scratch { dir, owned })
@@ -347,10 +326,7 @@ impl Scratch {
 
     fn files(&self, n: usize, q: Quantization) -> (PathBuf, PathBuf) {
         let stem = format!("ragbox-bench-{n}-{}", quantization_name(q));
-        (
-            self.dir.join(format!("{stem}.usearch")),
-            self.dir.join(format!("{stem}.json")),
-        )
+        (self.dir.join(format!("{stem}.usearch")), self.dir.join(format!("{stem}.json")))
     }
 }
 
@@ -373,11 +349,7 @@ impl Drop for Cleanup<'_> {
 }
 
 /// Times each query; returns per-query seconds and the hits.
-fn run_queries(
-    index: &VectorIndex,
-    queries: &[f32],
-    dims: usize,
-) -> anyhow::Result<(Vec<f64>, Vec<Vec<VectorHit>>)> {
+fn run_queries(index: &VectorIndex, queries: &[f32], dims: usize) -> anyhow::Result<(Vec<f64>, Vec<Vec<VectorHit>>)> {
     let mut times = Vec::with_capacity(queries.len() / dims.max(1));
     let mut hits = Vec::with_capacity(times.capacity());
     for q in queries.chunks(dims) {
@@ -390,9 +362,7 @@ fn run_queries(
 }
 
 fn ids(hits: &[Vec<VectorHit>]) -> Vec<Vec<u64>> {
-    hits.iter()
-        .map(|h| h.iter().map(|(id, _)| id.0).collect())
-        .collect()
+    hits.iter().map(|h| h.iter().map(|(id, _)| id.0).collect()).collect()
 }
 
 /// Builds, saves and measures one (n, quantisation); returns the result (recall not yet filled
@@ -417,11 +387,8 @@ fn measure(
     for start in (0..n).step_by(CHUNK) {
         let count = CHUNK.min(n - start);
         let data = mix.points(CORPUS, start, count);
-        let items: Vec<(ChunkId, &[f32])> = data
-            .chunks(args.dims)
-            .enumerate()
-            .map(|(j, v)| (ChunkId((start + j) as u64), v))
-            .collect();
+        let items: Vec<(ChunkId, &[f32])> =
+            data.chunks(args.dims).enumerate().map(|(j, v)| (ChunkId((start + j) as u64), v)).collect();
         let t = Instant::now();
         index.add(&items)?;
         build_s += t.elapsed().as_secs_f64();
@@ -438,10 +405,7 @@ fn measure(
     let first = FIRST.min(args.queries);
     for (mode, exact_below) in [("exact", usize::MAX), ("hnsw", 0)] {
         eprintln!("{label}: {mode} search");
-        let opts = VectorOptions {
-            exact_below,
-            ..options
-        };
+        let opts = VectorOptions { exact_below, ..options };
         let eviction = evict(&path);
         let rss_before = status_mb("VmRSS");
         let t = Instant::now();
@@ -494,10 +458,7 @@ fn measure(
 }
 
 pub fn run(g: &GlobalArgs, args: VectorsArgs) -> anyhow::Result<()> {
-    anyhow::ensure!(
-        args.dims > 0 && args.queries > 0 && args.topics > 0,
-        "--dims, --queries and --topics must be positive"
-    );
+    anyhow::ensure!(args.dims > 0 && args.queries > 0 && args.topics > 0, "--dims, --queries and --topics must be positive");
     anyhow::ensure!(args.n.iter().all(|&n| n > 0), "every --n must be positive");
     let defaults = VectorOptions::default();
     let base = VectorOptions {
@@ -525,26 +486,15 @@ pub fn run(g: &GlobalArgs, args: VectorsArgs) -> anyhow::Result<()> {
     for &n in &args.n {
         let mut truth: Vec<Vec<u64>> = Vec::new();
         for &q in &quants {
-            let options = VectorOptions {
-                quantization: q,
-                ..base
-            };
+            let options = VectorOptions { quantization: q, ..base };
             let (mut run, [exact, hnsw]) = measure(&args, &mix, &queries, options, n, &scratch)?;
             if q == Quantization::F32 {
                 truth = ids(&exact);
                 let mean = |rank: usize| {
-                    let v: Vec<f64> = exact
-                        .iter()
-                        .filter_map(|h| h.get(rank))
-                        .map(|(_, s)| f64::from(*s))
-                        .collect();
+                    let v: Vec<f64> = exact.iter().filter_map(|h| h.get(rank)).map(|(_, s)| f64::from(*s)).collect();
                     v.iter().sum::<f64>() / v.len().max(1) as f64
                 };
-                truth_cosine.push(TruthCosine {
-                    n,
-                    nearest: mean(0),
-                    tenth: mean(K.min(n) - 1),
-                });
+                truth_cosine.push(TruthCosine { n, nearest: mean(0), tenth: mean(K.min(n) - 1) });
             }
             run.modes[0].recall_at_10 = recall(&truth, &ids(&exact));
             run.modes[1].recall_at_10 = recall(&truth, &ids(&hnsw));
@@ -600,16 +550,10 @@ fn print_table(r: &Report) {
         r.connectivity, r.expansion_add, r.expansion_search, r.build_threads, r.ground_truth
     );
     for t in &r.truth_cosine {
-        println!(
-            "n = {}: mean cosine of the nearest point {:.3}, of the 10th {:.3}",
-            t.n, t.nearest, t.tenth
-        );
+        println!("n = {}: mean cosine of the nearest point {:.3}, of the 10th {:.3}", t.n, t.nearest, t.tenth);
     }
     println!();
-    println!(
-        "{:>9} {:>5} {:>9} {:>11} {:>8} {:>10} {:>11}",
-        "n", "quant", "build s", "vectors/s", "save s", "file MiB", "build RSS+"
-    );
+    println!("{:>9} {:>5} {:>9} {:>11} {:>8} {:>10} {:>11}", "n", "quant", "build s", "vectors/s", "save s", "file MiB", "build RSS+");
     for run in &r.runs {
         println!(
             "{:>9} {:>5} {:>9.2} {:>11.0} {:>8.3} {:>10.1} {:>11}",
@@ -659,17 +603,11 @@ fn print_table(r: &Report) {
                 opt(m.resident_after_cold_pct, 0),
             );
             if !m.eviction.evicted {
-                notes.push(format!(
-                    "* n = {}, {} {}: {}",
-                    run.n, run.quantization, m.mode, m.eviction.note
-                ));
+                notes.push(format!("* n = {}, {} {}: {}", run.n, run.quantization, m.mode, m.eviction.note));
             }
         }
     }
-    println!(
-        "(cached %: share of the file in the page cache after the cold open and first {} queries)",
-        r.first_queries
-    );
+    println!("(cached %: share of the file in the page cache after the cold open and first {} queries)", r.first_queries);
     if notes.is_empty() {
         println!("cold: every file was evicted from the page cache before its cold open (checked with mincore)");
     }
@@ -688,10 +626,7 @@ mod tests {
         let truth = vec![vec![1, 2, 3, 4], vec![5, 6]];
         assert_eq!(recall(&truth, &truth), 1.0);
         let found = vec![vec![4, 3, 9, 8], vec![6, 7]];
-        assert!(
-            (recall(&truth, &found) - 0.5).abs() < 1e-12,
-            "order does not matter"
-        );
+        assert!((recall(&truth, &found) - 0.5).abs() < 1e-12, "order does not matter");
         assert_eq!(recall(&truth, &[vec![], vec![]]), 0.0);
         assert_eq!(recall(&[], &[]), 0.0);
     }
@@ -702,25 +637,14 @@ mod tests {
         let a = mix.points(CORPUS, 10, 3);
         let mut one = vec![0f32; 64];
         mix.point(CORPUS, 11, &mut one);
-        assert_eq!(
-            &a[64..128],
-            &one[..],
-            "a point does not depend on its chunk"
-        );
-        assert_ne!(
-            mix.points(QUERIES, 10, 1),
-            mix.points(CORPUS, 10, 1),
-            "queries are another stream"
-        );
+        assert_eq!(&a[64..128], &one[..], "a point does not depend on its chunk");
+        assert_ne!(mix.points(QUERIES, 10, 1), mix.points(CORPUS, 10, 1), "queries are another stream");
         for v in a.chunks(64) {
             assert!((v.iter().map(|x| x * x).sum::<f32>() - 1.0).abs() < 1e-5);
         }
         // Points lie near their topic's centre: cosine to the best centre well above chance.
         let best = |v: &[f32]| {
-            mix.centres
-                .chunks(64)
-                .map(|c| c.iter().zip(v).map(|(x, y)| x * y).sum::<f32>())
-                .fold(f32::MIN, f32::max)
+            mix.centres.chunks(64).map(|c| c.iter().zip(v).map(|(x, y)| x * y).sum::<f32>()).fold(f32::MIN, f32::max)
         };
         assert!(a.chunks(64).all(|v| best(v) > 0.4));
     }
