@@ -42,7 +42,7 @@ step "layers"
 scripts/check-layers.sh
 
 step "tests, network namespace with loopback only"
-run_tests="ip link set lo up && cargo test --locked --offline --features $FEATURES --all-targets && cargo test --locked --offline --features $FEATURES --doc"
+run_tests="ip link set lo up && cargo test --locked --offline --features $FEATURES --all-targets && cargo test --locked --offline --features $FEATURES --doc && cargo test --locked --offline -p ragbox-kernels"
 if [ "$(id -u)" = 0 ]; then
   unshare --net bash -c "$run_tests"
 else

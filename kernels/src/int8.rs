@@ -303,7 +303,7 @@ mod tests {
     #[test]
     fn matches_the_f32_product_within_quantisation_error() {
         // Odd sizes: rows and columns that fill no kernel tile exactly.
-        for (rows, inputs, outputs) in [(1, 384, 1152), (37, 384, 384), (130, 1536, 384), (5, 7, 3)] {
+        for (rows, inputs, outputs) in [(1, 384, 1152), (37, 384, 384), (130, 1536, 384), (5, 7, 3), (15, 32, 48), (15, 5, 48)] {
             let x = values(rows * inputs, 1);
             let w = values(outputs * inputs, 2);
             let bias = values(outputs, 3);
@@ -328,8 +328,7 @@ mod tests {
     fn rows_with_different_zero_points_each_get_their_own() {
         // Rows all ≥ 0 (zero at code 0), all ≤ 0 (code 255) and mixed, interleaved, in numbers
         // that fill and overrun the kernel's row tiles.
-        for rows in [2, 7, 33] {
-            let (inputs, outputs) = (384, 64);
+        for (rows, inputs, outputs) in [(2, 384, 64), (7, 384, 64), (33, 384, 64), (15, 32, 48), (15, 7, 5)] {
             let base = values(rows * inputs, 11);
             let x: Vec<f32> = base
                 .iter()
