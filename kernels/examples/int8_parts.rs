@@ -1,5 +1,6 @@
 //! Times one int8 dense layer of BERT size, split into its parts:
-//! `cargo run --release -p ragbox-kernels --example int8_parts -- ROWS IN OUT`.
+//! `cargo run -p ragbox-kernels --example int8_parts -- [ROWS IN OUT]` (the dev profile builds this
+//! crate optimised).
 use std::time::Instant;
 
 use ragbox_kernels::{Activation, Int8Linear};
@@ -26,17 +27,4 @@ fn main() {
         println!("{rows}×{inputs}×{outputs} {act:?}: {:.2} ms, {gmacs:.1} GMAC/s ({})", s * 1e3, layer.kernel_name());
     }
     ragbox_kernels::profile_parts(&layer, &x, rows, &mut y);
-    let t = Instant::now();
-    for v in y.iter_mut() {
-        *v = ragbox_kernels::gelu_erf(*v);
-    }
-    println!("gelu alone over {} values: {:?}", y.len(), t.elapsed());
-    let t = Instant::now();
-    for v in y.iter_mut() {
-        *v = ragbox_kernels::erf(*v);
-    }
-    println!("erf alone: {:?}", t.elapsed());
 }
-
-#[allow(dead_code)]
-fn gelu_alone() {}

@@ -103,11 +103,6 @@ impl Int8Linear {
         format!("{} (u{bits} activations)", executor().kernel_name())
     }
 
-    /// True where the kernel's pair sums could saturate, so activations get 7 bits.
-    pub fn saturates(&self) -> bool {
-        self.activation_levels < 255.0
-    }
-
     /// Input and output widths.
     pub fn shape(&self) -> (usize, usize) {
         (self.inputs, self.outputs)

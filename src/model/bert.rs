@@ -62,7 +62,7 @@ impl Dense {
     fn new(linear: Linear, precision: Precision) -> candle_core::Result<Dense> {
         Ok(match precision {
             Precision::Int8 => Dense::Int8(Int8Dense::new(&linear)?),
-            _ => Dense::F32 { weight_t: linear.weight().t()?.contiguous()?, bias: linear.bias().cloned() },
+            Precision::F32 => Dense::F32 { weight_t: linear.weight().t()?.contiguous()?, bias: linear.bias().cloned() },
         })
     }
 
@@ -96,13 +96,14 @@ impl Dense {
     }
 }
 
-/// The padding mask, in the form the body's softmax takes: additive, 0 where attended and
-/// `f32::MIN` where padding, as HF's extended attention mask.
-enum PaddingMask {
-    /// Broadcast to `(batch, heads, seq, seq)` once per batch, for candle's add and softmax.
-    Full(Tensor),
-    /// `(batch, seq)`, added inside ragbox_kernels' softmax.
-    Keys(Tensor),
+/// How a batch's attention softmax runs, with its padding mask if the batch has padding
+/// (additive: 0 where attended, `f32::MIN` where padding, as HF's extended attention mask).
+enum Softmax {
+    /// candle's add and softmax (the f32 reference): the mask broadcast to
+    /// `(batch, heads, seq, seq)` once per batch.
+    Candle(Option<Tensor>),
+    /// ragbox_kernels' softmax in place (int8): the mask `(batch, seq)`, added inside.
+    Fused(Option<Tensor>),
 }
 
 /// One transformer layer: self-attention and feed-forward, each with residual and post-norm.
@@ -114,8 +115,6 @@ struct Layer {
     output: Dense,
     out_norm: LayerNorm,
     act: HiddenAct,
-    /// ragbox_kernels' masked softmax instead of candle's add + softmax (the int8 body).
-    fused_softmax: bool,
     heads: usize,
     head_dim: usize,
     span: tracing::Span,
@@ -142,15 +141,14 @@ impl Layer {
             output: Dense::new(linear(cfg.intermediate_size, h, vb.pp("output").pp("dense"))?, precision)?,
             out_norm: layer_norm(h, cfg.layer_norm_eps, vb.pp("output").pp("LayerNorm"))?,
             act: cfg.hidden_act,
-            fused_softmax: precision == Precision::Int8,
             heads: cfg.num_attention_heads,
             head_dim: h / cfg.num_attention_heads,
             span: tracing::trace_span!("layer"),
         })
     }
 
-    /// `x`: `(batch, seq, hidden)`; `mask`: the padding mask, `None` for a batch without padding.
-    fn forward(&self, x: &Tensor, mask: Option<&PaddingMask>) -> candle_core::Result<Tensor> {
+    /// `x`: `(batch, seq, hidden)`; `softmax`: how attention's softmax runs, with the padding mask.
+    fn forward(&self, x: &Tensor, softmax: &Softmax) -> candle_core::Result<Tensor> {
         let _e = self.span.enter();
         let (b, t, h) = x.dims3()?;
         let qkv = self
@@ -162,17 +160,13 @@ impl Layer {
         // The query is already scaled by 1/√d: its weights were at load.
         let (q, k, v) = (qkv.get(0)?, qkv.get(1)?, qkv.get(2)?);
         let scores = q.matmul(&k.t()?)?;
-        let probs = match mask {
-            None if self.fused_softmax => {
-                masked_softmax_in_place(&scores, None)?;
+        let probs = match softmax {
+            Softmax::Candle(None) => candle_nn::ops::softmax_last_dim(&scores)?,
+            Softmax::Candle(Some(mask)) => candle_nn::ops::softmax_last_dim(&(scores + mask)?)?,
+            Softmax::Fused(mask) => {
+                masked_softmax_in_place(&scores, mask.as_ref())?;
                 scores
             }
-            None => candle_nn::ops::softmax_last_dim(&scores)?,
-            Some(PaddingMask::Keys(mask)) => {
-                masked_softmax_in_place(&scores, Some(mask))?;
-                scores
-            }
-            Some(PaddingMask::Full(mask)) => candle_nn::ops::softmax_last_dim(&(scores + mask)?)?,
         };
         let context = probs.matmul(&v)?.transpose(1, 2)?.reshape((b, t, h))?;
         let x = self.attn_norm.forward(&(self.attn_out.forward(&context)? + x)?)?;
@@ -186,13 +180,14 @@ pub struct BertBody {
     embeddings: Embeddings,
     layers: Vec<Layer>,
     heads: usize,
+    /// ragbox_kernels' softmax instead of candle's (the int8 body).
     fused_softmax: bool,
     span: tracing::Span,
 }
 
 impl BertBody {
     /// Loads from `vb` (its prefix already pointing at the body: `""` or `"bert"`), the dense
-    /// layers at `precision` (already resolved: `Auto` counts as f32).
+    /// layers at `precision` (checked against the device by the caller).
     pub fn load(vb: VarBuilder, cfg: &Config, precision: Precision) -> candle_core::Result<BertBody> {
         let layers = (0..cfg.num_hidden_layers)
             .map(|i| Layer::load(vb.pp("encoder").pp("layer").pp(i.to_string()), cfg, precision))
@@ -215,17 +210,18 @@ impl BertBody {
         let additive = if padded {
             // 0 where attended, f32::MIN where padding: as HF's extended attention mask.
             let m = mask.to_dtype(DType::F32)?;
-            let m = ((m.ones_like()? - m)? * f64::from(f32::MIN))?;
-            Some(if self.fused_softmax {
-                PaddingMask::Keys(m)
-            } else {
-                PaddingMask::Full(m.reshape((b, 1, 1, t))?.broadcast_as((b, self.heads, t, t))?.contiguous()?)
-            })
+            Some(((m.ones_like()? - m)? * f64::from(f32::MIN))?)
         } else {
             None
         };
+        let softmax = if self.fused_softmax {
+            Softmax::Fused(additive)
+        } else {
+            let full = additive.map(|m| m.reshape((b, 1, 1, t))?.broadcast_as((b, self.heads, t, t))?.contiguous()).transpose()?;
+            Softmax::Candle(full)
+        };
         for layer in &self.layers {
-            x = layer.forward(&x, additive.as_ref())?;
+            x = layer.forward(&x, &softmax)?;
         }
         Ok(x)
     }

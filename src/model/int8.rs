@@ -10,6 +10,8 @@ use candle_core::{CpuStorage, CustomOp1, Layout, Shape, Tensor};
 use candle_nn::Linear;
 use ragbox_kernels::{Activation, Int8Linear};
 
+use crate::model::softmax::f32_slice;
+
 /// A dense layer `y = act(x · Wᵀ + b)` with int8 weights (per output channel).
 #[derive(Clone)]
 pub struct Int8Dense {
@@ -47,14 +49,8 @@ impl CustomOp1 for Op<'_> {
         if dims.last() != Some(&inputs) {
             candle_core::bail!("int8-dense: input shape {:?} does not end in {inputs}", dims);
         }
-        let CpuStorage::F32(data) = storage else {
-            candle_core::bail!("int8-dense: input must be f32");
-        };
         let rows = layout.shape().elem_count() / inputs;
-        let Some((start, end)) = layout.contiguous_offsets() else {
-            candle_core::bail!("int8-dense: input must be contiguous (Int8Dense::forward makes it so)");
-        };
-        let out = self.layer.forward_to_vec(&data[start..end], rows, self.activation);
+        let out = self.layer.forward_to_vec(f32_slice(storage, layout)?, rows, self.activation);
         let mut shape = dims.to_vec();
         *shape.last_mut().expect("checked above") = outputs;
         Ok((CpuStorage::F32(out), Shape::from(shape)))

@@ -44,25 +44,16 @@ impl Precision {
     }
 }
 
-/// The int8 kernel this CPU gets.
-#[derive(Debug, Clone, Serialize)]
-pub struct Int8Kernel {
-    /// e.g. `x86_64-u8i8i32-avx512 (u8 activations)`.
-    pub name: String,
-    /// True where pair sums can saturate (x86 without VNNI): activations then get 7 bits.
-    pub saturates: bool,
-}
-
-/// Asks rten-gemm which int8 kernel it picks on this CPU.
-pub fn int8_kernel() -> Int8Kernel {
-    let probe = ragbox_kernels::Int8Linear::new(&[0.0], 1, 1, None);
-    Int8Kernel { name: probe.kernel_name(), saturates: probe.saturates() }
+/// The int8 kernel rten-gemm picks on this CPU, e.g. `x86_64-u8i8i32-avx512 (u8 activations)`
+/// (7-bit activations where its pair sums could saturate: x86 without VNNI).
+pub fn int8_kernel_name() -> String {
+    ragbox_kernels::Int8Linear::new(&[0.0], 1, 1, None).kernel_name()
 }
 
 /// What `doctor` and `bench` say runs for `precision` on `device`.
 pub fn describe(precision: Precision, device: &Device) -> String {
     match precision.resolve(device) {
-        Ok(Precision::Int8) => format!("int8 ({})", int8_kernel().name),
+        Ok(Precision::Int8) => format!("int8 ({})", int8_kernel_name()),
         Ok(_) if device.is_cpu() => "f32 (candle gemm)".to_string(),
         Ok(_) => format!("f32 ({device:?})"),
         Err(e) => format!("error: {e}"),
@@ -79,7 +70,7 @@ mod tests {
         assert_eq!(Precision::F32.resolve(&Device::Cpu).unwrap(), Precision::F32);
         assert_eq!(Precision::Int8.resolve(&Device::Cpu).unwrap(), Precision::Int8);
         let int8 = describe(Precision::Int8, &Device::Cpu);
-        assert!(int8.starts_with("int8 (") && int8.contains(&int8_kernel().name), "{int8}");
+        assert!(int8.starts_with("int8 (") && int8.contains(&int8_kernel_name()), "{int8}");
         assert_eq!(describe(Precision::F32, &Device::Cpu), "f32 (candle gemm)");
     }
 

@@ -25,17 +25,18 @@ struct Softmax {
     rows_per_item: usize,
 }
 
-fn f32_slice<'a>(storage: &'a CpuStorage, layout: &Layout) -> candle_core::Result<&'a [f32]> {
+/// The values of a contiguous f32 tensor on the CPU, as a custom op receives it.
+pub(crate) fn f32_slice<'a>(storage: &'a CpuStorage, layout: &Layout) -> candle_core::Result<&'a [f32]> {
     match (storage, layout.contiguous_offsets()) {
         (CpuStorage::F32(data), Some((start, end))) => Ok(&data[start..end]),
-        _ => candle_core::bail!("masked softmax: needs contiguous f32 tensors"),
+        _ => candle_core::bail!("needs a contiguous f32 tensor on the CPU"),
     }
 }
 
 fn f32_slice_mut<'a>(storage: &'a mut CpuStorage, layout: &Layout) -> candle_core::Result<&'a mut [f32]> {
     match (storage, layout.contiguous_offsets()) {
         (CpuStorage::F32(data), Some((start, end))) => Ok(&mut data[start..end]),
-        _ => candle_core::bail!("masked softmax: needs contiguous f32 tensors"),
+        _ => candle_core::bail!("needs a contiguous f32 tensor on the CPU"),
     }
 }
 

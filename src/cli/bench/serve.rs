@@ -7,8 +7,9 @@
 //! errors by status, and resident memory (server and clients: one process) after warm-up (the
 //! LLM loaded, then a few seconds at full concurrency) and at the end.
 //!
-//! Its HTTP client (ureq) only ever connects to the server this command started, bound to
-//! `127.0.0.1:0`; `run` refuses to load anything else.
+//! Its HTTP client (ureq) can only reach the server this command started: the server binds
+//! `127.0.0.1:0`, [`Loopback::new`] refuses any address but a loopback one, and every agent it
+//! builds resolves every host name to that address and reads no proxy from the environment.
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -148,13 +149,39 @@ fn phase(name: &str, clients: usize, seconds: u64, call: Arc<dyn Fn(usize, usize
     }
 }
 
-fn search_call(base: String, key: String, tenant: String) -> Arc<dyn Fn(usize, usize) -> u16 + Send + Sync> {
-    let agent = ureq::AgentBuilder::new().max_idle_connections_per_host(64).build();
+/// The one server this command loads: its loopback address, and the key and tenant to use.
+#[derive(Clone)]
+struct Loopback {
+    addr: std::net::SocketAddr,
+    key: String,
+    tenant: String,
+}
+
+impl Loopback {
+    fn new(addr: std::net::SocketAddr, key: String, tenant: String) -> anyhow::Result<Loopback> {
+        anyhow::ensure!(addr.ip().is_loopback(), "bench serve loads only its own loopback server, not {addr}");
+        Ok(Loopback { addr, key, tenant })
+    }
+
+    /// An HTTP agent pinned to the server: whatever host a URL names, it connects to `addr`.
+    fn agent(&self, builder: ureq::AgentBuilder) -> ureq::Agent {
+        let addr = self.addr;
+        builder.try_proxy_from_env(false).resolver(move |_: &str| Ok(vec![addr])).build()
+    }
+
+    fn url(&self, route: &str) -> String {
+        format!("http://{}/v1/tenants/{}/{route}", self.addr, self.tenant)
+    }
+}
+
+fn search_call(server: &Loopback) -> Arc<dyn Fn(usize, usize) -> u16 + Send + Sync> {
+    let agent = server.agent(ureq::AgentBuilder::new().max_idle_connections_per_host(64));
+    let (url, key) = (server.url("search"), server.key.clone());
     Arc::new(move |c, i| {
         let q = QUERIES[(c + i) % QUERIES.len()];
         let body = serde_json::json!({ "query": q, "k": 5 }).to_string();
         match agent
-            .post(&format!("{base}/v1/tenants/{tenant}/search"))
+            .post(&url)
             .set("Authorization", &format!("Bearer {key}"))
             .set("Content-Type", "application/json")
             .send_string(&body)
@@ -173,13 +200,14 @@ fn search_call(base: String, key: String, tenant: String) -> Arc<dyn Fn(usize, u
     })
 }
 
-fn ask_call(base: String, key: String, tenant: String) -> Arc<dyn Fn(usize, usize) -> u16 + Send + Sync> {
-    let agent = ureq::AgentBuilder::new().timeout(Duration::from_secs(600)).build();
+fn ask_call(server: &Loopback) -> Arc<dyn Fn(usize, usize) -> u16 + Send + Sync> {
+    let agent = server.agent(ureq::AgentBuilder::new().timeout(Duration::from_secs(600)));
+    let (url, key) = (server.url("ask"), server.key.clone());
     Arc::new(move |c, i| {
         let q = ASKS[(c + i) % ASKS.len()];
         let body = serde_json::json!({ "question": q }).to_string();
         match agent
-            .post(&format!("{base}/v1/tenants/{tenant}/ask"))
+            .post(&url)
             .set("Authorization", &format!("Bearer {key}"))
             .set("Content-Type", "application/json")
             .send_string(&body)
@@ -236,12 +264,11 @@ pub fn run(g: &GlobalArgs, args: ServeBenchArgs) -> anyhow::Result<()> {
         })
     };
     let bound = addr_rx.recv_timeout(Duration::from_secs(30))?;
-    anyhow::ensure!(bound.ip().is_loopback(), "bench serve loads only its own loopback server, not {bound}");
-    let base = format!("http://{bound}");
-    eprintln!("bench serve: server on {base}; warming up");
+    let target = Loopback::new(bound, secret.clone(), args.tenant.clone())?;
+    eprintln!("bench serve: server on http://{bound}; warming up");
     // Warm-up: a few searches so the first measured one does not pay for lazy loads, and the
     // LLM loaded now when there is an asking phase (its weights are not growth).
-    let warm = search_call(base.clone(), secret.clone(), args.tenant.clone());
+    let warm = search_call(&target);
     for i in 0..5 {
         warm(0, i);
     }
@@ -253,17 +280,17 @@ pub fn run(g: &GlobalArgs, args: ServeBenchArgs) -> anyhow::Result<()> {
     // clients, flat afterwards), which is not growth over the run.
     let rss_cold = status_mb("VmRSS");
     eprintln!("bench serve: {} clients warming up for {} s", args.clients, WARM_UP_SECONDS);
-    phase("warm-up", args.clients, WARM_UP_SECONDS, search_call(base.clone(), secret.clone(), args.tenant.clone()));
+    phase("warm-up", args.clients, WARM_UP_SECONDS, search_call(&target));
     let rss_start = status_mb("VmRSS");
     let mut phases = Vec::new();
     eprintln!("bench serve: {} clients searching for {} s", args.clients, args.seconds);
-    phases.push(phase("search", args.clients, args.seconds, search_call(base.clone(), secret.clone(), args.tenant.clone())));
+    phases.push(phase("search", args.clients, args.seconds, search_call(&target)));
     let mut ingest = None;
     if let Some(dir) = &args.ingest {
         let job = service.ingest_folder(&caller, "bench-ingest", dir)?;
         eprintln!("bench serve: {} clients searching for {} s while job {} ingests {}", args.clients, args.seconds, job.id, dir.display());
         let started = Instant::now();
-        phases.push(phase("search during ingest", args.clients, args.seconds, search_call(base.clone(), secret.clone(), args.tenant.clone())));
+        phases.push(phase("search during ingest", args.clients, args.seconds, search_call(&target)));
         let at_end = service.job(&caller, "bench-ingest", job.id)?;
         // The asking phase starts on a quiet store: wait (bounded) for the job to finish.
         let deadline = Instant::now() + Duration::from_secs(args.ingest_wait);
@@ -284,7 +311,7 @@ pub fn run(g: &GlobalArgs, args: ServeBenchArgs) -> anyhow::Result<()> {
     }
     if args.askers > 0 {
         eprintln!("bench serve: {} clients asking for {} s (1 generating, 1 waiting; the rest get 503)", args.askers, args.ask_seconds);
-        phases.push(phase("ask, queue full", args.askers, args.ask_seconds, ask_call(base.clone(), secret.clone(), args.tenant.clone())));
+        phases.push(phase("ask, queue full", args.askers, args.ask_seconds, ask_call(&target)));
     }
     let rss_end = status_mb("VmRSS");
     let _ = stop_tx.send(());
@@ -302,7 +329,7 @@ pub fn run(g: &GlobalArgs, args: ServeBenchArgs) -> anyhow::Result<()> {
     if g.json {
         return print_json(&report);
     }
-    println!("bench serve · tenant {} · loopback {}", report.tenant, base);
+    println!("bench serve · tenant {} · loopback http://{}", report.tenant, target.addr);
     println!(
         "{:<22} {:>7} {:>8} {:>8} {:>9} {:>8} {:>8} {:>8} {:>8}  errors",
         "phase", "clients", "requests", "ok", "req/s", "p50 ms", "p99 ms", "max ms", "rss MiB"
@@ -333,4 +360,33 @@ pub fn run(g: &GlobalArgs, args: ServeBenchArgs) -> anyhow::Result<()> {
         report.rss_growth_percent.map_or("?".into(), |p| format!("{p:+.1}%"))
     );
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_a_loopback_server_is_loaded_and_every_host_name_leads_to_it() {
+        let Err(refused) = Loopback::new("192.0.2.1:80".parse().unwrap(), "k".into(), "t".into()) else {
+            panic!("a non-loopback address was accepted");
+        };
+        assert!(refused.to_string().contains("only its own loopback server"), "{refused}");
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let server = Loopback::new(listener.local_addr().unwrap(), "k".into(), "t".into()).unwrap();
+        let answer = std::thread::spawn(move || {
+            use std::io::{Read, Write};
+            let (mut conn, _) = listener.accept().unwrap();
+            let mut head = [0u8; 1024];
+            let n = conn.read(&mut head).unwrap();
+            conn.write_all(b"HTTP/1.1 204 No Content\r\nContent-Length: 0\r\n\r\n").unwrap();
+            String::from_utf8_lossy(&head[..n]).into_owned()
+        });
+        // A host name that resolves nowhere: the pinned resolver sends it to the server anyway.
+        let agent = server.agent(ureq::AgentBuilder::new());
+        let response = agent.get("http://ragbox-nowhere.invalid/v1/healthz").call().unwrap();
+        assert_eq!(response.status(), 204);
+        assert!(answer.join().unwrap().starts_with("GET /v1/healthz"));
+        assert_eq!(server.url("search"), format!("http://{}/v1/tenants/t/search", server.addr));
+    }
 }
