@@ -128,6 +128,9 @@ async fn displayed(c: &Client, css: &str) -> bool {
 
 async fn sign_in_with(c: &Client, base: &str, key: &str) {
     c.goto(&format!("{base}/")).await.unwrap();
+    // The form is in the page from the start but hidden until the page has asked the server
+    // whether a session exists; typing before then is typing into a hidden field.
+    until(c, 15, "the sign-in form", "return !document.querySelector('#signin-view').hidden").await;
     let input = find(c, "#key").await;
     input.send_keys(key).await.unwrap();
     find(c, "#signin-form button[type=submit]").await.click().await.unwrap();
