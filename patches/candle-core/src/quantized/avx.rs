@@ -784,8 +784,123 @@ unsafe fn q0_tile<W: Q0Block, const RM: usize, const RN: usize>(
     }
 }
 
+/// ragbox patch: the same tiles with VNNI's `vpdpbusd` (u8 x i8 products summed in fours into
+/// i32), for the CPUs that have it: AVX-512 VNNI (with 32 vector registers, hence 4 x 4 tiles)
+/// or AVX-VNNI (16 registers, 4 x 3 tiles). The signed activations are shifted into unsigned
+/// bytes (`a + 128`, an xor per block and row), and each weight block's `-128 · Σw` starts the
+/// sum, so a product costs one `vpdpbusd`, a conversion and an FMA (AVX2 needs a sign, two
+/// multiply-adds, a conversion and an FMA).
+macro_rules! q0_vnni {
+    ($matmul:ident, $tile:ident, $features:literal, $dpbusd:ident, $rm:literal, $rn:literal) => {
+        #[target_feature(enable = $features)]
+        unsafe fn $tile<W: Q0Block, const RM: usize, const RN: usize>(
+            k_blocks: usize,
+            lhs: &[BlockQ8_0],
+            rhs: &[W],
+            row0: usize,
+            col0: usize,
+            n: usize,
+            dst: *mut f32,
+        ) {
+            let shift = _mm256_set1_epi8(-128i8);
+            let zero = _mm256_setzero_si256();
+            let mut acc = [[_mm256_setzero_ps(); RN]; RM];
+            for b in 0..k_blocks {
+                let mut wx = [zero; RN];
+                let mut start = [zero; RN];
+                let mut wd = [0f32; RN];
+                for j in 0..RN {
+                    let (x, d) = rhs.get_unchecked((col0 + j) * k_blocks + b).decode();
+                    wx[j] = x;
+                    start[j] = _mm256_sub_epi32(zero, $dpbusd(zero, shift, x));
+                    wd[j] = d;
+                }
+                for i in 0..RM {
+                    let a = lhs.get_unchecked((row0 + i) * k_blocks + b);
+                    let y = _mm256_xor_si256(_mm256_loadu_si256(a.qs.as_ptr() as *const __m256i), shift);
+                    let ad = f16::to_f32(a.d);
+                    for j in 0..RN {
+                        let dot = $dpbusd(start[j], y, wx[j]);
+                        acc[i][j] = _mm256_fmadd_ps(_mm256_set1_ps(ad * wd[j]), _mm256_cvtepi32_ps(dot), acc[i][j]);
+                    }
+                }
+            }
+            for i in 0..RM {
+                for j in 0..RN {
+                    *dst.add((row0 + i) * n + col0 + j) = hsum_float_8(acc[i][j]);
+                }
+            }
+        }
+
+        #[target_feature(enable = $features)]
+        unsafe fn $matmul<W: Q0Block>(
+            m: usize,
+            k_blocks: usize,
+            n: usize,
+            lhs: &[BlockQ8_0],
+            rhs: &[W],
+            cols: std::ops::Range<usize>,
+            dst: *mut f32,
+        ) {
+            const RM: usize = $rm;
+            const RN: usize = $rn;
+            let full_cols = cols.start + (cols.len() / RN) * RN;
+            let full_rows = (m / RM) * RM;
+            for row in (0..full_rows).step_by(RM) {
+                for col in (cols.start..full_cols).step_by(RN) {
+                    $tile::<W, RM, RN>(k_blocks, lhs, rhs, row, col, n, dst);
+                }
+                for col in full_cols..cols.end {
+                    $tile::<W, RM, 1>(k_blocks, lhs, rhs, row, col, n, dst);
+                }
+            }
+            for row in full_rows..m {
+                for col in (cols.start..full_cols).step_by(RN) {
+                    $tile::<W, 1, RN>(k_blocks, lhs, rhs, row, col, n, dst);
+                }
+                for col in full_cols..cols.end {
+                    $tile::<W, 1, 1>(k_blocks, lhs, rhs, row, col, n, dst);
+                }
+            }
+        }
+    };
+}
+
+q0_vnni!(matmul_q0_avx512_vnni, q0_tile_avx512_vnni, "avx512f,avx512vl,avx512vnni", _mm256_dpbusd_epi32, 4, 4);
+q0_vnni!(matmul_q0_avx_vnni, q0_tile_avx_vnni, "avxvnni", _mm256_dpbusd_avx_epi32, 4, 3);
+
+/// ragbox patch: the kernel [`matmul_q0`] runs on this CPU.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Q0Kernel {
+    Avx512Vnni,
+    AvxVnni,
+    Avx2,
+}
+
+impl Q0Kernel {
+    pub fn detect() -> Q0Kernel {
+        if std::is_x86_feature_detected!("avx512vnni") && std::is_x86_feature_detected!("avx512vl") {
+            Q0Kernel::Avx512Vnni
+        } else if std::is_x86_feature_detected!("avxvnni") {
+            Q0Kernel::AvxVnni
+        } else {
+            Q0Kernel::Avx2
+        }
+    }
+
+    /// For `ragbox doctor`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Q0Kernel::Avx512Vnni => "avx512-vnni",
+            Q0Kernel::AvxVnni => "avx-vnni",
+            Q0Kernel::Avx2 => "avx2",
+        }
+    }
+}
+
 /// ragbox patch: `dst[m x n] = lhs[m x k] . rhs[n x k]^T` for a Q0 weight type and Q8_0
-/// activations, in 4 x 3 tiles; `cols` is the range of weight columns this call owns.
+/// activations, in 4 x 3 tiles (or the VNNI ones above, where the CPU has VNNI); `cols` is the
+/// range of weight columns this call owns.
 ///
 /// # Safety
 /// `lhs` holds m * k_blocks blocks, `rhs` n * k_blocks, `dst` m * n cells, and no other thread
@@ -799,6 +914,11 @@ pub(crate) unsafe fn matmul_q0<W: Q0Block>(
     cols: std::ops::Range<usize>,
     dst: *mut f32,
 ) {
+    match Q0Kernel::detect() {
+        Q0Kernel::Avx512Vnni => return matmul_q0_avx512_vnni(m, k_blocks, n, lhs, rhs, cols, dst),
+        Q0Kernel::AvxVnni => return matmul_q0_avx_vnni(m, k_blocks, n, lhs, rhs, cols, dst),
+        Q0Kernel::Avx2 => {}
+    }
     const RM: usize = 4;
     const RN: usize = 3;
     let full_cols = cols.start + (cols.len() / RN) * RN;
