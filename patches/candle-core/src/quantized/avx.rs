@@ -946,3 +946,214 @@ pub(crate) unsafe fn matmul_q0<W: Q0Block>(
         }
     }
 }
+
+/// ragbox patch: a 256-element k-quant weight block (Q4K, Q6K) unpacked for [`matmul_k`]: eight
+/// chunks of 32 unsigned codes, each with its sub-block scales as 16-bit lanes lined up with
+/// `maddubs`'s pair sums, and the block's offset term as a weight on the activation block's 16
+/// partial sums (`bsums`): the block's dot product is
+/// `d · Σ_c madd(scale_c, maddubs(q_c, a_c)) + offset_scale · madd(offset, bsums)`, both times
+/// the activation block's scale.
+pub(crate) struct KDecoded {
+    q: [__m256i; 8],
+    scales: [__m256i; 8],
+    offset: __m256i,
+    d: f32,
+    offset_scale: f32,
+}
+
+/// ragbox patch: a k-quant weight block type [`matmul_k`] takes.
+pub(crate) trait KBlock: Sync {
+    /// # Safety
+    /// Needs AVX2 (this module is compiled only with it).
+    unsafe fn decode(&self) -> KDecoded;
+}
+
+impl KBlock for BlockQ4K {
+    /// Codes 0..=15 with a 6-bit scale and a 6-bit minimum per 32 elements:
+    /// `w = d·scale·q − dmin·min`, so the offset is `−dmin · Σ min_s · (sum of the activations
+    /// of sub-block s)`, and `bsums` holds those sums in halves of 16.
+    #[inline(always)]
+    unsafe fn decode(&self) -> KDecoded {
+        const KMASK1: u32 = 0x3f3f3f3f;
+        const KMASK2: u32 = 0x0f0f0f0f;
+        const KMASK3: u32 = 0x03030303;
+        let mut utmp = [0u32; 4];
+        LittleEndian::read_u32_into(&self.scales, &mut utmp[0..3]);
+        utmp[3] = ((utmp[2] >> 4) & KMASK2) | (((utmp[1] >> 6) & KMASK3) << 4);
+        let uaux = utmp[1] & KMASK1;
+        utmp[1] = (utmp[2] & KMASK2) | (((utmp[0] >> 6) & KMASK3) << 4);
+        utmp[2] = uaux;
+        utmp[0] &= KMASK1;
+        // Bytes 0..8: the eight scales; 8..16: the eight minimums.
+        let bytes: [u8; 16] = std::mem::transmute(utmp);
+        let sc128 = _mm256_extracti128_si256(_mm256_cvtepu8_epi16(_mm_loadu_si128(bytes.as_ptr() as *const __m128i)), 0);
+        let scales16 = mm256_set_m128i(sc128, sc128);
+        let mut mins = [0i16; 16];
+        for (s, m) in bytes[8..16].iter().enumerate() {
+            mins[2 * s] = i16::from(*m);
+            mins[2 * s + 1] = i16::from(*m);
+        }
+        let m4 = _mm256_set1_epi8(0xF);
+        let mut q = [_mm256_setzero_si256(); 8];
+        let mut scales = [_mm256_setzero_si256(); 8];
+        for j in 0..4 {
+            let bits = _mm256_loadu_si256(self.qs.as_ptr().add(32 * j) as *const __m256i);
+            q[2 * j] = _mm256_and_si256(bits, m4);
+            q[2 * j + 1] = _mm256_and_si256(_mm256_srli_epi16(bits, 4), m4);
+            scales[2 * j] = _mm256_shuffle_epi8(scales16, get_scale_shuffle_k4(2 * j));
+            scales[2 * j + 1] = _mm256_shuffle_epi8(scales16, get_scale_shuffle_k4(2 * j + 1));
+        }
+        KDecoded {
+            q,
+            scales,
+            offset: _mm256_loadu_si256(mins.as_ptr() as *const __m256i),
+            d: self.d.to_f32(),
+            offset_scale: -self.dmin.to_f32(),
+        }
+    }
+}
+
+impl KBlock for BlockQ6K {
+    /// Codes 0..=63 standing for `q − 32`, with a signed 8-bit scale per 16 elements, so the
+    /// offset is `−32·d · Σ scale_k · (sum of the activations of group k)`.
+    #[inline(always)]
+    unsafe fn decode(&self) -> KDecoded {
+        let m4 = _mm256_set1_epi8(0xF);
+        let m2 = _mm256_set1_epi8(3);
+        let scales128 = _mm_loadu_si128(self.scales.as_ptr() as *const __m128i);
+        let mut q = [_mm256_setzero_si256(); 8];
+        let mut scales = [_mm256_setzero_si256(); 8];
+        for j in 0..2 {
+            let lo1 = _mm256_loadu_si256(self.ql.as_ptr().add(64 * j) as *const __m256i);
+            let lo2 = _mm256_loadu_si256(self.ql.as_ptr().add(64 * j + 32) as *const __m256i);
+            let hi = _mm256_loadu_si256(self.qh.as_ptr().add(32 * j) as *const __m256i);
+            let h0 = _mm256_slli_epi16(_mm256_and_si256(hi, m2), 4);
+            let h1 = _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hi, 2), m2), 4);
+            let h2 = _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hi, 4), m2), 4);
+            let h3 = _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hi, 6), m2), 4);
+            q[4 * j] = _mm256_or_si256(_mm256_and_si256(lo1, m4), h0);
+            q[4 * j + 1] = _mm256_or_si256(_mm256_and_si256(lo2, m4), h1);
+            q[4 * j + 2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(lo1, 4), m4), h2);
+            q[4 * j + 3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(lo2, 4), m4), h3);
+            for k in 0..4 {
+                let is = 4 * j + k;
+                scales[is] = _mm256_cvtepi8_epi16(_mm_shuffle_epi8(scales128, get_scale_shuffle(is)));
+            }
+        }
+        let d = self.d.to_f32();
+        KDecoded { q, scales, offset: _mm256_cvtepi8_epi16(scales128), d, offset_scale: -32.0 * d }
+    }
+}
+
+/// `acc + madd(a, b)`: VNNI's `vpdpwssd` without VNNI.
+#[inline(always)]
+unsafe fn dpwssd_avx2(acc: __m256i, a: __m256i, b: __m256i) -> __m256i {
+    _mm256_add_epi32(acc, _mm256_madd_epi16(a, b))
+}
+
+/// ragbox patch: `RM x RN` tiles for the k-quants, as [`q0_vnni`] does for the 32-element
+/// formats: each weight block is unpacked once for `RM` activation rows (candle's one-row dot
+/// product unpacks it for every row), with `vpdpwssd` where the CPU has VNNI.
+macro_rules! k_tiles {
+    ($matmul:ident, $tile:ident, $features:literal, $dpwssd:ident, $rm:literal, $rn:literal) => {
+        #[target_feature(enable = $features)]
+        unsafe fn $tile<W: KBlock, const RM: usize, const RN: usize>(
+            k_blocks: usize,
+            lhs: &[BlockQ8K],
+            rhs: &[W],
+            row0: usize,
+            col0: usize,
+            n: usize,
+            dst: *mut f32,
+        ) {
+            let mut acc = [[_mm256_setzero_ps(); RN]; RM];
+            for b in 0..k_blocks {
+                // A loop, not `array::from_fn`: a closure would not inherit this function's
+                // target features, and perf showed the decode left out of line.
+                // SAFETY: KDecoded is vectors and floats, for which all-zero bits are valid.
+                let mut w: [KDecoded; RN] = std::mem::zeroed();
+                for j in 0..RN {
+                    w[j] = rhs.get_unchecked((col0 + j) * k_blocks + b).decode();
+                }
+                for i in 0..RM {
+                    let a = lhs.get_unchecked((row0 + i) * k_blocks + b);
+                    let bsums = _mm256_loadu_si256(a.bsums.as_ptr() as *const __m256i);
+                    let mut sums = [_mm256_setzero_si256(); RN];
+                    for c in 0..8 {
+                        let y = _mm256_loadu_si256(a.qs.as_ptr().add(32 * c) as *const __m256i);
+                        for j in 0..RN {
+                            sums[j] = $dpwssd(sums[j], w[j].scales[c], _mm256_maddubs_epi16(w[j].q[c], y));
+                        }
+                    }
+                    for j in 0..RN {
+                        let offset = _mm256_madd_epi16(w[j].offset, bsums);
+                        acc[i][j] = _mm256_fmadd_ps(_mm256_set1_ps(a.d * w[j].d), _mm256_cvtepi32_ps(sums[j]), acc[i][j]);
+                        acc[i][j] = _mm256_fmadd_ps(_mm256_set1_ps(a.d * w[j].offset_scale), _mm256_cvtepi32_ps(offset), acc[i][j]);
+                    }
+                }
+            }
+            for i in 0..RM {
+                for j in 0..RN {
+                    *dst.add((row0 + i) * n + col0 + j) = hsum_float_8(acc[i][j]);
+                }
+            }
+        }
+
+        #[target_feature(enable = $features)]
+        unsafe fn $matmul<W: KBlock>(
+            m: usize,
+            k_blocks: usize,
+            n: usize,
+            lhs: &[BlockQ8K],
+            rhs: &[W],
+            cols: std::ops::Range<usize>,
+            dst: *mut f32,
+        ) {
+            const RM: usize = $rm;
+            const RN: usize = $rn;
+            let full_cols = cols.start + (cols.len() / RN) * RN;
+            let full_rows = (m / RM) * RM;
+            for row in (0..full_rows).step_by(RM) {
+                for col in (cols.start..full_cols).step_by(RN) {
+                    $tile::<W, RM, RN>(k_blocks, lhs, rhs, row, col, n, dst);
+                }
+                for col in full_cols..cols.end {
+                    $tile::<W, RM, 1>(k_blocks, lhs, rhs, row, col, n, dst);
+                }
+            }
+            for row in full_rows..m {
+                for col in (cols.start..full_cols).step_by(RN) {
+                    $tile::<W, 1, RN>(k_blocks, lhs, rhs, row, col, n, dst);
+                }
+                for col in full_cols..cols.end {
+                    $tile::<W, 1, 1>(k_blocks, lhs, rhs, row, col, n, dst);
+                }
+            }
+        }
+    };
+}
+
+k_tiles!(matmul_k_avx512_vnni, k_tile_avx512_vnni, "avx512f,avx512vl,avx512vnni", _mm256_dpwssd_epi32, 4, 2);
+k_tiles!(matmul_k_avx_vnni, k_tile_avx_vnni, "avxvnni", _mm256_dpwssd_avx_epi32, 4, 2);
+k_tiles!(matmul_k_avx2, k_tile_avx2, "avx2", dpwssd_avx2, 4, 2);
+
+/// ragbox patch: `dst[m x n] = lhs[m x k] . rhs[n x k]^T` for a k-quant weight type and Q8K
+/// activations, in tiles, with the same kernel choice as [`matmul_q0`].
+///
+/// # Safety
+/// As [`matmul_q0`].
+pub(crate) unsafe fn matmul_k<W: KBlock>(
+    m: usize,
+    k_blocks: usize,
+    n: usize,
+    lhs: &[BlockQ8K],
+    rhs: &[W],
+    cols: std::ops::Range<usize>,
+    dst: *mut f32,
+) {
+    match Q0Kernel::detect() {
+        Q0Kernel::Avx512Vnni => matmul_k_avx512_vnni(m, k_blocks, n, lhs, rhs, cols, dst),
+        Q0Kernel::AvxVnni => matmul_k_avx_vnni(m, k_blocks, n, lhs, rhs, cols, dst),
+        Q0Kernel::Avx2 => matmul_k_avx2(m, k_blocks, n, lhs, rhs, cols, dst),
+    }
+}

@@ -2318,8 +2318,9 @@ pub fn matmul<T: GgmlType>(
     // streams the whole weight matrix from memory again; here each task takes a block of weight
     // columns, small enough to stay in the core's L2 cache, and runs every row against it, in
     // row blocks so the activations stay in cache too.
-    // The 32-element "type 0" formats (Q4_0, Q5_0, Q8_0) go through AVX2 tiles that decode each
-    // weight block once for four rows (`avx::matmul_q0`).
+    // The 32-element "type 0" formats (Q4_0, Q5_0, Q8_0) and the k-quants Q4K and Q6K go
+    // through tiles that decode each weight block once for four rows (`avx::matmul_q0`,
+    // `avx::matmul_k`; VNNI where the CPU has it).
     const COLS: usize = 24;
     const ROWS: usize = 64;
     let out = SendPtr(dst.as_mut_ptr());
@@ -2328,7 +2329,8 @@ pub fn matmul<T: GgmlType>(
         #[cfg(target_feature = "avx2")]
         {
             // SAFETY: the dtype names the block type, so the casts are identities; Q4_0, Q5_0
-            // and Q8_0 all take Q8_0 activations; lengths and disjoint columns as below.
+            // and Q8_0 all take Q8_0 activations, Q4K and Q6K take Q8K (`lhs_q8` is then never
+            // read); lengths and disjoint columns as below.
             unsafe {
                 let lhs_q8 = std::slice::from_raw_parts(lhs_b.as_ptr() as *const BlockQ8_0, lhs_b.len());
                 let rhs_ptr = rhs_t.as_ptr();
@@ -2346,6 +2348,18 @@ pub fn matmul<T: GgmlType>(
                     GgmlDType::Q4_0 => {
                         let rhs = std::slice::from_raw_parts(rhs_ptr as *const BlockQ4_0, rhs_t.len());
                         super::avx::matmul_q0(m, k_in_blocks, n, lhs_q8, rhs, cols.clone(), out.get());
+                        true
+                    }
+                    GgmlDType::Q4K => {
+                        let lhs_q8k = std::slice::from_raw_parts(lhs_b.as_ptr() as *const BlockQ8K, lhs_b.len());
+                        let rhs = std::slice::from_raw_parts(rhs_ptr as *const BlockQ4K, rhs_t.len());
+                        super::avx::matmul_k(m, k_in_blocks, n, lhs_q8k, rhs, cols.clone(), out.get());
+                        true
+                    }
+                    GgmlDType::Q6K => {
+                        let lhs_q8k = std::slice::from_raw_parts(lhs_b.as_ptr() as *const BlockQ8K, lhs_b.len());
+                        let rhs = std::slice::from_raw_parts(rhs_ptr as *const BlockQ6K, rhs_t.len());
+                        super::avx::matmul_k(m, k_in_blocks, n, lhs_q8k, rhs, cols.clone(), out.get());
                         true
                     }
                     _ => false,
