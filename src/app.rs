@@ -37,6 +37,20 @@ pub struct App {
     rerankers: std::sync::Mutex<std::collections::HashMap<String, Arc<dyn Reranker>>>,
 }
 
+/// The quantised LLM's matmul kernels on this CPU: the prompt's tiles (VNNI where the CPU has
+/// it, chosen at run time) and the build's SIMD baseline for one-row dot products.
+fn llm_kernels() -> String {
+    #[cfg(target_feature = "avx2")]
+    {
+        let tiles = candle_core::quantized::avx::Q0Kernel::detect().name();
+        format!("quantised weights in memory; prompt tiles {tiles} (Q4_0, Q5_0, Q8_0, Q4_K, Q6_K); AVX2 dot products for one row")
+    }
+    #[cfg(not(target_feature = "avx2"))]
+    {
+        "quantised weights in memory; scalar dot products (no avx2 at build time: slow)".to_string()
+    }
+}
+
 /// Everything `doctor` reports.
 #[derive(Debug, Serialize)]
 pub struct DoctorReport {
@@ -48,8 +62,8 @@ pub struct DoctorReport {
     pub features: Vec<&'static str>,
     /// The CPU baseline the build was compiled for, and what this CPU lacks of it.
     pub cpu: crate::model::cpu::Baseline,
-    /// The LLM's CPU kernels this build runs.
-    pub llm_kernels: &'static str,
+    /// The LLM's CPU kernels this build runs on this CPU.
+    pub llm_kernels: String,
     /// The encoders' precision and the kernel that runs it (`embed.precision`).
     pub encoder_kernels: String,
     /// Device in use.
@@ -342,11 +356,7 @@ impl App {
             version: env!("CARGO_PKG_VERSION"),
             candle: "0.10.2 (patched: patches/README.md)",
             cpu: crate::model::cpu::baseline(),
-            llm_kernels: if cfg!(target_feature = "avx2") {
-                "quantised weights in memory; AVX2 dot products for Q4_0, Q5_0, Q8_0, Q2_K-Q6_K, Q8_K"
-            } else {
-                "quantised weights in memory; scalar dot products (no avx2 at build time: slow)"
-            },
+            llm_kernels: llm_kernels(),
             encoder_kernels: crate::model::precision::describe(self.config.embed.precision, &self.device),
             features: crate::model::device::compiled_features(),
             device: crate::model::device::describe(&self.device),

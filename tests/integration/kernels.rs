@@ -34,3 +34,74 @@ fn quantised_matmul_matches_f32_for_one_row_and_a_prompt() {
         }
     }
 }
+
+/// Every tile kernel this CPU can run (AVX-512 VNNI, AVX-VNNI, AVX2: the matmul above takes only
+/// the best), against candle's one-row dot product on the same quantised blocks: the integer sums
+/// are the same, so only the order of the float additions may differ.
+#[cfg(target_feature = "avx2")]
+mod tiles {
+    use candle_core::quantized::avx::{matmul_k_on, matmul_q0_on, KBlock, Q0Block, Q0Kernel};
+    use candle_core::quantized::k_quants::{BlockQ4K, BlockQ4_0, BlockQ5_0, BlockQ6K, BlockQ8K, BlockQ8_0};
+    use candle_core::quantized::GgmlType;
+
+    fn values(n: usize, seed: u64) -> Vec<f32> {
+        let mut s = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+        (0..n)
+            .map(|_| {
+                s ^= s << 13;
+                s ^= s >> 7;
+                s ^= s << 17;
+                (s >> 40) as f32 / (1u64 << 23) as f32 - 1.0
+            })
+            .collect()
+    }
+
+    fn blocks<T: GgmlType>(x: &[f32], rows: usize) -> Vec<T> {
+        let k = x.len() / rows;
+        let mut out = vec![T::zeros(); x.len() / T::BLCK_SIZE];
+        for (src, dst) in x.chunks(k).zip(out.chunks_mut(k / T::BLCK_SIZE)) {
+            T::from_float(src, dst);
+        }
+        out
+    }
+
+    /// `run(kernel, lhs, rhs, dst)` for each kernel, compared with `W::vec_dot` per cell.
+    fn agree<W: GgmlType>(k: usize, m: usize, n: usize, run: impl Fn(Q0Kernel, &[W::VecDotType], &[W], &mut [f32])) {
+        let lhs: Vec<W::VecDotType> = blocks(&values(m * k, 1), m);
+        let rhs: Vec<W> = blocks(&values(n * k, 2), n);
+        let kb = k / W::BLCK_SIZE;
+        let kernels = Q0Kernel::available();
+        assert_eq!(kernels.last(), Some(&Q0Kernel::Avx2), "AVX2 is the build's baseline");
+        for kernel in kernels {
+            let mut got = vec![f32::NAN; m * n];
+            run(kernel, &lhs, &rhs, &mut got);
+            for r in 0..m {
+                for c in 0..n {
+                    let want = W::vec_dot(k, &rhs[c * kb..(c + 1) * kb], &lhs[r * kb..(r + 1) * kb]);
+                    let g = got[r * n + c];
+                    assert!((g - want).abs() <= 1e-4 * want.abs().max(1.0), "{:?} {:?} row {r} col {c}: {g} vs {want}", W::DTYPE, kernel);
+                }
+            }
+        }
+    }
+
+    fn q0<W: GgmlType<VecDotType = BlockQ8_0> + Q0Block>(k: usize, m: usize, n: usize) {
+        agree::<W>(k, m, n, |kernel, lhs, rhs, dst| unsafe { matmul_q0_on(kernel, m, k / 32, n, lhs, rhs, 0..n, dst.as_mut_ptr()) });
+    }
+
+    fn kq<W: GgmlType<VecDotType = BlockQ8K> + KBlock>(k: usize, m: usize, n: usize) {
+        agree::<W>(k, m, n, |kernel, lhs, rhs, dst| unsafe { matmul_k_on(kernel, m, k / 256, n, lhs, rhs, 0..n, dst.as_mut_ptr()) });
+    }
+
+    #[test]
+    fn every_tile_kernel_this_cpu_runs_matches_the_one_row_dot_product() {
+        // Rows and columns that fill the 4 x 4, 4 x 3 and 4 x 2 tiles and leave remainders.
+        for (m, n) in [(9, 11), (4, 12), (1, 5)] {
+            q0::<BlockQ4_0>(896, m, n);
+            q0::<BlockQ5_0>(896, m, n);
+            q0::<BlockQ8_0>(896, m, n);
+            kq::<BlockQ4K>(1024, m, n);
+            kq::<BlockQ6K>(1024, m, n);
+        }
+    }
+}

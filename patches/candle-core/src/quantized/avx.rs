@@ -711,7 +711,7 @@ pub(crate) fn vec_dot_q8k_q8k(n: usize, xs: &[BlockQ8K], ys: &[BlockQ8K]) -> f32
 
 /// ragbox patch: a weight block of the 32-element "type 0" formats as 32 signed bytes and its
 /// scale. One decode serves every activation row of a tile.
-pub(crate) trait Q0Block: Sync {
+pub trait Q0Block: Sync {
     /// # Safety
     /// Needs AVX2 (this module is compiled only with it).
     unsafe fn decode(&self) -> (__m256i, f32);
@@ -784,6 +784,33 @@ unsafe fn q0_tile<W: Q0Block, const RM: usize, const RN: usize>(
     }
 }
 
+/// ragbox patch: the loops around a tile function `$tile::<W, RM, RN>` (full tiles, then the
+/// right-hand columns and bottom rows that fill none) over rows `0..m` and columns `cols`.
+macro_rules! drive_tiles {
+    ($tile:ident, $rm:literal, $rn:literal, $m:ident, $k_blocks:ident, $n:ident, $lhs:ident, $rhs:ident, $cols:ident, $dst:ident) => {{
+        const RM: usize = $rm;
+        const RN: usize = $rn;
+        let full_cols = $cols.start + ($cols.len() / RN) * RN;
+        let full_rows = ($m / RM) * RM;
+        for row in (0..full_rows).step_by(RM) {
+            for col in ($cols.start..full_cols).step_by(RN) {
+                $tile::<W, RM, RN>($k_blocks, $lhs, $rhs, row, col, $n, $dst);
+            }
+            for col in full_cols..$cols.end {
+                $tile::<W, RM, 1>($k_blocks, $lhs, $rhs, row, col, $n, $dst);
+            }
+        }
+        for row in full_rows..$m {
+            for col in ($cols.start..full_cols).step_by(RN) {
+                $tile::<W, 1, RN>($k_blocks, $lhs, $rhs, row, col, $n, $dst);
+            }
+            for col in full_cols..$cols.end {
+                $tile::<W, 1, 1>($k_blocks, $lhs, $rhs, row, col, $n, $dst);
+            }
+        }
+    }};
+}
+
 /// ragbox patch: the same tiles with VNNI's `vpdpbusd` (u8 x i8 products summed in fours into
 /// i32), for the CPUs that have it: AVX-512 VNNI (with 32 vector registers, hence 4 x 4 tiles)
 /// or AVX-VNNI (16 registers, 4 x 3 tiles). The signed activations are shifted into unsigned
@@ -842,26 +869,7 @@ macro_rules! q0_vnni {
             cols: std::ops::Range<usize>,
             dst: *mut f32,
         ) {
-            const RM: usize = $rm;
-            const RN: usize = $rn;
-            let full_cols = cols.start + (cols.len() / RN) * RN;
-            let full_rows = (m / RM) * RM;
-            for row in (0..full_rows).step_by(RM) {
-                for col in (cols.start..full_cols).step_by(RN) {
-                    $tile::<W, RM, RN>(k_blocks, lhs, rhs, row, col, n, dst);
-                }
-                for col in full_cols..cols.end {
-                    $tile::<W, RM, 1>(k_blocks, lhs, rhs, row, col, n, dst);
-                }
-            }
-            for row in full_rows..m {
-                for col in (cols.start..full_cols).step_by(RN) {
-                    $tile::<W, 1, RN>(k_blocks, lhs, rhs, row, col, n, dst);
-                }
-                for col in full_cols..cols.end {
-                    $tile::<W, 1, 1>(k_blocks, lhs, rhs, row, col, n, dst);
-                }
-            }
+            drive_tiles!($tile, $rm, $rn, m, k_blocks, n, lhs, rhs, cols, dst);
         }
     };
 }
@@ -878,14 +886,22 @@ pub enum Q0Kernel {
 }
 
 impl Q0Kernel {
+    /// The best kernel this CPU can run.
     pub fn detect() -> Q0Kernel {
+        Q0Kernel::available()[0]
+    }
+
+    /// Every kernel this CPU can run, best first.
+    pub fn available() -> Vec<Q0Kernel> {
+        let mut kernels = Vec::new();
         if std::is_x86_feature_detected!("avx512vnni") && std::is_x86_feature_detected!("avx512vl") {
-            Q0Kernel::Avx512Vnni
-        } else if std::is_x86_feature_detected!("avxvnni") {
-            Q0Kernel::AvxVnni
-        } else {
-            Q0Kernel::Avx2
+            kernels.push(Q0Kernel::Avx512Vnni);
         }
+        if std::is_x86_feature_detected!("avxvnni") {
+            kernels.push(Q0Kernel::AvxVnni);
+        }
+        kernels.push(Q0Kernel::Avx2);
+        kernels
     }
 
     /// For `ragbox doctor`.
@@ -899,8 +915,8 @@ impl Q0Kernel {
 }
 
 /// ragbox patch: `dst[m x n] = lhs[m x k] . rhs[n x k]^T` for a Q0 weight type and Q8_0
-/// activations, in 4 x 3 tiles (or the VNNI ones above, where the CPU has VNNI); `cols` is the
-/// range of weight columns this call owns.
+/// activations, in tiles on this CPU's best kernel; `cols` is the range of weight columns this
+/// call owns.
 ///
 /// # Safety
 /// `lhs` holds m * k_blocks blocks, `rhs` n * k_blocks, `dst` m * n cells, and no other thread
@@ -914,37 +930,44 @@ pub(crate) unsafe fn matmul_q0<W: Q0Block>(
     cols: std::ops::Range<usize>,
     dst: *mut f32,
 ) {
-    match Q0Kernel::detect() {
-        Q0Kernel::Avx512Vnni => return matmul_q0_avx512_vnni(m, k_blocks, n, lhs, rhs, cols, dst),
-        Q0Kernel::AvxVnni => return matmul_q0_avx_vnni(m, k_blocks, n, lhs, rhs, cols, dst),
-        Q0Kernel::Avx2 => {}
+    matmul_q0_on(Q0Kernel::detect(), m, k_blocks, n, lhs, rhs, cols, dst)
+}
+
+/// ragbox patch: [`matmul_q0`] on a chosen kernel, so that tests check each one this CPU can run
+/// (`tests/integration/kernels.rs`).
+///
+/// # Safety
+/// As [`matmul_q0`], and the CPU must have `kernel`'s instructions ([`Q0Kernel::available`]).
+#[doc(hidden)]
+#[allow(clippy::too_many_arguments)]
+pub unsafe fn matmul_q0_on<W: Q0Block>(
+    kernel: Q0Kernel,
+    m: usize,
+    k_blocks: usize,
+    n: usize,
+    lhs: &[BlockQ8_0],
+    rhs: &[W],
+    cols: std::ops::Range<usize>,
+    dst: *mut f32,
+) {
+    match kernel {
+        Q0Kernel::Avx512Vnni => matmul_q0_avx512_vnni(m, k_blocks, n, lhs, rhs, cols, dst),
+        Q0Kernel::AvxVnni => matmul_q0_avx_vnni(m, k_blocks, n, lhs, rhs, cols, dst),
+        Q0Kernel::Avx2 => matmul_q0_avx2(m, k_blocks, n, lhs, rhs, cols, dst),
     }
-    const RM: usize = 4;
-    const RN: usize = 3;
-    let full_cols = cols.start + (cols.len() / RN) * RN;
-    let full_rows = (m / RM) * RM;
-    let mut row = 0;
-    while row < full_rows {
-        let mut col = cols.start;
-        while col < full_cols {
-            q0_tile::<W, RM, RN>(k_blocks, lhs, rhs, row, col, n, dst);
-            col += RN;
-        }
-        for col in full_cols..cols.end {
-            q0_tile::<W, RM, 1>(k_blocks, lhs, rhs, row, col, n, dst);
-        }
-        row += RM;
-    }
-    for row in full_rows..m {
-        let mut col = cols.start;
-        while col < full_cols {
-            q0_tile::<W, 1, RN>(k_blocks, lhs, rhs, row, col, n, dst);
-            col += RN;
-        }
-        for col in full_cols..cols.end {
-            q0_tile::<W, 1, 1>(k_blocks, lhs, rhs, row, col, n, dst);
-        }
-    }
+}
+
+/// ragbox patch: the AVX2 tiles, 4 x 3.
+unsafe fn matmul_q0_avx2<W: Q0Block>(
+    m: usize,
+    k_blocks: usize,
+    n: usize,
+    lhs: &[BlockQ8_0],
+    rhs: &[W],
+    cols: std::ops::Range<usize>,
+    dst: *mut f32,
+) {
+    drive_tiles!(q0_tile, 4, 3, m, k_blocks, n, lhs, rhs, cols, dst);
 }
 
 /// ragbox patch: a 256-element k-quant weight block (Q4K, Q6K) unpacked for [`matmul_k`]: eight
@@ -953,7 +976,7 @@ pub(crate) unsafe fn matmul_q0<W: Q0Block>(
 /// partial sums (`bsums`): the block's dot product is
 /// `d · Σ_c madd(scale_c, maddubs(q_c, a_c)) + offset_scale · madd(offset, bsums)`, both times
 /// the activation block's scale.
-pub(crate) struct KDecoded {
+pub struct KDecoded {
     q: [__m256i; 8],
     scales: [__m256i; 8],
     offset: __m256i,
@@ -962,7 +985,7 @@ pub(crate) struct KDecoded {
 }
 
 /// ragbox patch: a k-quant weight block type [`matmul_k`] takes.
-pub(crate) trait KBlock: Sync {
+pub trait KBlock: Sync {
     /// # Safety
     /// Needs AVX2 (this module is compiled only with it).
     unsafe fn decode(&self) -> KDecoded;
@@ -1109,26 +1132,7 @@ macro_rules! k_tiles {
             cols: std::ops::Range<usize>,
             dst: *mut f32,
         ) {
-            const RM: usize = $rm;
-            const RN: usize = $rn;
-            let full_cols = cols.start + (cols.len() / RN) * RN;
-            let full_rows = (m / RM) * RM;
-            for row in (0..full_rows).step_by(RM) {
-                for col in (cols.start..full_cols).step_by(RN) {
-                    $tile::<W, RM, RN>(k_blocks, lhs, rhs, row, col, n, dst);
-                }
-                for col in full_cols..cols.end {
-                    $tile::<W, RM, 1>(k_blocks, lhs, rhs, row, col, n, dst);
-                }
-            }
-            for row in full_rows..m {
-                for col in (cols.start..full_cols).step_by(RN) {
-                    $tile::<W, 1, RN>(k_blocks, lhs, rhs, row, col, n, dst);
-                }
-                for col in full_cols..cols.end {
-                    $tile::<W, 1, 1>(k_blocks, lhs, rhs, row, col, n, dst);
-                }
-            }
+            drive_tiles!($tile, $rm, $rn, m, k_blocks, n, lhs, rhs, cols, dst);
         }
     };
 }
@@ -1151,7 +1155,26 @@ pub(crate) unsafe fn matmul_k<W: KBlock>(
     cols: std::ops::Range<usize>,
     dst: *mut f32,
 ) {
-    match Q0Kernel::detect() {
+    matmul_k_on(Q0Kernel::detect(), m, k_blocks, n, lhs, rhs, cols, dst)
+}
+
+/// ragbox patch: [`matmul_k`] on a chosen kernel, for tests as [`matmul_q0_on`].
+///
+/// # Safety
+/// As [`matmul_q0_on`].
+#[doc(hidden)]
+#[allow(clippy::too_many_arguments)]
+pub unsafe fn matmul_k_on<W: KBlock>(
+    kernel: Q0Kernel,
+    m: usize,
+    k_blocks: usize,
+    n: usize,
+    lhs: &[BlockQ8K],
+    rhs: &[W],
+    cols: std::ops::Range<usize>,
+    dst: *mut f32,
+) {
+    match kernel {
         Q0Kernel::Avx512Vnni => matmul_k_avx512_vnni(m, k_blocks, n, lhs, rhs, cols, dst),
         Q0Kernel::AvxVnni => matmul_k_avx_vnni(m, k_blocks, n, lhs, rhs, cols, dst),
         Q0Kernel::Avx2 => matmul_k_avx2(m, k_blocks, n, lhs, rhs, cols, dst),
