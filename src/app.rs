@@ -12,6 +12,7 @@ use crate::store::{Quantization, Store, VectorOptions};
 use crate::embed::{load_embedder, EmbedOptions, Embedder};
 use crate::error::Result;
 use crate::model::batch::BatchLimits;
+use crate::model::Precision;
 use crate::model::store::ModelStatus;
 use crate::model::{device, ModelStore};
 use crate::rerank::{load_reranker, RerankOptions, Reranker};
@@ -112,22 +113,36 @@ impl App {
         &self.device
     }
 
-    /// The embedder named (or the configured one), loaded and verified.
+    /// The embedder named (or the configured one), loaded and verified, at `embed.precision`;
+    /// `name@int8` or `name@f32` names the precision itself.
     pub fn embedder(&self, name: Option<&str>) -> Result<Arc<dyn Embedder>> {
-        let spec = self.models.manifest().get(name.unwrap_or(&self.config.embed.model))?;
-        if let Some(loaded) = self.embedders.lock().ok().and_then(|m| m.get(&spec.name).cloned()) {
+        let (model, precision) = Precision::split_identity(name.unwrap_or(&self.config.embed.model))?;
+        let spec = self.models.manifest().get(model)?;
+        let precision = precision.unwrap_or(self.config.embed.precision);
+        let key = format!("{}@{}", spec.name, precision.as_str());
+        if let Some(loaded) = self.embedders.lock().ok().and_then(|m| m.get(&key).cloned()) {
             return Ok(loaded);
         }
         let options = EmbedOptions {
             device: self.device.clone(),
             batch: BatchLimits { max_items: self.config.embed.batch_size, max_tokens: self.config.embed.max_batch_tokens },
-            precision: self.config.embed.precision,
+            precision,
         };
         let embedder = load_embedder(&self.models, spec, &options)?;
         if let Ok(mut m) = self.embedders.lock() {
-            m.insert(spec.name.clone(), embedder.clone());
+            m.insert(key, embedder.clone());
         }
         Ok(embedder)
+    }
+
+    /// The embedder that made a tenant's vectors, from the identity stamped on its index: the
+    /// precision it names, and f32 for a bare name, whatever `embed.precision` says now (a query
+    /// must be embedded as the index was).
+    pub fn index_embedder(&self, identity: &str) -> Result<Arc<dyn Embedder>> {
+        match Precision::split_identity(identity)? {
+            (_, Some(_)) => self.embedder(Some(identity)),
+            (model, None) => self.embedder(Some(&format!("{model}@f32"))),
+        }
     }
 
     /// The configured reranker, or `None` when its files are not in the models folder.
@@ -271,7 +286,11 @@ impl App {
         mut options: RetrieveOptions,
     ) -> Result<(Retriever<'s>, Option<String>)> {
         let row = store.catalog().require_tenant(tenant)?;
-        let embedder = if options.dense_candidates > 0 { Some(self.embedder(Some(model.unwrap_or(&row.model)))?) } else { None };
+        let embedder = match (options.dense_candidates > 0, model) {
+            (false, _) => None,
+            (true, Some(name)) => Some(self.embedder(Some(name))?),
+            (true, None) => Some(self.index_embedder(&row.model)?),
+        };
         let (reranker, note) = match rerank {
             false => (None, None),
             true => match self.reranker()? {
@@ -286,7 +305,11 @@ impl App {
                 ),
             },
         };
-        let scorer = reranker.as_ref().map(|r| r.model_id().to_string()).unwrap_or_else(|| row.model.clone());
+        // Floors are per model, whatever the precision of its vectors.
+        let scorer = match &reranker {
+            Some(r) => r.model_id().to_string(),
+            None => Precision::split_identity(&row.model)?.0.to_string(),
+        };
         options.floor = self.config.retrieve.floors.get(&scorer).copied();
         Ok((Retriever::new(store, &row, embedder, reranker, options)?, note))
     }

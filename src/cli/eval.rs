@@ -195,7 +195,6 @@ pub fn run(g: &GlobalArgs, args: EvalArgs) -> anyhow::Result<u8> {
 /// What the answer evaluations run: the configured embedder, the generator (`--llm`), the reranker
 /// (`--reranker`), and retrieval with the floor of whichever model scores the hits.
 struct AnswerStack {
-    model: String,
     embedder: std::sync::Arc<dyn ragbox::embed::Embedder>,
     generator: std::sync::Arc<dyn ragbox::generate::Generator>,
     reranker: Option<std::sync::Arc<dyn ragbox::rerank::Reranker>>,
@@ -213,16 +212,16 @@ fn answer_stack(app: &ragbox::app::App, args: &EvalArgs) -> anyhow::Result<Answe
     let mut retrieve = app.retrieve_options();
     let scorer = reranker.as_ref().map_or(model.clone(), |r| r.model_id().to_string());
     retrieve.floor = app.config.retrieve.floors.get(&scorer).copied();
-    Ok(AnswerStack { model, embedder, generator, reranker, retrieve })
+    Ok(AnswerStack { embedder, generator, reranker, retrieve })
 }
 
 /// `eval --answers`: the default configuration's retrieval, the configured generator.
 fn run_answers(g: &GlobalArgs, app: &ragbox::app::App, args: &EvalArgs, scratch: PathBuf) -> anyhow::Result<u8> {
     use ragbox::eval::answers::{markdown as answers_markdown, run as answers_run, AnswerPlan};
-    let AnswerStack { model, embedder, generator, reranker, retrieve } = answer_stack(app, args)?;
+    let AnswerStack { embedder, generator, reranker, retrieve } = answer_stack(app, args)?;
     let chunker: ChunkerKind = app.config.ingest.chunker.parse()?;
     let mut ingest = app.ingest_options("eval", None)?;
-    ingest.tenant = ragbox::eval::run::tenant_name(&model, chunker, ingest.chunk.child_tokens, true);
+    ingest.tenant = ragbox::eval::run::tenant_name(embedder.model_id(), chunker, ingest.chunk.child_tokens, true);
     let plan = AnswerPlan {
         data: args.data.clone().ok_or_else(|| anyhow::anyhow!("--data DIR is required"))?,
         split: args.split.clone(),
@@ -262,7 +261,7 @@ fn run_answers(g: &GlobalArgs, app: &ragbox::app::App, args: &EvalArgs, scratch:
 fn run_qa(g: &GlobalArgs, app: &ragbox::app::App, args: &EvalArgs, questions: &std::path::Path) -> anyhow::Result<u8> {
     use ragbox::eval::qa::{markdown_header, markdown_row, run as qa_run, QaPlan};
     let corpus = args.corpus.clone().ok_or_else(|| anyhow::anyhow!("--qa needs --corpus DIR"))?;
-    let AnswerStack { model, embedder, generator, reranker, retrieve } = answer_stack(app, args)?;
+    let AnswerStack { embedder, generator, reranker, retrieve } = answer_stack(app, args)?;
     let mut answer = app.answer_options();
     answer.passages = args.passages.unwrap_or(answer.passages);
     answer.passage_chars = args.passage_chars.unwrap_or(answer.passage_chars);
@@ -275,7 +274,7 @@ fn run_qa(g: &GlobalArgs, app: &ragbox::app::App, args: &EvalArgs, questions: &s
         use sha2::Digest;
         hex::encode(sha2::Sha256::digest(std::fs::canonicalize(&corpus)?.to_string_lossy().as_bytes()))
     };
-    let scratch = args.scratch.clone().unwrap_or_else(|| cache_dir().join(format!("qa-{}-{model}", &key[..12])));
+    let scratch = args.scratch.clone().unwrap_or_else(|| cache_dir().join(format!("qa-{}-{}", &key[..12], embedder.model_id())));
     let plan = QaPlan {
         questions: questions.to_path_buf(),
         corpus,

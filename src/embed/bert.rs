@@ -64,7 +64,7 @@ pub fn from_files(
         });
     }
     Ok(TransformerEmbedder {
-        model_id: spec.name.clone(),
+        model_id: options.precision.vector_identity(&spec.name),
         dims,
         pooling: spec.pooling.unwrap_or(Pooling::Mean),
         query_prefix: spec.query_prefix.clone(),

@@ -262,8 +262,11 @@ pub fn run(plan: &EvalPlan, embedder: &dyn Fn(&str) -> Result<Arc<dyn Embedder>>
                 e
             }
         };
-        let opts = IngestOptions { tenant: name.clone(), chunker: c.chunker, structural_context: c.context, ..plan.ingest.clone() };
-        progress(&format!("ingest: tenant {name}"));
+        // The store's tenant is named by the vectors' identity (`model@int8` apart from `model`),
+        // so a run at another precision never reuses or mixes in the other's vectors.
+        let stored = tenant_name(e.model_id(), c.chunker, plan.ingest.chunk.child_tokens, c.context);
+        let opts = IngestOptions { tenant: stored, chunker: c.chunker, structural_context: c.context, ..plan.ingest.clone() };
+        progress(&format!("ingest: tenant {}", opts.tenant));
         let mut done = 0usize;
         let report = ingest(&store, &e, &docs_dir, &opts, &mut |ev| {
             if let crate::ingest::IngestEvent::Visited { .. } = ev {

@@ -42,6 +42,27 @@ impl Precision {
             Precision::Int8 => "int8",
         }
     }
+
+    /// The identity of the vectors `model` makes at this precision, as stamped on an index and
+    /// keyed in the embedding cache: the bare name for f32 (what every index before int8 holds),
+    /// `name@int8` otherwise, so that vectors of two precisions never mix in one index.
+    pub fn vector_identity(self, model: &str) -> String {
+        match self {
+            Precision::F32 => model.to_string(),
+            p => format!("{model}@{}", p.as_str()),
+        }
+    }
+
+    /// Splits a vector identity (or a model name given as `name@precision`) into the model name
+    /// and the precision it names, if any.
+    pub fn split_identity(name: &str) -> Result<(&str, Option<Precision>)> {
+        match name.split_once('@') {
+            None => Ok((name, None)),
+            Some((model, "f32")) => Ok((model, Some(Precision::F32))),
+            Some((model, "int8")) => Ok((model, Some(Precision::Int8))),
+            Some((_, other)) => Err(Error::Invalid(format!("`{name}`: unknown precision `{other}` after `@` (use f32 or int8)"))),
+        }
+    }
 }
 
 /// The int8 kernel rten-gemm picks on this CPU, e.g. `x86_64-u8i8i32-avx512 (u8 activations)`
@@ -82,5 +103,18 @@ mod tests {
             assert_eq!(serde_json::from_str::<Precision>(&json).unwrap(), p);
         }
         assert!(serde_json::from_str::<Precision>("\"bf16\"").is_err());
+    }
+
+    #[test]
+    fn vector_identities_keep_f32_names_and_mark_int8() {
+        assert_eq!(Precision::F32.vector_identity("all-minilm-l6-v2"), "all-minilm-l6-v2");
+        assert_eq!(Precision::Int8.vector_identity("all-minilm-l6-v2"), "all-minilm-l6-v2@int8");
+        for p in [Precision::F32, Precision::Int8] {
+            let id = format!("m@{}", p.as_str());
+            assert_eq!(Precision::split_identity(&id).unwrap(), ("m", Some(p)));
+        }
+        assert_eq!(Precision::split_identity("nomic-embed-text-v1.5").unwrap(), ("nomic-embed-text-v1.5", None));
+        let err = Precision::split_identity("m@bf16").unwrap_err().to_string();
+        assert!(err.contains("f32 or int8"), "{err}");
     }
 }

@@ -174,7 +174,7 @@ impl Service {
     pub fn warm_up(&self) -> Result<()> {
         self.app.embedder(None)?;
         for t in self.store.catalog().tenants()? {
-            self.app.embedder(Some(&t.model))?;
+            self.app.index_embedder(&t.model)?;
         }
         self.app.reranker()?;
         Ok(())

@@ -407,6 +407,55 @@ fn reembed_switches_a_tenant_to_another_model_from_the_catalog() {
 }
 
 #[test]
+fn switching_the_encoders_precision_never_mixes_vectors_in_one_index() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (corpus, data) = (tmp.path().join("corpus"), tmp.path().join("data"));
+    std::fs::create_dir_all(&corpus).unwrap();
+    std::fs::write(corpus.join("a.md"), "# Leave\n\nStaff get 28 days of annual leave, including public holidays.\n").unwrap();
+    std::fs::write(corpus.join("b.md"), "# Laptops\n\nLaptops are replaced every four years.\n").unwrap();
+    assert_eq!(ingest_json(&data, &[corpus.to_str().unwrap()]).0, 0);
+    let int8 = |data: &std::path::Path| {
+        let mut c = ragbox(data);
+        c.env("RAGBOX_EMBED_PRECISION", "int8");
+        c
+    };
+
+    // A query with int8 configured is still embedded as the f32 index was: the same scores.
+    let search = |c: &mut std::process::Command| {
+        let (code, out, err) = run(c.args(["search", "how many days of annual leave", "--json"]));
+        assert_eq!(code, 0, "{err}");
+        let r: serde_json::Value = serde_json::from_str(&out).unwrap();
+        let r = &r["retrieval"];
+        assert!(r["floor"].is_number(), "the model's floor applies at either precision: {r}");
+        (r["model"].clone(), r["best_evidence"].clone(), r["hits"].clone())
+    };
+    assert_eq!(search(&mut int8(&data)), search(&mut ragbox(&data)), "an f32 index is searched with f32 query vectors");
+
+    // Ingesting at int8 into the f32 index is refused with the command that switches it.
+    let (code, _, err) = run(int8(&data).arg("ingest").arg(&corpus));
+    assert_eq!(code, 2, "int8 vectors are not added to an f32 index");
+    assert!(err.contains("ragbox reembed --tenant default --model all-minilm-l6-v2@int8"), "{err}");
+
+    // Switching re-embeds every chunk: f32 vectors in the cache are not int8 ones.
+    let (code, out, err) = run(int8(&data).args(["reembed", "--model", "all-minilm-l6-v2", "--json"]));
+    assert_eq!(code, 0, "{err}");
+    let r: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!((r["report"]["embedded"].as_u64(), r["report"]["cached"].as_u64()), (Some(2), Some(0)), "{r}");
+    let store = open_store(&data);
+    let t = store.catalog().require_tenant("default").unwrap();
+    assert_eq!(t.model, "all-minilm-l6-v2@int8");
+    assert!(store.check_consistency(&t).unwrap().consistent);
+    // And the int8 index is searched at int8 whatever the configuration says now.
+    assert_eq!(search(&mut ragbox(&data)), search(&mut int8(&data)));
+    // Back to f32 by name: its vectors are still cached.
+    let (code, out, _) = run(ragbox(&data).args(["reembed", "--model", "all-minilm-l6-v2@f32", "--json"]));
+    assert_eq!(code, 0);
+    let r: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!((r["report"]["embedded"].as_u64(), r["report"]["cached"].as_u64()), (Some(0), Some(2)), "{r}");
+    assert_eq!(open_store(&data).catalog().require_tenant("default").unwrap().model, "all-minilm-l6-v2");
+}
+
+#[test]
 fn watch_follows_new_and_changed_files() {
     let tmp = tempfile::tempdir().unwrap();
     let (corpus, data) = (tmp.path().join("corpus"), tmp.path().join("data"));
