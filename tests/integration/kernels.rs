@@ -95,7 +95,7 @@ mod tiles {
 
     #[test]
     fn every_tile_kernel_this_cpu_runs_matches_the_one_row_dot_product() {
-        // Rows and columns that fill the 4 x 4, 4 x 3 and 4 x 2 tiles and leave remainders.
+        // Rows and columns that fill the 8 x 3, 8 x 2, 4 x 3 and 4 x 2 tiles and leave remainders.
         for (m, n) in [(9, 11), (4, 12), (1, 5)] {
             q0::<BlockQ4_0>(896, m, n);
             q0::<BlockQ5_0>(896, m, n);
