@@ -372,14 +372,21 @@ fn tenants_are_kept_apart() {
     assert_eq!(code, 2, "{err}");
 }
 
-#[test]
-fn reembed_switches_a_tenant_to_another_model_from_the_catalog() {
+/// A corpus of two short documents ingested with the default model: the temporary folder (kept
+/// alive by the caller), the corpus and the data folder.
+fn two_documents_ingested() -> (tempfile::TempDir, PathBuf, PathBuf) {
     let tmp = tempfile::tempdir().unwrap();
     let (corpus, data) = (tmp.path().join("corpus"), tmp.path().join("data"));
     std::fs::create_dir_all(&corpus).unwrap();
     std::fs::write(corpus.join("a.md"), "# Leave\n\nStaff get 28 days of annual leave, including public holidays.\n").unwrap();
     std::fs::write(corpus.join("b.md"), "# Laptops\n\nLaptops are replaced every four years.\n").unwrap();
     assert_eq!(ingest_json(&data, &[corpus.to_str().unwrap()]).0, 0);
+    (tmp, corpus, data)
+}
+
+#[test]
+fn reembed_switches_a_tenant_to_another_model_from_the_catalog() {
+    let (_tmp, corpus, data) = two_documents_ingested();
     let (code, _, err) = run(ragbox(&data).args(["ingest", "--model", "nomic-embed-text-v1.5"]).arg(&corpus));
     assert_eq!(code, 2, "another model on an existing tenant is refused");
     assert!(err.contains("ragbox reembed --tenant default --model nomic-embed-text-v1.5"), "{err}");
@@ -408,12 +415,7 @@ fn reembed_switches_a_tenant_to_another_model_from_the_catalog() {
 
 #[test]
 fn switching_the_encoders_precision_never_mixes_vectors_in_one_index() {
-    let tmp = tempfile::tempdir().unwrap();
-    let (corpus, data) = (tmp.path().join("corpus"), tmp.path().join("data"));
-    std::fs::create_dir_all(&corpus).unwrap();
-    std::fs::write(corpus.join("a.md"), "# Leave\n\nStaff get 28 days of annual leave, including public holidays.\n").unwrap();
-    std::fs::write(corpus.join("b.md"), "# Laptops\n\nLaptops are replaced every four years.\n").unwrap();
-    assert_eq!(ingest_json(&data, &[corpus.to_str().unwrap()]).0, 0);
+    let (_tmp, corpus, data) = two_documents_ingested();
     let int8 = |data: &std::path::Path| {
         let mut c = ragbox(data);
         c.env("RAGBOX_EMBED_PRECISION", "int8");

@@ -40,20 +40,12 @@ fn quantised_matmul_matches_f32_for_one_row_and_a_prompt() {
 /// are the same, so only the order of the float additions may differ.
 #[cfg(target_feature = "avx2")]
 mod tiles {
-    use candle_core::quantized::avx::{matmul_k_on, matmul_q0_on, KBlock, Q0Block, Q0Kernel};
+    use candle_core::quantized::avx::{matmul_k, matmul_q0, KBlock, Q0Block, Q0Kernel};
     use candle_core::quantized::k_quants::{BlockQ4K, BlockQ4_0, BlockQ5_0, BlockQ6K, BlockQ8K, BlockQ8_0};
     use candle_core::quantized::GgmlType;
 
-    fn values(n: usize, seed: u64) -> Vec<f32> {
-        let mut s = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-        (0..n)
-            .map(|_| {
-                s ^= s << 13;
-                s ^= s >> 7;
-                s ^= s << 17;
-                (s >> 40) as f32 / (1u64 << 23) as f32 - 1.0
-            })
-            .collect()
+    fn values(n: usize) -> Vec<f32> {
+        candle_core::Tensor::randn(0f32, 1.0, n, &candle_core::Device::Cpu).unwrap().to_vec1().unwrap()
     }
 
     fn blocks<T: GgmlType>(x: &[f32], rows: usize) -> Vec<T> {
@@ -67,8 +59,8 @@ mod tiles {
 
     /// `run(kernel, lhs, rhs, dst)` for each kernel, compared with `W::vec_dot` per cell.
     fn agree<W: GgmlType>(k: usize, m: usize, n: usize, run: impl Fn(Q0Kernel, &[W::VecDotType], &[W], &mut [f32])) {
-        let lhs: Vec<W::VecDotType> = blocks(&values(m * k, 1), m);
-        let rhs: Vec<W> = blocks(&values(n * k, 2), n);
+        let lhs: Vec<W::VecDotType> = blocks(&values(m * k), m);
+        let rhs: Vec<W> = blocks(&values(n * k), n);
         let kb = k / W::BLCK_SIZE;
         let kernels = Q0Kernel::available();
         assert_eq!(kernels.last(), Some(&Q0Kernel::Avx2), "AVX2 is the build's baseline");
@@ -86,11 +78,11 @@ mod tiles {
     }
 
     fn q0<W: GgmlType<VecDotType = BlockQ8_0> + Q0Block>(k: usize, m: usize, n: usize) {
-        agree::<W>(k, m, n, |kernel, lhs, rhs, dst| unsafe { matmul_q0_on(kernel, m, k / 32, n, lhs, rhs, 0..n, dst.as_mut_ptr()) });
+        agree::<W>(k, m, n, |kernel, lhs, rhs, dst| unsafe { matmul_q0(kernel, m, k / 32, n, lhs, rhs, 0..n, dst.as_mut_ptr()) });
     }
 
     fn kq<W: GgmlType<VecDotType = BlockQ8K> + KBlock>(k: usize, m: usize, n: usize) {
-        agree::<W>(k, m, n, |kernel, lhs, rhs, dst| unsafe { matmul_k_on(kernel, m, k / 256, n, lhs, rhs, 0..n, dst.as_mut_ptr()) });
+        agree::<W>(k, m, n, |kernel, lhs, rhs, dst| unsafe { matmul_k(kernel, m, k / 256, n, lhs, rhs, 0..n, dst.as_mut_ptr()) });
     }
 
     #[test]

@@ -777,11 +777,7 @@ unsafe fn q0_tile<W: Q0Block, const RM: usize, const RN: usize>(
             }
         }
     }
-    for i in 0..RM {
-        for j in 0..RN {
-            *dst.add((row0 + i) * n + col0 + j) = hsum_float_8(acc[i][j]);
-        }
-    }
+    store_tile(&acc, row0, col0, n, dst);
 }
 
 /// ragbox patch: the loops around a tile function `$tile::<W, RM, RN>` (full tiles, then the
@@ -809,6 +805,35 @@ macro_rules! drive_tiles {
             }
         }
     }};
+}
+
+/// ragbox patch: a tile's sums into `dst`.
+#[inline(always)]
+unsafe fn store_tile<const RM: usize, const RN: usize>(acc: &[[__m256; RN]; RM], row0: usize, col0: usize, n: usize, dst: *mut f32) {
+    for i in 0..RM {
+        for j in 0..RN {
+            *dst.add((row0 + i) * n + col0 + j) = hsum_float_8(acc[i][j]);
+        }
+    }
+}
+
+/// ragbox patch: `$matmul`, the whole product for a weight block trait and activation block type,
+/// in `$rm x $rn` tiles of `$tile`, compiled with `$features`.
+macro_rules! tile_matmul {
+    ($matmul:ident, $tile:ident, $features:literal, $block:ident, $lhs:ident, $rm:literal, $rn:literal) => {
+        #[target_feature(enable = $features)]
+        unsafe fn $matmul<W: $block>(
+            m: usize,
+            k_blocks: usize,
+            n: usize,
+            lhs: &[$lhs],
+            rhs: &[W],
+            cols: std::ops::Range<usize>,
+            dst: *mut f32,
+        ) {
+            drive_tiles!($tile, $rm, $rn, m, k_blocks, n, lhs, rhs, cols, dst);
+        }
+    };
 }
 
 /// ragbox patch: the same tiles with VNNI's `vpdpbusd` (u8 x i8 products summed in fours into
@@ -852,32 +877,17 @@ macro_rules! q0_vnni {
                     }
                 }
             }
-            for i in 0..RM {
-                for j in 0..RN {
-                    *dst.add((row0 + i) * n + col0 + j) = hsum_float_8(acc[i][j]);
-                }
-            }
+            store_tile(&acc, row0, col0, n, dst);
         }
 
-        #[target_feature(enable = $features)]
-        unsafe fn $matmul<W: Q0Block>(
-            m: usize,
-            k_blocks: usize,
-            n: usize,
-            lhs: &[BlockQ8_0],
-            rhs: &[W],
-            cols: std::ops::Range<usize>,
-            dst: *mut f32,
-        ) {
-            drive_tiles!($tile, $rm, $rn, m, k_blocks, n, lhs, rhs, cols, dst);
-        }
+        tile_matmul!($matmul, $tile, $features, Q0Block, BlockQ8_0, $rm, $rn);
     };
 }
 
 q0_vnni!(matmul_q0_avx512_vnni, q0_tile_avx512_vnni, "avx512f,avx512vl,avx512vnni", _mm256_dpbusd_epi32, 8, 3);
 q0_vnni!(matmul_q0_avx_vnni, q0_tile_avx_vnni, "avxvnni", _mm256_dpbusd_avx_epi32, 4, 3);
 
-/// ragbox patch: the kernel [`matmul_q0`] runs on this CPU.
+/// ragbox patch: the tile kernels [`matmul_q0`] and [`matmul_k`] can run on; `detect` picks the best.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Q0Kernel {
     Avx512Vnni,
@@ -915,32 +925,15 @@ impl Q0Kernel {
 }
 
 /// ragbox patch: `dst[m x n] = lhs[m x k] . rhs[n x k]^T` for a Q0 weight type and Q8_0
-/// activations, in tiles on this CPU's best kernel; `cols` is the range of weight columns this
-/// call owns.
+/// activations, in tiles of `kernel` (`Q0Kernel::detect()`; tests run each one this CPU has,
+/// `tests/integration/kernels.rs`); `cols` is the range of weight columns this call owns.
 ///
 /// # Safety
-/// `lhs` holds m * k_blocks blocks, `rhs` n * k_blocks, `dst` m * n cells, and no other thread
-/// writes the cells of columns `cols`.
-pub(crate) unsafe fn matmul_q0<W: Q0Block>(
-    m: usize,
-    k_blocks: usize,
-    n: usize,
-    lhs: &[BlockQ8_0],
-    rhs: &[W],
-    cols: std::ops::Range<usize>,
-    dst: *mut f32,
-) {
-    matmul_q0_on(Q0Kernel::detect(), m, k_blocks, n, lhs, rhs, cols, dst)
-}
-
-/// ragbox patch: [`matmul_q0`] on a chosen kernel, so that tests check each one this CPU can run
-/// (`tests/integration/kernels.rs`).
-///
-/// # Safety
-/// As [`matmul_q0`], and the CPU must have `kernel`'s instructions ([`Q0Kernel::available`]).
+/// `lhs` holds m * k_blocks blocks, `rhs` n * k_blocks, `dst` m * n cells, no other thread writes
+/// the cells of columns `cols`, and the CPU has `kernel`'s instructions ([`Q0Kernel::available`]).
 #[doc(hidden)]
 #[allow(clippy::too_many_arguments)]
-pub unsafe fn matmul_q0_on<W: Q0Block>(
+pub unsafe fn matmul_q0<W: Q0Block>(
     kernel: Q0Kernel,
     m: usize,
     k_blocks: usize,
@@ -1116,25 +1109,10 @@ macro_rules! k_tiles {
                     }
                 }
             }
-            for i in 0..RM {
-                for j in 0..RN {
-                    *dst.add((row0 + i) * n + col0 + j) = hsum_float_8(acc[i][j]);
-                }
-            }
+            store_tile(&acc, row0, col0, n, dst);
         }
 
-        #[target_feature(enable = $features)]
-        unsafe fn $matmul<W: KBlock>(
-            m: usize,
-            k_blocks: usize,
-            n: usize,
-            lhs: &[BlockQ8K],
-            rhs: &[W],
-            cols: std::ops::Range<usize>,
-            dst: *mut f32,
-        ) {
-            drive_tiles!($tile, $rm, $rn, m, k_blocks, n, lhs, rhs, cols, dst);
-        }
+        tile_matmul!($matmul, $tile, $features, KBlock, BlockQ8K, $rm, $rn);
     };
 }
 
@@ -1143,29 +1121,13 @@ k_tiles!(matmul_k_avx_vnni, k_tile_avx_vnni, "avxvnni", _mm256_dpwssd_avx_epi32,
 k_tiles!(matmul_k_avx2, k_tile_avx2, "avx2", dpwssd_avx2, 4, 2);
 
 /// ragbox patch: `dst[m x n] = lhs[m x k] . rhs[n x k]^T` for a k-quant weight type and Q8K
-/// activations, in tiles, with the same kernel choice as [`matmul_q0`].
+/// activations, in tiles of `kernel`, as [`matmul_q0`].
 ///
 /// # Safety
 /// As [`matmul_q0`].
-pub(crate) unsafe fn matmul_k<W: KBlock>(
-    m: usize,
-    k_blocks: usize,
-    n: usize,
-    lhs: &[BlockQ8K],
-    rhs: &[W],
-    cols: std::ops::Range<usize>,
-    dst: *mut f32,
-) {
-    matmul_k_on(Q0Kernel::detect(), m, k_blocks, n, lhs, rhs, cols, dst)
-}
-
-/// ragbox patch: [`matmul_k`] on a chosen kernel, for tests as [`matmul_q0_on`].
-///
-/// # Safety
-/// As [`matmul_q0_on`].
 #[doc(hidden)]
 #[allow(clippy::too_many_arguments)]
-pub unsafe fn matmul_k_on<W: KBlock>(
+pub unsafe fn matmul_k<W: KBlock>(
     kernel: Q0Kernel,
     m: usize,
     k_blocks: usize,

@@ -2332,34 +2332,35 @@ pub fn matmul<T: GgmlType>(
             // and Q8_0 all take Q8_0 activations, Q4K and Q6K take Q8K (`lhs_q8` is then never
             // read); lengths and disjoint columns as below.
             unsafe {
+                let kernel = super::avx::Q0Kernel::detect();
                 let lhs_q8 = std::slice::from_raw_parts(lhs_b.as_ptr() as *const BlockQ8_0, lhs_b.len());
                 let rhs_ptr = rhs_t.as_ptr();
                 let done = match T::DTYPE {
                     GgmlDType::Q5_0 => {
                         let rhs = std::slice::from_raw_parts(rhs_ptr as *const BlockQ5_0, rhs_t.len());
-                        super::avx::matmul_q0(m, k_in_blocks, n, lhs_q8, rhs, cols.clone(), out.get());
+                        super::avx::matmul_q0(kernel, m, k_in_blocks, n, lhs_q8, rhs, cols.clone(), out.get());
                         true
                     }
                     GgmlDType::Q8_0 => {
                         let rhs = std::slice::from_raw_parts(rhs_ptr as *const BlockQ8_0, rhs_t.len());
-                        super::avx::matmul_q0(m, k_in_blocks, n, lhs_q8, rhs, cols.clone(), out.get());
+                        super::avx::matmul_q0(kernel, m, k_in_blocks, n, lhs_q8, rhs, cols.clone(), out.get());
                         true
                     }
                     GgmlDType::Q4_0 => {
                         let rhs = std::slice::from_raw_parts(rhs_ptr as *const BlockQ4_0, rhs_t.len());
-                        super::avx::matmul_q0(m, k_in_blocks, n, lhs_q8, rhs, cols.clone(), out.get());
+                        super::avx::matmul_q0(kernel, m, k_in_blocks, n, lhs_q8, rhs, cols.clone(), out.get());
                         true
                     }
                     GgmlDType::Q4K => {
                         let lhs_q8k = std::slice::from_raw_parts(lhs_b.as_ptr() as *const BlockQ8K, lhs_b.len());
                         let rhs = std::slice::from_raw_parts(rhs_ptr as *const BlockQ4K, rhs_t.len());
-                        super::avx::matmul_k(m, k_in_blocks, n, lhs_q8k, rhs, cols.clone(), out.get());
+                        super::avx::matmul_k(kernel, m, k_in_blocks, n, lhs_q8k, rhs, cols.clone(), out.get());
                         true
                     }
                     GgmlDType::Q6K => {
                         let lhs_q8k = std::slice::from_raw_parts(lhs_b.as_ptr() as *const BlockQ8K, lhs_b.len());
                         let rhs = std::slice::from_raw_parts(rhs_ptr as *const BlockQ6K, rhs_t.len());
-                        super::avx::matmul_k(m, k_in_blocks, n, lhs_q8k, rhs, cols.clone(), out.get());
+                        super::avx::matmul_k(kernel, m, k_in_blocks, n, lhs_q8k, rhs, cols.clone(), out.get());
                         true
                     }
                     _ => false,
