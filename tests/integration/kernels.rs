@@ -28,7 +28,7 @@ fn quantised_matmul_matches_f32_for_one_row_and_a_prompt() {
     for dtype in [GgmlDType::Q5_0, GgmlDType::Q8_0, GgmlDType::Q4_0, GgmlDType::Q4K, GgmlDType::Q6K] {
         // Qwen2.5-0.5B's shapes: 896 wide (not a multiple of 256: k-quants need 256).
         let k = if matches!(dtype, GgmlDType::Q4K | GgmlDType::Q6K) { 1024 } else { 896 };
-        // 43 columns fill neither the 4-wide (AVX-512 VNNI) nor the 3-wide tiles (AVX2, AVX-VNNI).
+        // 43 columns fill neither the 3-wide Q0 tiles nor the 2-wide k-quant tiles.
         for (m, n) in [(1, 40), (3, 40), (70, 40), (70, 43)] {
             check(dtype, k, n, m);
         }

@@ -896,22 +896,23 @@ pub enum Q0Kernel {
 }
 
 impl Q0Kernel {
-    /// The best kernel this CPU can run.
+    /// The best kernel this CPU can run (std caches the feature lookups; nothing is allocated).
     pub fn detect() -> Q0Kernel {
-        Q0Kernel::available()[0]
+        [Q0Kernel::Avx512Vnni, Q0Kernel::AvxVnni].into_iter().find(|k| k.supported()).unwrap_or(Q0Kernel::Avx2)
     }
 
     /// Every kernel this CPU can run, best first.
     pub fn available() -> Vec<Q0Kernel> {
-        let mut kernels = Vec::new();
-        if std::is_x86_feature_detected!("avx512vnni") && std::is_x86_feature_detected!("avx512vl") {
-            kernels.push(Q0Kernel::Avx512Vnni);
+        [Q0Kernel::Avx512Vnni, Q0Kernel::AvxVnni, Q0Kernel::Avx2].into_iter().filter(|k| k.supported()).collect()
+    }
+
+    /// Whether this CPU has the kernel's instructions (AVX2 is the build's baseline).
+    fn supported(self) -> bool {
+        match self {
+            Q0Kernel::Avx512Vnni => std::is_x86_feature_detected!("avx512vnni") && std::is_x86_feature_detected!("avx512vl"),
+            Q0Kernel::AvxVnni => std::is_x86_feature_detected!("avxvnni"),
+            Q0Kernel::Avx2 => true,
         }
-        if std::is_x86_feature_detected!("avxvnni") {
-            kernels.push(Q0Kernel::AvxVnni);
-        }
-        kernels.push(Q0Kernel::Avx2);
-        kernels
     }
 
     /// For `ragbox doctor`.

@@ -2319,11 +2319,13 @@ pub fn matmul<T: GgmlType>(
     // columns, small enough to stay in the core's L2 cache, and runs every row against it, in
     // row blocks so the activations stay in cache too.
     // The 32-element "type 0" formats (Q4_0, Q5_0, Q8_0) and the k-quants Q4K and Q6K go
-    // through tiles that decode each weight block once for four rows (`avx::matmul_q0`,
-    // `avx::matmul_k`; VNNI where the CPU has it).
+    // through tiles that decode each weight block once for four or eight rows (`avx::matmul_q0`,
+    // `avx::matmul_k`; VNNI where the CPU has it, looked up once per matmul).
     const COLS: usize = 24;
     const ROWS: usize = 64;
     let out = SendPtr(dst.as_mut_ptr());
+    #[cfg(target_feature = "avx2")]
+    let kernel = super::avx::Q0Kernel::detect();
     (0..n.div_ceil(COLS)).into_par_iter().for_each(|block| {
         let cols = block * COLS..((block + 1) * COLS).min(n);
         #[cfg(target_feature = "avx2")]
@@ -2332,7 +2334,6 @@ pub fn matmul<T: GgmlType>(
             // and Q8_0 all take Q8_0 activations, Q4K and Q6K take Q8K (`lhs_q8` is then never
             // read); lengths and disjoint columns as below.
             unsafe {
-                let kernel = super::avx::Q0Kernel::detect();
                 let lhs_q8 = std::slice::from_raw_parts(lhs_b.as_ptr() as *const BlockQ8_0, lhs_b.len());
                 let rhs_ptr = rhs_t.as_ptr();
                 let done = match T::DTYPE {
