@@ -52,6 +52,9 @@ use crate::types::ChunkId;
 /// How long a writer waits for a tenant's lock before giving up.
 const WRITER_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
 
+/// How long a reader waits out a writer's save (see [`Store::view_vector`]).
+const READER_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
+
 /// A data folder, open.
 pub struct Store {
     layout: Layout,
@@ -210,11 +213,35 @@ impl Store {
             }
         };
         let tenant = &self.catalog.require_tenant(&tenant.name)?;
-        let path = self.layout.vector(&tenant.name, &tenant.model);
-        let meta = VectorIndex::check(&path, &self.layout.vector_meta(&tenant.name, &tenant.model))?;
-        let vector = VectorIndex::view(&path, meta, self.vector_options)?;
+        let vector = self.view_vector(tenant)?;
         let lexical = LexicalIndex::open_or_create(&self.layout.lexical(&tenant.name))?.searcher()?;
         Ok(TenantReader { tenant: tenant.clone(), vector, lexical, repair })
+    }
+
+    /// Maps the tenant's vector index read-only. A writer's save replaces the index file and then
+    /// its sidecar, so a reader that looks between the two renames sees a file its sidecar does not
+    /// describe; while a writer holds the tenant such a mismatch is retried for up to
+    /// [`READER_WAIT`], after which (or with no writer) it is reported as damage.
+    fn view_vector(&self, tenant: &TenantRow) -> Result<VectorIndex> {
+        let path = self.layout.vector(&tenant.name, &tenant.model);
+        let meta_path = self.layout.vector_meta(&tenant.name, &tenant.model);
+        let started = std::time::Instant::now();
+        loop {
+            match VectorIndex::check(&path, &meta_path) {
+                Ok(meta) => return VectorIndex::view(&path, meta, self.vector_options),
+                Err(e) if started.elapsed() >= READER_WAIT || !self.writer_active(&tenant.name)? => return Err(e),
+                Err(_) => std::thread::sleep(std::time::Duration::from_millis(10)),
+            }
+        }
+    }
+
+    /// Whether another writer holds the tenant's lock now.
+    fn writer_active(&self, tenant: &str) -> Result<bool> {
+        match self.lock(tenant, std::time::Duration::ZERO) {
+            Ok(_lock) => Ok(false),
+            Err(Error::Invalid(_)) => Ok(true),
+            Err(e) => Err(e),
+        }
     }
 
     /// Opens the vector index of `model`, rebuilding it from the catalog when it is missing,
@@ -648,6 +675,37 @@ mod tests {
         assert_eq!(r.lexical.search("delta", 1).unwrap().len(), 1);
         drop(r);
         assert!(store.check_consistency(&t).unwrap().consistent);
+    }
+
+    #[test]
+    fn readers_opened_while_a_writer_saves_never_see_a_half_replaced_index() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path(), VectorOptions::default()).unwrap();
+        let t = store.tenant_for_model("acme", "fake", 8).unwrap();
+        store.writer(&t).unwrap().commit(&batch(&[("/a.txt", &["alpha one"])])).unwrap();
+        let done = std::sync::atomic::AtomicBool::new(false);
+        std::thread::scope(|s| {
+            s.spawn(|| {
+                // Another process, as far as the files are concerned: its own catalog connection
+                // and lock file handle.
+                let store = Store::open(dir.path(), VectorOptions::default()).unwrap();
+                let mut w = store.writer(&t).unwrap();
+                for i in 0..60 {
+                    let texts: Vec<String> = (0..=i % 7).map(|j| format!("text {i} {j}")).collect();
+                    let texts: Vec<&str> = texts.iter().map(String::as_str).collect();
+                    w.commit(&batch(&[(&format!("/{i}.txt"), &texts)])).unwrap();
+                }
+                done.store(true, std::sync::atomic::Ordering::SeqCst);
+            });
+            let mut opened = 0;
+            while !done.load(std::sync::atomic::Ordering::SeqCst) {
+                let t = store.catalog().require_tenant("acme").unwrap();
+                let r = store.reader(&t).unwrap_or_else(|e| panic!("reader {opened} failed while a writer saved: {e:#}"));
+                assert!(!r.vector.is_empty());
+                opened += 1;
+            }
+            assert!(opened > 0);
+        });
     }
 
     #[test]
