@@ -7,6 +7,15 @@
 //! sums are written into the f32 output buffer itself and turned into floats there, with the
 //! scales, the bias and the activation in one pass.
 //!
+//! Outliers are taken out of the int8 product, as LLM.int8() does, but per row (so a text's
+//! vector does not depend on what it is batched with): an input value over
+//! [`OUTLIER_THRESHOLD`] in magnitude is zeroed before its row is quantised, and its share,
+//! `x[r, c] · W[c, ·]`, added in f32 in the epilogue from a 16-bit copy of the weights
+//! (quantised per input column). nomic-embed's residual stream carries two or three such
+//! channels (|x| of 20 to 40 against a median of 0.05 to 0.4, in every row): with one scale per
+//! row they left every other value a handful of codes, and the embeddings at cosine 0.990 to the
+//! reference (docs/BENCHMARKS.md has the figures with them taken out).
+//!
 //! Without VNNI, rten-gemm's x86 kernel multiplies with `vpmaddubsw`, whose 16-bit pair sums
 //! saturate past 32,767; there activations get 7 bits (0..=127), which cannot saturate
 //! (127·127·2 < 32,767), at the cost of precision. [`Int8Linear::kernel_name`] says which runs.
@@ -33,6 +42,12 @@ fn executor() -> GemmExecutor<u8, i8, i32> {
     GemmExecutor::default()
 }
 
+/// An input column any of whose values is larger than this in magnitude is an outlier column.
+pub const OUTLIER_THRESHOLD: f32 = 6.0;
+
+/// At most this many outlier columns (the largest) are taken out of the int8 product per call.
+const MAX_OUTLIERS: usize = 16;
+
 /// Rows handled by one parallel task in the element-wise passes.
 const ROWS_PER_TASK: usize = 16;
 
@@ -41,6 +56,10 @@ pub struct Int8Linear {
     /// `(in, out)`, packed for the kernel [`executor`] picks (the same on every call: it
     /// depends only on the CPU).
     weights: PackedBMatrix<i8>,
+    /// The `(in, out)` weights again in 16 bits, scaled per input (row `c` times
+    /// `outlier_scales[c]`), for the outliers' products in the epilogue.
+    outlier_weights: Vec<i16>,
+    outlier_scales: Vec<f32>,
     /// Per output channel: the weight scale.
     scales: Vec<f32>,
     bias: Vec<f32>,
@@ -85,6 +104,7 @@ impl Int8Linear {
             }
         }
         let weights = executor.prepack_b(NdTensorView::from_data([inputs, outputs], b.as_slice()));
+        let (outlier_weights, outlier_scales) = weights_by_input(weight, outputs, inputs);
         let bias = match bias {
             Some(b) => {
                 assert_eq!(b.len(), outputs, "bias is not {outputs} long");
@@ -93,7 +113,7 @@ impl Int8Linear {
             None => vec![0.0; outputs],
         };
         let activation_levels = if executor.may_saturate() { 127.0 } else { 255.0 };
-        Int8Linear { weights, scales, bias, column_sums, inputs, outputs, activation_levels }
+        Int8Linear { weights, outlier_weights, outlier_scales, scales, bias, column_sums, inputs, outputs, activation_levels }
     }
 
     /// The GEMM kernel that runs (rten-gemm's name, e.g. `avx512-int8`), and whether activations
@@ -132,13 +152,13 @@ impl Int8Linear {
         if rows == 0 {
             return;
         }
-        let (quantised, scales, zeros) = self.quantise_rows(x, rows);
+        let quantised = self.quantise_rows(x, rows);
         // SAFETY: MaybeUninit<i32> and MaybeUninit<f32> have the same size and alignment.
         let sums = unsafe { std::slice::from_raw_parts_mut(y.as_mut_ptr().cast::<MaybeUninit<i32>>(), y.len()) };
-        self.gemm(&quantised, rows, sums);
+        self.gemm(&quantised.codes, rows, sums);
         // SAFETY: the GEMM wrote every element, as an i32 sum the epilogue reads back by its bits.
         let y = unsafe { std::slice::from_raw_parts_mut(y.as_mut_ptr().cast::<f32>(), y.len()) };
-        self.dequantise_rows(y, &scales, &zeros, activation);
+        self.dequantise_rows(y, x, &quantised, activation);
     }
 
     /// The i32 sums of the quantised rows (their codes, zero points not yet subtracted) times the
@@ -154,35 +174,73 @@ impl Int8Linear {
             .expect("int8 GEMM shapes were checked by the caller");
     }
 
-    /// Every row of sums in place: `act((sum − z·Σw) · a · wⱼ + bⱼ)`.
-    fn dequantise_rows(&self, y: &mut [f32], a_scales: &[f32], a_zeros: &[u8], activation: Activation) {
+    /// Every row of sums in place: `act((sum − z·Σw) · a · wⱼ + bⱼ)`, plus the row's outliers'
+    /// share (from `x`) before the activation.
+    fn dequantise_rows(&self, y: &mut [f32], x: &[f32], q: &Quantised, activation: Activation) {
         y.par_chunks_mut(self.outputs * ROWS_PER_TASK).enumerate().for_each(|(task, block)| {
+            let mut extra = Vec::new();
             for (r, row) in block.chunks_exact_mut(self.outputs).enumerate() {
-                let a = Row { scale: a_scales[task * ROWS_PER_TASK + r], zero: i32::from(a_zeros[task * ROWS_PER_TASK + r]) };
+                let index = task * ROWS_PER_TASK + r;
+                let a = Row { scale: q.scales[index], zero: i32::from(q.zeros[index]) };
+                let outliers = q.outliers[index].columns();
+                if outliers.is_empty() {
+                    match activation {
+                        Activation::None => dequantise(row, a, self, |v| v),
+                        Activation::GeluErf => dequantise(row, a, self, gelu_erf),
+                    }
+                    continue;
+                }
+                extra.clear();
+                extra.resize(self.outputs, 0f32);
+                for &c in outliers {
+                    let c = c as usize;
+                    let xc = x[index * self.inputs + c] * self.outlier_scales[c];
+                    for (e, &w) in extra.iter_mut().zip(&self.outlier_weights[c * self.outputs..(c + 1) * self.outputs]) {
+                        *e += xc * f32::from(w);
+                    }
+                }
                 match activation {
-                    Activation::None => dequantise(row, a, self, |v| v),
-                    Activation::GeluErf => dequantise(row, a, self, gelu_erf),
+                    Activation::None => dequantise_with(row, a, self, &extra, |v| v),
+                    Activation::GeluErf => dequantise_with(row, a, self, &extra, gelu_erf),
                 }
             }
         });
     }
 
-    /// Each row to `u8` over `[min(x,0), max(x,0)]`: the codes, and per row the scale and the
-    /// code of zero.
-    fn quantise_rows(&self, x: &[f32], rows: usize) -> (Vec<u8>, Vec<f32>, Vec<u8>) {
+    /// Each row to `u8` over `[min(x,0), max(x,0)]` once its outliers are set aside (zeroed):
+    /// the codes, and per row the scale, the code of zero and the outliers.
+    fn quantise_rows(&self, x: &[f32], rows: usize) -> Quantised {
         let levels = self.activation_levels;
         let mut codes = vec![0u8; x.len()];
         let mut scales = vec![0f32; rows];
         let mut zeros = vec![0u8; rows];
+        let mut outliers = vec![RowOutliers::default(); rows];
         codes
             .par_chunks_mut(self.inputs * ROWS_PER_TASK)
             .zip(scales.par_chunks_mut(ROWS_PER_TASK))
             .zip(zeros.par_chunks_mut(ROWS_PER_TASK))
+            .zip(outliers.par_chunks_mut(ROWS_PER_TASK))
             .zip(x.par_chunks(self.inputs * ROWS_PER_TASK))
-            .for_each(|(((codes, scales), zeros), x)| {
-                for (((codes, scale), zero), x) in
-                    codes.chunks_exact_mut(self.inputs).zip(scales.iter_mut()).zip(zeros.iter_mut()).zip(x.chunks_exact(self.inputs))
+            .for_each(|((((codes, scales), zeros), outliers), x)| {
+                let mut inliers = Vec::new();
+                for ((((codes, scale), zero), found), x) in codes
+                    .chunks_exact_mut(self.inputs)
+                    .zip(scales.iter_mut())
+                    .zip(zeros.iter_mut())
+                    .zip(outliers.iter_mut())
+                    .zip(x.chunks_exact(self.inputs))
                 {
+                    *found = RowOutliers::find(x);
+                    let x = if found.columns().is_empty() {
+                        x
+                    } else {
+                        inliers.clear();
+                        inliers.extend_from_slice(x);
+                        for &c in found.columns() {
+                            inliers[c as usize] = 0.0;
+                        }
+                        &inliers[..]
+                    };
                     let (lo, hi) = range_with_zero(x);
                     let s = if hi > lo { (hi - lo) / levels } else { 1.0 };
                     let z = (-lo / s).round_ties_even().clamp(0.0, levels);
@@ -205,8 +263,87 @@ impl Int8Linear {
                     *zero = z as u8;
                 }
             });
-        (codes, scales, zeros)
+        Quantised { codes, scales, zeros, outliers }
     }
+}
+
+/// Quantised activation rows: codes, per row the scale, the code of zero and the outliers set
+/// aside.
+struct Quantised {
+    codes: Vec<u8>,
+    scales: Vec<f32>,
+    zeros: Vec<u8>,
+    outliers: Vec<RowOutliers>,
+}
+
+/// One row's outliers: the columns of its finite values over [`OUTLIER_THRESHOLD`] in
+/// magnitude, at most [`MAX_OUTLIERS`] (the largest), in column order. (Non-finite values stay
+/// in the int8 product, which gives them defined codes.)
+#[derive(Clone, Copy, Default)]
+struct RowOutliers {
+    len: u8,
+    columns: [u32; MAX_OUTLIERS],
+}
+
+impl RowOutliers {
+    fn find(row: &[f32]) -> RowOutliers {
+        let mut found = RowOutliers::default();
+        if largest_finite(row) <= OUTLIER_THRESHOLD {
+            return found;
+        }
+        let mut candidates: Vec<(f32, u32)> =
+            row.iter().enumerate().filter(|(_, v)| v.is_finite() && v.abs() > OUTLIER_THRESHOLD).map(|(c, v)| (v.abs(), c as u32)).collect();
+        if candidates.len() > MAX_OUTLIERS {
+            candidates.sort_by(|a, b| b.0.total_cmp(&a.0));
+            candidates.truncate(MAX_OUTLIERS);
+        }
+        candidates.sort_by_key(|&(_, c)| c);
+        for (slot, (_, c)) in found.columns.iter_mut().zip(&candidates) {
+            *slot = *c;
+        }
+        found.len = candidates.len() as u8;
+        found
+    }
+
+    fn columns(&self) -> &[u32] {
+        &self.columns[..usize::from(self.len)]
+    }
+}
+
+/// The largest finite |x| of a row, in 16 lanes so the compiler vectorises it.
+#[inline(always)]
+fn largest_finite(x: &[f32]) -> f32 {
+    let mut m = [0f32; 16];
+    let chunks = x.chunks_exact(16);
+    let tail = chunks.remainder();
+    for chunk in chunks {
+        for j in 0..16 {
+            let v = if chunk[j].is_finite() { chunk[j].abs() } else { 0.0 };
+            m[j] = if v > m[j] { v } else { m[j] };
+        }
+    }
+    m.iter().chain(tail.iter().map(|v| if v.is_finite() { v } else { &0.0 })).fold(0f32, |m, &v| if v.abs() > m { v.abs() } else { m })
+}
+
+/// `weight` (`(outputs, inputs)` row-major) as `(inputs, outputs)` 16-bit codes with one scale
+/// per input (`max|w|/32767` over its outputs).
+fn weights_by_input(weight: &[f32], outputs: usize, inputs: usize) -> (Vec<i16>, Vec<f32>) {
+    let mut scales = vec![0f32; inputs];
+    for row in weight.chunks_exact(inputs) {
+        for (s, w) in scales.iter_mut().zip(row) {
+            *s = s.max(w.abs());
+        }
+    }
+    for s in &mut scales {
+        *s = if *s > 0.0 { *s / 32767.0 } else { 1.0 };
+    }
+    let mut codes = vec![0i16; inputs * outputs];
+    for (o, row) in weight.chunks_exact(inputs).enumerate() {
+        for (i, (w, s)) in row.iter().zip(&scales).enumerate() {
+            codes[i * outputs + o] = (w / s).round().clamp(-32767.0, 32767.0) as i16;
+        }
+    }
+    (codes, scales)
 }
 
 /// Times the three parts of [`Int8Linear::forward`] (quantise, GEMM, dequantise with GELU) and
@@ -214,15 +351,15 @@ impl Int8Linear {
 #[doc(hidden)]
 pub fn profile_parts(layer: &Int8Linear, x: &[f32], rows: usize, y: &mut [f32]) {
     let t = std::time::Instant::now();
-    let (q, scales, zeros) = layer.quantise_rows(x, rows);
+    let q = layer.quantise_rows(x, rows);
     let t_q = t.elapsed();
     // SAFETY: as in `forward_uninit`.
     let sums = unsafe { std::slice::from_raw_parts_mut(y.as_mut_ptr().cast::<MaybeUninit<i32>>(), y.len()) };
     let t = std::time::Instant::now();
-    layer.gemm(&q, rows, sums);
+    layer.gemm(&q.codes, rows, sums);
     let t_g = t.elapsed();
     let t = std::time::Instant::now();
-    layer.dequantise_rows(y, &scales, &zeros, Activation::GeluErf);
+    layer.dequantise_rows(y, x, &q, Activation::GeluErf);
     println!("quantise {t_q:?}, gemm {t_g:?}, dequantise+gelu {:?}", t.elapsed());
 }
 
@@ -257,6 +394,15 @@ fn dequantise(row: &mut [f32], a: Row, layer: &Int8Linear, act: impl Fn(f32) -> 
     for (((v, &w), &b), &col) in row.iter_mut().zip(&layer.scales).zip(&layer.bias).zip(&layer.column_sums) {
         let sum = v.to_bits() as i32 - a.zero * col;
         *v = act(sum as f32 * (a.scale * w) + b);
+    }
+}
+
+/// [`dequantise`] with the outliers' products added: `act((sum − z·Σwⱼ) · a · wⱼ + bⱼ + extraⱼ)`.
+#[inline(always)]
+fn dequantise_with(row: &mut [f32], a: Row, layer: &Int8Linear, extra: &[f32], act: impl Fn(f32) -> f32) {
+    for ((((v, &w), &b), &col), &e) in row.iter_mut().zip(&layer.scales).zip(&layer.bias).zip(&layer.column_sums).zip(extra) {
+        let sum = v.to_bits() as i32 - a.zero * col;
+        *v = act(sum as f32 * (a.scale * w) + b + e);
     }
 }
 
@@ -320,6 +466,71 @@ mod tests {
     }
 
     #[test]
+    fn outliers_are_taken_out_of_the_int8_product() {
+        // Values in [-0.2, 0.2] but for two columns at 20 to 40 in every row, as nomic's residual
+        // stream carries: with one scale per row the rest would be a few codes wide.
+        let (rows, inputs, outputs) = (20, 768, 96);
+        let mut x: Vec<f32> = values(rows * inputs, 21).iter().map(|v| v * 0.2).collect();
+        for (r, row) in x.chunks_exact_mut(inputs).enumerate() {
+            row[2] = if r % 2 == 0 { 30.0 } else { -25.0 };
+            row[338] = 20.0 + r as f32;
+        }
+        assert_eq!(RowOutliers::find(&x[..inputs]).columns(), &[2, 338]);
+        let w = values(outputs * inputs, 22);
+        let bias = values(outputs, 23);
+        let layer = Int8Linear::new(&w, outputs, inputs, Some(&bias));
+        let want = reference(&x, &w, &bias, rows, inputs, outputs);
+        // The error against the size of the other columns' share (the outliers' own share is
+        // large: it would hide the damage from a plain cosine).
+        let mut inliers = x.clone();
+        for row in inliers.chunks_exact_mut(inputs) {
+            (row[2], row[338]) = (0.0, 0.0);
+        }
+        let signal = reference(&inliers, &w, &vec![0.0; outputs], rows, inputs, outputs);
+        let relative_error = |y: &[f32]| {
+            let err: f64 = y.iter().zip(&want).map(|(a, b)| f64::from(a - b).powi(2)).sum();
+            (err / signal.iter().map(|v| f64::from(*v).powi(2)).sum::<f64>()).sqrt()
+        };
+        let y = layer.forward_to_vec(&x, rows, Activation::None);
+        let taken_out = relative_error(&y);
+        assert!(taken_out < 0.01, "relative error {taken_out} with the outliers taken out");
+        let gelu = layer.forward_to_vec(&x, rows, Activation::GeluErf);
+        assert!(gelu.iter().zip(&y).all(|(g, v)| *g == gelu_erf(*v)), "the outliers' share goes in before the activation");
+        // A row alone gets what it gets in the batch.
+        assert_eq!(layer.forward_to_vec(&x[inputs..2 * inputs], 1, Activation::None), y[outputs..2 * outputs]);
+        // The same rows quantised whole (nothing set aside) is what this fixes.
+        let whole = {
+            let mut plain = layer.quantise_rows(&x, rows);
+            plain.outliers.fill(RowOutliers::default());
+            // Quantise every value, outliers included, by the row's full range.
+            for ((codes, row), (scale, zero)) in plain.codes.chunks_exact_mut(inputs).zip(x.chunks_exact(inputs)).zip(plain.scales.iter_mut().zip(plain.zeros.iter_mut())) {
+                let (lo, hi) = range_with_zero(row);
+                *scale = (hi - lo) / layer.activation_levels;
+                *zero = (-lo / *scale).round_ties_even() as u8;
+                for (c, v) in codes.iter_mut().zip(row) {
+                    *c = (v / *scale + f32::from(*zero)).round_ties_even().clamp(0.0, layer.activation_levels) as u8;
+                }
+            }
+            let mut whole = vec![0f32; rows * outputs];
+            // SAFETY: as in `forward_uninit`.
+            let sums = unsafe { std::slice::from_raw_parts_mut(whole.as_mut_ptr().cast::<MaybeUninit<i32>>(), whole.len()) };
+            layer.gemm(&plain.codes, rows, sums);
+            layer.dequantise_rows(&mut whole, &x, &plain, Activation::None);
+            whole
+        };
+        let kept_in = relative_error(&whole);
+        assert!(kept_in > 5.0 * taken_out, "relative error {kept_in} kept in, {taken_out} taken out");
+    }
+
+    #[test]
+    fn at_most_the_largest_outliers_of_a_row_are_taken() {
+        let row: Vec<f32> = (0..64).map(|c| if c < 40 { 7.0 + c as f32 } else { 0.5 }).collect();
+        assert_eq!(RowOutliers::find(&row).columns(), (40 - MAX_OUTLIERS as u32..40).collect::<Vec<_>>());
+        assert_eq!(RowOutliers::find(&[f32::NAN, 1.0, -6.0, 6.5, f32::INFINITY, -7.0]).columns(), &[3, 5]);
+        assert!(RowOutliers::find(&[0.1; 40]).columns().is_empty());
+    }
+
+    #[test]
     fn rows_with_different_zero_points_each_get_their_own() {
         // Rows all ≥ 0 (zero at code 0), all ≤ 0 (code 255) and mixed, interleaved, in numbers
         // that fill and overrun the kernel's row tiles.
@@ -352,12 +563,13 @@ mod tests {
         // the result must be exact: this checks the zero points and the scale bookkeeping.
         let (rows, inputs, outputs) = (9, 64, 48);
         let w: Vec<f32> = (0..outputs * inputs).map(|i| [1.0, 0.0, -1.0][i % 3]).collect();
-        // Every row spans [-63.5, 64] in steps of 0.5: scale 0.5, zero at code 127.
+        // Every row spans [-3.97, 4] in steps of 1/32: scale 1/32, zero at code 127 (and no
+        // value is large enough to be an outlier).
         let x: Vec<f32> = (0..rows * inputs)
             .map(|i| match i % inputs {
-                0 => -63.5,
-                1 => 64.0,
-                _ => ((i * 7 % 256) as f32 - 127.0) * 0.5,
+                0 => -127.0 / 32.0,
+                1 => 4.0,
+                _ => ((i * 7 % 256) as f32 - 127.0) / 32.0,
             })
             .collect();
         let layer = Int8Linear::new(&w, outputs, inputs, None);

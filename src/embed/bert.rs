@@ -8,7 +8,7 @@ use crate::embed::transformer::{EmbedOptions, TokenEncoder, TransformerEmbedder}
 use crate::error::{Error, Result};
 use crate::model::batch::BatchTensors;
 use crate::model::bert::BertBody;
-use crate::model::{ModelSpec, ModelStore, Pooling, TextTokenizer};
+use crate::model::{ModelSpec, ModelStore, Pooling, Precision, TextTokenizer};
 
 struct BertEncoder(BertBody);
 
@@ -27,11 +27,11 @@ pub(crate) fn read_config(path: &std::path::Path, model: &str) -> Result<Config>
 
 /// Loads the body of a BERT model, memory-mapping its safetensors. Sentence-transformers exports
 /// name the body's weights bare, classification models under `bert.`: both are tried.
-pub(crate) fn load_body(weights: &std::path::Path, config: &Config, options: &EmbedOptions, model: &str) -> Result<BertBody> {
+/// `precision` is resolved (`Precision::resolve`).
+pub(crate) fn load_body(weights: &std::path::Path, config: &Config, options: &EmbedOptions, precision: Precision, model: &str) -> Result<BertBody> {
     // SAFETY: the file was verified against its sha256 just before, and model files are only ever
     // replaced (written to a temporary name, then renamed), never changed in place.
     let vb = unsafe { VarBuilder::from_mmaped_safetensors(&[weights], DType::F32, &options.device)? };
-    let precision = options.precision.resolve(&options.device)?;
     BertBody::load(vb.clone(), config, precision).or_else(|_| BertBody::load(vb.pp("bert"), config, precision)).map_err(|e| Error::ModelFormat {
         model: model.to_string(),
         reason: format!("not a BERT model: {e}"),
@@ -55,7 +55,8 @@ pub fn from_files(
 ) -> Result<TransformerEmbedder> {
     let config = read_config(config_path, &spec.name)?;
     let tokenizer = TextTokenizer::load(tokenizer_path, spec.max_tokens.min(config.max_position_embeddings))?;
-    let body = load_body(weights, &config, options, &spec.name)?;
+    let precision = options.precision.resolve(&options.device, spec.auto_precision)?;
+    let body = load_body(weights, &config, options, precision, &spec.name)?;
     let dims = spec.dims.unwrap_or(config.hidden_size);
     if dims != config.hidden_size {
         return Err(Error::ModelFormat {
@@ -64,7 +65,7 @@ pub fn from_files(
         });
     }
     Ok(TransformerEmbedder {
-        model_id: options.precision.vector_identity(&spec.name),
+        model_id: precision.vector_identity(&spec.name),
         dims,
         pooling: spec.pooling.unwrap_or(Pooling::Mean),
         query_prefix: spec.query_prefix.clone(),

@@ -1,23 +1,24 @@
-//! nomic-embed-text-v1.5 from its F16 GGUF, loaded into candle-transformers' `nomic_bert`.
+//! nomic-embed-text-v1.5 from its F16 GGUF, on ragbox's nomic-bert body (`model::nomic`).
 //!
-//! GGUF tensor names are mapped to the names `nomic_bert` expects (shared/MODELS.md) and
+//! GGUF tensor names are mapped to candle-transformers' `nomic_bert` names (shared/MODELS.md) and
 //! dequantised to f32; the configuration is the model's published one.
 
 use candle_core::{DType, Tensor};
 use candle_nn::VarBuilder;
-use candle_transformers::models::nomic_bert::{Config, NomicBertModel};
+use candle_transformers::models::nomic_bert::Config;
 
 use crate::embed::transformer::{EmbedOptions, TokenEncoder, TransformerEmbedder};
 use crate::error::{Error, Result};
 use crate::model::batch::BatchTensors;
 use crate::model::gguf::load_gguf;
+use crate::model::nomic::NomicBody;
 use crate::model::{ModelSpec, ModelStore, Pooling, TextTokenizer};
 
-struct NomicEncoder(NomicBertModel);
+struct NomicEncoder(NomicBody);
 
 impl TokenEncoder for NomicEncoder {
     fn forward(&self, batch: &BatchTensors) -> candle_core::Result<Tensor> {
-        self.0.forward(&batch.ids, Some(&batch.type_ids), Some(&batch.mask))
+        self.0.forward(&batch.ids, &batch.type_ids, &batch.mask)
     }
 }
 
@@ -89,13 +90,14 @@ pub(crate) fn load(store: &ModelStore, spec: &ModelSpec, options: &EmbedOptions)
     let n_layer = (0..).take_while(|i| gguf.tensors.contains_key(&format!("encoder.layers.{i}.attn.Wqkv.weight"))).count();
     let cfg = config(vocab_size, n_layer);
     let vb = VarBuilder::from_tensors(gguf.tensors, DType::F32, &options.device);
-    let model = NomicBertModel::load(vb, &cfg).map_err(|e| Error::ModelFormat {
+    let precision = options.precision.resolve(&options.device, spec.auto_precision)?;
+    let model = NomicBody::load(vb, &cfg, precision).map_err(|e| Error::ModelFormat {
         model: spec.name.clone(),
         reason: format!("GGUF does not hold a nomic-bert model: {e}"),
     })?;
     let tokenizer = TextTokenizer::load(&tokenizer_path, spec.max_tokens.min(cfg.n_positions))?;
     Ok(TransformerEmbedder {
-        model_id: spec.name.clone(),
+        model_id: precision.vector_identity(&spec.name),
         dims: spec.dims.unwrap_or(cfg.n_embd),
         pooling: spec.pooling.unwrap_or(Pooling::Mean),
         query_prefix: spec.query_prefix.clone(),

@@ -3,18 +3,15 @@
 //! Numerically the same network as candle-transformers' `BertModel` (the golden tests check it
 //! against the Python references), laid out for less work between the matmuls, as the profile of
 //! `ragbox bench embed` showed: query, key and value in one fused matmul and one copy instead of
-//! three; the query's 1/√d folded into its weights at load; and the padding mask added
-//! only to batches that have padding, broadcast once per batch into a contiguous tensor rather than
-//! per layer through candle's strided (element-by-element) broadcast path. The dense layers run
-//! in f32 or int8 (`model::precision`).
+//! three; the query's 1/√d folded into its weights at load; dense layers with transposed weights
+//! (`model::dense`, f32 or int8) and attention's mask built once per batch (`model::attention`).
 
-use candle_core::{DType, Module, Tensor};
+use candle_core::{Module, Tensor};
 use candle_nn::{embedding, layer_norm, linear, Embedding, LayerNorm, Linear, VarBuilder};
 use candle_transformers::models::bert::{Config, HiddenAct};
-use ragbox_kernels::Activation;
 
-use crate::model::int8::Int8Dense;
-use crate::model::softmax::masked_softmax_in_place;
+use crate::model::attention::Attention;
+use crate::model::dense::Dense;
 use crate::model::Precision;
 
 /// Token, position and segment embeddings, then layer norm.
@@ -45,65 +42,6 @@ impl Embeddings {
             .broadcast_add(&self.position.forward(&positions)?)?;
         self.norm.forward(&x)
     }
-}
-
-/// A dense layer, at the precision the body was loaded with.
-///
-/// f32: the weight stored transposed and contiguous, `(in, out)`. candle's [`Linear`] multiplies
-/// by a transposed view of the `(out, in)` weight, and gemm then repacks that column-major operand
-/// element by element on every call: for a short query (a few rows) the repacking cost more than
-/// the arithmetic (perf: 43% of a query's time). int8: see [`Int8Dense`].
-enum Dense {
-    F32 { weight_t: Tensor, bias: Option<Tensor> },
-    Int8(Int8Dense),
-}
-
-impl Dense {
-    fn new(linear: Linear, precision: Precision) -> candle_core::Result<Dense> {
-        Ok(match precision {
-            Precision::Int8 => Dense::Int8(Int8Dense::new(&linear)?),
-            Precision::F32 => Dense::F32 { weight_t: linear.weight().t()?.contiguous()?, bias: linear.bias().cloned() },
-        })
-    }
-
-    /// `x`: `(batch, seq, in)` → `(batch, seq, out)`.
-    fn forward(&self, x: &Tensor) -> candle_core::Result<Tensor> {
-        match self {
-            Dense::F32 { weight_t, bias } => {
-                let (b, t, i) = x.dims3()?;
-                let y = x.reshape((b * t, i))?.matmul(weight_t)?;
-                let y = match bias {
-                    Some(bias) => y.broadcast_add(bias)?,
-                    None => y,
-                };
-                y.reshape((b, t, ()))
-            }
-            Dense::Int8(dense) => dense.forward(x, Activation::None),
-        }
-    }
-
-    /// [`Dense::forward`] then the activation; int8 fuses the exact GELU into its output pass.
-    fn forward_activated(&self, x: &Tensor, act: HiddenAct) -> candle_core::Result<Tensor> {
-        if let (Dense::Int8(dense), HiddenAct::Gelu) = (self, act) {
-            return dense.forward(x, Activation::GeluErf);
-        }
-        let y = self.forward(x)?;
-        match act {
-            HiddenAct::Gelu => y.gelu_erf(),
-            HiddenAct::GeluApproximate => y.gelu(),
-            HiddenAct::Relu => y.relu(),
-        }
-    }
-}
-
-/// How a batch's attention softmax runs, with its padding mask if the batch has padding
-/// (additive: 0 where attended, `f32::MIN` where padding, as HF's extended attention mask).
-enum Softmax {
-    /// candle's add and softmax (the f32 reference): the mask broadcast to
-    /// `(batch, heads, seq, seq)` once per batch.
-    Candle(Option<Tensor>),
-    /// ragbox_kernels' softmax in place (int8): the mask `(batch, seq)`, added inside.
-    Fused(Option<Tensor>),
 }
 
 /// One transformer layer: self-attention and feed-forward, each with residual and post-norm.
@@ -147,10 +85,10 @@ impl Layer {
         })
     }
 
-    /// `x`: `(batch, seq, hidden)`; `softmax`: how attention's softmax runs, with the padding mask.
-    fn forward(&self, x: &Tensor, softmax: &Softmax) -> candle_core::Result<Tensor> {
+    /// `x`: `(batch, seq, hidden)`; `attention`: the batch's mask and softmax.
+    fn forward(&self, x: &Tensor, attention: &Attention) -> candle_core::Result<Tensor> {
         let _e = self.span.enter();
-        let (b, t, h) = x.dims3()?;
+        let (b, t, _) = x.dims3()?;
         let qkv = self
             .qkv
             .forward(x)?
@@ -158,17 +96,7 @@ impl Layer {
             .permute((2, 0, 3, 1, 4))?
             .contiguous()?;
         // The query is already scaled by 1/√d: its weights were at load.
-        let (q, k, v) = (qkv.get(0)?, qkv.get(1)?, qkv.get(2)?);
-        let scores = q.matmul(&k.t()?)?;
-        let probs = match softmax {
-            Softmax::Candle(None) => candle_nn::ops::softmax_last_dim(&scores)?,
-            Softmax::Candle(Some(mask)) => candle_nn::ops::softmax_last_dim(&(scores + mask)?)?,
-            Softmax::Fused(mask) => {
-                masked_softmax_in_place(&scores, mask.as_ref())?;
-                scores
-            }
-        };
-        let context = probs.matmul(&v)?.transpose(1, 2)?.reshape((b, t, h))?;
+        let context = attention.forward(&qkv.get(0)?, &qkv.get(1)?, &qkv.get(2)?)?;
         let x = self.attn_norm.forward(&(self.attn_out.forward(&context)? + x)?)?;
         let inner = self.intermediate.forward_activated(&x, self.act)?;
         self.out_norm.forward(&(self.output.forward(&inner)? + x)?)
@@ -205,23 +133,9 @@ impl BertBody {
     pub fn forward(&self, ids: &Tensor, type_ids: &Tensor, mask: &Tensor) -> candle_core::Result<Tensor> {
         let _e = self.span.enter();
         let mut x = self.embeddings.forward(ids, type_ids)?;
-        let (b, t) = mask.dims2()?;
-        let padded = mask.to_dtype(DType::F32)?.sum_all()?.to_scalar::<f32>()? < (b * t) as f32;
-        let additive = if padded {
-            // 0 where attended, f32::MIN where padding: as HF's extended attention mask.
-            let m = mask.to_dtype(DType::F32)?;
-            Some(((m.ones_like()? - m)? * f64::from(f32::MIN))?)
-        } else {
-            None
-        };
-        let softmax = if self.fused_softmax {
-            Softmax::Fused(additive)
-        } else {
-            let full = additive.map(|m| m.reshape((b, 1, 1, t))?.broadcast_as((b, self.heads, t, t))?.contiguous()).transpose()?;
-            Softmax::Candle(full)
-        };
+        let attention = Attention::for_batch(mask, self.heads, self.fused_softmax)?;
         for layer in &self.layers {
-            x = layer.forward(&x, &softmax)?;
+            x = layer.forward(&x, &attention)?;
         }
         Ok(x)
     }

@@ -81,6 +81,10 @@ pub struct ModelSpec {
     pub passage_prefix: String,
     /// Longest input in tokens; longer inputs are truncated and reported.
     pub max_tokens: usize,
+    /// The precision `embed.precision = "auto"` runs this encoder at on the CPU: the fastest that
+    /// passed the golden quality gate (tests/integration/golden.rs checks the claim both ways).
+    /// None: f32.
+    pub auto_precision: Option<crate::model::Precision>,
     /// Whether `scripts/fetch-models.sh` fetches it with no arguments.
     #[serde(default)]
     pub default_fetch: bool,

@@ -3,15 +3,18 @@
 //!
 //! May import `types` and `error` only.
 
+pub mod attention;
 pub mod batch;
 pub mod bert;
 pub mod checksum;
 pub mod cpu;
+pub mod dense;
 pub mod device;
 pub mod gguf;
 pub mod import;
 pub mod int8;
 pub mod manifest;
+pub mod nomic;
 pub mod precision;
 pub mod pull;
 pub mod softmax;

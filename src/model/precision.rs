@@ -1,11 +1,14 @@
 //! Numeric precision of the encoders' dense layers (`embed.precision`), and which kernel runs.
 //!
-//! `f32` (the default) is the reference: candle's f32 GEMM, checked against the Python models to
-//! cosine 0.9999. `int8` quantises every dense layer's weights at load (per output channel) and
-//! the activations per row on each call (`ragbox_kernels::Int8Linear` on rten-gemm: AVX-512 VNNI,
-//! AVX2, Arm dot-product kernels picked at run time): about twice as fast on this project's CPU,
-//! but it does not pass the quality gate (golden cosine >= 0.999 per text: worst 0.996 on MiniLM),
-//! so it is opt-in. docs/BENCHMARKS.md holds the measurements.
+//! `f32` is the reference: candle's f32 GEMM, checked against the Python models to cosine
+//! 0.9999. `int8` quantises every dense layer's weights at load (per output channel) and the
+//! activations per row on each call, outliers set aside (`ragbox_kernels::Int8Linear` on
+//! rten-gemm: AVX-512 VNNI, AVX2, Arm dot-product kernels picked at run time): two to three times
+//! as fast on this project's CPU. `auto` (the default) runs each model at the precision its
+//! manifest entry names (`auto_precision`): the fastest one that passed the golden quality gate
+//! (cosine >= 0.999 per text to the reference; tests/integration/golden.rs checks each claim both
+//! ways), and f32 for the rest and on a GPU. Measured: nomic-embed int8 worst 0.9994 (passes),
+//! MiniLM int8 worst 0.9987 (does not). docs/BENCHMARKS.md holds the measurements.
 
 use candle_core::Device;
 use serde::{Deserialize, Serialize};
@@ -16,21 +19,30 @@ use crate::error::{Error, Result};
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, clap::ValueEnum)]
 #[serde(rename_all = "lowercase")]
 pub enum Precision {
-    /// f32 throughout: the reference.
+    /// Per model: the precision its manifest entry says passed the quality gate, on the CPU;
+    /// f32 otherwise.
     #[default]
+    Auto,
+    /// f32 throughout: the reference.
     F32,
     /// int8 weights and activations in the dense layers, i32 sums (CPU only).
     Int8,
 }
 
 impl Precision {
-    /// Checks that `device` can run this precision; int8 asked for on a GPU is an error that says
-    /// what to do.
-    pub fn resolve(self, device: &Device) -> Result<Precision> {
+    /// The precision a model runs at on `device`: `auto` becomes `gated` (the model's manifest
+    /// `auto_precision`) on the CPU and f32 elsewhere; int8 asked for on a GPU is an error that
+    /// says what to do. Never returns `Auto`.
+    pub fn resolve(self, device: &Device, gated: Option<Precision>) -> Result<Precision> {
         match self {
             Precision::Int8 if !device.is_cpu() => Err(Error::Invalid(
-                "embed.precision = \"int8\" runs on the CPU only; set it to \"f32\" to use the GPU".into(),
+                "embed.precision = \"int8\" runs on the CPU only; set it to \"f32\" or \"auto\" to use the GPU".into(),
             )),
+            Precision::Auto if device.is_cpu() => Ok(match gated {
+                Some(Precision::Int8) => Precision::Int8,
+                _ => Precision::F32,
+            }),
+            Precision::Auto => Ok(Precision::F32),
             p => Ok(p),
         }
     }
@@ -38,17 +50,19 @@ impl Precision {
     /// The name used in config and reports.
     pub fn as_str(self) -> &'static str {
         match self {
+            Precision::Auto => "auto",
             Precision::F32 => "f32",
             Precision::Int8 => "int8",
         }
     }
 
-    /// The identity of the vectors `model` makes at this precision, as stamped on an index and
-    /// keyed in the embedding cache: the bare name for f32 (what every index before int8 holds),
-    /// `name@int8` otherwise, so that vectors of two precisions never mix in one index.
+    /// The identity of the vectors `model` makes at this (resolved) precision, as stamped on an
+    /// index and keyed in the embedding cache: the bare name for f32 (what every index before
+    /// int8 holds), `name@int8` otherwise, so that vectors of two precisions never mix in one
+    /// index.
     pub fn vector_identity(self, model: &str) -> String {
         match self {
-            Precision::F32 => model.to_string(),
+            Precision::F32 | Precision::Auto => model.to_string(),
             p => format!("{model}@{}", p.as_str()),
         }
     }
@@ -73,11 +87,18 @@ pub fn int8_kernel_name() -> String {
 
 /// What `doctor` and `bench` say runs for `precision` on `device`.
 pub fn describe(precision: Precision, device: &Device) -> String {
-    match precision.resolve(device) {
-        Ok(Precision::Int8) => format!("int8 ({})", int8_kernel_name()),
-        Ok(_) if device.is_cpu() => "f32 (candle gemm)".to_string(),
-        Ok(_) => format!("f32 ({device:?})"),
-        Err(e) => format!("error: {e}"),
+    match precision {
+        Precision::Auto if device.is_cpu() => format!(
+            "auto: {} for models that passed the quality gate at int8, {} for the rest",
+            describe(Precision::Int8, device),
+            describe(Precision::F32, device)
+        ),
+        _ => match precision.resolve(device, None) {
+            Ok(Precision::Int8) => format!("int8 ({})", int8_kernel_name()),
+            Ok(_) if device.is_cpu() => "f32 (candle gemm)".to_string(),
+            Ok(_) => format!("f32 ({device:?})"),
+            Err(e) => format!("error: {e}"),
+        },
     }
 }
 
@@ -86,18 +107,24 @@ mod tests {
     use super::*;
 
     #[test]
-    fn the_cpu_runs_both_and_doctor_names_the_int8_kernel() {
-        assert_eq!(Precision::default(), Precision::F32);
-        assert_eq!(Precision::F32.resolve(&Device::Cpu).unwrap(), Precision::F32);
-        assert_eq!(Precision::Int8.resolve(&Device::Cpu).unwrap(), Precision::Int8);
+    fn the_cpu_runs_both_and_auto_follows_the_models_gate() {
+        assert_eq!(Precision::default(), Precision::Auto);
+        for gated in [None, Some(Precision::F32), Some(Precision::Int8)] {
+            assert_eq!(Precision::F32.resolve(&Device::Cpu, gated).unwrap(), Precision::F32);
+            assert_eq!(Precision::Int8.resolve(&Device::Cpu, gated).unwrap(), Precision::Int8);
+        }
+        assert_eq!(Precision::Auto.resolve(&Device::Cpu, Some(Precision::Int8)).unwrap(), Precision::Int8);
+        assert_eq!(Precision::Auto.resolve(&Device::Cpu, None).unwrap(), Precision::F32);
         let int8 = describe(Precision::Int8, &Device::Cpu);
         assert!(int8.starts_with("int8 (") && int8.contains(&int8_kernel_name()), "{int8}");
         assert_eq!(describe(Precision::F32, &Device::Cpu), "f32 (candle gemm)");
+        let auto = describe(Precision::Auto, &Device::Cpu);
+        assert!(auto.starts_with("auto: ") && auto.contains(&int8) && auto.contains("f32 (candle gemm)"), "{auto}");
     }
 
     #[test]
     fn config_names_round_trip() {
-        for p in [Precision::F32, Precision::Int8] {
+        for p in [Precision::Auto, Precision::F32, Precision::Int8] {
             let json = serde_json::to_string(&p).unwrap();
             assert_eq!(json, format!("\"{}\"", p.as_str()));
             assert_eq!(serde_json::from_str::<Precision>(&json).unwrap(), p);

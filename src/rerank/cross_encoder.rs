@@ -67,7 +67,8 @@ impl CrossEncoder {
         let config = store.verified_file(spec, "config.json")?;
         let tokenizer = store.verified_file(spec, "tokenizer.json")?;
         let weights = store.verified_file(spec, "model.safetensors")?;
-        CrossEncoder::from_files(&spec.name, spec.max_tokens, &config, &tokenizer, &weights, options)
+        let precision = options.precision.resolve(&options.device, spec.auto_precision)?;
+        CrossEncoder::from_files(&spec.name, spec.max_tokens, &config, &tokenizer, &weights, &RerankOptions { precision, ..options.clone() })
     }
 
     /// Loads from explicit files (used by `load`, and by tests on a tiny model).
@@ -88,7 +89,7 @@ impl CrossEncoder {
         };
         // SAFETY: verified just before; model files are replaced by rename, never edited in place.
         let vb = unsafe { VarBuilder::from_mmaped_safetensors(&[weights], DType::F32, &options.device)? };
-        let body = BertBody::load(vb.pp("bert"), &cfg, options.precision.resolve(&options.device)?).map_err(format_err)?;
+        let body = BertBody::load(vb.pp("bert"), &cfg, options.precision.resolve(&options.device, None)?).map_err(format_err)?;
         let pooler = Pooler::load(vb.pp("bert").pp("pooler"), &cfg).map_err(format_err)?;
         let classifier = linear(cfg.hidden_size, 1, vb.pp("classifier")).map_err(format_err)?;
         let tokenizer = TextTokenizer::load(tokenizer_path, max_tokens.min(cfg.max_position_embeddings))?;

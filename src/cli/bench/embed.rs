@@ -1,5 +1,6 @@
 //! `ragbox bench embed --data DIR`: embedding throughput on a BEIR corpus (title + " " + text per
-//! document), with peak memory. The figures go to docs/BENCHMARKS.md beside the Python baseline
+//! document), with peak memory, then the latency of embedding its queries one at a time (what a
+//! search waits for). The figures go to docs/BENCHMARKS.md beside the Python baseline
 //! (`scripts/bench-embed-baseline.sh` runs both in one go).
 
 use std::io::BufRead;
@@ -9,6 +10,7 @@ use std::time::Instant;
 use clap::Args;
 use serde::Serialize;
 
+use ragbox::eval::metrics::percentile;
 use ragbox::types::TextKind;
 
 use crate::cli::{print_json, GlobalArgs};
@@ -31,6 +33,9 @@ pub struct EmbedArgs {
     /// Worker threads (default: all cores).
     #[arg(long)]
     threads: Option<usize>,
+    /// Then embed the first N queries of queries.jsonl one at a time, for query latency (0: skip).
+    #[arg(long, default_value_t = 100)]
+    queries: usize,
 }
 
 #[derive(Serialize)]
@@ -50,6 +55,10 @@ struct EmbedBench {
     peak_rss_mb: f64,
     threads: usize,
     batch_size: usize,
+    /// Queries embedded one at a time, and their latency percentiles in milliseconds.
+    queries: usize,
+    query_p50_ms: f64,
+    query_p95_ms: f64,
 }
 
 /// Peak resident set size of this process in MiB (Linux `VmHWM`).
@@ -83,8 +92,21 @@ fn read_beir_corpus(dir: &std::path::Path, limit: Option<usize>) -> anyhow::Resu
     Ok(texts)
 }
 
+fn read_beir_queries(dir: &std::path::Path, limit: usize) -> anyhow::Result<Vec<String>> {
+    let path = dir.join("queries.jsonl");
+    let file = std::fs::File::open(&path)
+        .map_err(|e| ragbox::Error::Invalid(format!("{}: {e}; pass --queries 0 to time passages only", path.display())))?;
+    let mut queries = Vec::new();
+    for line in std::io::BufReader::new(file).lines().take(limit) {
+        let line = line?;
+        let query: serde_json::Value = serde_json::from_str(&line)?;
+        queries.extend(query["text"].as_str().map(str::trim).filter(|t| !t.is_empty()).map(str::to_owned));
+    }
+    Ok(queries)
+}
+
 pub fn run(g: &GlobalArgs, args: EmbedArgs) -> anyhow::Result<()> {
-    let EmbedArgs { data, model, limit, batch_size, threads } = args;
+    let EmbedArgs { data, model, limit, batch_size, threads, queries } = args;
     if let Some(n) = threads {
         // candle's matmuls read RAYON_NUM_THREADS on every call; rayon's pool reads it once.
         std::env::set_var("RAYON_NUM_THREADS", n.to_string());
@@ -104,11 +126,21 @@ pub fn run(g: &GlobalArgs, args: EmbedArgs) -> anyhow::Result<()> {
     let out = embedder.embed(&refs, TextKind::Passage)?;
     let seconds = start.elapsed().as_secs_f64();
     let tokens: usize = out.iter().map(|e| e.tokens).sum();
+    let queries = read_beir_queries(&data, queries)?;
+    let mut latencies = Vec::with_capacity(queries.len());
+    for q in &queries {
+        let t = Instant::now();
+        embedder.embed_one(q, TextKind::Query)?;
+        latencies.push(t.elapsed().as_secs_f64() * 1000.0);
+    }
+    latencies.sort_by(f64::total_cmp);
+    // What ran, from the vectors' identity (`auto` resolves per model).
+    let ran_at = ragbox::model::Precision::split_identity(embedder.model_id())?.1.unwrap_or(ragbox::model::Precision::F32);
     let result = EmbedBench {
         implementation: "ragbox",
         model: embedder.model_id().to_string(),
         device: ragbox::model::device::describe(app.device()),
-        precision: ragbox::model::precision::describe(app.config.embed.precision, app.device()),
+        precision: ragbox::model::precision::describe(ran_at, app.device()),
         texts: out.len(),
         tokens,
         truncated: out.iter().filter(|e| e.truncated_from.is_some()).count(),
@@ -118,6 +150,9 @@ pub fn run(g: &GlobalArgs, args: EmbedArgs) -> anyhow::Result<()> {
         peak_rss_mb: peak_rss_mb(),
         threads: threads.unwrap_or_else(rayon::current_num_threads),
         batch_size: app.config.embed.batch_size,
+        queries: latencies.len(),
+        query_p50_ms: percentile(&latencies, 50.0),
+        query_p95_ms: percentile(&latencies, 95.0),
     };
     if g.json {
         return print_json(&result);
@@ -126,5 +161,8 @@ pub fn run(g: &GlobalArgs, args: EmbedArgs) -> anyhow::Result<()> {
         "{} [{}]: {} texts, {} tokens in {:.2} s: {:.1} texts/s, {:.0} tokens/s, peak RSS {:.0} MiB ({} truncated)",
         result.model, result.precision, result.texts, result.tokens, result.seconds, result.chunks_per_s, result.tokens_per_s, result.peak_rss_mb, result.truncated
     );
+    if result.queries > 0 {
+        println!("{} queries one at a time: p50 {:.1} ms, p95 {:.1} ms", result.queries, result.query_p50_ms, result.query_p95_ms);
+    }
     Ok(())
 }
