@@ -145,6 +145,17 @@ impl App {
         }
     }
 
+    /// The embedder an ingest into an existing tenant uses, from the identity stamped on its
+    /// index: under `embed.precision = "auto"` the index's own precision (a tenant built at f32
+    /// stays at f32 when `auto` would pick int8 for a new one); under an explicit precision that
+    /// one, so that an index at the other is refused with the `reembed` command that switches.
+    pub fn tenant_embedder(&self, identity: &str) -> Result<Arc<dyn Embedder>> {
+        match self.config.embed.precision {
+            Precision::Auto => self.index_embedder(identity),
+            _ => self.embedder(Some(Precision::split_identity(identity)?.0)),
+        }
+    }
+
     /// The configured reranker, or `None` when its files are not in the models folder.
     /// Files present but corrupt are an error, not a silent fallback. A `generate` model as
     /// `rerank.model` reranks by its yes/no logits ([`LlmReranker`]).

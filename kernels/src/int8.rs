@@ -56,6 +56,8 @@ pub struct Int8Linear {
     /// `(in, out)`, packed for the kernel [`executor`] picks (the same on every call: it
     /// depends only on the CPU).
     weights: PackedBMatrix<i8>,
+    /// The weights' rounding residual, if kept ([`Int8Linear::with_weight_residual`]).
+    residual: Option<Residual>,
     /// The `(in, out)` weights again in 16 bits, scaled per input (row `c` times
     /// `outlier_scales[c]`), for the outliers' products in the epilogue.
     outlier_weights: Vec<i16>,
@@ -91,18 +93,8 @@ impl Int8Linear {
             })
             .collect();
         // B is (inputs, outputs): the transposed, quantised weight.
-        let mut b = vec![0i8; inputs * outputs];
-        for (o, (row, scale)) in weight.chunks_exact(inputs).zip(&scales).enumerate() {
-            for (i, w) in row.iter().enumerate() {
-                b[i * outputs + o] = (w / scale).round().clamp(-127.0, 127.0) as i8;
-            }
-        }
-        let mut column_sums = vec![0i32; outputs];
-        for row in b.chunks_exact(outputs) {
-            for (s, &w) in column_sums.iter_mut().zip(row) {
-                *s += i32::from(w);
-            }
-        }
+        let b = transposed_codes(weight, inputs, |o, w| w / scales[o]);
+        let column_sums = column_sums(&b, outputs);
         let weights = executor.prepack_b(NdTensorView::from_data([inputs, outputs], b.as_slice()));
         let (outlier_weights, outlier_scales) = weights_by_input(weight, outputs, inputs);
         let bias = match bias {
@@ -113,7 +105,23 @@ impl Int8Linear {
             None => vec![0.0; outputs],
         };
         let activation_levels = if executor.may_saturate() { 127.0 } else { 255.0 };
-        Int8Linear { weights, outlier_weights, outlier_scales, scales, bias, column_sums, inputs, outputs, activation_levels }
+        Int8Linear { weights, residual: None, outlier_weights, outlier_scales, scales, bias, column_sums, inputs, outputs, activation_levels }
+    }
+
+    /// Adds a second int8 matrix holding what the first one's rounding left of `weight` (the
+    /// same `(outputs, inputs)` it was made from): `W ≈ s·(q + q₂/254)`, about 15 bits per weight
+    /// for twice this layer's GEMM work. For the layers whose 8-bit weights cost the most
+    /// (BERT's FFN output, `model::bert`).
+    pub fn with_weight_residual(mut self, weight: &[f32]) -> Int8Linear {
+        let (inputs, outputs) = (self.inputs, self.outputs);
+        assert_eq!(weight.len(), outputs * inputs, "weight is not {outputs} × {inputs}");
+        let scales = &self.scales;
+        let codes = |o: usize, w: f32| (w / scales[o]).round().clamp(-127.0, 127.0);
+        let b = transposed_codes(weight, inputs, |o, w| (w / scales[o] - codes(o, w)) * RESIDUAL_LEVELS);
+        let column_sums = column_sums(&b, outputs);
+        let weights = executor().prepack_b(NdTensorView::from_data([inputs, outputs], b.as_slice()));
+        self.residual = Some(Residual { weights, column_sums });
+        self
     }
 
     /// The GEMM kernel that runs (rten-gemm's name, e.g. `avx512-int8`), and whether activations
@@ -155,35 +163,42 @@ impl Int8Linear {
         let quantised = self.quantise_rows(x, rows);
         // SAFETY: MaybeUninit<i32> and MaybeUninit<f32> have the same size and alignment.
         let sums = unsafe { std::slice::from_raw_parts_mut(y.as_mut_ptr().cast::<MaybeUninit<i32>>(), y.len()) };
-        self.gemm(&quantised.codes, rows, sums);
+        self.gemm(&quantised.codes, rows, &self.weights, sums);
+        let residual_sums = self.residual.as_ref().map(|r| {
+            let mut sums = Vec::with_capacity(rows * self.outputs);
+            self.gemm(&quantised.codes, rows, &r.weights, &mut sums.spare_capacity_mut()[..rows * self.outputs]);
+            // SAFETY: the GEMM wrote every element.
+            unsafe { sums.set_len(rows * self.outputs) };
+            sums
+        });
         // SAFETY: the GEMM wrote every element, as an i32 sum the epilogue reads back by its bits.
         let y = unsafe { std::slice::from_raw_parts_mut(y.as_mut_ptr().cast::<f32>(), y.len()) };
-        self.dequantise_rows(y, x, &quantised, activation);
+        self.dequantise_rows(y, x, &quantised, residual_sums.as_deref(), activation);
     }
 
     /// The i32 sums of the quantised rows (their codes, zero points not yet subtracted) times the
     /// weights.
-    fn gemm(&self, quantised: &[u8], rows: usize, sums: &mut [MaybeUninit<i32>]) {
+    fn gemm(&self, quantised: &[u8], rows: usize, weights: &PackedBMatrix<i8>, sums: &mut [MaybeUninit<i32>]) {
         executor()
             .gemm_uninit(
                 sums,
                 GemmInputA::Unpacked(NdTensorView::from_data([rows, self.inputs], quantised)),
-                GemmInputB::Packed(&self.weights),
+                GemmInputB::Packed(weights),
                 GemmUninitOptions::default(),
             )
             .expect("int8 GEMM shapes were checked by the caller");
     }
 
-    /// Every row of sums in place: `act((sum − z·Σw) · a · wⱼ + bⱼ)`, plus the row's outliers'
-    /// share (from `x`) before the activation.
-    fn dequantise_rows(&self, y: &mut [f32], x: &[f32], q: &Quantised, activation: Activation) {
+    /// Every row of sums in place: `act((sum − z·Σw) · a · wⱼ + bⱼ)`, with the residual
+    /// matrix's sums and the row's outliers' share (from `x`) added before the activation.
+    fn dequantise_rows(&self, y: &mut [f32], x: &[f32], q: &Quantised, residual_sums: Option<&[i32]>, activation: Activation) {
         y.par_chunks_mut(self.outputs * ROWS_PER_TASK).enumerate().for_each(|(task, block)| {
             let mut extra = Vec::new();
             for (r, row) in block.chunks_exact_mut(self.outputs).enumerate() {
                 let index = task * ROWS_PER_TASK + r;
                 let a = Row { scale: q.scales[index], zero: i32::from(q.zeros[index]) };
                 let outliers = q.outliers[index].columns();
-                if outliers.is_empty() {
+                if outliers.is_empty() && residual_sums.is_none() {
                     match activation {
                         Activation::None => dequantise(row, a, self, |v| v),
                         Activation::GeluErf => dequantise(row, a, self, gelu_erf),
@@ -192,6 +207,13 @@ impl Int8Linear {
                 }
                 extra.clear();
                 extra.resize(self.outputs, 0f32);
+                if let (Some(sums), Some(residual)) = (residual_sums, &self.residual) {
+                    let sums = &sums[index * self.outputs..(index + 1) * self.outputs];
+                    // In the main matrix's units: its scale and the row's are applied below.
+                    for ((e, &sum), (&col, &w)) in extra.iter_mut().zip(sums).zip(residual.column_sums.iter().zip(&self.scales)) {
+                        *e = (sum - a.zero * col) as f32 * (a.scale * w / RESIDUAL_LEVELS);
+                    }
+                }
                 for &c in outliers {
                     let c = c as usize;
                     let xc = x[index * self.inputs + c] * self.outlier_scales[c];
@@ -265,6 +287,39 @@ impl Int8Linear {
             });
         Quantised { codes, scales, zeros, outliers }
     }
+}
+
+/// The residual matrix's codes are the first rounding's error times this (|error| ≤ ½ code).
+const RESIDUAL_LEVELS: f32 = 254.0;
+
+/// A second int8 weight matrix: what the first one's rounding left, in steps of 1/254 code.
+struct Residual {
+    weights: PackedBMatrix<i8>,
+    column_sums: Vec<i32>,
+}
+
+/// `weight` (`(outputs, inputs)` row-major) transposed to `(inputs, outputs)` int8 codes,
+/// `code(o, w)` rounded and clamped to ±127.
+fn transposed_codes(weight: &[f32], inputs: usize, code: impl Fn(usize, f32) -> f32) -> Vec<i8> {
+    let outputs = weight.len() / inputs;
+    let mut b = vec![0i8; inputs * outputs];
+    for (o, row) in weight.chunks_exact(inputs).enumerate() {
+        for (i, &w) in row.iter().enumerate() {
+            b[i * outputs + o] = code(o, w).round().clamp(-127.0, 127.0) as i8;
+        }
+    }
+    b
+}
+
+/// Per output channel, the sum of its codes in `(inputs, outputs)` `b`.
+fn column_sums(b: &[i8], outputs: usize) -> Vec<i32> {
+    let mut sums = vec![0i32; outputs];
+    for row in b.chunks_exact(outputs) {
+        for (s, &w) in sums.iter_mut().zip(row) {
+            *s += i32::from(w);
+        }
+    }
+    sums
 }
 
 /// Quantised activation rows: codes, per row the scale, the code of zero and the outliers set
@@ -356,10 +411,10 @@ pub fn profile_parts(layer: &Int8Linear, x: &[f32], rows: usize, y: &mut [f32]) 
     // SAFETY: as in `forward_uninit`.
     let sums = unsafe { std::slice::from_raw_parts_mut(y.as_mut_ptr().cast::<MaybeUninit<i32>>(), y.len()) };
     let t = std::time::Instant::now();
-    layer.gemm(&q.codes, rows, sums);
+    layer.gemm(&q.codes, rows, &layer.weights, sums);
     let t_g = t.elapsed();
     let t = std::time::Instant::now();
-    layer.dequantise_rows(y, x, &q, Activation::GeluErf);
+    layer.dequantise_rows(y, x, &q, None, Activation::GeluErf);
     println!("quantise {t_q:?}, gemm {t_g:?}, dequantise+gelu {:?}", t.elapsed());
 }
 
@@ -514,12 +569,42 @@ mod tests {
             let mut whole = vec![0f32; rows * outputs];
             // SAFETY: as in `forward_uninit`.
             let sums = unsafe { std::slice::from_raw_parts_mut(whole.as_mut_ptr().cast::<MaybeUninit<i32>>(), whole.len()) };
-            layer.gemm(&plain.codes, rows, sums);
-            layer.dequantise_rows(&mut whole, &x, &plain, Activation::None);
+            layer.gemm(&plain.codes, rows, &layer.weights, sums);
+            layer.dequantise_rows(&mut whole, &x, &plain, None, Activation::None);
             whole
         };
         let kept_in = relative_error(&whole);
         assert!(kept_in > 5.0 * taken_out, "relative error {kept_in} kept in, {taken_out} taken out");
+    }
+
+    #[test]
+    fn the_weight_residual_leaves_only_the_activations_rounding() {
+        // Activations on their row's grid (steps of 1/32 over [-3.97, 4], as in
+        // `exact_when_values_sit_on_the_grid`), so all the error is the weights'.
+        let (rows, inputs, outputs) = (9, 384, 40);
+        let x: Vec<f32> = (0..rows * inputs)
+            .map(|i| match i % inputs {
+                0 => -127.0 / 32.0,
+                1 => 4.0,
+                _ => ((i * 7 % 256) as f32 - 127.0) / 32.0,
+            })
+            .collect();
+        let w = values(outputs * inputs, 31);
+        let bias = values(outputs, 32);
+        let want = reference(&x, &w, &bias, rows, inputs, outputs);
+        let worst = |layer: &Int8Linear| {
+            let y = layer.forward_to_vec(&x, rows, Activation::None);
+            y.iter().zip(&want).map(|(a, b)| (a - b).abs()).fold(0f32, f32::max)
+        };
+        let plain = Int8Linear::new(&w, outputs, inputs, Some(&bias));
+        if plain.activation_levels < 255.0 {
+            return; // a 7-bit kernel cannot hold these codes exactly
+        }
+        let (eight, fifteen) = (worst(&plain), worst(&plain.with_weight_residual(&w)));
+        assert!(fifteen * 50.0 < eight, "worst error {fifteen} with the residual, {eight} without");
+        let gelu = Int8Linear::new(&w, outputs, inputs, Some(&bias)).with_weight_residual(&w);
+        let (y, g) = (gelu.forward_to_vec(&x, rows, Activation::None), gelu.forward_to_vec(&x, rows, Activation::GeluErf));
+        assert!(y.iter().zip(&g).all(|(v, g)| *g == gelu_erf(*v)));
     }
 
     #[test]

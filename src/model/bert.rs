@@ -76,7 +76,9 @@ impl Layer {
             attn_out: Dense::new(linear(h, h, att.pp("output").pp("dense"))?, precision)?,
             attn_norm: layer_norm(h, cfg.layer_norm_eps, att.pp("output").pp("LayerNorm"))?,
             intermediate: Dense::new(linear(h, cfg.intermediate_size, vb.pp("intermediate").pp("dense"))?, precision)?,
-            output: Dense::new(linear(cfg.intermediate_size, h, vb.pp("output").pp("dense"))?, precision)?,
+            // 8-bit weights cost MiniLM's embeddings most here (golden worst cosine 0.9987 with
+            // them, 0.99958 with this layer exact: docs/BENCHMARKS.md); 15 bits keep the gate.
+            output: Dense::with_weight_residual(linear(cfg.intermediate_size, h, vb.pp("output").pp("dense"))?, precision)?,
             out_norm: layer_norm(h, cfg.layer_norm_eps, vb.pp("output").pp("LayerNorm"))?,
             act: cfg.hidden_act,
             heads: cfg.num_attention_heads,

@@ -19,12 +19,17 @@ pub struct Int8Dense {
 }
 
 impl Int8Dense {
-    /// Quantises a loaded f32 [`Linear`] (`(out, in)` weight).
-    pub fn new(linear: &Linear) -> candle_core::Result<Int8Dense> {
+    /// Quantises a loaded f32 [`Linear`] (`(out, in)` weight); `weight_residual`: keep the
+    /// weights' rounding residual as a second int8 matrix (`Int8Linear::with_weight_residual`).
+    pub fn new(linear: &Linear, weight_residual: bool) -> candle_core::Result<Int8Dense> {
         let (outputs, inputs) = linear.weight().dims2()?;
         let weight = linear.weight().flatten_all()?.to_vec1::<f32>()?;
         let bias = linear.bias().map(|b| b.to_vec1::<f32>()).transpose()?;
-        Ok(Int8Dense { layer: Arc::new(Int8Linear::new(&weight, outputs, inputs, bias.as_deref())) })
+        let mut layer = Int8Linear::new(&weight, outputs, inputs, bias.as_deref());
+        if weight_residual {
+            layer = layer.with_weight_residual(&weight);
+        }
+        Ok(Int8Dense { layer: Arc::new(layer) })
     }
 
     /// `x`: `(…, in)` f32 on the CPU → `(…, out)`.
@@ -68,7 +73,7 @@ mod tests {
         let w = Tensor::randn(0f32, 0.1, (48, 32), &dev).unwrap();
         let b = Tensor::randn(0f32, 0.1, 48, &dev).unwrap();
         let linear = Linear::new(w, Some(b));
-        let dense = Int8Dense::new(&linear).unwrap();
+        let dense = Int8Dense::new(&linear, false).unwrap();
         let x = Tensor::randn(0f32, 1.0, (3, 5, 32), &dev).unwrap();
         let strided = Tensor::randn(0f32, 1.0, (3, 32, 5), &dev).unwrap().transpose(1, 2).unwrap();
         for input in [x, strided] {

@@ -415,14 +415,18 @@ fn reembed_switches_a_tenant_to_another_model_from_the_catalog() {
 
 #[test]
 fn switching_the_encoders_precision_never_mixes_vectors_in_one_index() {
+    // `auto` (the default) builds a new tenant at the precision the manifest says passed the
+    // quality gate: int8 for MiniLM.
     let (_tmp, corpus, data) = two_documents_ingested();
-    let int8 = |data: &std::path::Path| {
-        let mut c = ragbox(data);
-        c.env("RAGBOX_EMBED_PRECISION", "int8");
+    let model = |data: &std::path::Path| open_store(data).catalog().require_tenant("default").unwrap().model;
+    assert_eq!(model(&data), "all-minilm-l6-v2@int8");
+    let at = |precision: &str| {
+        let mut c = ragbox(&data);
+        c.env("RAGBOX_EMBED_PRECISION", precision);
         c
     };
 
-    // A query with int8 configured is still embedded as the f32 index was: the same scores.
+    // A query with f32 configured is still embedded as the int8 index was: the same scores.
     let search = |c: &mut std::process::Command| {
         let (code, out, err) = run(c.args(["search", "how many days of annual leave", "--json"]));
         assert_eq!(code, 0, "{err}");
@@ -431,30 +435,35 @@ fn switching_the_encoders_precision_never_mixes_vectors_in_one_index() {
         assert!(r["floor"].is_number(), "the model's floor applies at either precision: {r}");
         (r["model"].clone(), r["best_evidence"].clone(), r["hits"].clone())
     };
-    assert_eq!(search(&mut int8(&data)), search(&mut ragbox(&data)), "an f32 index is searched with f32 query vectors");
+    assert_eq!(search(&mut at("f32")), search(&mut ragbox(&data)), "an int8 index is searched with int8 query vectors");
 
-    // Ingesting at int8 into the f32 index is refused with the command that switches it.
-    let (code, _, err) = run(int8(&data).arg("ingest").arg(&corpus));
-    assert_eq!(code, 2, "int8 vectors are not added to an f32 index");
-    assert!(err.contains("ragbox reembed --tenant default --model all-minilm-l6-v2@int8"), "{err}");
+    // Ingesting at an explicit f32 into the int8 index is refused with the command that switches it.
+    let (code, _, err) = run(at("f32").arg("ingest").arg(&corpus));
+    assert_eq!(code, 2, "f32 vectors are not added to an int8 index");
+    assert!(err.contains("ragbox reembed --tenant default --model all-minilm-l6-v2"), "{err}");
 
-    // Switching re-embeds every chunk: f32 vectors in the cache are not int8 ones.
-    let (code, out, err) = run(int8(&data).args(["reembed", "--model", "all-minilm-l6-v2", "--json"]));
+    // Switching re-embeds every chunk: int8 vectors in the cache are not f32 ones.
+    let (code, out, err) = run(ragbox(&data).args(["reembed", "--model", "all-minilm-l6-v2@f32", "--json"]));
     assert_eq!(code, 0, "{err}");
     let r: serde_json::Value = serde_json::from_str(&out).unwrap();
     assert_eq!((r["report"]["embedded"].as_u64(), r["report"]["cached"].as_u64()), (Some(2), Some(0)), "{r}");
+    assert_eq!(model(&data), "all-minilm-l6-v2");
     let store = open_store(&data);
-    let t = store.catalog().require_tenant("default").unwrap();
-    assert_eq!(t.model, "all-minilm-l6-v2@int8");
-    assert!(store.check_consistency(&t).unwrap().consistent);
-    // And the int8 index is searched at int8 whatever the configuration says now.
-    assert_eq!(search(&mut ragbox(&data)), search(&mut int8(&data)));
-    // Back to f32 by name: its vectors are still cached.
-    let (code, out, _) = run(ragbox(&data).args(["reembed", "--model", "all-minilm-l6-v2@f32", "--json"]));
+    assert!(store.check_consistency(&store.catalog().require_tenant("default").unwrap()).unwrap().consistent);
+    drop(store);
+    // Under `auto` a tenant built at f32 stays at f32: an ingest into it is not refused, and the
+    // index is searched at f32 whatever the configuration says.
+    std::fs::write(corpus.join("c.md"), "# Parking\n\nVisitors park in bay 4.\n").unwrap();
+    let (code, _, err) = run(ragbox(&data).arg("ingest").arg(&corpus));
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(model(&data), "all-minilm-l6-v2");
+    assert_eq!(search(&mut ragbox(&data)), search(&mut at("int8")));
+    // Back to int8 by name: the vectors of the first two documents are still cached.
+    let (code, out, _) = run(ragbox(&data).args(["reembed", "--model", "all-minilm-l6-v2@int8", "--json"]));
     assert_eq!(code, 0);
     let r: serde_json::Value = serde_json::from_str(&out).unwrap();
-    assert_eq!((r["report"]["embedded"].as_u64(), r["report"]["cached"].as_u64()), (Some(0), Some(2)), "{r}");
-    assert_eq!(open_store(&data).catalog().require_tenant("default").unwrap().model, "all-minilm-l6-v2");
+    assert_eq!((r["report"]["embedded"].as_u64(), r["report"]["cached"].as_u64()), (Some(1), Some(2)), "{r}");
+    assert_eq!(model(&data), "all-minilm-l6-v2@int8");
 }
 
 #[test]
