@@ -1,5 +1,5 @@
 //! ragbox's CPU kernels for quantised encoder inference: int8 dense layers, and the element-wise
-//! work around them (GELU, attention's masked softmax) vectorised.
+//! work around them (GELU, attention's masked softmax, SwiGLU's gate) vectorised.
 //!
 //! A separate crate for one reason: ragbox's tuned dev profile (the one tests and the README's
 //! first command build) compiles every dependency at opt-level 3 and ragbox itself at 0 to keep
@@ -24,6 +24,8 @@
 mod gelu;
 mod int8;
 mod softmax;
+mod swiglu;
 
 pub use int8::{profile_parts, Activation, Int8Linear};
 pub use softmax::softmax_in_place;
+pub use swiglu::swiglu;

@@ -6,15 +6,18 @@
 //! weights at load (rotary embedding is linear, so scaling before it is the same), dense layers
 //! with transposed contiguous weights (`model::dense`: candle's `Linear` repacked every weight on
 //! every call, 47% of a query's time), and attention's mask built once per batch and long inputs
-//! taken in steps (`model::attention`). Rotary position embedding (non-interleaved, base 1000)
-//! instead of learned positions, SwiGLU feed-forward, post-norm.
+//! taken in steps (`model::attention`); the feed-forward's value and gate projections fused into
+//! one matmul and the gate applied in one vectorised pass (`ragbox_kernels::swiglu`: candle's
+//! `silu` was libm's scalar `expf` and a separate multiply). Rotary position embedding
+//! (non-interleaved, base 1000) instead of learned positions, post-norm.
 
-use candle_core::{DType, Device, Module, Tensor};
+use candle_core::{CpuStorage, CustomOp1, DType, Device, Layout, Module, Shape, Tensor};
 use candle_nn::{embedding, layer_norm, Embedding, LayerNorm, Linear, VarBuilder};
 use candle_transformers::models::nomic_bert::Config;
 
 use crate::model::attention::Attention;
 use crate::model::dense::Dense;
+use crate::model::softmax::f32_slice;
 use crate::model::Precision;
 
 /// Rotary embedding's cos and sin tables, `(positions, head_dim / 2)`, shared by every layer.
@@ -44,9 +47,9 @@ struct Block {
     qkv: Dense,
     out: Dense,
     norm1: LayerNorm,
-    /// SwiGLU's value (`fc11`) and gate (`fc12`) projections, and `fc2` back to the hidden size.
-    value: Dense,
-    gate: Dense,
+    /// SwiGLU's value (`fc11`) and gate (`fc12`) projections side by side, `(hidden → 2·inner)`,
+    /// and `fc2` back to the hidden size.
+    up: Dense,
     down: Dense,
     norm2: LayerNorm,
     heads: usize,
@@ -76,8 +79,7 @@ impl Block {
             qkv: Dense::new(Linear::new(weight, bias), precision)?,
             out: Dense::new(linear(h, h, "attn.out_proj", cfg.qkv_proj_bias)?, precision)?,
             norm1: layer_norm(h, cfg.layer_norm_epsilon, vb.pp("norm1"))?,
-            value: Dense::new(linear(inner, h, "mlp.fc11", cfg.mlp_fc1_bias)?, precision)?,
-            gate: Dense::new(linear(inner, h, "mlp.fc12", cfg.mlp_fc1_bias)?, precision)?,
+            up: Dense::new(side_by_side(&linear(inner, h, "mlp.fc11", cfg.mlp_fc1_bias)?, &linear(inner, h, "mlp.fc12", cfg.mlp_fc1_bias)?)?, precision)?,
             down: Dense::new(linear(h, inner, "mlp.fc2", cfg.mlp_fc2_bias)?, precision)?,
             norm2: layer_norm(h, cfg.layer_norm_epsilon, vb.pp("norm2"))?,
             heads: cfg.n_head,
@@ -99,8 +101,43 @@ impl Block {
         let (q, k) = (rotary.apply(&qkv.get(0)?)?, rotary.apply(&qkv.get(1)?)?);
         let context = attention.forward(&q, &k, &qkv.get(2)?)?;
         let x = self.norm1.forward(&(self.out.forward(&context)? + x)?)?;
-        let inner = (self.value.forward(&x)? * self.gate.forward(&x)?.silu()?)?;
+        let up = self.up.forward(&x)?;
+        let inner = if up.device().is_cpu() {
+            up.apply_op1_no_bwd(&SwiGlu)?
+        } else {
+            let n = up.dim(candle_core::D::Minus1)? / 2;
+            (up.narrow(candle_core::D::Minus1, 0, n)? * up.narrow(candle_core::D::Minus1, n, n)?.silu()?)?
+        };
         self.norm2.forward(&(self.down.forward(&inner)? + x)?)
+    }
+}
+
+/// Two layers on the same input as one, their outputs side by side.
+fn side_by_side(a: &Linear, b: &Linear) -> candle_core::Result<Linear> {
+    let bias = match (a.bias(), b.bias()) {
+        (Some(x), Some(y)) => Some(Tensor::cat(&[x, y], 0)?),
+        _ => None,
+    };
+    Ok(Linear::new(Tensor::cat(&[a.weight(), b.weight()], 0)?, bias))
+}
+
+/// `(…, 2·inner)` `[value | gate]` → `(…, inner)` `value · silu(gate)`, on the CPU.
+struct SwiGlu;
+
+impl CustomOp1 for SwiGlu {
+    fn name(&self) -> &'static str {
+        "swiglu"
+    }
+
+    fn cpu_fwd(&self, storage: &CpuStorage, layout: &Layout) -> candle_core::Result<(CpuStorage, Shape)> {
+        let mut dims = layout.shape().dims().to_vec();
+        let inner = dims.last().copied().unwrap_or(0) / 2;
+        if inner == 0 {
+            candle_core::bail!("swiglu: input shape {dims:?} has no [value | gate] last dimension");
+        }
+        let y = ragbox_kernels::swiglu(f32_slice(storage, layout)?, inner);
+        *dims.last_mut().expect("checked above") = inner;
+        Ok((CpuStorage::F32(y), Shape::from(dims)))
     }
 }
 

@@ -7,7 +7,7 @@
 //! as fast on this project's CPU. `auto` (the default) runs each model at the precision its
 //! manifest entry names (`auto_precision`): the fastest one that passed the golden quality gate
 //! (cosine >= 0.999 per text to the reference; tests/integration/golden.rs checks each claim both
-//! ways), and f32 for the rest and on a GPU. Measured: nomic-embed int8 worst 0.9993, MiniLM 0.9992
+//! ways), and f32 for the rest and on a GPU. Measured: nomic-embed int8 worst 0.9994, MiniLM 0.9992
 //! (both pass; the cross-encoder's stand-in does not). docs/BENCHMARKS.md holds the measurements.
 
 use candle_core::Device;
