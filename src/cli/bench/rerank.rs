@@ -185,7 +185,9 @@ pub fn run(g: &GlobalArgs, args: RerankArgs) -> anyhow::Result<()> {
     eprintln!("writing random weights of the {ARCHITECTURE} architecture (seed {})", args.seed);
     write_random_weights(&config_path, &weights.0, args.seed)?;
 
-    let precision = config.embed.precision;
+    // `auto` resolves as for the configured cross-encoder (its manifest's gated precision).
+    let gated = ragbox::model::Manifest::builtin().get(&config.rerank.model).ok().and_then(|spec| spec.auto_precision);
+    let precision = config.embed.precision.resolve(&Device::Cpu, gated)?;
     eprintln!("precision: {}", ragbox::model::precision::describe(precision, &Device::Cpu));
     let options = RerankOptions { device: Device::Cpu, batch: BatchLimits { max_items: batch, ..BatchLimits::default() }, precision };
     let start = Instant::now();
