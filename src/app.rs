@@ -156,6 +156,24 @@ impl App {
         }
     }
 
+    /// What runs the configured embedder's dense layers, as `doctor` says it: the precision
+    /// `embed.precision` resolves to for that model on this device, and its kernel.
+    fn encoder_kernels(&self) -> String {
+        let (model, named) = match Precision::split_identity(&self.config.embed.model) {
+            Ok(split) => split,
+            Err(e) => return format!("error: {e}"),
+        };
+        let gated = self.models.manifest().get(model).ok().and_then(|spec| spec.auto_precision);
+        match named.unwrap_or(self.config.embed.precision).resolve(&self.device, gated) {
+            Ok(p) => format!(
+                "{model}: {} (embed.precision = \"{}\")",
+                crate::model::precision::describe(p, &self.device),
+                self.config.embed.precision.as_str()
+            ),
+            Err(e) => format!("error: {e}"),
+        }
+    }
+
     /// The configured reranker, or `None` when its files are not in the models folder.
     /// Files present but corrupt are an error, not a silent fallback. A `generate` model as
     /// `rerank.model` reranks by its yes/no logits ([`LlmReranker`]).
@@ -391,7 +409,7 @@ impl App {
             candle: "0.10.2 (patched: patches/README.md)",
             cpu: crate::model::cpu::baseline(),
             llm_kernels: llm_kernels(),
-            encoder_kernels: crate::model::precision::describe(self.config.embed.precision, &self.device),
+            encoder_kernels: self.encoder_kernels(),
             features: crate::model::device::compiled_features(),
             device: crate::model::device::describe(&self.device),
             config_file: self.config.config_file.clone(),

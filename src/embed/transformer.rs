@@ -23,9 +23,9 @@ pub struct EmbedOptions {
 }
 
 impl Default for EmbedOptions {
-    /// The CPU, default batches, f32 (the reference precision).
+    /// The CPU, default batches, `auto` precision (as `embed.precision`'s default).
     fn default() -> Self {
-        EmbedOptions { device: Device::Cpu, batch: BatchLimits::default(), precision: Precision::F32 }
+        EmbedOptions { device: Device::Cpu, batch: BatchLimits::default(), precision: Precision::Auto }
     }
 }
 

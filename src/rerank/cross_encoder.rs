@@ -27,9 +27,9 @@ pub struct RerankOptions {
 }
 
 impl Default for RerankOptions {
-    /// The CPU, default batches, f32 (the reference precision).
+    /// The CPU, default batches, `auto` precision (as `embed.precision`'s default).
     fn default() -> Self {
-        RerankOptions { device: Device::Cpu, batch: BatchLimits::default(), precision: Precision::F32 }
+        RerankOptions { device: Device::Cpu, batch: BatchLimits::default(), precision: Precision::Auto }
     }
 }
 

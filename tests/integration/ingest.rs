@@ -321,7 +321,7 @@ fn damaged_or_missing_indexes_are_rebuilt_from_the_catalog_without_reembedding()
     let (code, _, err) = ingest_json(&data, &[corpus.to_str().unwrap()]);
     assert_eq!(code, 0, "{err}");
     let layout = ragbox::store::Layout::new(&data);
-    let vector = layout.vector("default", "all-minilm-l6-v2");
+    let vector = layout.vector("default", &open_store(&data).catalog().require_tenant("default").unwrap().model);
 
     // Garbage over the vector file, the lexical index deleted.
     let len = std::fs::metadata(&vector).unwrap().len() as usize;
@@ -397,15 +397,16 @@ fn reembed_switches_a_tenant_to_another_model_from_the_catalog() {
     assert_eq!(r["report"]["embedded"], 2, "{r}");
     let store = open_store(&data);
     let t = store.catalog().require_tenant("default").unwrap();
-    assert_eq!((t.model.as_str(), t.dims), ("nomic-embed-text-v1.5", 768));
+    // `auto` runs both models at int8 (their manifest entries passed the gate at it).
+    assert_eq!((t.model.as_str(), t.dims), ("nomic-embed-text-v1.5@int8", 768));
     assert!(store.check_consistency(&t).unwrap().consistent);
-    assert!(ragbox::store::Layout::new(&data).vector("default", "all-minilm-l6-v2").exists(), "the old index stays");
+    assert!(ragbox::store::Layout::new(&data).vector("default", "all-minilm-l6-v2@int8").exists(), "the old index stays");
 
     // Further ingests use the tenant's model; nothing unchanged is embedded again.
     std::fs::write(corpus.join("c.md"), "# Parking\n\nBay 7 is for visitors.\n").unwrap();
     let (code, report, _) = ingest_json(&data, &[corpus.to_str().unwrap()]);
     assert_eq!(code, 0);
-    assert_eq!((report["model"].as_str().unwrap(), count(&report, "added"), count(&report, "embedded")), ("nomic-embed-text-v1.5", 1, 1));
+    assert_eq!((report["model"].as_str().unwrap(), count(&report, "added"), count(&report, "embedded")), ("nomic-embed-text-v1.5@int8", 1, 1));
     // Switching back costs nothing: MiniLM's vectors are still cached.
     let (code, out, _) = run(ragbox(&data).args(["reembed", "--model", "all-minilm-l6-v2", "--json"]));
     assert_eq!(code, 0);

@@ -120,7 +120,7 @@ fn explain_shows_each_stage_and_the_floor_decides_refusal() {
 fn a_query_model_other_than_the_index_model_is_refused() {
     let (code, out, err) = run(ragbox(sample_data()).args(["search", "hotel cap", "--model", "nomic-embed-text-v1.5"]));
     assert_eq!(code, 2, "a user error: {out}\n{err}");
-    assert!(err.contains("all-minilm-l6-v2 (384 dims)") && err.contains("reembed"), "{err}");
+    assert!(err.contains("all-minilm-l6-v2@int8 (384 dims)") && err.contains("reembed"), "{err}");
     let (code, _, err) = run(ragbox(sample_data()).args(["search", "   "]));
     assert_eq!(code, 2);
     assert!(err.contains("query is empty"), "{err}");
