@@ -489,7 +489,19 @@ mod tests {
         y
     }
 
-    fn cosine(a: &[f32], b: &[f32]) -> f64 {
+    /// Rows spanning [-3.97, 4] in steps of 1/32, so each quantises exactly (scale 1/32, zero at
+    /// code 127), none large enough to be an outlier.
+    fn on_the_grid(rows: usize, inputs: usize) -> Vec<f32> {
+        (0..rows * inputs)
+            .map(|i| match i % inputs {
+                0 => -127.0 / 32.0,
+                1 => 4.0,
+                _ => ((i * 7 % 256) as f32 - 127.0) / 32.0,
+            })
+            .collect()
+    }
+
+        fn cosine(a: &[f32], b: &[f32]) -> f64 {
         let dot: f64 = a.iter().zip(b).map(|(x, y)| f64::from(*x) * f64::from(*y)).sum();
         let na: f64 = a.iter().map(|x| f64::from(*x).powi(2)).sum::<f64>().sqrt();
         let nb: f64 = b.iter().map(|x| f64::from(*x).powi(2)).sum::<f64>().sqrt();
@@ -579,16 +591,9 @@ mod tests {
 
     #[test]
     fn the_weight_residual_leaves_only_the_activations_rounding() {
-        // Activations on their row's grid (steps of 1/32 over [-3.97, 4], as in
-        // `exact_when_values_sit_on_the_grid`), so all the error is the weights'.
+        // Activations on their row's grid, so all the error is the weights'.
         let (rows, inputs, outputs) = (9, 384, 40);
-        let x: Vec<f32> = (0..rows * inputs)
-            .map(|i| match i % inputs {
-                0 => -127.0 / 32.0,
-                1 => 4.0,
-                _ => ((i * 7 % 256) as f32 - 127.0) / 32.0,
-            })
-            .collect();
+        let x = on_the_grid(rows, inputs);
         let w = values(outputs * inputs, 31);
         let bias = values(outputs, 32);
         let want = reference(&x, &w, &bias, rows, inputs, outputs);
@@ -648,15 +653,7 @@ mod tests {
         // the result must be exact: this checks the zero points and the scale bookkeeping.
         let (rows, inputs, outputs) = (9, 64, 48);
         let w: Vec<f32> = (0..outputs * inputs).map(|i| [1.0, 0.0, -1.0][i % 3]).collect();
-        // Every row spans [-3.97, 4] in steps of 1/32: scale 1/32, zero at code 127 (and no
-        // value is large enough to be an outlier).
-        let x: Vec<f32> = (0..rows * inputs)
-            .map(|i| match i % inputs {
-                0 => -127.0 / 32.0,
-                1 => 4.0,
-                _ => ((i * 7 % 256) as f32 - 127.0) / 32.0,
-            })
-            .collect();
+        let x = on_the_grid(rows, inputs);
         let layer = Int8Linear::new(&w, outputs, inputs, None);
         if layer.activation_levels < 255.0 {
             return; // a 7-bit kernel cannot hold these codes exactly

@@ -16,6 +16,13 @@ use crate::model::softmax::masked_softmax_in_place;
 /// Most attention scores (f32 elements) held at once per batch: 128 MiB.
 pub(crate) const SCORES_BUDGET: usize = 1 << 25;
 
+/// A fused QKV projection's output `(batch, seq, 3 · heads · head_dim)` split into heads with
+/// one copy: `(3, batch, heads, seq, head_dim)`, contiguous, so `.get(0..3)` are q, k and v.
+pub(crate) fn split_heads(qkv: &Tensor, heads: usize, head_dim: usize) -> candle_core::Result<Tensor> {
+    let (b, t, _) = qkv.dims3()?;
+    qkv.reshape((b, t, 3, heads, head_dim))?.permute((2, 0, 3, 1, 4))?.contiguous()
+}
+
 /// How a batch's attention softmax runs, with its additive padding mask (0 where attended,
 /// `f32::MIN` where padding, as HF's extended attention mask) if the batch has padding.
 enum Softmax {

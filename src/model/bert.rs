@@ -10,7 +10,7 @@ use candle_core::{Module, Tensor};
 use candle_nn::{embedding, layer_norm, linear, Embedding, LayerNorm, Linear, VarBuilder};
 use candle_transformers::models::bert::{Config, HiddenAct};
 
-use crate::model::attention::Attention;
+use crate::model::attention::{split_heads, Attention};
 use crate::model::dense::Dense;
 use crate::model::Precision;
 
@@ -90,13 +90,7 @@ impl Layer {
     /// `x`: `(batch, seq, hidden)`; `attention`: the batch's mask and softmax.
     fn forward(&self, x: &Tensor, attention: &Attention) -> candle_core::Result<Tensor> {
         let _e = self.span.enter();
-        let (b, t, _) = x.dims3()?;
-        let qkv = self
-            .qkv
-            .forward(x)?
-            .reshape((b, t, 3, self.heads, self.head_dim))?
-            .permute((2, 0, 3, 1, 4))?
-            .contiguous()?;
+        let qkv = split_heads(&self.qkv.forward(x)?, self.heads, self.head_dim)?;
         // The query is already scaled by 1/√d: its weights were at load.
         let context = attention.forward(&qkv.get(0)?, &qkv.get(1)?, &qkv.get(2)?)?;
         let x = self.attn_norm.forward(&(self.attn_out.forward(&context)? + x)?)?;

@@ -15,7 +15,7 @@ use candle_core::{CpuStorage, CustomOp1, DType, Device, Layout, Module, Shape, T
 use candle_nn::{embedding, layer_norm, Embedding, LayerNorm, Linear, VarBuilder};
 use candle_transformers::models::nomic_bert::Config;
 
-use crate::model::attention::Attention;
+use crate::model::attention::{split_heads, Attention};
 use crate::model::dense::Dense;
 use crate::model::softmax::f32_slice;
 use crate::model::Precision;
@@ -91,13 +91,7 @@ impl Block {
     /// `x`: `(batch, seq, hidden)`.
     fn forward(&self, x: &Tensor, attention: &Attention, rotary: &Rotary) -> candle_core::Result<Tensor> {
         let _e = self.span.enter();
-        let (b, t, _) = x.dims3()?;
-        let qkv = self
-            .qkv
-            .forward(x)?
-            .reshape((b, t, 3, self.heads, self.head_dim))?
-            .permute((2, 0, 3, 1, 4))?
-            .contiguous()?;
+        let qkv = split_heads(&self.qkv.forward(x)?, self.heads, self.head_dim)?;
         let (q, k) = (rotary.apply(&qkv.get(0)?)?, rotary.apply(&qkv.get(1)?)?);
         let context = attention.forward(&q, &k, &qkv.get(2)?)?;
         let x = self.norm1.forward(&(self.out.forward(&context)? + x)?)?;
