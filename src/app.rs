@@ -118,8 +118,9 @@ impl App {
     pub fn embedder(&self, name: Option<&str>) -> Result<Arc<dyn Embedder>> {
         let (model, precision) = Precision::split_identity(name.unwrap_or(&self.config.embed.model))?;
         let spec = self.models.manifest().get(model)?;
-        let precision = precision.unwrap_or(self.config.embed.precision);
-        let key = format!("{}@{}", spec.name, precision.as_str());
+        // Keyed by what will run, so `auto` and the precision it resolves to share one load.
+        let precision = precision.unwrap_or(self.config.embed.precision).resolve(&self.device, spec.auto_precision)?;
+        let key = precision.vector_identity(&spec.name);
         if let Some(loaded) = self.embedders.lock().ok().and_then(|m| m.get(&key).cloned()) {
             return Ok(loaded);
         }

@@ -42,10 +42,11 @@ fn executor() -> GemmExecutor<u8, i8, i32> {
     GemmExecutor::default()
 }
 
-/// An input column any of whose values is larger than this in magnitude is an outlier column.
+/// An input value larger than this in magnitude is an outlier: set aside from its row's int8
+/// product.
 pub const OUTLIER_THRESHOLD: f32 = 6.0;
 
-/// At most this many outlier columns (the largest) are taken out of the int8 product per call.
+/// At most this many outliers (the largest) are set aside per row.
 const MAX_OUTLIERS: usize = 16;
 
 /// Rows handled by one parallel task in the element-wise passes.
@@ -501,7 +502,7 @@ mod tests {
             .collect()
     }
 
-        fn cosine(a: &[f32], b: &[f32]) -> f64 {
+    fn cosine(a: &[f32], b: &[f32]) -> f64 {
         let dot: f64 = a.iter().zip(b).map(|(x, y)| f64::from(*x) * f64::from(*y)).sum();
         let na: f64 = a.iter().map(|x| f64::from(*x).powi(2)).sum::<f64>().sqrt();
         let nb: f64 = b.iter().map(|x| f64::from(*x).powi(2)).sum::<f64>().sqrt();
