@@ -269,6 +269,7 @@ impl App {
             temperature: g.temperature,
             support_floor: a.support_floor,
             prompt: a.prompt.parse().unwrap_or_default(),
+            focus: a.focus,
         }
     }
 

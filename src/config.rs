@@ -142,6 +142,9 @@ pub struct AnswerSection {
     pub memory_turns: usize,
     /// The answer prompt's layout: labelled, tagged or system-context (docs/EVAL.md).
     pub prompt: String,
+    /// Sentences of the passages the generator reads, those closest to the question; 0: whole
+    /// passages (docs/EVAL.md).
+    pub focus: usize,
 }
 
 /// `[server]`: `ragbox serve`.

@@ -237,7 +237,8 @@ impl crate::generate::Generator for ScriptedGenerator {
             calls.push(request.messages.clone());
             calls.len()
         };
-        let text = self.replies.get(n - 1).or(self.replies.last()).cloned().unwrap_or_default();
+        let reply = self.replies.get(n - 1).or(self.replies.last()).cloned().unwrap_or_default();
+        let text = crate::generate::until_stop(&reply, &request.stop).to_string();
         let mut words = 0;
         for piece in text.split_inclusive(' ') {
             sink.token(piece);

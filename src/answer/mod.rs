@@ -12,6 +12,7 @@
 //! scored against the passages it cites.
 
 pub mod cite;
+pub mod focus;
 pub mod memory;
 pub mod prompt;
 pub mod support;
@@ -22,6 +23,7 @@ use std::time::Instant;
 
 use serde::Serialize;
 
+use crate::embed::Embedder;
 use crate::error::Result;
 use crate::generate::{GenerateRequest, Generator, TokenSink};
 use crate::retrieve::{Hit, Retrieval};
@@ -50,11 +52,14 @@ pub struct AnswerOptions {
     pub support_floor: f32,
     /// The prompt's layout.
     pub prompt: prompt::AnswerPrompt,
+    /// Sentences (list items, table rows) of the passages shown to the generator: those closest
+    /// to the question, at most [`focus::PER_PASSAGE`] per passage; 0 shows whole passages.
+    pub focus: usize,
 }
 
 impl Default for AnswerOptions {
     fn default() -> Self {
-        AnswerOptions { passages: 3, passage_chars: 800, max_tokens: 96, temperature: 0.0, support_floor: 0.65, prompt: prompt::AnswerPrompt::default() }
+        AnswerOptions { passages: 3, passage_chars: 800, max_tokens: 96, temperature: 0.0, support_floor: 0.65, prompt: prompt::AnswerPrompt::default(), focus: 4 }
     }
 }
 
@@ -189,6 +194,9 @@ pub struct Answer {
     pub timings: AnswerTimings,
     /// Generation stopped at the token cap (`generate.max_tokens`): the answer may be cut short.
     pub hit_token_cap: bool,
+    /// The first reply held no words (citation markers only) and the model was asked a second
+    /// time, with the short rule ([`prompt::retry_messages`]); timings and token counts add up both.
+    pub second_try: bool,
 }
 
 impl Answer {
@@ -265,6 +273,7 @@ fn blank(question: &str, standalone: &str, retrieval: &Retrieval, support_method
         support_method,
         timings: AnswerTimings { retrieve_ms: retrieval.timings.total_ms, ..AnswerTimings::default() },
         hit_token_cap: false,
+        second_try: false,
     }
 }
 
@@ -346,17 +355,76 @@ pub async fn standalone(
     Ok(Standalone { question: text, cue: Some(cue), turns, rewritten_by: by, rewrite_ms: started.elapsed().as_secs_f64() * 1e3 })
 }
 
-/// The prompt `retrieval` produces for `question`, and the passages in it (also for `--explain`).
-pub fn prompt_for(question: &str, retrieval: &Retrieval, options: &AnswerOptions) -> (Vec<crate::generate::Message>, Vec<Source>) {
+/// What the generator is asked: the prompt, the second try's prompt, and the passages drawn on.
+pub struct Prompt {
+    /// The messages of the first request.
+    pub messages: Vec<crate::generate::Message>,
+    /// The messages of a second request, for a reply that held no words: whole passages and the
+    /// short rule ([`prompt::retry_messages`]).
+    pub retry: Option<Vec<crate::generate::Message>>,
+    /// The passages, whole (citations and support checks read them).
+    pub sources: Vec<Source>,
+}
+
+/// The prompt `retrieval` produces for `question` (also for `--explain`). With `focus` (the
+/// tenant's embedder) and `options.focus` above 0, each passage is shown as its sentences closest
+/// to the question ([`focus`]), and a passage with none of them is left out of the prompt.
+pub fn prompt_for(question: &str, retrieval: &Retrieval, options: &AnswerOptions, focus: Option<&dyn Embedder>) -> Result<Prompt> {
     let sources = sources_of(retrieval, options);
     let names: Vec<String> = sources.iter().map(document_name).collect();
     let sections: Vec<String> = sources.iter().map(|s| s.section_path.join(" > ")).collect();
-    let passages: Vec<PromptPassage> = sources
-        .iter()
-        .enumerate()
-        .map(|(i, s)| PromptPassage { id: s.id, document: &names[i], section: &sections[i], page: s.page, text: &s.text })
-        .collect();
-    (answer_messages_in(options.prompt, question, &passages), sources)
+    let focused = match focus {
+        Some(embedder) if options.focus > 0 => {
+            let texts: Vec<&str> = sources.iter().map(|s| s.text.as_str()).collect();
+            Some(focus::focus(embedder, question, &texts, options.focus)?).filter(|f| f.iter().any(Option::is_some))
+        }
+        _ => None,
+    };
+    fn passage<'a>(s: &Source, document: &'a str, section: &'a str, text: &'a str) -> PromptPassage<'a> {
+        PromptPassage { id: s.id, document, section, page: s.page, text }
+    }
+    let whole: Vec<PromptPassage> =
+        sources.iter().enumerate().map(|(i, s)| passage(s, &names[i], &sections[i], &s.text)).collect();
+    let messages = match &focused {
+        Some(f) => {
+            let shown: Vec<PromptPassage> = (0..sources.len())
+                .filter_map(|i| Some(passage(&sources[i], &names[i], &sections[i], f[i].as_deref()?)))
+                .collect();
+            answer_messages_in(options.prompt, question, &shown)
+        }
+        None => answer_messages_in(options.prompt, question, &whole),
+    };
+    let retry = prompt::retry_messages(options.prompt, question, &whole);
+    Ok(Prompt { messages, retry, sources })
+}
+
+/// Whether a reply says anything besides citation markers.
+fn has_words(text: &str) -> bool {
+    strip_markers(text).chars().any(char::is_alphanumeric)
+}
+
+/// Holds tokens back while the reply is markers and spaces only, so a reply that gets a second
+/// try never shows its first one ("[1]" and nothing after it).
+struct UntilWords<'a> {
+    inner: &'a mut (dyn TokenSink + Send),
+    held: String,
+    open: bool,
+}
+
+impl TokenSink for UntilWords<'_> {
+    fn token(&mut self, text: &str) {
+        if self.open {
+            return self.inner.token(text);
+        }
+        self.held.push_str(text);
+        if has_words(&self.held) {
+            self.open = true;
+            self.inner.token(&std::mem::take(&mut self.held));
+        }
+    }
+    fn cancelled(&self) -> bool {
+        self.inner.cancelled()
+    }
 }
 
 /// Turns a retrieval into an answer.
@@ -364,12 +432,20 @@ pub struct Answerer {
     generator: Arc<dyn Generator>,
     support: SupportChecker,
     options: AnswerOptions,
+    focus: Option<Arc<dyn Embedder>>,
 }
 
 impl Answerer {
     /// An answerer that writes with `generator` and checks support with `support`.
     pub fn new(generator: Arc<dyn Generator>, support: SupportChecker, options: AnswerOptions) -> Answerer {
-        Answerer { generator, support, options }
+        Answerer { generator, support, options, focus: None }
+    }
+
+    /// Shows the generator each passage's sentences closest to the question, scored by
+    /// `embedder` (the tenant's), instead of whole passages (`AnswerOptions::focus`).
+    pub fn with_focus(mut self, embedder: Option<Arc<dyn Embedder>>) -> Answerer {
+        self.focus = embedder;
+        self
     }
 
     /// The generator.
@@ -394,16 +470,37 @@ impl Answerer {
         }
         let mut answer = blank(question, standalone, retrieval, self.support.method());
 
-        let (messages, sources) = prompt_for(standalone, retrieval, &self.options);
-        let request = GenerateRequest { messages, max_tokens: self.options.max_tokens, temperature: self.options.temperature };
-        let generation = self.generator.generate(&request, sink).await?;
+        let Prompt { messages, retry, sources } = prompt_for(standalone, retrieval, &self.options, self.focus.as_deref())?;
+        let mut request = GenerateRequest {
+            messages,
+            max_tokens: self.options.max_tokens,
+            temperature: self.options.temperature,
+            stop: prompt::answer_stop(self.options.prompt),
+        };
+        let mut held = UntilWords { inner: sink, held: String::new(), open: false };
+        let mut generation = self.generator.generate(&request, &mut held).await?;
+        if let Some(retry) = retry.filter(|_| !has_words(&generation.text) && !held.cancelled()) {
+            request.messages = retry;
+            let first = generation;
+            generation = self.generator.generate(&request, &mut held).await?;
+            answer.hit_token_cap = generation.completion_tokens >= self.options.max_tokens;
+            generation.first_token_ms += first.total_ms;
+            generation.total_ms += first.total_ms;
+            generation.prompt_tokens += first.prompt_tokens;
+            generation.completion_tokens += first.completion_tokens;
+            answer.second_try = true;
+        } else {
+            answer.hit_token_cap = generation.completion_tokens >= self.options.max_tokens;
+        }
+        if !held.open {
+            held.inner.token(&held.held);
+        }
         answer.model = Some(self.generator.model_id().to_string());
         answer.timings.first_token_ms = generation.first_token_ms;
         answer.timings.generate_ms = generation.total_ms;
         answer.timings.prompt_tokens = generation.prompt_tokens;
         answer.timings.completion_tokens = generation.completion_tokens;
         answer.timings.tokens_per_second = generation.tokens_per_second();
-        answer.hit_token_cap = generation.completion_tokens >= self.options.max_tokens;
 
         let ids: Vec<usize> = sources.iter().map(|s| s.id).collect();
         let parsed = parse_answer(&generation.text, &ids);

@@ -127,17 +127,7 @@ pub fn answer_messages(question: &str, passages: &[PromptPassage]) -> Vec<Messag
 pub fn answer_messages_in(style: AnswerPrompt, question: &str, passages: &[PromptPassage]) -> Vec<Message> {
     let question = escape_text(question.trim());
     if style == AnswerPrompt::SystemContext {
-        let mut system = String::from("You answer questions about company documents using only these passages.\n\n");
-        for p in passages {
-            let _ = write!(system, "[{}] {} (from {})\n\n", p.id, escape_text(&flatten(p.text)), escape_text(&label(p)));
-        }
-        system.push_str(&format!("If the passages do not answer the question, say: {NO_ANSWER}"));
-        let user = format!(
-            "{question}\n\nAnswer in one short sentence with the exact figure, date or name from the passages. \
-             End the sentence with the number of the passage it comes from, in square brackets: {}.",
-            id_choices(passages)
-        );
-        return vec![Message::system(system), Message::user(user)];
+        return system_context(&question, passages, FULL_SENTENCE);
     }
     let mut user = String::with_capacity(256 + passages.iter().map(|p| p.text.len() + 128).sum::<usize>());
     let _ = write!(user, "Question: {question}\n\n<passages>\n");
@@ -160,6 +150,46 @@ pub fn answer_messages_in(style: AnswerPrompt, question: &str, passages: &[Promp
     };
     let _ = write!(user, "</passages>\n\nQuestion: {question}\n\n{rules}");
     vec![Message::system(ANSWER_SYSTEM), Message::user(user)]
+}
+
+/// The system-context rule: a whole sentence, so the answer carries its condition ("within 30
+/// days of the last day of the trip", not "30 days").
+const FULL_SENTENCE: &str = "Answer in one complete sentence, with the exact figures, dates or names and any condition \
+     the passage attaches to them. End the sentence with the number of the passage it comes from, in square brackets:";
+
+/// The system-context rule of the second try: the figure alone (the rule before focused passages).
+const SHORT_SENTENCE: &str = "Answer in one short sentence with the exact figure, date or name from the passages. \
+     End the sentence with the number of the passage it comes from, in square brackets:";
+
+/// The passages in the system message as context, the question and `rule` in the user message.
+fn system_context(question: &str, passages: &[PromptPassage], rule: &str) -> Vec<Message> {
+    let mut system = String::from("You answer questions about company documents using only these passages.\n\n");
+    for p in passages {
+        let _ = write!(system, "[{}] {} (from {})\n\n", p.id, escape_text(&flatten(p.text)), escape_text(&label(p)));
+    }
+    system.push_str(&format!("If the passages do not answer the question, say: {NO_ANSWER}"));
+    let user = format!("{question}\n\n{rule} {}.", id_choices(passages));
+    vec![Message::system(system), Message::user(user)]
+}
+
+/// The prompt of a second try, for a reply in `style` that held no words: the 0.5B model, shown
+/// the focused sentences and asked for a complete sentence about the expense-claim deadline, wrote
+/// "[1]" and stopped, and did the same when asked again on those sentences. Given whole
+/// `passages` and the short rule (the default before focused passages) it answered "[1] 30
+/// days". `None` for the layouts that have no second try.
+pub fn retry_messages(style: AnswerPrompt, question: &str, passages: &[PromptPassage]) -> Option<Vec<Message>> {
+    (style == AnswerPrompt::SystemContext).then(|| system_context(&escape_text(question.trim()), passages, SHORT_SENTENCE))
+}
+
+/// Where an answer in `style` ends: in the system-context layout a passage's source follows its
+/// text as "(from …)", and a small model that starts writing one goes on copying the passage
+/// (a quarter of the 0.5B model's focused answers ran to the token cap that way); the answer is
+/// the sentence before it.
+pub fn answer_stop(style: AnswerPrompt) -> Vec<String> {
+    match style {
+        AnswerPrompt::SystemContext => vec!["(from ".to_string()],
+        AnswerPrompt::Labelled | AnswerPrompt::Tagged => Vec::new(),
+    }
 }
 
 /// The passages' ids as the model should write them: "[1]", "[1] or [2]", "[1], [2] or [3]".

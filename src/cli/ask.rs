@@ -141,7 +141,7 @@ pub fn run(g: &GlobalArgs, args: AskArgs) -> anyhow::Result<u8> {
         super::search::print_verdict(&retrieval);
         if !answer.refused || answer.refusal != Some(ragbox::service::Refusal::NoGoodSource) {
             println!("prompt:");
-            for m in service.prompt_for(&answer.standalone, &retrieval) {
+            for m in service.prompt_for(&caller, &args.tenant, &answer.standalone, &retrieval)? {
                 println!("--- {:?}\n{}", m.role, m.content);
             }
         }

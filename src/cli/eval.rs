@@ -38,6 +38,10 @@ pub struct EvalArgs {
     /// With --qa: the token cap (default: `generate.max_tokens`).
     #[arg(long)]
     pub max_tokens: Option<usize>,
+    /// With --qa: sentences of the passages the model reads, 0 for whole passages (default:
+    /// `answer.focus`).
+    #[arg(long)]
+    pub focus: Option<usize>,
     /// With --qa: the answer prompt's layout (default: `answer.prompt`): labelled, tagged,
     /// system-context.
     #[arg(long)]
@@ -266,6 +270,7 @@ fn run_qa(g: &GlobalArgs, app: &ragbox::app::App, args: &EvalArgs, questions: &s
     answer.passages = args.passages.unwrap_or(answer.passages);
     answer.passage_chars = args.passage_chars.unwrap_or(answer.passage_chars);
     answer.max_tokens = args.max_tokens.unwrap_or(answer.max_tokens);
+    answer.focus = args.focus.unwrap_or(answer.focus);
     if let Some(p) = &args.prompt {
         answer.prompt = p.parse()?;
     }

@@ -198,7 +198,7 @@ pub fn run(
         SupportMethod::Llm => SupportChecker::Llm(generator.clone()),
         SupportMethod::Off => SupportChecker::Off,
     };
-    let answerer = Answerer::new(generator.clone(), checker, plan.answer.clone());
+    let answerer = Answerer::new(generator.clone(), checker, plan.answer.clone()).with_focus(Some(embedder.clone()));
     let doc_of = |path: &Path| beir::doc_id_for_path(path).unwrap_or_default();
 
     let mut out = AnswerReport {
@@ -454,6 +454,7 @@ mod tests {
             support_method: SupportMethod::Off,
             timings: Default::default(),
             hit_token_cap: false,
+            second_try: false,
         }
     }
 

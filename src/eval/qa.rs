@@ -95,6 +95,8 @@ pub struct QaRow {
     pub copied_share: f64,
     /// The answer stopped at the token cap.
     pub hit_token_cap: bool,
+    /// Tokens of the prompt (0 when no model was called).
+    pub prompt_tokens: usize,
     /// Milliseconds to the first token (0 when no model was called).
     pub first_token_ms: f64,
     /// Milliseconds from the question to the checked answer.
@@ -112,6 +114,10 @@ pub struct QaReport {
     pub passage_chars: usize,
     /// The token cap.
     pub max_tokens: usize,
+    /// Sentences of the passages the model read (0: whole passages).
+    pub focus: usize,
+    /// Median prompt tokens of the answers the model wrote.
+    pub prompt_tokens_p50: f64,
     /// Answerable questions asked.
     pub answerable: usize,
     /// Of those, refused (by the floor or the model): misses.
@@ -224,7 +230,7 @@ fn holds(passage: &str, evidence: &[String]) -> bool {
     !evidence.is_empty() && p.windows(evidence.len()).any(|w| w == evidence)
 }
 
-fn score(q: &QaQuestion, a: &Answer, total_ms: f64, max_tokens: usize) -> QaRow {
+fn score(q: &QaQuestion, a: &Answer, total_ms: f64) -> QaRow {
     let text = strip_markers(&a.answer);
     let answer_words = words(&text);
     let reference_words = q.answer.as_deref().map(words).unwrap_or_default();
@@ -248,7 +254,8 @@ fn score(q: &QaQuestion, a: &Answer, total_ms: f64, max_tokens: usize) -> QaRow 
         citations: [valid, written],
         unsupported: [a.sentences.iter().filter(|s| !s.supported).count(), a.sentences.len()],
         copied_share: if a.refused { 0.0 } else { copied_share(&answer_words, &passages, COPY_RUN) },
-        hit_token_cap: a.model.is_some() && a.timings.completion_tokens >= max_tokens,
+        hit_token_cap: a.hit_token_cap,
+        prompt_tokens: a.timings.prompt_tokens,
         first_token_ms: a.timings.first_token_ms,
         total_ms,
     }
@@ -273,13 +280,13 @@ pub fn run(
         SupportMethod::Llm => SupportChecker::Llm(generator.clone()),
         SupportMethod::Off => SupportChecker::Off,
     };
-    let answerer = Answerer::new(generator.clone(), checker, plan.answer.clone());
+    let answerer = Answerer::new(generator.clone(), checker, plan.answer.clone()).with_focus(Some(embedder.clone()));
     let mut rows = Vec::new();
     for (i, q) in questions.iter().enumerate() {
         let t = std::time::Instant::now();
         let retrieval = retriever.retrieve(&q.question)?;
         let a = block_on(answerer.answer(&q.question, &q.question, &retrieval, &mut Discard))?;
-        let row = score(q, &a, t.elapsed().as_secs_f64() * 1e3, plan.answer.max_tokens);
+        let row = score(q, &a, t.elapsed().as_secs_f64() * 1e3);
         progress(&format!(
             "{}/{} {}: F1 {:.2}, evidence {}, {:.1} s",
             i + 1,
@@ -304,14 +311,18 @@ fn summarise(model: &str, options: &AnswerOptions, rows: Vec<QaRow>) -> QaReport
     let (flagged, sentences) = answered.iter().fold((0, 0), |(f, s), r| (f + r.unsupported[0], s + r.unsupported[1]));
     let mut ttft: Vec<f64> = answered.iter().filter(|r| r.first_token_ms > 0.0).map(|r| r.first_token_ms).collect();
     let mut total: Vec<f64> = answered.iter().map(|r| r.total_ms).collect();
+    let mut prompt_tokens: Vec<f64> = answered.iter().filter(|r| r.prompt_tokens > 0).map(|r| r.prompt_tokens as f64).collect();
     ttft.sort_by(f64::total_cmp);
     total.sort_by(f64::total_cmp);
+    prompt_tokens.sort_by(f64::total_cmp);
     let unanswerable = rows.len() - n;
     QaReport {
         model: model.to_string(),
         passages: options.passages,
         passage_chars: options.passage_chars,
         max_tokens: options.max_tokens,
+        focus: options.focus,
+        prompt_tokens_p50: percentile(&prompt_tokens, 50.0),
         answerable: n,
         answerable_refused: answerable.iter().filter(|r| r.refusal.is_some()).count(),
         f1: mean(&mut answerable.iter().map(|r| r.f1), n),
@@ -336,7 +347,7 @@ fn summarise(model: &str, options: &AnswerOptions, rows: Vec<QaRow>) -> QaReport
 /// One markdown table row of the report's headline figures (see [`markdown_header`]).
 pub fn markdown_row(r: &QaReport, label: &str) -> String {
     format!(
-        "| {label} | {} | {:.0}% | {:.2} | {:.2} | {:.0}% | {:.0}% | {:.0}% | {:.0}% | {:.0}% | {:.0}% | {}/{} | {}/{} | {:.1} | {:.1} |\n",
+        "| {label} | {} | {:.0}% | {:.2} | {:.2} | {:.0}% | {:.0}% | {:.0}% | {:.0}% | {:.0}% | {:.0}% | {}/{} | {}/{} | {:.0} | {:.1} | {:.1} |\n",
         r.model,
         r.reached_and_cited * 100.0,
         r.f1,
@@ -351,6 +362,7 @@ pub fn markdown_row(r: &QaReport, label: &str) -> String {
         r.answerable,
         r.unanswerable_refused,
         r.unanswerable,
+        r.prompt_tokens_p50,
         r.first_token_ms[0] / 1e3,
         r.total_ms[0] / 1e3,
     )
@@ -358,8 +370,8 @@ pub fn markdown_row(r: &QaReport, label: &str) -> String {
 
 /// The header of [`markdown_row`]'s table.
 pub fn markdown_header() -> &'static str {
-    "| variant | model | reached & cited | F1 | recall | evidence cited | citation validity | unsupported | copied | hit cap | exact | answerable refused | unanswerable refused | first token p50 (s) | answer p50 (s) |\n\
-     |---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n"
+    "| variant | model | reached & cited | F1 | recall | evidence cited | citation validity | unsupported | copied | hit cap | exact | answerable refused | unanswerable refused | prompt tokens p50 | first token p50 (s) | answer p50 (s) |\n\
+     |---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n"
 }
 
 #[cfg(test)]

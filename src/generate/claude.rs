@@ -53,7 +53,7 @@ impl Generator for ClaudeGenerator {
             .filter(|m| m.role != Role::System)
             .map(|m| json!({"role": if m.role == Role::User { "user" } else { "assistant" }, "content": m.content}))
             .collect();
-        let body = json!({
+        let mut body = json!({
             "model": self.options.model,
             "max_tokens": request.max_tokens,
             "temperature": request.temperature,
@@ -61,6 +61,9 @@ impl Generator for ClaudeGenerator {
             "messages": messages,
             "stream": true,
         });
+        if !request.stop.is_empty() {
+            body["stop_sequences"] = json!(request.stop);
+        }
         let mut response = self
             .client
             .post(format!("{}/v1/messages", self.options.base_url.trim_end_matches('/')))

@@ -189,6 +189,9 @@ impl Generator for GgufGenerator {
         if request.temperature > 0.0 {
             b = b.set_sampler_temperature(request.temperature);
         }
+        if !request.stop.is_empty() {
+            b = b.set_sampler_stop_toks(mistralrs::StopTokens::Seqs(request.stop.clone()));
+        }
         let mut stream = self.model.stream_chat_request(b).await.map_err(|e| llm_error("generating", e))?;
         let mut out = Generation::default();
         while let Some(response) = stream.next().await {
@@ -231,6 +234,7 @@ impl Generator for GgufGenerator {
             }
         }
         out.total_ms = started.elapsed().as_secs_f64() * 1e3;
+        out.text = super::until_stop(&out.text, &request.stop).to_string();
         if out.completion_tokens == 0 && !out.text.is_empty() {
             out.completion_tokens = out.text.split_whitespace().count();
         }

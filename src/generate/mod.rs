@@ -105,13 +105,22 @@ pub struct GenerateRequest {
     pub max_tokens: usize,
     /// 0: greedy (the default); above: sampling temperature.
     pub temperature: f64,
+    /// Texts that end the reply where one first appears; the reply stops before it.
+    pub stop: Vec<String>,
 }
 
 impl GenerateRequest {
     /// Greedy decoding of `messages`, at most `max_tokens`.
     pub fn greedy(messages: Vec<Message>, max_tokens: usize) -> GenerateRequest {
-        GenerateRequest { messages, max_tokens, temperature: 0.0 }
+        GenerateRequest { messages, max_tokens, temperature: 0.0, stop: Vec::new() }
     }
+}
+
+/// `text` up to the first of the `stop` texts (all of it when none appears): a backend's reply
+/// as [`GenerateRequest::stop`] asks for it, whether or not the engine left the stop text in.
+pub fn until_stop<'a>(text: &'a str, stop: &[String]) -> &'a str {
+    let end = stop.iter().filter(|s| !s.is_empty()).filter_map(|s| text.find(s.as_str())).min().unwrap_or(text.len());
+    &text[..end]
 }
 
 /// A finished generation.

@@ -98,9 +98,12 @@ impl Service {
         Ok(SearchResult { retrieval: outcome?, note })
     }
 
-    /// The prompt the generator is given for `standalone` over `retrieval` (for `--explain`).
-    pub fn prompt_for(&self, standalone: &str, retrieval: &Retrieval) -> Vec<Message> {
-        crate::answer::prompt_for(standalone, retrieval, &self.app.answer_options()).0
+    /// The prompt the generator is given for `standalone` over `retrieval` from `tenant` (for
+    /// `--explain`): focused with the tenant's embedder, as the answer's was.
+    pub fn prompt_for(&self, caller: &Caller, tenant: &str, standalone: &str, retrieval: &Retrieval) -> Result<Vec<Message>> {
+        let tenant = self.tenant(caller, tenant)?;
+        let embedder = self.app.index_embedder(&tenant.model)?;
+        Ok(crate::answer::prompt_for(standalone, retrieval, &self.app.answer_options(), Some(embedder.as_ref()))?.messages)
     }
 
     /// Answers `question` from `tenant`, streaming tokens into `sink`; writes the answer's
@@ -142,7 +145,7 @@ impl Service {
             } else {
                 let generator = self.generator(o.llm.as_deref(), &mut warnings)?;
                 let support = self.app.support_checker(retriever.embedder().cloned(), &generator)?;
-                let answerer = Answerer::new(generator, support, options);
+                let answerer = Answerer::new(generator, support, options).with_focus(retriever.embedder().cloned());
                 block_on(answerer.answer(question, standalone, &retrieval, sink))?
             };
             Ok((retrieval, answer))

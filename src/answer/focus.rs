@@ -1,0 +1,223 @@
+//! Focus: the few sentences of the retrieved passages that bear on the question, so the
+//! generator reads those instead of whole passages.
+//!
+//! Imports `embed` (the tenant's embedder scores each sentence against the question),
+//! `chunk::sentence` and `error`. A passage is cut into units: sentences (UAX#29, with the chunk
+//! splitter's fix-ups), list items and table rows (each row with its table's header row, which
+//! gives the row's cells their meaning). Heading lines are dropped: a passage's section is in its
+//! source label already, and a small model answers with a heading it sees ("[1] 3 Passwords").
+//! The units closest to the question (cosine of the embedder's vectors) are kept, at most
+//! [`PER_PASSAGE`] from one passage, in the order they have in it; a passage with none kept
+//! leaves the prompt.
+//!
+//! Why (docs/EVAL.md, issue 12): on the sample questions the 0.5B model, given whole passages,
+//! answered with a heading or copied the first sentence; given the four closest sentences it
+//! reached and cited the reference more often, with half the prompt tokens (the time to the first
+//! token is the prompt's prefill).
+//!
+//! ```
+//! use ragbox::answer::focus::units;
+//! let text = "## 3 Passwords\n\n3.1 Every password must be at least 14 characters long. It is never\nshared.\n\n\
+//!             | Record | Kept |\n|---|---|\n| Receipts | 7 years |\n\n- Lock your screen.\n- Report a loss.";
+//! let got: Vec<String> = units(text).into_iter().map(|u| u.shown()).collect();
+//! assert_eq!(got, [
+//!     "3.1 Every password must be at least 14 characters long.",
+//!     "It is never shared.",
+//!     "| Record | Kept | | Receipts | 7 years |",
+//!     "- Lock your screen.",
+//!     "- Report a loss.",
+//! ]);
+//! ```
+
+use crate::chunk::sentence::sentences;
+use crate::embed::Embedder;
+use crate::error::Result;
+use crate::types::{cosine, TextKind};
+
+/// Most units kept from one passage: the kept units then come from at least two passages.
+pub const PER_PASSAGE: usize = 2;
+
+/// One unit of a passage: a sentence, a list item or a table row.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Unit {
+    /// The unit's text, whitespace collapsed.
+    pub text: String,
+    /// A table row's header row (empty for other units).
+    pub header: String,
+}
+
+impl Unit {
+    /// The unit as the prompt shows it and the embedder reads it: a table row after its header.
+    pub fn shown(&self) -> String {
+        if self.header.is_empty() {
+            self.text.clone()
+        } else {
+            format!("{} {}", self.header, self.text)
+        }
+    }
+}
+
+fn collapse(text: &str) -> String {
+    text.split_whitespace().collect::<Vec<_>>().join(" ")
+}
+
+/// A markdown heading (`# …`) or a setext underline (`===`, `---`, `~~~`).
+fn is_underline(line: &str) -> bool {
+    line.len() >= 3 && line.chars().all(|c| matches!(c, '=' | '-' | '~'))
+}
+
+/// A list item's opening: `-`, `*`, `+`, `1.` or `1)` and a space.
+fn opens_item(line: &str) -> bool {
+    let digits = line.chars().take_while(char::is_ascii_digit).count();
+    let rest = &line[digits..];
+    let marker = if digits > 0 { rest.starts_with(". ") || rest.starts_with(") ") } else { false };
+    marker || line.starts_with("- ") || line.starts_with("* ") || line.starts_with("+ ")
+}
+
+/// The units of `text`, in order. Heading lines are left out; a passage of nothing but headings
+/// has no units.
+pub fn units(text: &str) -> Vec<Unit> {
+    // Lines without headings, grouped into blocks at blank lines.
+    let mut blocks: Vec<Vec<&str>> = vec![Vec::new()];
+    for line in text.lines().map(str::trim) {
+        if line.starts_with('#') {
+            continue;
+        }
+        if is_underline(line) && !line.starts_with('|') {
+            // A setext heading's title is the line above its underline.
+            blocks.last_mut().map(Vec::pop);
+            continue;
+        }
+        if line.is_empty() {
+            blocks.push(Vec::new());
+        } else {
+            blocks.last_mut().expect("one block at least").push(line);
+        }
+    }
+    let mut out = Vec::new();
+    for block in blocks.into_iter().filter(|b| !b.is_empty()) {
+        if block[0].starts_with('|') {
+            let rows: Vec<&str> =
+                block.into_iter().filter(|l| !l.chars().all(|c| matches!(c, '|' | '-' | ':' | ' '))).collect();
+            let Some((header, body)) = rows.split_first() else { continue };
+            if body.is_empty() {
+                out.push(Unit { text: collapse(header), header: String::new() });
+            }
+            out.extend(body.iter().map(|row| Unit { text: collapse(row), header: collapse(header) }));
+            continue;
+        }
+        let mut items: Vec<String> = Vec::new();
+        for line in block {
+            match items.last_mut() {
+                Some(item) if !opens_item(line) => {
+                    item.push(' ');
+                    item.push_str(line);
+                }
+                _ => items.push(line.to_string()),
+            }
+        }
+        for item in items {
+            out.extend(
+                sentences(&item)
+                    .into_iter()
+                    .map(|r| collapse(&item[r]))
+                    .filter(|s| !s.is_empty())
+                    .map(|text| Unit { text, header: String::new() }),
+            );
+        }
+    }
+    out
+}
+
+/// The focused text of each passage: the `keep` units closest to `question` over all passages
+/// (at most [`PER_PASSAGE`] from one), each passage's in its own order; `None` for a passage none
+/// of whose units was kept. A table row's header is shown once before its passage's first row.
+pub fn focus(embedder: &dyn Embedder, question: &str, passages: &[&str], keep: usize) -> Result<Vec<Option<String>>> {
+    let per: Vec<Vec<Unit>> = passages.iter().map(|p| units(p)).collect();
+    let shown: Vec<String> = per.iter().flatten().map(Unit::shown).collect();
+    if shown.is_empty() || keep == 0 {
+        return Ok(vec![None; passages.len()]);
+    }
+    let refs: Vec<&str> = shown.iter().map(String::as_str).collect();
+    let vectors = embedder.embed(&refs, TextKind::Passage)?;
+    let q = embedder.embed_one(question, TextKind::Query)?;
+    // (score, passage, unit) best first.
+    let mut scored = Vec::with_capacity(shown.len());
+    let mut at = 0;
+    for (p, units) in per.iter().enumerate() {
+        for u in 0..units.len() {
+            scored.push((cosine(&q.vector, &vectors[at].vector), p, u));
+            at += 1;
+        }
+    }
+    scored.sort_by(|a, b| b.0.total_cmp(&a.0).then(a.1.cmp(&b.1)).then(a.2.cmp(&b.2)));
+    let mut chosen: Vec<Vec<usize>> = vec![Vec::new(); passages.len()];
+    let mut kept = 0;
+    for (_, p, u) in scored {
+        if kept == keep {
+            break;
+        }
+        if chosen[p].len() < PER_PASSAGE {
+            chosen[p].push(u);
+            kept += 1;
+        }
+    }
+    Ok(chosen
+        .into_iter()
+        .zip(&per)
+        .map(|(mut picked, units)| {
+            if picked.is_empty() {
+                return None;
+            }
+            picked.sort_unstable();
+            let mut parts: Vec<&str> = Vec::new();
+            for u in picked {
+                let unit = &units[u];
+                if !unit.header.is_empty() && !parts.contains(&unit.header.as_str()) {
+                    parts.push(&unit.header);
+                }
+                parts.push(&unit.text);
+            }
+            Some(parts.join(" "))
+        })
+        .collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::testing::HashEmbedder;
+
+    #[test]
+    fn setext_headings_and_table_rules_are_not_units() {
+        let text = "Antwerp capacity\n~~~~~~~~~~~~~~~~\nRuben proposed a Saturday shift. Decision: it starts on\n1 June 2024.\n\n\
+                    | Site | Start |\n| :--- | ---: |\n| Antwerp | 1 June |";
+        let got: Vec<String> = units(text).into_iter().map(|u| u.shown()).collect();
+        assert_eq!(
+            got,
+            [
+                "Ruben proposed a Saturday shift.",
+                "Decision: it starts on 1 June 2024.",
+                "| Site | Start | | Antwerp | 1 June |"
+            ]
+        );
+        assert!(units("# Title\n\n## 2 Scope\n").is_empty());
+    }
+
+    #[test]
+    fn the_closest_units_are_kept_in_passage_order_and_at_most_two_per_passage() {
+        let e = HashEmbedder::default();
+        // The fake embeds by hashed words: the units sharing the question's words score highest.
+        let p1 = "Claims are due within 30 days of the trip. Trains are second class. Claims after 90 days are rejected.";
+        let p2 = "Hotels are booked in the app. Claims within 30 days of the trip are paid.";
+        let p3 = "The canteen opens at noon.";
+        let got = focus(&e, "claims within 30 days of the trip", &[p1, p2, p3], 3).unwrap();
+        assert_eq!(got.len(), 3);
+        let one = got[0].as_deref().unwrap();
+        assert!(one.starts_with("Claims are due within 30 days of the trip."), "{one}");
+        assert!(!one.contains("Trains"), "{one}");
+        assert_eq!(got[1].as_deref(), Some("Claims within 30 days of the trip are paid."));
+        assert_eq!(got[2], None);
+        assert_eq!(focus(&e, "anything", &["## Only a heading"], 4).unwrap(), vec![None]);
+    }
+}
