@@ -481,6 +481,7 @@ impl Answerer {
         let mut generation = self.generator.generate(&request, &mut held).await?;
         if let Some(retry) = retry.filter(|_| !has_words(&generation.text) && !held.cancelled()) {
             request.messages = retry;
+            held.held.clear();
             let first = generation;
             generation = self.generator.generate(&request, &mut held).await?;
             answer.hit_token_cap = generation.completion_tokens >= self.options.max_tokens;
@@ -665,6 +666,29 @@ mod tests {
         let answer = block_on(a.answer("q", "q", &retrieval(false), &mut crate::generate::Discard)).unwrap();
         assert!(answer.refused && answer.refusal == Some(Refusal::PassagesDoNotAnswer));
         assert_eq!(answer.closest.len(), 2);
+    }
+
+    #[test]
+    fn a_reply_of_markers_alone_is_asked_again_on_whole_passages_and_never_shown() {
+        let g = Arc::new(ScriptedGenerator::new(&["[1]", "Claims are due within 30 days [1]. (from Doc 1, Policy > 1 Section) and on"]));
+        let embedder: Arc<dyn Embedder> = Arc::new(HashEmbedder::default());
+        let a = Answerer::new(g.clone(), SupportChecker::Off, AnswerOptions { focus: 1, ..AnswerOptions::default() })
+            .with_focus(Some(embedder));
+        let mut streamed = String::new();
+        let answer = block_on(a.answer("receipts kept years", "receipts kept years", &retrieval(false), &mut |t: &str| streamed.push_str(t))).unwrap();
+        assert_eq!(g.calls().len(), 2);
+        assert!(answer.second_try);
+        // Focused: the first prompt shows one sentence (the receipts passage's); the second try
+        // shows both passages whole.
+        let first = g.calls()[0].iter().map(|m| m.content.clone()).collect::<String>();
+        let second = g.calls()[1].iter().map(|m| m.content.clone()).collect::<String>();
+        assert!(first.contains("[2] Receipts are kept for 7 years.") && !first.contains("30 days"), "{first}");
+        assert!(second.contains("30 days") && second.contains("7 years"), "{second}");
+        // The reply stops before the source label it started to copy; the first reply's "[1]"
+        // never reached the reader.
+        assert_eq!(answer.answer.trim(), "Claims are due within 30 days [1].");
+        assert_eq!(streamed.trim(), "Claims are due within 30 days [1].");
+        assert_eq!(answer.citations.len(), 1);
     }
 
     #[test]
