@@ -81,6 +81,11 @@ pub struct EvalArgs {
     /// scored by its yes/no logits (`qwen2.5-coder-0.5b-instruct`).
     #[arg(long, value_name = "MODEL")]
     pub reranker: Option<String>,
+    /// Write each chunk's context with the local LLM at ingest (`ingest --context llm`) for the
+    /// configurations that have context. Needs a --scratch of its own, so that its tenants never
+    /// mix with the structural-context ones of the shared cache.
+    #[arg(long, requires = "scratch")]
+    pub llm_context: bool,
     /// Evaluate only the first N queries (an LLM stage makes the full set take hours on a CPU).
     #[arg(long, value_name = "N")]
     pub limit: Option<usize>,
@@ -170,7 +175,10 @@ pub fn run(g: &GlobalArgs, args: EvalArgs) -> anyhow::Result<u8> {
         data: data.clone(),
         split: args.split.clone(),
         scratch,
-        ingest: app.ingest_options("eval", None)?,
+        ingest: ragbox::ingest::IngestOptions {
+            contextualizer: if args.llm_context { Some(app.contextualizer()?) } else { None },
+            ..app.ingest_options("eval", None)?
+        },
         configs,
         reranker,
         ood: args.ood.clone(),

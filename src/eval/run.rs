@@ -265,7 +265,10 @@ pub fn run(plan: &EvalPlan, embedder: &dyn Fn(&str) -> Result<Arc<dyn Embedder>>
         // The store's tenant is named by the vectors' identity (`model@int8` apart from `model`),
         // so a run at another precision never reuses or mixes in the other's vectors.
         let stored = tenant_name(e.model_id(), c.chunker, plan.ingest.chunk.child_tokens, c.context);
-        let opts = IngestOptions { tenant: stored, chunker: c.chunker, structural_context: c.context, ..plan.ingest.clone() };
+        // An LLM contextualiser (`eval --llm-context`) writes the context of the configurations that
+        // have one; the others stay without.
+        let contextualizer = plan.ingest.contextualizer.clone().filter(|_| c.context);
+        let opts = IngestOptions { tenant: stored, chunker: c.chunker, structural_context: c.context, contextualizer, ..plan.ingest.clone() };
         progress(&format!("ingest: tenant {}", opts.tenant));
         let mut done = 0usize;
         let report = ingest(&store, &e, &docs_dir, &opts, &mut |ev| {
@@ -282,6 +285,10 @@ pub fn run(plan: &EvalPlan, embedder: &dyn Fn(&str) -> Result<Arc<dyn Embedder>>
                 "  {} chunks, {} embedded, {} from cache, {:.0} s",
                 report.chunks, report.embedded, report.cached, report.wall_s
             ));
+            if report.annotated > 0 {
+                let s = report.stages.annotate_s;
+                progress(&format!("  llm context: {} chunks in {s:.0} s ({:.1} chunks/min)", report.annotated, report.annotated as f64 * 60.0 / s.max(1e-9)));
+            }
         }
         if !report.skipped.is_empty() {
             return Err(Error::Invalid(format!(
