@@ -34,6 +34,9 @@ use cite::{parse_answer, strip_markers};
 use prompt::{answer_messages_in, is_no_answer, PromptPassage};
 use support::{Claim, SupportChecker, SupportMethod};
 
+/// What the answer says when the generator wrote nothing but citation markers.
+pub const NO_ANSWER_WRITTEN: &str = "The model wrote no answer from the passages it was given; the closest ones are listed below.";
+
 /// What the answer says when retrieval found no good source.
 pub const NO_GOOD_SOURCE: &str = "I found no good source for this in your documents, so I will not answer it.";
 
@@ -136,6 +139,9 @@ pub enum Refusal {
     NoGoodSource,
     /// The generator read the passages and said they do not answer the question.
     PassagesDoNotAnswer,
+    /// The generator's reply held citation markers and nothing else ("[1] [2]"), on the second
+    /// try as well: no answer was written, and none is made up in its place.
+    NoAnswerWritten,
 }
 
 /// Milliseconds per stage, and generation speed.
@@ -493,8 +499,10 @@ impl Answerer {
         } else {
             answer.hit_token_cap = generation.completion_tokens >= self.options.max_tokens;
         }
+        let wrote = has_words(&generation.text);
         if !held.open {
-            held.inner.token(&held.held);
+            // Only a reply without words is still held back: it is not shown as an answer.
+            held.inner.token(NO_ANSWER_WRITTEN);
         }
         answer.model = Some(self.generator.model_id().to_string());
         answer.timings.first_token_ms = generation.first_token_ms;
@@ -523,7 +531,14 @@ impl Answerer {
         answer.invalid_citations = parsed.invalid.clone();
         answer.answer = parsed.text.clone();
 
-        if is_no_answer(&parsed.text) {
+        if !wrote {
+            answer.refused = true;
+            answer.refusal = Some(Refusal::NoAnswerWritten);
+            answer.answer = NO_ANSWER_WRITTEN.to_string();
+            answer.citations.clear();
+            answer.invalid_citations.clear();
+            answer.closest = sources;
+        } else if is_no_answer(&parsed.text) {
             answer.refused = true;
             answer.refusal = Some(Refusal::PassagesDoNotAnswer);
             answer.closest = sources;
@@ -689,6 +704,20 @@ mod tests {
         assert_eq!(answer.answer.trim(), "Claims are due within 30 days [1].");
         assert_eq!(streamed.trim(), "Claims are due within 30 days [1].");
         assert_eq!(answer.citations.len(), 1);
+    }
+
+    #[test]
+    fn a_reply_of_markers_alone_twice_is_no_answer_and_says_so() {
+        let g = Arc::new(ScriptedGenerator::new(&["[1] [2]", " [1]"]));
+        let a = Answerer::new(g.clone(), SupportChecker::Off, AnswerOptions::default());
+        let mut streamed = String::new();
+        let answer = block_on(a.answer("q", "q", &retrieval(false), &mut |t: &str| streamed.push_str(t))).unwrap();
+        assert_eq!(g.calls().len(), 2, "one second try");
+        assert!(answer.refused && answer.refusal == Some(Refusal::NoAnswerWritten));
+        assert_eq!(answer.answer, NO_ANSWER_WRITTEN);
+        assert_eq!(streamed, NO_ANSWER_WRITTEN, "the markers never reach the reader");
+        assert!(answer.citations.is_empty() && answer.sentences.is_empty() && answer.sources.is_empty());
+        assert_eq!(answer.closest.len(), 2, "the passages it had are listed");
     }
 
     #[test]

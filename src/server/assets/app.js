@@ -197,7 +197,7 @@ class AnswerView {
     if (a.refused) {
       body.append(
         h('div', { class: 'refusal', role: 'status' },
-          h('h2', {}, 'No good source'),
+          h('h2', {}, a.refusal === 'no_answer_written' ? 'No answer written' : 'No good source'),
           h('p', {}, a.answer || 'The documents do not answer this question.')),
       );
       this.renderSources(a.closest || [], true);
