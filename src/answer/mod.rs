@@ -485,19 +485,20 @@ impl Answerer {
         };
         let mut held = UntilWords { inner: sink, held: String::new(), open: false };
         let mut generation = self.generator.generate(&request, &mut held).await?;
+        let mut earlier = None;
         if let Some(retry) = retry.filter(|_| !has_words(&generation.text) && !held.cancelled()) {
             request.messages = retry;
             held.held.clear();
-            let first = generation;
-            generation = self.generator.generate(&request, &mut held).await?;
-            answer.hit_token_cap = generation.completion_tokens >= self.options.max_tokens;
+            earlier = Some(std::mem::replace(&mut generation, self.generator.generate(&request, &mut held).await?));
+            answer.second_try = true;
+        }
+        answer.hit_token_cap = generation.completion_tokens >= self.options.max_tokens;
+        if let Some(first) = earlier {
+            // The timings and token counts are the answer's: both requests.
             generation.first_token_ms += first.total_ms;
             generation.total_ms += first.total_ms;
             generation.prompt_tokens += first.prompt_tokens;
             generation.completion_tokens += first.completion_tokens;
-            answer.second_try = true;
-        } else {
-            answer.hit_token_cap = generation.completion_tokens >= self.options.max_tokens;
         }
         let wrote = has_words(&generation.text);
         if !held.open {
