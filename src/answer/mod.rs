@@ -151,6 +151,8 @@ pub struct AnswerTimings {
     pub retrieve_ms: f64,
     /// Rewriting a follow-up question.
     pub rewrite_ms: f64,
+    /// Building the prompt: the focused passages' sentences embedded and scored.
+    pub focus_ms: f64,
     /// From the generation request to the first token.
     pub first_token_ms: f64,
     /// Generation, start to end.
@@ -476,7 +478,9 @@ impl Answerer {
         }
         let mut answer = blank(question, standalone, retrieval, self.support.method());
 
+        let t = Instant::now();
         let Prompt { messages, retry, sources } = prompt_for(standalone, retrieval, &self.options, self.focus.as_deref())?;
+        answer.timings.focus_ms = t.elapsed().as_secs_f64() * 1e3;
         let mut request = GenerateRequest {
             messages,
             max_tokens: self.options.max_tokens,

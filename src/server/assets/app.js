@@ -277,6 +277,7 @@ class AnswerView {
     const t = a.timings || {};
     const parts = [`retrieval ${ms(t.retrieve_ms || 0)}`];
     if (t.rewrite_ms) parts.push(`rewrite ${ms(t.rewrite_ms)}`);
+    if (t.focus_ms) parts.push(`focus ${ms(t.focus_ms)}`);
     if (t.first_token_ms) parts.push(`first token ${ms(t.first_token_ms)}`);
     parts.push(`total ${ms(t.total_ms || 0)}`);
     if (t.completion_tokens) parts.push(`${t.completion_tokens} tokens at ${Number(t.tokens_per_second || 0).toFixed(1)}/s`);
