@@ -406,9 +406,12 @@ pub fn prompt_for(question: &str, retrieval: &Retrieval, options: &AnswerOptions
     Ok(Prompt { messages, retry, sources })
 }
 
-/// Whether a reply says anything besides citation markers.
+/// Whether a reply says anything besides citation markers. A marker still being streamed ("[1",
+/// "[1, 2") at the end is not words yet.
 fn has_words(text: &str) -> bool {
-    strip_markers(text).chars().any(char::is_alphanumeric)
+    let text = strip_markers(text);
+    let open = text.rfind('[').filter(|&at| text[at + 1..].chars().all(|c| c.is_ascii_digit() || c == ',' || c == ' '));
+    text[..open.unwrap_or(text.len())].chars().any(char::is_alphanumeric)
 }
 
 /// Holds tokens back while the reply is markers and spaces only, so a reply that gets a second
@@ -723,6 +726,16 @@ mod tests {
         assert_eq!(streamed, NO_ANSWER_WRITTEN, "the markers never reach the reader");
         assert!(answer.citations.is_empty() && answer.sentences.is_empty() && answer.sources.is_empty());
         assert_eq!(answer.closest.len(), 2, "the passages it had are listed");
+    }
+
+    #[test]
+    fn markers_and_a_marker_being_streamed_are_not_words() {
+        for text in ["", "[1]", " [1] [2]", "[1], [2]", "[", "[1", "[1] [2", "[1, 2"] {
+            assert!(!has_words(text), "{text:?}");
+        }
+        for text in ["[1] 30 days", "30", "[1] a [2"] {
+            assert!(has_words(text), "{text:?}");
+        }
     }
 
     #[test]
