@@ -131,13 +131,15 @@ pub fn run(g: &GlobalArgs, args: AskArgs) -> anyhow::Result<u8> {
     } else {
         service.ask(&caller, &args.tenant, &args.question, &options, &mut Stdout)?
     };
-    print_notes(asked.note.as_deref(), &asked.warnings);
     let (retrieval, answer) = (asked.retrieval, asked.answer);
     if g.json {
+        print_notes(asked.note.as_deref(), &asked.warnings);
         print_json(&answer)?;
         return Ok(0);
     }
+    // After the streamed answer and its sources, so a note never lands inside the answer's line.
     print_after(&answer);
+    print_notes(asked.note.as_deref(), &asked.warnings);
     if args.explain {
         super::search::print_verdict(&retrieval);
         if !answer.refused || answer.refusal != Some(ragbox::service::Refusal::NoGoodSource) {
