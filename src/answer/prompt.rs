@@ -294,7 +294,16 @@ fn escape_text(s: &str) -> String {
 pub fn is_no_answer(text: &str) -> bool {
     let stripped = normalise(&strip_markers(text));
     let exact = normalise(NO_ANSWER);
-    if stripped.trim_end_matches('.') == exact.trim_end_matches('.') {
+    // The rule's sentence, or the model's own words for it ("[1] The passage does not answer this
+    // question.", as the 0.5B model declined SciFact claims), whatever markers come with it.
+    const DECLINES: &[&str] = &[
+        "the passage does not answer this question",
+        "the passage does not answer the question",
+        "the passages do not answer this question",
+        "the passages do not answer the question",
+    ];
+    let whole = stripped.trim().trim_end_matches('.');
+    if whole == exact.trim_end_matches('.') || DECLINES.contains(&whole) {
         return true;
     }
     if stripped.starts_with(&exact) && !has_markers(text) {
@@ -584,6 +593,7 @@ mod tests {
             "The documents provided do not answer this question",
             "  the documents provided do not answer this question. ",
             "The documents provided do not answer this question. [1]",
+            "[1] The passage does not answer this question.",
             "The documents provided do not answer this question. The passages are about travel.",
             "The passages do not contain information about parking.",
             "The provided passages don't mention the refund deadline.",
