@@ -19,6 +19,12 @@ use crate::types::{indexed_text, Chunk, ChunkId, ChunkRole, DocId, Lines, Parsed
 pub const QUICK_CHECK_BYTES: u64 = 64 << 20;
 
 /// `e` as [`Error::CatalogDamaged`] when SQLite says the file is not a database or is corrupt.
+/// SQLite's "database is busy / locked".
+fn is_busy(e: &Error) -> bool {
+    matches!(e, Error::Catalog(rusqlite::Error::SqliteFailure(f, _))
+        if matches!(f.code, rusqlite::ErrorCode::DatabaseBusy | rusqlite::ErrorCode::DatabaseLocked))
+}
+
 fn damaged(path: &Path, e: Error) -> Error {
     match &e {
         Error::Catalog(rusqlite::Error::SqliteFailure(f, msg))
@@ -295,7 +301,19 @@ impl Catalog {
     /// [`Error::CatalogDamaged`]; catalogs up to [`QUICK_CHECK_BYTES`] are checked page by page
     /// (`PRAGMA quick_check`) on every open, larger ones only as far as opening reads them.
     pub fn open(path: &Path) -> Result<Catalog> {
-        Self::open_unchecked(path).map_err(|e| damaged(path, e))
+        // Two processes opening a new catalog at once: switching it to WAL takes an exclusive
+        // lock, and SQLite answers "database is locked" there without waiting out the busy
+        // timeout (one of two concurrent first ingests failed so, about one run in six). The
+        // open is tried again until the same 30 s the busy timeout allows.
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+        loop {
+            match Self::open_unchecked(path) {
+                Err(e) if is_busy(&e) && std::time::Instant::now() < deadline => {
+                    std::thread::sleep(std::time::Duration::from_millis(20));
+                }
+                other => return other.map_err(|e| damaged(path, e)),
+            }
+        }
     }
 
     fn open_unchecked(path: &Path) -> Result<Catalog> {
