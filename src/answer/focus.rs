@@ -83,7 +83,7 @@ pub fn units(text: &str) -> Vec<Unit> {
         if line.starts_with('#') {
             continue;
         }
-        if is_underline(line) && !line.starts_with('|') {
+        if is_underline(line) {
             // A setext heading's title is the line above its underline.
             blocks.last_mut().map(Vec::pop);
             continue;

@@ -18,13 +18,13 @@ use crate::types::{indexed_text, Chunk, ChunkId, ChunkRole, DocId, Lines, Parsed
 /// Catalogs up to this size are integrity-checked on open (about 0.1 s per 64 MiB).
 pub const QUICK_CHECK_BYTES: u64 = 64 << 20;
 
-/// `e` as [`Error::CatalogDamaged`] when SQLite says the file is not a database or is corrupt.
 /// SQLite's "database is busy / locked".
 fn is_busy(e: &Error) -> bool {
     matches!(e, Error::Catalog(rusqlite::Error::SqliteFailure(f, _))
         if matches!(f.code, rusqlite::ErrorCode::DatabaseBusy | rusqlite::ErrorCode::DatabaseLocked))
 }
 
+/// `e` as [`Error::CatalogDamaged`] when SQLite says the file is not a database or is corrupt.
 fn damaged(path: &Path, e: Error) -> Error {
     match &e {
         Error::Catalog(rusqlite::Error::SqliteFailure(f, msg))
