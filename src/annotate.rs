@@ -7,6 +7,7 @@
 //! prefix cache can compute it once: chunks are annotated one after another. Caching per chunk
 //! lives in `ingest` (the catalog's annotation table), so a chunk is never annotated twice.
 
+use std::ops::Range;
 use std::sync::Arc;
 
 use crate::answer::prompt::context_messages;
@@ -14,7 +15,7 @@ use crate::error::Result;
 use crate::generate::{block_on, Discard, GenerateRequest, Generator};
 use crate::ingest::Contextualizer;
 
-/// Most characters of a document given with each chunk (its head): bounds the prompt on a CPU.
+/// Most characters of a document shown with its chunks (its head): bounds the prompt on a CPU.
 pub const DOCUMENT_CHARS: usize = 6000;
 
 /// Most tokens of one context.
@@ -30,7 +31,7 @@ impl LlmContextualizer {
     /// A contextualiser over `generator`.
     pub fn new(generator: Arc<dyn Generator>) -> LlmContextualizer {
         // The id names the model and this prompt's version: a change to either re-annotates.
-        let id = format!("llm-context-v2:{}", generator.model_id());
+        let id = format!("llm-context-v3:{}", generator.model_id());
         LlmContextualizer { generator, id }
     }
 }
@@ -55,17 +56,24 @@ impl Contextualizer for LlmContextualizer {
         &self.id
     }
 
-    fn contexts(&self, title: &str, document: &str, chunks: &[&str]) -> Result<Vec<String>> {
-        let document = head(document, DOCUMENT_CHARS);
-        let request = |chunk: &str| GenerateRequest::greedy(context_messages(title, document, chunk), CONTEXT_MAX_TOKENS);
+    fn contexts(&self, title: &str, document: &str, chunks: &[Range<usize>]) -> Result<Vec<String>> {
+        let head = head(document, DOCUMENT_CHARS);
+        let request = |range: &Range<usize>| {
+            let chunk = document.get(range.clone()).unwrap_or_default();
+            // A chunk inside the head is pointed at by its opening words, not repeated.
+            let shown = range.end <= head.len();
+            GenerateRequest::greedy(context_messages(title, head, chunk, shown), CONTEXT_MAX_TOKENS)
+        };
         // One at a time, so a later request can find the document's prefix in the generator's
         // prefix cache (all at once, every request computed it anew and held its own KV cache:
         // 5 GB for SmolLM2 on one policy). Measured with the 0.5B model (docs/BENCHMARKS.md): 4.8
-        // chunks/min with the prefix cache, 1.8 without.
+        // chunks/min with the prefix cache, 1.8 without. Four at a time after the first (which
+        // fills the prefix cache) took 14-340 s a chunk instead of ~3.5: mistralrs batches only
+        // sequences of equal length and makes the others wait.
         block_on(async {
             let mut out = Vec::with_capacity(chunks.len());
-            for chunk in chunks {
-                out.push(clean(&self.generator.generate(&request(chunk), &mut Discard).await?.text));
+            for range in chunks {
+                out.push(clean(&self.generator.generate(&request(range), &mut Discard).await?.text));
             }
             Ok(out)
         })
@@ -81,13 +89,14 @@ mod tests {
     fn every_chunk_gets_a_context_and_the_document_leads_every_prompt() {
         let g = Arc::new(ScriptedGenerator::new(&["Context: From the travel policy.", "About insurance.\n"]));
         let c = LlmContextualizer::new(g.clone());
-        let out = c.contexts("Travel", "The whole travel policy text.", &["chunk one", "chunk two"]).unwrap();
+        let doc = "The travel policy. chunk one. chunk two.";
+        let out = c.contexts("Travel", doc, &[19..29, 30..40]).unwrap();
         assert_eq!(out, vec!["From the travel policy.".to_string(), "About insurance.".to_string()]);
         let calls = g.calls();
         assert_eq!(calls.len(), 2);
         let (a, b) = (&calls[0].last().unwrap().content, &calls[1].last().unwrap().content);
-        assert!(a.contains("The whole travel policy text.") && a.contains("chunk one"));
+        assert!(a.contains(doc) && a.contains("chunk one") && b.contains("chunk two"), "{a}");
         let shared = a.chars().zip(b.chars()).take_while(|(x, y)| x == y).count();
-        assert!(shared > a.find("chunk one").unwrap() - 40, "the document part is a shared prefix");
+        assert!(shared > a.find("</document>").unwrap(), "the whole document is a shared prefix");
     }
 }

@@ -11,6 +11,7 @@
 //! finishes the job.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
+use std::ops::Range;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
@@ -65,8 +66,8 @@ pub struct IngestOptions {
 pub trait Contextualizer: Send + Sync {
     /// Names the model and prompt; part of the cache key.
     fn id(&self) -> &str;
-    /// One context per chunk, in order, all chunks of one document.
-    fn contexts(&self, title: &str, document: &str, chunks: &[&str]) -> Result<Vec<String>>;
+    /// One context per chunk: `chunks` are byte ranges of `document`, in order.
+    fn contexts(&self, title: &str, document: &str, chunks: &[Range<usize>]) -> Result<Vec<String>>;
 }
 
 /// A shared [`Contextualizer`] in [`IngestOptions`].
@@ -286,8 +287,8 @@ fn annotate(store: &Store, writer: &dyn Contextualizer, doc: &ParsedDocument, ch
     let missing: Vec<usize> = (0..children.len()).filter(|&k| !cached.contains_key(&keys[k])).collect();
     let mut written: HashMap<TextHash, String> = HashMap::new();
     if !missing.is_empty() {
-        let texts: Vec<&str> = missing.iter().map(|&k| &doc.text[chunks[children[k]].chunk.span.range()]).collect();
-        let contexts = writer.contexts(&doc.title, &doc.text, &texts)?;
+        let spans: Vec<Range<usize>> = missing.iter().map(|&k| chunks[children[k]].chunk.span.range()).collect();
+        let contexts = writer.contexts(&doc.title, &doc.text, &spans)?;
         let rows: Vec<(TextHash, String)> = missing.iter().zip(contexts).map(|(&k, c)| (keys[k], c)).collect();
         store.catalog().put_annotations(writer.id(), &rows)?;
         written.extend(rows);

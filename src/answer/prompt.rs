@@ -233,21 +233,33 @@ pub fn support_messages(claim: &str, passages: &[&str]) -> Vec<Message> {
 
 const CONTEXT_SYSTEM: &str = "You write one-sentence notes that say where a chunk of a document comes from and what it covers.";
 
+/// Words of a chunk quoted to point at it in the document the prompt shows.
+const CHUNK_OPENING_WORDS: usize = 12;
+
 /// Contextual retrieval: asks for one sentence that situates `chunk` within `document` (which
 /// section it is in, what it covers). Worded for the 0.5B model, which echoed the published
 /// contextual-retrieval prompt back (docs/BENCHMARKS.md).
 /// The user message opens with the document, byte-identical for every chunk of it, and ends with
 /// the chunk, so a backend's prefix cache covers all but the chunk; the system message is the
-/// same for every call.
-pub fn context_messages(document_title: &str, document: &str, chunk: &str) -> Vec<Message> {
+/// same for every call. A chunk the document shown already holds (`shown`) is pointed at by its
+/// opening words rather than repeated: a few tokens to compute instead of the chunk's hundreds.
+pub fn context_messages(document_title: &str, document: &str, chunk: &str, shown: bool) -> Vec<Message> {
     let mut user = String::with_capacity(400 + document.len() + chunk.len());
     let _ = writeln!(user, "<document title=\"{}\">", escape_attr(document_title.trim()));
     user.push_str(&escape_text(document));
-    user.push_str("\n</document>\nHere is one chunk of that document:\n<chunk>\n");
-    user.push_str(&escape_text(chunk));
+    let words: Vec<&str> = chunk.split_whitespace().collect();
+    if shown && words.len() > CHUNK_OPENING_WORDS {
+        user.push_str("\n</document>\nHere is how one chunk of that document begins:\n<chunk>\n");
+        user.push_str(&escape_text(&words[..CHUNK_OPENING_WORDS].join(" ")));
+        user.push_str(" …\n</chunk>\n");
+    } else {
+        user.push_str("\n</document>\nHere is one chunk of that document:\n<chunk>\n");
+        user.push_str(&escape_text(chunk));
+        user.push_str("\n</chunk>\n");
+    }
     let _ = write!(
         user,
-        "\n</chunk>\nWrite one sentence that starts with \"From {}, section\", names the section this chunk \
+        "Write one sentence that starts with \"From {}, section\", names the section this chunk \
          is in, and says what the chunk covers, with its key terms. Write only that sentence.",
         escape_text(document_title.trim())
     );
@@ -575,8 +587,8 @@ mod tests {
     #[test]
     fn context_prompt_shares_the_document_prefix() {
         let doc = "Title\n\nFirst part. Second part <b>.";
-        let a = context_messages("Doc", doc, "First part.");
-        let b = context_messages("Doc", doc, "Second part <b>.");
+        let a = context_messages("Doc", doc, "First part.", false);
+        let b = context_messages("Doc", doc, "Second part <b>.", false);
         assert_eq!(a[0], b[0]);
         let u = &a[1].content;
         assert!(u.starts_with("<document title=\"Doc\">\nTitle\n\nFirst part. Second part &lt;b>.\n</document>\n"));
@@ -584,6 +596,17 @@ mod tests {
         assert!(u.contains("starts with \"From Doc, section\"") && u.ends_with("Write only that sentence."), "{u}");
         let cut = u.find("<chunk>").expect("chunk");
         assert_eq!(a[1].content[..cut], b[1].content[..cut]);
+    }
+
+    #[test]
+    fn a_chunk_the_document_shows_is_pointed_at_by_its_opening_words() {
+        let chunk = "one two three four five six seven eight nine ten eleven twelve thirteen fourteen";
+        let doc = format!("Title\n\n{chunk}");
+        let u = &context_messages("Doc", &doc, chunk, true)[1].content;
+        assert!(u.contains("begins:\n<chunk>\none two three four five six seven eight nine ten eleven twelve …\n</chunk>"), "{u}");
+        assert!(!u.contains("thirteen fourteen\n</chunk>"), "{u}");
+        let short = &context_messages("Doc", &doc, "one two", true)[1].content;
+        assert!(short.contains("Here is one chunk of that document:\n<chunk>\none two\n</chunk>"), "a short chunk is given whole");
     }
 
     #[test]

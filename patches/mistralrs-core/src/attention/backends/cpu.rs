@@ -65,27 +65,38 @@ static FLASH_ATTN_POOL: LazyLock<ThreadPool> = LazyLock::new(|| {
         .expect("Failed to build custom Rayon thread‑pool for flash‑attention")
 });
 
-const DOT_CHUNK: usize = 4;
-
 /// Size (in KV positions) processed by each inner‑tile job.
 const TILE_KV: usize = 16;
 
-/// Unrolled dot‑product that works purely in `f32`.
+/// Dot product in `f32`. ragbox patch: sixteen independent sums (two AVX registers) instead of
+/// one, so the compiler vectorises it; upstream's four-way unroll added into a single sum, a
+/// chain of dependent scalar adds (perf: 15% of decoding at a 1,800-token context).
 #[inline]
 fn vec_dot_f32<T: UpcastF32 + Copy>(a: &[T], b: &[T]) -> f32 {
+    const LANES: usize = 16;
+    let n = a.len().min(b.len());
+    let (mut xs, mut ys) = (a[..n].chunks_exact(LANES), b[..n].chunks_exact(LANES));
+    let mut acc = [0f32; LANES];
+    for (x, y) in (&mut xs).zip(&mut ys) {
+        let (x, y): (&[T; LANES], &[T; LANES]) = (x.try_into().unwrap(), y.try_into().unwrap());
+        for i in 0..LANES {
+            acc[i] += x[i].to_f32() * y[i].to_f32();
+        }
+    }
     let mut sum = 0f32;
-    let chunks = a.len() / DOT_CHUNK;
-    for i in 0..chunks {
-        let i_chunk = i * DOT_CHUNK;
-        sum += a[i_chunk].to_f32() * b[i_chunk].to_f32()
-            + a[i_chunk + 1].to_f32() * b[i_chunk + 1].to_f32()
-            + a[i_chunk + 2].to_f32() * b[i_chunk + 2].to_f32()
-            + a[i_chunk + 3].to_f32() * b[i_chunk + 3].to_f32();
+    for (x, y) in xs.remainder().iter().zip(ys.remainder()) {
+        sum += x.to_f32() * y.to_f32();
     }
-    for i in (chunks * DOT_CHUNK)..a.len() {
-        sum += a[i].to_f32() * b[i].to_f32();
+    sum + acc.iter().sum::<f32>()
+}
+
+/// `acc += v * w`, element-wise. ragbox patch: over zipped slices, which the compiler
+/// vectorises; upstream indexed `v_data[base + i]`, a bounds check per element.
+#[inline]
+fn add_scaled<T: UpcastF32 + Copy>(acc: &mut [f32], v: &[T], w: f32) {
+    for (a, x) in acc.iter_mut().zip(v) {
+        *a += x.to_f32() * w;
     }
-    sum
 }
 
 #[inline]
@@ -511,9 +522,7 @@ where
 
                         // -------- add V ----------
                         let v_base = b_i * vstride[0] + kv_pos * vstride[1] + v_head * vstride[2];
-                        for d_i in 0..dv {
-                            vkq[d_i] += v_data[v_base + d_i].to_f32() * vs;
-                        }
+                        add_scaled(vkq, &v_data[v_base..v_base + dv], vs);
 
                         s = s * ms + vs;
                     }
@@ -702,9 +711,7 @@ where
 
                     // V row (strided) as f32
                     let v_base = b_i * vstride[0] + kv_pos * vstride[1] + v_head * vstride[2];
-                    for d_i in 0..dv {
-                        vkq[d_i] += v_data[v_base + d_i].to_f32() * vs;
-                    }
+                    add_scaled(&mut vkq, &v_data[v_base..v_base + dv], vs);
 
                     s = s * ms + vs;
                 }
