@@ -4,7 +4,8 @@
 //!
 //! May import `types`, `error`, `generate`, `ingest` and `answer`. The document part of the
 //! prompt is byte-identical across a document's chunks and comes first, so the generator's
-//! prefix cache can compute it once: chunks are annotated one after another. Caching per chunk
+//! prefix cache can compute it once: chunks are annotated one after another, and a chunk the
+//! document already shows is pointed at by its opening words, not repeated. Caching per chunk
 //! lives in `ingest` (the catalog's annotation table), so a chunk is never annotated twice.
 
 use std::ops::Range;

@@ -1,4 +1,4 @@
-use candle_core::{Device, Result};
+use candle_core::Result;
 use indexmap::IndexMap;
 use itertools::Itertools;
 use tracing::info;
