@@ -234,7 +234,8 @@ impl Generator for GgufGenerator {
             }
         }
         out.total_ms = started.elapsed().as_secs_f64() * 1e3;
-        tracing::debug!(prompt_tokens = out.prompt_tokens, completion_tokens = out.completion_tokens, first_token_ms = out.first_token_ms, total_ms = out.total_ms, "generated");
+        let (prompt_tokens, completion_tokens) = (out.prompt_tokens, out.completion_tokens);
+        tracing::debug!(prompt_tokens, completion_tokens, first_token_ms = out.first_token_ms, total_ms = out.total_ms, "generated");
         out.text = super::until_stop(&out.text, &request.stop).to_string();
         if out.completion_tokens == 0 && !out.text.is_empty() {
             out.completion_tokens = out.text.split_whitespace().count();

@@ -18,6 +18,10 @@ use crate::types::{indexed_text, Chunk, ChunkId, ChunkRole, DocId, Lines, Parsed
 /// Catalogs up to this size are integrity-checked on open (about 0.1 s per 64 MiB).
 pub const QUICK_CHECK_BYTES: u64 = 64 << 20;
 
+/// How long a catalog waits for another process's lock: SQLite's busy timeout, and the retries
+/// of [`Catalog::open`].
+const BUSY_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
+
 /// SQLite's "database is busy / locked".
 fn is_busy(e: &Error) -> bool {
     matches!(e, Error::Catalog(rusqlite::Error::SqliteFailure(f, _))
@@ -304,8 +308,8 @@ impl Catalog {
         // Two processes opening a new catalog at once: switching it to WAL takes an exclusive
         // lock, and SQLite answers "database is locked" there without waiting out the busy
         // timeout (one of two concurrent first ingests failed so, about one run in six). The
-        // open is tried again until the same 30 s the busy timeout allows.
-        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+        // open is tried again for as long as the busy timeout allows.
+        let deadline = std::time::Instant::now() + BUSY_TIMEOUT;
         loop {
             match Self::open_unchecked(path) {
                 Err(e) if is_busy(&e) && std::time::Instant::now() < deadline => {
@@ -324,7 +328,7 @@ impl Catalog {
         let conn = Connection::open(path)?;
         // Before anything reads: another process creating or writing the catalog makes this one
         // wait rather than fail with "database is locked" (the quick check below reads it all).
-        conn.busy_timeout(std::time::Duration::from_secs(30))?;
+        conn.busy_timeout(BUSY_TIMEOUT)?;
         if size > 0 && size <= QUICK_CHECK_BYTES {
             let verdict: String = conn.query_row("PRAGMA quick_check(1)", [], |r| r.get(0))?;
             if verdict != "ok" {
