@@ -3,7 +3,7 @@
 //! crate optimised).
 use std::time::Instant;
 
-use ragbox_kernels::{Activation, Int8Linear};
+use ragbox_kernels::{Activation, Int8Linear, Kernel};
 
 fn main() {
     let args: Vec<usize> = std::env::args().skip(1).map(|a| a.parse().expect("numbers")).collect();
@@ -13,8 +13,9 @@ fn main() {
     };
     let w: Vec<f32> = (0..inputs * outputs).map(|i| ((i * 7919) % 1000) as f32 / 1000.0 - 0.5).collect();
     let x: Vec<f32> = (0..rows * inputs).map(|i| ((i * 104729) % 1000) as f32 / 500.0 - 1.0).collect();
-    let layer = Int8Linear::new(&w, outputs, inputs, None);
     let mut y = vec![0f32; rows * outputs];
+    for kernel in [Kernel::Portable, Kernel::Fastest] {
+    let layer = Int8Linear::on(kernel, &w, outputs, inputs, None);
     for act in [Activation::None, Activation::GeluErf] {
         layer.forward(&x, rows, &mut y, act);
         let runs = 20;
@@ -27,4 +28,5 @@ fn main() {
         println!("{rows}×{inputs}×{outputs} {act:?}: {:.2} ms, {gmacs:.1} GMAC/s ({})", s * 1e3, layer.kernel_name());
     }
     ragbox_kernels::profile_parts(&layer, &x, rows, &mut y);
+    }
 }

@@ -27,6 +27,8 @@ use rten_gemm::{GemmExecutor, GemmInputA, GemmInputB, GemmUninitOptions, PackedB
 use rten_tensor::NdTensorView;
 
 use crate::gelu::gelu_erf;
+#[cfg(target_arch = "x86_64")]
+use crate::vnni::{self, VnniWeights};
 
 /// What follows the matmul and bias, fused into the same pass.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -54,11 +56,10 @@ const ROWS_PER_TASK: usize = 16;
 
 /// A dense layer with weights quantised to int8 per output channel.
 pub struct Int8Linear {
-    /// `(in, out)`, packed for the kernel [`executor`] picks (the same on every call: it
-    /// depends only on the CPU).
-    weights: PackedBMatrix<i8>,
-    /// The weights' rounding residual, if kept ([`Int8Linear::with_weight_residual`]).
-    residual: Option<Residual>,
+    /// The packed codes, and their rounding residual if kept ([`Int8Linear::with_weight_residual`]).
+    gemm: Gemm,
+    /// The residual matrix's column sums, if it is kept.
+    residual_column_sums: Option<Vec<i32>>,
     /// The `(in, out)` weights again in 16 bits, scaled per input (row `c` times
     /// `outlier_scales[c]`), for the outliers' products in the epilogue.
     outlier_weights: Vec<i16>,
@@ -77,11 +78,108 @@ pub struct Int8Linear {
     activation_levels: f32,
 }
 
+/// Which GEMM runs, with the weights packed for it (`(in, out)` codes).
+enum Gemm {
+    /// Our AVX-512 VNNI tile (`vnni.rs`): the residual, if kept, is the pack's second matrix.
+    #[cfg(target_arch = "x86_64")]
+    Vnni(VnniWeights),
+    /// rten-gemm's kernel for this CPU (the same on every call: it depends only on the CPU).
+    Rten { weights: PackedBMatrix<i8>, residual: Option<PackedBMatrix<i8>> },
+}
+
+/// Which GEMM a layer runs: the fastest this CPU has, or rten-gemm's portable kernels (for
+/// comparing the two; `examples/int8_parts.rs`, the tests).
+#[doc(hidden)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kernel {
+    Fastest,
+    Portable,
+}
+
+impl Gemm {
+    /// `weight` (`(outputs, inputs)`) as int8 codes per output channel (`scales`), and, if
+    /// `residual`, the codes' rounding residual as a second matrix; with each matrix's column
+    /// sums.
+    fn pack(kernel: Kernel, weight: &[f32], scales: &[f32], inputs: usize, residual: bool) -> (Gemm, Vec<i32>, Option<Vec<i32>>) {
+        let outputs = scales.len();
+        let b = transposed_codes(weight, inputs, |o, w| w / scales[o]);
+        let residual = residual.then(|| transposed_codes(weight, inputs, |o, w| (w / scales[o] - code(w / scales[o])) * RESIDUAL_LEVELS));
+        let sums = (column_sums(&b, outputs), residual.as_deref().map(|r| column_sums(r, outputs)));
+        #[cfg(target_arch = "x86_64")]
+        if kernel == Kernel::Fastest && vnni::available() {
+            let mut parts = vec![(b.as_slice(), outputs)];
+            parts.extend(residual.as_deref().map(|r| (r, outputs)));
+            return (Gemm::Vnni(VnniWeights::pack(inputs, &parts)), sums.0, sums.1);
+        }
+        let pack = |b: &[i8]| executor().prepack_b(NdTensorView::from_data([inputs, outputs], b));
+        (Gemm::Rten { weights: pack(&b), residual: residual.as_deref().map(pack) }, sums.0, sums.1)
+    }
+
+    fn kernel(&self) -> Kernel {
+        match self {
+            #[cfg(target_arch = "x86_64")]
+            Gemm::Vnni(_) => Kernel::Fastest,
+            Gemm::Rten { .. } => Kernel::Portable,
+        }
+    }
+
+    fn name(&self) -> String {
+        match self {
+            #[cfg(target_arch = "x86_64")]
+            Gemm::Vnni(_) => vnni::KERNEL_NAME.to_string(),
+            Gemm::Rten { .. } => executor().kernel_name().to_string(),
+        }
+    }
+
+    /// Whether the kernel's 16-bit pair sums could saturate on 8-bit activations.
+    fn may_saturate(&self) -> bool {
+        matches!(self, Gemm::Rten { .. }) && executor().may_saturate()
+    }
+
+    /// The i32 sums of the quantised rows (`rows × inputs` codes, zero points not yet
+    /// subtracted) times the weights, and if kept, times the residual into `residual_sums`.
+    fn run(&self, codes: &[u8], rows: usize, inputs: usize, sums: &mut [MaybeUninit<i32>], residual_sums: Option<&mut [MaybeUninit<i32>]>) {
+        match self {
+            #[cfg(target_arch = "x86_64")]
+            Gemm::Vnni(packed) => match residual_sums {
+                Some(r) => packed.gemm(codes, inputs, rows, &mut [sums, r]),
+                None => packed.gemm(codes, inputs, rows, &mut [sums]),
+            },
+            Gemm::Rten { weights, residual } => {
+                let gemm = |weights: &PackedBMatrix<i8>, sums: &mut [MaybeUninit<i32>]| {
+                    executor()
+                        .gemm_uninit(
+                            sums,
+                            GemmInputA::Unpacked(NdTensorView::from_data([rows, inputs], codes)),
+                            GemmInputB::Packed(weights),
+                            GemmUninitOptions::default(),
+                        )
+                        .expect("int8 GEMM shapes were checked by the caller");
+                };
+                gemm(weights, sums);
+                if let (Some(weights), Some(sums)) = (residual, residual_sums) {
+                    gemm(weights, sums);
+                }
+            }
+        }
+    }
+}
+
+/// A weight's int8 code at scale 1.
+fn code(w: f32) -> f32 {
+    w.round().clamp(-127.0, 127.0)
+}
+
 impl Int8Linear {
     /// Quantises `weight`, `(outputs, inputs)` row-major as in PyTorch's `Linear`.
     pub fn new(weight: &[f32], outputs: usize, inputs: usize, bias: Option<&[f32]>) -> Int8Linear {
+        Int8Linear::on(Kernel::Fastest, weight, outputs, inputs, bias)
+    }
+
+    /// [`Int8Linear::new`] on the GEMM `kernel` names.
+    #[doc(hidden)]
+    pub fn on(kernel: Kernel, weight: &[f32], outputs: usize, inputs: usize, bias: Option<&[f32]>) -> Int8Linear {
         assert_eq!(weight.len(), outputs * inputs, "weight is not {outputs} × {inputs}");
-        let executor = executor();
         let scales: Vec<f32> = weight
             .chunks_exact(inputs)
             .map(|row| {
@@ -93,10 +191,7 @@ impl Int8Linear {
                 }
             })
             .collect();
-        // B is (inputs, outputs): the transposed, quantised weight.
-        let b = transposed_codes(weight, inputs, |o, w| w / scales[o]);
-        let column_sums = column_sums(&b, outputs);
-        let weights = executor.prepack_b(NdTensorView::from_data([inputs, outputs], b.as_slice()));
+        let (gemm, column_sums, _) = Gemm::pack(kernel, weight, &scales, inputs, false);
         let (outlier_weights, outlier_scales) = weights_by_input(weight, outputs, inputs);
         let bias = match bias {
             Some(b) => {
@@ -105,31 +200,39 @@ impl Int8Linear {
             }
             None => vec![0.0; outputs],
         };
-        let activation_levels = if executor.may_saturate() { 127.0 } else { 255.0 };
-        Int8Linear { weights, residual: None, outlier_weights, outlier_scales, scales, bias, column_sums, inputs, outputs, activation_levels }
+        let activation_levels = if gemm.may_saturate() { 127.0 } else { 255.0 };
+        Int8Linear {
+            gemm,
+            residual_column_sums: None,
+            outlier_weights,
+            outlier_scales,
+            scales,
+            bias,
+            column_sums,
+            inputs,
+            outputs,
+            activation_levels,
+        }
     }
 
     /// Adds a second int8 matrix holding what the first one's rounding left of `weight` (the
     /// same `(outputs, inputs)` it was made from): `W ≈ s·(q + q₂/254)`, about 15 bits per weight
-    /// for twice this layer's GEMM work. For the layers whose 8-bit weights cost the most
-    /// (BERT's FFN output, `model::bert`).
+    /// for twice this layer's multiply-adds (in the same pass over the activations on the VNNI
+    /// kernel). For the layers whose 8-bit weights cost the most (BERT's FFN output,
+    /// `model::bert`).
     pub fn with_weight_residual(mut self, weight: &[f32]) -> Int8Linear {
-        let (inputs, outputs) = (self.inputs, self.outputs);
-        assert_eq!(weight.len(), outputs * inputs, "weight is not {outputs} × {inputs}");
-        let scales = &self.scales;
-        let codes = |o: usize, w: f32| (w / scales[o]).round().clamp(-127.0, 127.0);
-        let b = transposed_codes(weight, inputs, |o, w| (w / scales[o] - codes(o, w)) * RESIDUAL_LEVELS);
-        let column_sums = column_sums(&b, outputs);
-        let weights = executor().prepack_b(NdTensorView::from_data([inputs, outputs], b.as_slice()));
-        self.residual = Some(Residual { weights, column_sums });
+        assert_eq!(weight.len(), self.outputs * self.inputs, "weight is not {} × {}", self.outputs, self.inputs);
+        let (gemm, _, residual_column_sums) = Gemm::pack(self.gemm.kernel(), weight, &self.scales, self.inputs, true);
+        self.gemm = gemm;
+        self.residual_column_sums = residual_column_sums;
         self
     }
 
-    /// The GEMM kernel that runs (rten-gemm's name, e.g. `avx512-int8`), and whether activations
-    /// get 8 bits or, on a kernel that could saturate, 7.
+    /// The GEMM kernel that runs (ours, or rten-gemm's name, e.g. `x86_64-u8i8i32-avx512`), and
+    /// whether activations get 8 bits or, on a kernel that could saturate, 7.
     pub fn kernel_name(&self) -> String {
         let bits = if self.activation_levels > 127.0 { 8 } else { 7 };
-        format!("{} (u{bits} activations)", executor().kernel_name())
+        format!("{} (u{bits} activations)", self.gemm.name())
     }
 
     /// Input and output widths.
@@ -164,30 +267,16 @@ impl Int8Linear {
         let quantised = self.quantise_rows(x, rows);
         // SAFETY: MaybeUninit<i32> and MaybeUninit<f32> have the same size and alignment.
         let sums = unsafe { std::slice::from_raw_parts_mut(y.as_mut_ptr().cast::<MaybeUninit<i32>>(), y.len()) };
-        self.gemm(&quantised.codes, rows, &self.weights, sums);
-        let residual_sums = self.residual.as_ref().map(|r| {
-            let mut sums = Vec::with_capacity(rows * self.outputs);
-            self.gemm(&quantised.codes, rows, &r.weights, &mut sums.spare_capacity_mut()[..rows * self.outputs]);
+        let mut residual_sums = self.residual_column_sums.as_ref().map(|_| Vec::with_capacity(rows * self.outputs));
+        let spare = residual_sums.as_mut().map(|r: &mut Vec<i32>| &mut r.spare_capacity_mut()[..rows * self.outputs]);
+        self.gemm.run(&quantised.codes, rows, self.inputs, sums, spare);
+        if let Some(r) = residual_sums.as_mut() {
             // SAFETY: the GEMM wrote every element.
-            unsafe { sums.set_len(rows * self.outputs) };
-            sums
-        });
+            unsafe { r.set_len(rows * self.outputs) };
+        }
         // SAFETY: the GEMM wrote every element, as an i32 sum the epilogue reads back by its bits.
         let y = unsafe { std::slice::from_raw_parts_mut(y.as_mut_ptr().cast::<f32>(), y.len()) };
         self.dequantise_rows(y, x, &quantised, residual_sums.as_deref(), activation);
-    }
-
-    /// The i32 sums of the quantised rows (their codes, zero points not yet subtracted) times the
-    /// weights.
-    fn gemm(&self, quantised: &[u8], rows: usize, weights: &PackedBMatrix<i8>, sums: &mut [MaybeUninit<i32>]) {
-        executor()
-            .gemm_uninit(
-                sums,
-                GemmInputA::Unpacked(NdTensorView::from_data([rows, self.inputs], quantised)),
-                GemmInputB::Packed(weights),
-                GemmUninitOptions::default(),
-            )
-            .expect("int8 GEMM shapes were checked by the caller");
     }
 
     /// Every row of sums in place: `act((sum − z·Σw) · a · wⱼ + bⱼ)`, with the residual
@@ -208,10 +297,10 @@ impl Int8Linear {
                 }
                 extra.clear();
                 extra.resize(self.outputs, 0f32);
-                if let (Some(sums), Some(residual)) = (residual_sums, &self.residual) {
+                if let (Some(sums), Some(residual_column_sums)) = (residual_sums, &self.residual_column_sums) {
                     let sums = &sums[index * self.outputs..(index + 1) * self.outputs];
                     // In the main matrix's units: its scale and the row's are applied below.
-                    for ((e, &sum), (&col, &w)) in extra.iter_mut().zip(sums).zip(residual.column_sums.iter().zip(&self.scales)) {
+                    for ((e, &sum), (&col, &w)) in extra.iter_mut().zip(sums).zip(residual_column_sums.iter().zip(&self.scales)) {
                         *e = (sum - a.zero * col) as f32 * (a.scale * w / RESIDUAL_LEVELS);
                     }
                 }
@@ -293,20 +382,14 @@ impl Int8Linear {
 /// The residual matrix's codes are the first rounding's error times this (|error| ≤ ½ code).
 const RESIDUAL_LEVELS: f32 = 254.0;
 
-/// A second int8 weight matrix: what the first one's rounding left, in steps of 1/254 code.
-struct Residual {
-    weights: PackedBMatrix<i8>,
-    column_sums: Vec<i32>,
-}
-
 /// `weight` (`(outputs, inputs)` row-major) transposed to `(inputs, outputs)` int8 codes,
-/// `code(o, w)` rounded and clamped to ±127.
-fn transposed_codes(weight: &[f32], inputs: usize, code: impl Fn(usize, f32) -> f32) -> Vec<i8> {
+/// `code_of(o, w)` rounded and clamped to ±127.
+fn transposed_codes(weight: &[f32], inputs: usize, code_of: impl Fn(usize, f32) -> f32) -> Vec<i8> {
     let outputs = weight.len() / inputs;
     let mut b = vec![0i8; inputs * outputs];
     for (o, row) in weight.chunks_exact(inputs).enumerate() {
         for (i, &w) in row.iter().enumerate() {
-            b[i * outputs + o] = code(o, w).round().clamp(-127.0, 127.0) as i8;
+            b[i * outputs + o] = code(code_of(o, w)) as i8;
         }
     }
     b
@@ -412,7 +495,7 @@ pub fn profile_parts(layer: &Int8Linear, x: &[f32], rows: usize, y: &mut [f32]) 
     // SAFETY: as in `forward_uninit`.
     let sums = unsafe { std::slice::from_raw_parts_mut(y.as_mut_ptr().cast::<MaybeUninit<i32>>(), y.len()) };
     let t = std::time::Instant::now();
-    layer.gemm(&q.codes, rows, &layer.weights, sums);
+    layer.gemm.run(&q.codes, rows, layer.inputs, sums, None);
     let t_g = t.elapsed();
     let t = std::time::Instant::now();
     layer.dequantise_rows(y, x, &q, None, Activation::GeluErf);
@@ -582,7 +665,7 @@ mod tests {
             let mut whole = vec![0f32; rows * outputs];
             // SAFETY: as in `forward_uninit`.
             let sums = unsafe { std::slice::from_raw_parts_mut(whole.as_mut_ptr().cast::<MaybeUninit<i32>>(), whole.len()) };
-            layer.gemm(&plain.codes, rows, &layer.weights, sums);
+            layer.gemm.run(&plain.codes, rows, inputs, sums, None);
             layer.dequantise_rows(&mut whole, &x, &plain, None, Activation::None);
             whole
         };
@@ -611,6 +694,27 @@ mod tests {
         let gelu = Int8Linear::new(&w, outputs, inputs, Some(&bias)).with_weight_residual(&w);
         let (y, g) = (gelu.forward_to_vec(&x, rows, Activation::None), gelu.forward_to_vec(&x, rows, Activation::GeluErf));
         assert!(y.iter().zip(&g).all(|(v, g)| *g == gelu_erf(*v)));
+    }
+
+    #[test]
+    fn the_vnni_kernel_and_rten_gemm_give_the_same_outputs() {
+        // Both sum the same integer products exactly, so with 8-bit activations on both the
+        // outputs agree to the bit: residual matrix, outliers and GELU included.
+        for (rows, inputs, outputs) in [(1, 384, 1536), (15, 768, 96), (100, 1536, 384), (7, 13, 70)] {
+            let mut x = values(rows * inputs, 41);
+            x[inputs / 2] = 30.0;
+            let w = values(outputs * inputs, 42);
+            let bias = values(outputs, 43);
+            let fast = Int8Linear::on(Kernel::Fastest, &w, outputs, inputs, Some(&bias)).with_weight_residual(&w);
+            let portable = Int8Linear::on(Kernel::Portable, &w, outputs, inputs, Some(&bias)).with_weight_residual(&w);
+            if fast.activation_levels != portable.activation_levels {
+                return; // rten-gemm's 7-bit kernel on this CPU: not the same codes
+            }
+            assert_eq!(fast.forward_to_vec(&x, rows, Activation::GeluErf), portable.forward_to_vec(&x, rows, Activation::GeluErf), "{rows}×{inputs}×{outputs}");
+            let plain = Int8Linear::on(Kernel::Fastest, &w, outputs, inputs, None);
+            let plain_portable = Int8Linear::on(Kernel::Portable, &w, outputs, inputs, None);
+            assert_eq!(plain.forward_to_vec(&x, rows, Activation::None), plain_portable.forward_to_vec(&x, rows, Activation::None));
+        }
     }
 
     #[test]

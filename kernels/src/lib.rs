@@ -25,7 +25,9 @@ mod gelu;
 mod int8;
 mod softmax;
 mod swiglu;
+#[cfg(target_arch = "x86_64")]
+mod vnni;
 
-pub use int8::{profile_parts, Activation, Int8Linear};
+pub use int8::{profile_parts, Activation, Int8Linear, Kernel};
 pub use softmax::softmax_in_place;
 pub use swiglu::swiglu;
