@@ -1,5 +1,6 @@
-//! ragbox's CPU kernels for quantised encoder inference: int8 dense layers, and the element-wise
-//! work around them (GELU, attention's masked softmax, SwiGLU's gate) vectorised.
+//! ragbox's CPU kernels for quantised encoder inference: int8 dense layers, the encoders'
+//! attention in one pass, and the element-wise work around them (GELU, the masked softmax,
+//! SwiGLU's gate) vectorised.
 //!
 //! A separate crate for one reason: ragbox's tuned dev profile (the one tests and the README's
 //! first command build) compiles every dependency at opt-level 3 and ragbox itself at 0 to keep
@@ -7,9 +8,10 @@
 //! with GELU) must be vectorised or they undo what int8 gains: even at opt-level 3, overflow
 //! checks alone kept the GELU pass scalar (31 ms instead of 3.7 ms for a 2048×1536 output), so
 //! this crate is built without them in dev too (Cargo.toml). Everything else of ragbox
-//! stays in its one crate (STYLE.md). The matrix multiplication itself is rten-gemm's, a
-//! maintained int8 GEMM with AVX-512 VNNI, AVX2, Arm dot-product/i8mm and generic kernels chosen
-//! at run time.
+//! stays in its one crate (STYLE.md). The int8 matrix multiplication is our own AVX-512 VNNI
+//! tile where the CPU has it (`vnni.rs`: 2.6-3.4x rten-gemm's kernel on BERT's shapes), and
+//! rten-gemm, a maintained int8 GEMM with AVX2, Arm dot-product/i8mm and generic kernels chosen at
+//! run time, everywhere else.
 //!
 //! ```
 //! use ragbox_kernels::{Activation, Int8Linear};
@@ -21,6 +23,7 @@
 //! assert!((y[3] - 7.0).abs() < 0.05 && (y[4] + 1.0).abs() < 0.02);
 //! ```
 
+mod attention;
 mod gelu;
 mod int8;
 mod softmax;
@@ -28,6 +31,6 @@ mod swiglu;
 #[cfg(target_arch = "x86_64")]
 mod vnni;
 
+pub use attention::attention;
 pub use int8::{profile_parts, Activation, Int8Linear, Kernel};
-pub use softmax::softmax_in_place;
 pub use swiglu::swiglu;

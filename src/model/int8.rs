@@ -10,7 +10,7 @@ use candle_core::{CpuStorage, CustomOp1, Layout, Shape, Tensor};
 use candle_nn::Linear;
 use ragbox_kernels::{Activation, Int8Linear};
 
-use crate::model::softmax::f32_slice;
+use crate::model::cpu_tensor::f32_slice;
 
 /// A dense layer `y = act(x · Wᵀ + b)` with int8 weights (per output channel).
 #[derive(Clone)]

@@ -8,6 +8,7 @@ pub mod batch;
 pub mod bert;
 pub mod checksum;
 pub mod cpu;
+pub mod cpu_tensor;
 pub mod dense;
 pub mod device;
 pub mod gguf;
@@ -17,7 +18,6 @@ pub mod manifest;
 pub mod nomic;
 pub mod precision;
 pub mod pull;
-pub mod softmax;
 pub mod store;
 pub mod tokenizer;
 

@@ -17,7 +17,7 @@ use candle_transformers::models::nomic_bert::Config;
 
 use crate::model::attention::{split_heads, Attention};
 use crate::model::dense::Dense;
-use crate::model::softmax::f32_slice;
+use crate::model::cpu_tensor::f32_slice;
 use crate::model::Precision;
 
 /// Rotary embedding's cos and sin tables, `(positions, head_dim / 2)`, shared by every layer.
