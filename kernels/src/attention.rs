@@ -6,10 +6,10 @@
 //! in gemm's f32 micro-kernel at about a tenth of its peak (a small product per head and batch
 //! item, each packed anew) and another 11% in the softmax around it; the scores of all heads
 //! were materialised for the whole batch. Here each parallel task takes one head of one input
-//! and [`QUERY_BLOCK`] of its query rows: the keys transposed once into the task's scratch, a
+//! and a block of its query rows ([`TASK_SCORES`]): the keys transposed once into the task's scratch, a
 //! register tile of 12 query rows × 32 keys for the scores (24 FMA accumulators), the softmax on
 //! each row, and a tile of rows × the head's width for the values. The scores never exceed
-//! `QUERY_BLOCK × seq` floats per thread, so an 8,192-token input needs no stepping.
+//! a block's rows × seq floats per thread, so an 8,192-token input needs no stepping.
 //!
 //! AVX-512 F where the CPU has it (checked at run time), plain loops elsewhere: both sum in the
 //! same order per element, so they agree to rounding (the tests compare them and a reference).
@@ -18,8 +18,12 @@ use rayon::prelude::*;
 
 use crate::softmax::softmax_row;
 
-/// Query rows per parallel task: a multiple of every tile height below (12, 8, 6).
-const QUERY_BLOCK: usize = 48;
+/// Most scores a task holds (256 KiB: within L2), and so most query rows it takes...
+const TASK_SCORES: usize = 1 << 16;
+/// ... but never fewer rows than this. Rows per task are a multiple of every tile height below
+/// (12, 8, 6). A short input's head is one task (its keys transposed once); an 8,192-token one's
+/// takes 48 rows at a time (1.5 MiB of scores).
+const MIN_QUERY_BLOCK: usize = 48;
 /// Query rows of the scores tile.
 const SCORE_ROWS: usize = 12;
 /// Keys of the scores tile (two 16-lane registers); the transposed keys are padded to it.
@@ -40,14 +44,15 @@ pub fn attention(q: &[f32], k: &[f32], v: &[f32], batch: usize, heads: usize, se
         return;
     }
     let fast = Fast::for_head_dim(head_dim);
-    let blocks = seq.div_ceil(QUERY_BLOCK);
+    let query_block = query_block(seq);
+    let blocks = seq.div_ceil(query_block);
     let out = Shared(out.as_mut_ptr());
-    (0..batch * heads * blocks).into_par_iter().for_each_init(Scratch::default, |scratch, task| {
+    (0..batch * heads * blocks).into_par_iter().for_each(|task| {
         let (item, block) = (task / blocks, task % blocks);
         let (b, h) = (item / heads, item % heads);
         let head = item * seq * head_dim..(item + 1) * seq * head_dim;
-        let first = block * QUERY_BLOCK;
-        let rows = QUERY_BLOCK.min(seq - first);
+        let first = block * query_block;
+        let rows = query_block.min(seq - first);
         let job = Job {
             q: &q[head.start + first * head_dim..head.start + (first + rows) * head_dim],
             k: &k[head.clone()],
@@ -60,8 +65,14 @@ pub fn attention(q: &[f32], k: &[f32], v: &[f32], batch: usize, heads: usize, se
         // SAFETY: this task writes rows `first..first + rows` of input `b`, columns of head `h`,
         // and no other task writes them; all are inside `out` (checked above).
         let out = unsafe { out.at((b * seq + first) * heads * head_dim + h * head_dim) };
-        job.run(scratch, fast, out, heads * head_dim);
+        SCRATCH.with_borrow_mut(|scratch| job.run(scratch, fast, out, heads * head_dim));
     });
+}
+
+/// Query rows per task for `seq` keys: see [`TASK_SCORES`].
+fn query_block(seq: usize) -> usize {
+    let rows = (TASK_SCORES / seq.next_multiple_of(SCORE_KEYS)).max(MIN_QUERY_BLOCK);
+    rows - rows % 24
 }
 
 /// The output's first element, shared by the tasks (each writes its own rows and columns).
@@ -79,7 +90,13 @@ impl Shared {
     }
 }
 
-/// A task's buffers, kept across the tasks a thread runs.
+thread_local! {
+    /// Each thread's buffers, kept across tasks and calls: fresh ones cost page clearing (5.7% of
+    /// an int8 MiniLM embedding in perf when they were made per task).
+    static SCRATCH: std::cell::RefCell<Scratch> = std::cell::RefCell::new(Scratch::default());
+}
+
+/// A task's buffers.
 #[derive(Default)]
 struct Scratch {
     /// The keys transposed, `(head_dim, keys padded to SCORE_KEYS)`.
@@ -300,9 +317,10 @@ mod tests {
 
     #[test]
     fn matches_the_reference_for_every_head_width_with_padding() {
-        // Head widths with and without AVX-512 tiles; sequences past a query block, not a
-        // multiple of the tiles; one input padded.
-        for (batch, heads, seq, d) in [(2, 3, 61, 32), (1, 2, 50, 64), (2, 1, 13, 16), (1, 2, 9, 48), (2, 2, 7, 20), (1, 1, 1, 32)] {
+        // Head widths with and without AVX-512 tiles; sequences not a multiple of the tiles, one
+        // long enough for several query blocks; one input padded.
+        assert!(query_block(1400) < 1400);
+        for (batch, heads, seq, d) in [(2, 1, 1400, 32), (2, 3, 61, 32), (1, 2, 50, 64), (2, 1, 13, 16), (1, 2, 9, 48), (2, 2, 7, 20), (1, 1, 1, 32)] {
             let n = batch * heads * seq * d;
             let (q, k, v) = (values(n, 1), values(n, 2), values(n, 3));
             let mut mask = vec![0f32; batch * seq];
@@ -334,9 +352,10 @@ mod tests {
         let mut plain = vec![0f32; n];
         for h in 0..heads {
             let head = h * seq * d..(h + 1) * seq * d;
-            for block in 0..seq.div_ceil(QUERY_BLOCK) {
-                let first = block * QUERY_BLOCK;
-                let rows = QUERY_BLOCK.min(seq - first);
+            let query_block = MIN_QUERY_BLOCK;
+            for block in 0..seq.div_ceil(query_block) {
+                let first = block * query_block;
+                let rows = query_block.min(seq - first);
                 let job = Job { q: &q[head.start + first * d..head.start + (first + rows) * d], k: &k[head.clone()], v: &v[head.clone()], mask: None, seq, head_dim: d, rows };
                 job.run(&mut Scratch::default(), Fast::Plain, plain[first * heads * d + h * d..].as_mut_ptr(), heads * d);
             }
