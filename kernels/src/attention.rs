@@ -118,7 +118,7 @@ enum Fast {
 impl Fast {
     fn for_head_dim(head_dim: usize) -> Fast {
         #[cfg(target_arch = "x86_64")]
-        if is_x86_feature_detected!("avx512f") && head_dim % 16 == 0 && (1..=4).contains(&(head_dim / 16)) {
+        if is_x86_feature_detected!("avx512f") && head_dim.is_multiple_of(16) && (1..=4).contains(&(head_dim / 16)) {
             return Fast::Avx512 { value_lanes: head_dim / 16 };
         }
         let _ = head_dim;

@@ -2,9 +2,10 @@
 //!
 //! `f32` is the reference: candle's f32 GEMM, checked against the Python models to cosine
 //! 0.9999. `int8` quantises every dense layer's weights at load (per output channel) and the
-//! activations per row on each call, outliers set aside (`ragbox_kernels::Int8Linear` on
-//! rten-gemm: AVX-512 VNNI, AVX2, Arm dot-product kernels picked at run time): two to three times
-//! as fast on this project's CPU. `auto` (the default) runs each model at the precision its
+//! activations per row on each call, outliers set aside (`ragbox_kernels::Int8Linear`: our
+//! AVX-512 VNNI tile where the CPU has it, rten-gemm's AVX2, Arm dot-product or generic kernels
+//! elsewhere, picked at run time), with attention in one fused pass: about five times as fast as
+//! f32 on this project's CPU. `auto` (the default) runs each model at the precision its
 //! manifest entry names (`auto_precision`): the fastest one that passed the golden quality gate
 //! (cosine >= 0.999 per text to the reference; tests/integration/golden.rs checks each claim both
 //! ways), and f32 for the rest and on a GPU. Measured: nomic-embed int8 worst 0.9994, MiniLM 0.9992
@@ -79,8 +80,9 @@ impl Precision {
     }
 }
 
-/// The int8 kernel rten-gemm picks on this CPU, e.g. `x86_64-u8i8i32-avx512 (u8 activations)`
-/// (7-bit activations where its pair sums could saturate: x86 without VNNI).
+/// The int8 GEMM that runs on this CPU, e.g. `ragbox avx512-vnni 6x64 (u8 activations)`, or
+/// rten-gemm's name for its kernel (7-bit activations where its pair sums could saturate: x86
+/// without VNNI).
 pub fn int8_kernel_name() -> String {
     ragbox_kernels::Int8Linear::new(&[0.0], 1, 1, None).kernel_name()
 }
