@@ -166,7 +166,7 @@ unsafe fn tile_rows<const R: usize>(a: &[u8], stride: usize, inputs: usize, b: &
         }
         lines = lines.add(4);
     }
-    if inputs % 4 != 0 {
+    if !inputs.is_multiple_of(4) {
         // The last, partial step: the missing inputs' weights are zero, their bytes too.
         let w = [_mm512_load_si512(lines), _mm512_load_si512(lines.add(1)), _mm512_load_si512(lines.add(2)), _mm512_load_si512(lines.add(3))];
         for (r, acc) in acc.iter_mut().enumerate() {
