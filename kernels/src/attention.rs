@@ -6,7 +6,7 @@
 //! in gemm's f32 micro-kernel at about a tenth of its peak (a small product per head and batch
 //! item, each packed anew) and another 11% in the softmax around it; the scores of all heads
 //! were materialised for the whole batch. Here each parallel task takes one head of one input
-//! and a block of its query rows ([`TASK_SCORES`]): the keys transposed once into the task's scratch, a
+//! and a block of its query rows ([`TASK_SCORES`]): the head's keys transposed once beforehand, a
 //! register tile of 12 query rows × 32 keys for the scores (24 FMA accumulators), the softmax on
 //! each row, and a tile of rows × the head's width for the values. The scores never exceed
 //! a block's rows × seq floats per thread, so an 8,192-token input needs no stepping.
@@ -21,7 +21,7 @@ use crate::softmax::softmax_row;
 /// Most scores a task holds (256 KiB: within L2), and so most query rows it takes...
 const TASK_SCORES: usize = 1 << 16;
 /// ... but never fewer rows than this. Rows per task are a multiple of every tile height below
-/// (12, 8, 6). A short input's head is one task (its keys transposed once); an 8,192-token one's
+/// (12, 8, 6). A short input's head is one task; an 8,192-token one's
 /// takes 48 rows at a time (1.5 MiB of scores).
 const MIN_QUERY_BLOCK: usize = 48;
 /// Query rows of the scores tile.
@@ -44,6 +44,7 @@ pub fn attention(q: &[f32], k: &[f32], v: &[f32], batch: usize, heads: usize, se
         return;
     }
     let fast = Fast::for_head_dim(head_dim);
+    let keys_t = transposed_keys(k, batch * heads, seq, head_dim);
     let query_block = query_block(seq);
     let blocks = seq.div_ceil(query_block);
     let out = Shared(out.as_mut_ptr());
@@ -53,9 +54,10 @@ pub fn attention(q: &[f32], k: &[f32], v: &[f32], batch: usize, heads: usize, se
         let head = item * seq * head_dim..(item + 1) * seq * head_dim;
         let first = block * query_block;
         let rows = query_block.min(seq - first);
+        let head_t = keys_t.len() / (batch * heads);
         let job = Job {
             q: &q[head.start + first * head_dim..head.start + (first + rows) * head_dim],
-            k: &k[head.clone()],
+            keys_t: &keys_t[item * head_t..(item + 1) * head_t],
             v: &v[head],
             mask: mask.map(|m| &m[b * seq..(b + 1) * seq]),
             seq,
@@ -67,6 +69,26 @@ pub fn attention(q: &[f32], k: &[f32], v: &[f32], batch: usize, heads: usize, se
         let out = unsafe { out.at((b * seq + first) * heads * head_dim + h * head_dim) };
         SCRATCH.with_borrow_mut(|scratch| job.run(scratch, fast, out, heads * head_dim));
     });
+}
+
+/// Each head's keys (`heads × seq × head_dim` in `k`) transposed to `(head_dim, seq padded to
+/// SCORE_KEYS)`, zeros in the padding: once per head, in parallel, 16 keys at a time so each
+/// write fills a cache line. (Per task and key by key it was 55% of an 8,192-token input's time:
+/// every store a different page.)
+fn transposed_keys(k: &[f32], heads: usize, seq: usize, head_dim: usize) -> Vec<f32> {
+    let keys = seq.next_multiple_of(SCORE_KEYS);
+    let mut t = vec![0f32; heads * head_dim * keys];
+    t.par_chunks_mut(head_dim * keys).zip(k.par_chunks(seq * head_dim)).for_each(|(t, k)| {
+        for first in (0..seq).step_by(16) {
+            let last = (first + 16).min(seq);
+            for c in 0..head_dim {
+                for (j, slot) in t[c * keys + first..c * keys + last].iter_mut().enumerate() {
+                    *slot = k[(first + j) * head_dim + c];
+                }
+            }
+        }
+    });
+    t
 }
 
 /// Query rows per task for `seq` keys: see [`TASK_SCORES`].
@@ -99,8 +121,6 @@ thread_local! {
 /// A task's buffers.
 #[derive(Default)]
 struct Scratch {
-    /// The keys transposed, `(head_dim, keys padded to SCORE_KEYS)`.
-    keys_t: Vec<f32>,
     /// The query rows, padded with zero rows to a whole number of score tiles.
     queries: Vec<f32>,
     /// `(query rows padded, keys padded)`: scores, then probabilities.
@@ -129,7 +149,8 @@ impl Fast {
 /// One head of one input, `rows` query rows.
 struct Job<'a> {
     q: &'a [f32],
-    k: &'a [f32],
+    /// The head's keys transposed ([`transposed_keys`]).
+    keys_t: &'a [f32],
     v: &'a [f32],
     mask: Option<&'a [f32]>,
     seq: usize,
@@ -142,13 +163,7 @@ impl Job<'_> {
         let (d, seq) = (self.head_dim, self.seq);
         let keys = seq.next_multiple_of(SCORE_KEYS);
         let rows = self.rows.next_multiple_of(SCORE_ROWS);
-        scratch.keys_t.clear();
-        scratch.keys_t.resize(d * keys, 0.0);
-        for (j, key) in self.k.chunks_exact(d).enumerate() {
-            for (c, &x) in key.iter().enumerate() {
-                scratch.keys_t[c * keys + j] = x;
-            }
-        }
+        debug_assert_eq!(self.keys_t.len(), d * keys);
         scratch.queries.clear();
         scratch.queries.extend_from_slice(self.q);
         scratch.queries.resize(rows * d, 0.0);
@@ -161,7 +176,7 @@ impl Job<'_> {
             Fast::Avx512 { value_lanes } => unsafe {
                 for r in (0..rows).step_by(SCORE_ROWS) {
                     for j in (0..keys).step_by(SCORE_KEYS) {
-                        avx512::score_tile(&scratch.queries[r * d..], d, &scratch.keys_t[j..], keys, scratch.scores[r * keys + j..].as_mut_ptr());
+                        avx512::score_tile(&scratch.queries[r * d..], d, &self.keys_t[j..], keys, scratch.scores[r * keys + j..].as_mut_ptr());
                     }
                 }
                 self.softmax(&mut scratch.scores, keys);
@@ -178,7 +193,7 @@ impl Job<'_> {
                     let scores = &mut scratch.scores[r * keys..(r + 1) * keys];
                     scores.fill(0.0);
                     for (c, &x) in query.iter().enumerate() {
-                        for (s, &kt) in scores.iter_mut().zip(&scratch.keys_t[c * keys..(c + 1) * keys]) {
+                        for (s, &kt) in scores.iter_mut().zip(&self.keys_t[c * keys..(c + 1) * keys]) {
                             *s += x * kt;
                         }
                     }
@@ -352,11 +367,12 @@ mod tests {
         let mut plain = vec![0f32; n];
         for h in 0..heads {
             let head = h * seq * d..(h + 1) * seq * d;
+            let keys_t = transposed_keys(&k[head.clone()], 1, seq, d);
             let query_block = MIN_QUERY_BLOCK;
             for block in 0..seq.div_ceil(query_block) {
                 let first = block * query_block;
                 let rows = query_block.min(seq - first);
-                let job = Job { q: &q[head.start + first * d..head.start + (first + rows) * d], k: &k[head.clone()], v: &v[head.clone()], mask: None, seq, head_dim: d, rows };
+                let job = Job { q: &q[head.start + first * d..head.start + (first + rows) * d], keys_t: &keys_t, v: &v[head.clone()], mask: None, seq, head_dim: d, rows };
                 job.run(&mut Scratch::default(), Fast::Plain, plain[first * heads * d + h * d..].as_mut_ptr(), heads * d);
             }
         }
