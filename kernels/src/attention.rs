@@ -293,18 +293,8 @@ mod avx512 {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::testing::values;
 
-    fn values(n: usize, seed: u64) -> Vec<f32> {
-        let mut s = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-        (0..n)
-            .map(|_| {
-                s ^= s << 13;
-                s ^= s >> 7;
-                s ^= s << 17;
-                (s >> 40) as f32 / (1u64 << 23) as f32 - 1.0
-            })
-            .collect()
-    }
 
     /// Attention written out in f64.
     #[allow(clippy::too_many_arguments)]

@@ -548,19 +548,8 @@ fn dequantise_with(row: &mut [f32], a: Row, layer: &Int8Linear, extra: &[f32], a
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::testing::values;
 
-    /// A small deterministic generator (xorshift), values in [-1, 1).
-    fn values(n: usize, seed: u64) -> Vec<f32> {
-        let mut s = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-        (0..n)
-            .map(|_| {
-                s ^= s << 13;
-                s ^= s >> 7;
-                s ^= s << 17;
-                (s >> 40) as f32 / (1u64 << 23) as f32 - 1.0
-            })
-            .collect()
-    }
 
     fn reference(x: &[f32], w: &[f32], bias: &[f32], rows: usize, inputs: usize, outputs: usize) -> Vec<f32> {
         let mut y = vec![0.0; rows * outputs];

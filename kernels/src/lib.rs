@@ -31,6 +31,22 @@ mod swiglu;
 #[cfg(target_arch = "x86_64")]
 mod vnni;
 
+#[cfg(test)]
+mod testing {
+    /// A small deterministic generator (xorshift), values in [-1, 1): the kernels' tests' inputs.
+    pub(crate) fn values(n: usize, seed: u64) -> Vec<f32> {
+        let mut s = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+        (0..n)
+            .map(|_| {
+                s ^= s << 13;
+                s ^= s >> 7;
+                s ^= s << 17;
+                (s >> 40) as f32 / (1u64 << 23) as f32 - 1.0
+            })
+            .collect()
+    }
+}
+
 pub use attention::attention;
 pub use int8::{profile_parts, Activation, Int8Linear, Kernel};
 pub use swiglu::swiglu;
