@@ -343,20 +343,16 @@ impl Catalog {
         conn.execute_batch(super::annotation::SCHEMA)?;
         conn.execute_batch(super::keys::SCHEMA)?;
         conn.execute_batch(super::events::SCHEMA)?;
-        let version: Option<String> =
-            conn.query_row("SELECT value FROM meta WHERE key = 'schema_version'", [], |r| r.get(0)).optional()?;
-        match version {
-            None => {
-                conn.execute("INSERT INTO meta (key, value) VALUES ('schema_version', ?1)", [SCHEMA_VERSION.to_string()])?;
-            }
-            Some(v) if v == SCHEMA_VERSION.to_string() => {}
-            Some(v) => {
-                return Err(Error::IndexMismatch {
-                    path: path.to_path_buf(),
-                    found: format!("catalog schema {v}"),
-                    expected: format!("schema {SCHEMA_VERSION}; use a new --data-dir or the matching ragbox version"),
-                })
-            }
+        // A new catalog gets this build's version; `OR IGNORE` because two processes creating it
+        // at once both find none (a plain insert failed the second: "UNIQUE constraint failed").
+        conn.execute("INSERT OR IGNORE INTO meta (key, value) VALUES ('schema_version', ?1)", [SCHEMA_VERSION.to_string()])?;
+        let version: String = conn.query_row("SELECT value FROM meta WHERE key = 'schema_version'", [], |r| r.get(0))?;
+        if version != SCHEMA_VERSION.to_string() {
+            return Err(Error::IndexMismatch {
+                path: path.to_path_buf(),
+                found: format!("catalog schema {version}"),
+                expected: format!("schema {SCHEMA_VERSION}; use a new --data-dir or the matching ragbox version"),
+            });
         }
         Ok(Catalog { conn: Mutex::new(conn), path: path.to_path_buf() })
     }
