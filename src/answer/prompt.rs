@@ -152,10 +152,15 @@ pub fn answer_messages_in(style: AnswerPrompt, question: &str, passages: &[Promp
     vec![Message::system(ANSWER_SYSTEM), Message::user(user)]
 }
 
-/// The system-context rule: a whole sentence, so the answer carries its condition ("within 30
-/// days of the last day of the trip", not "30 days").
-const FULL_SENTENCE: &str = "Answer in one complete sentence, with the exact figures, dates or names and any condition \
-     the passage attaches to them. End the sentence with the number of the passage it comes from, in square brackets:";
+/// The system-context rule: a whole sentence that states what the passage requires, so the answer
+/// carries its condition ("within 30 days of the last day of the trip", not "30 days"). Asked so,
+/// the 0.5B model answers in the focused sentences' own words; asked only for "one complete
+/// sentence" it picked a fragment ("[1] 90 days after the trip", the neighbouring sentence's
+/// figure) or wrote nothing, and which one moved with the float rounding of its matmul kernel.
+/// `ragbox eval --qa` on the sample questions: docs/EVAL.md ("What the passage requires").
+const FULL_SENTENCE: &str = "Answer in one complete sentence that states what the passage requires, with the exact \
+     figures, dates or names and any condition the passage attaches to them. End the sentence with the number of the \
+     passage it comes from, in square brackets:";
 
 /// The system-context rule of the second try: the figure alone (the rule before focused passages).
 const SHORT_SENTENCE: &str = "Answer in one short sentence with the exact figure, date or name from the passages. \
