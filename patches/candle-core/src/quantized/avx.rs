@@ -1144,3 +1144,129 @@ pub unsafe fn matmul_k<W: KBlock>(
         Q0Kernel::Avx2 => matmul_k_avx2(m, k_blocks, n, lhs, rhs, cols, dst),
     }
 }
+
+/// ragbox patch: activation rows for [`matmul_q0_panels`]: each Q8_0 block's codes shifted to
+/// unsigned bytes (`a + 128`, as `vpdpbusd` wants them), rows of `k_blocks · 32` bytes, and the
+/// blocks' scales as f32. Made once per matmul and shared by every task.
+pub struct ShiftedRows {
+    pub codes: Vec<u8>,
+    pub scales: Vec<f32>,
+}
+
+impl ShiftedRows {
+    pub fn new(lhs: &[BlockQ8_0]) -> ShiftedRows {
+        let mut codes = Vec::with_capacity(lhs.len() * 32);
+        for block in lhs {
+            codes.extend(block.qs.iter().map(|&a| (a as u8) ^ 0x80));
+        }
+        ShiftedRows { codes, scales: lhs.iter().map(|b| f16::to_f32(b.d)).collect() }
+    }
+}
+
+/// ragbox patch: columns of one [`matmul_q0_panels`] panel (two 16-lane registers).
+pub const PANEL_COLS: usize = 32;
+
+/// ragbox patch: `dst[rows × cols]` for a Q0 weight type on AVX-512 VNNI, with the weights of
+/// the task's columns (at most [`PANEL_COLS`]) repacked first into the order a register tile
+/// reads them: per 32-element block, eight steps of 4 inputs × 32 columns (one `vpdpbusd` per 16
+/// columns and row), the columns' scales as a vector and `-128 · Σw` per column (the shifted
+/// activations' correction) as the sums' start. A block's 8 × 2 `vpdpbusd` per row are then
+/// followed by one conversion, one multiply and one FMA per 16 columns, where the per-pair tiles
+/// above spend a conversion, a broadcast and an FMA on every 32 products of one column.
+///
+/// # Safety
+/// AVX-512 F/BW/VNNI; `lhs` made from m · k_blocks blocks; `rhs` holds n · k_blocks blocks; `dst`
+/// m · n cells, no other thread writes the cells of columns `cols`, which are at most
+/// [`PANEL_COLS`].
+#[allow(clippy::too_many_arguments)]
+#[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
+pub unsafe fn matmul_q0_panels<W: Q0Block>(
+    m: usize,
+    k_blocks: usize,
+    n: usize,
+    lhs: &ShiftedRows,
+    rhs: &[W],
+    cols: std::ops::Range<usize>,
+    dst: *mut f32,
+) {
+    debug_assert!(cols.len() <= PANEL_COLS && lhs.scales.len() == m * k_blocks);
+    // Per block: 8 steps × 2 registers of 64 code bytes, then 2 registers of scales and 2 of
+    // corrections (as i32 / f32 lanes).
+    let mut codes = vec![0i8; k_blocks * 8 * 2 * 64];
+    let mut scales = vec![0f32; k_blocks * PANEL_COLS];
+    let mut starts = vec![0i32; k_blocks * PANEL_COLS];
+    for (j, col) in cols.clone().enumerate() {
+        for b in 0..k_blocks {
+            let (x, d) = rhs.get_unchecked(col * k_blocks + b).decode();
+            let mut w = [0i8; 32];
+            _mm256_storeu_si256(w.as_mut_ptr() as *mut __m256i, x);
+            let (g, lane) = (j / 16, j % 16);
+            for s in 0..8 {
+                let at = ((b * 8 + s) * 2 + g) * 64 + lane * 4;
+                codes[at..at + 4].copy_from_slice(&w[4 * s..4 * s + 4]);
+            }
+            scales[b * PANEL_COLS + j] = d;
+            starts[b * PANEL_COLS + j] = -128 * w.iter().map(|&v| i32::from(v)).sum::<i32>();
+        }
+    }
+    let width = cols.len();
+    let full = (m / 6) * 6;
+    for row in (0..full).step_by(6) {
+        panel_tile::<6>(k_blocks, lhs, &codes, &scales, &starts, row, cols.start, width, n, dst);
+    }
+    for row in full..m {
+        panel_tile::<1>(k_blocks, lhs, &codes, &scales, &starts, row, cols.start, width, n, dst);
+    }
+}
+
+/// ragbox patch: `R` rows × one panel, over all of k (see [`matmul_q0_panels`]).
+#[allow(clippy::too_many_arguments)]
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
+unsafe fn panel_tile<const R: usize>(
+    k_blocks: usize,
+    lhs: &ShiftedRows,
+    codes: &[i8],
+    scales: &[f32],
+    starts: &[i32],
+    row0: usize,
+    col0: usize,
+    width: usize,
+    n: usize,
+    dst: *mut f32,
+) {
+    let mut acc = [[_mm512_setzero_ps(); 2]; R];
+    let a = lhs.codes.as_ptr();
+    let row_bytes = k_blocks * 32;
+    let w = codes.as_ptr() as *const __m512i;
+    for b in 0..k_blocks {
+        let start = [_mm512_loadu_si512(starts.as_ptr().add(b * PANEL_COLS) as *const __m512i), _mm512_loadu_si512(starts.as_ptr().add(b * PANEL_COLS + 16) as *const __m512i)];
+        let mut sums = [start; R];
+        for s in 0..8 {
+            let w0 = _mm512_loadu_si512(w.add((b * 8 + s) * 2));
+            let w1 = _mm512_loadu_si512(w.add((b * 8 + s) * 2 + 1));
+            for (r, sums) in sums.iter_mut().enumerate() {
+                let x = _mm512_set1_epi32((a.add((row0 + r) * row_bytes + b * 32 + 4 * s) as *const i32).read_unaligned());
+                sums[0] = _mm512_dpbusd_epi32(sums[0], x, w0);
+                sums[1] = _mm512_dpbusd_epi32(sums[1], x, w1);
+            }
+        }
+        let d = [_mm512_loadu_ps(scales.as_ptr().add(b * PANEL_COLS)), _mm512_loadu_ps(scales.as_ptr().add(b * PANEL_COLS + 16))];
+        for (r, (acc, sums)) in acc.iter_mut().zip(&sums).enumerate() {
+            let da = _mm512_set1_ps(*lhs.scales.get_unchecked((row0 + r) * k_blocks + b));
+            for g in 0..2 {
+                acc[g] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sums[g]), _mm512_mul_ps(da, d[g]), acc[g]);
+            }
+        }
+    }
+    for (r, acc) in acc.iter().enumerate() {
+        for (g, &v) in acc.iter().enumerate() {
+            let first = 16 * g;
+            if first >= width {
+                break;
+            }
+            let mask: __mmask16 = if width - first >= 16 { 0xffff } else { (1u16 << (width - first)) - 1 };
+            _mm512_mask_storeu_ps(dst.add((row0 + r) * n + col0 + first), mask, v);
+        }
+    }
+}

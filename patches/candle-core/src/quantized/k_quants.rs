@@ -2326,8 +2326,42 @@ pub fn matmul<T: GgmlType>(
     let out = SendPtr(dst.as_mut_ptr());
     #[cfg(target_feature = "avx2")]
     let kernel = super::avx::Q0Kernel::detect();
-    (0..n.div_ceil(COLS)).into_par_iter().for_each(|block| {
-        let cols = block * COLS..((block + 1) * COLS).min(n);
+    // With AVX-512 VNNI the 32-element formats take repacked panels of 32 columns
+    // (`avx::matmul_q0_panels`), on activations shifted once here for every task.
+    #[cfg(target_feature = "avx2")]
+    let shifted = (kernel == super::avx::Q0Kernel::Avx512Vnni && matches!(T::DTYPE, GgmlDType::Q5_0 | GgmlDType::Q8_0 | GgmlDType::Q4_0))
+        .then(|| {
+            // SAFETY: the dtype is a Q0 format, whose activations are Q8_0 blocks.
+            super::avx::ShiftedRows::new(unsafe { std::slice::from_raw_parts(lhs_b.as_ptr() as *const BlockQ8_0, lhs_b.len()) })
+        });
+    #[cfg(target_feature = "avx2")]
+    let cols_per_task = if shifted.is_some() { super::avx::PANEL_COLS } else { COLS };
+    #[cfg(not(target_feature = "avx2"))]
+    let cols_per_task = COLS;
+    (0..n.div_ceil(cols_per_task)).into_par_iter().for_each(|block| {
+        let cols = block * cols_per_task..((block + 1) * cols_per_task).min(n);
+        #[cfg(target_feature = "avx2")]
+        if let Some(shifted) = &shifted {
+            // SAFETY: as below; the CPU has AVX-512 VNNI (`kernel`), the task owns `cols`.
+            unsafe {
+                let rhs_ptr = rhs_t.as_ptr();
+                match T::DTYPE {
+                    GgmlDType::Q5_0 => {
+                        let rhs = std::slice::from_raw_parts(rhs_ptr as *const BlockQ5_0, rhs_t.len());
+                        super::avx::matmul_q0_panels(m, k_in_blocks, n, shifted, rhs, cols.clone(), out.get());
+                    }
+                    GgmlDType::Q8_0 => {
+                        let rhs = std::slice::from_raw_parts(rhs_ptr as *const BlockQ8_0, rhs_t.len());
+                        super::avx::matmul_q0_panels(m, k_in_blocks, n, shifted, rhs, cols.clone(), out.get());
+                    }
+                    _ => {
+                        let rhs = std::slice::from_raw_parts(rhs_ptr as *const BlockQ4_0, rhs_t.len());
+                        super::avx::matmul_q0_panels(m, k_in_blocks, n, shifted, rhs, cols.clone(), out.get());
+                    }
+                }
+            }
+            return;
+        }
         #[cfg(target_feature = "avx2")]
         {
             // SAFETY: the dtype names the block type, so the casts are identities; Q4_0, Q5_0
