@@ -6,13 +6,13 @@ use std::sync::Arc;
 use candle_core::quantized::ggml_file;
 use candle_core::quantized::QTensor;
 use candle_core::{DType, Device, Result, Tensor};
-use candle_nn::{Embedding, Module};
+use candle_nn::Embedding;
 use mistralrs_quant::{GgufMatMul, QuantMethod, QuantMethodConfig};
 
 use crate::attention::SdpaParams;
 use crate::device_map::{DeviceMappedMask, DeviceMapper};
 use crate::gguf::Content;
-use crate::layers::{CausalMasker, MatMul, QRmsNorm, RotaryEmbedding, Sdpa};
+use crate::layers::{CausalMasker, MatMul, QRmsNorm, RotaryEmbedding, Sdpa, TokenEmbedding};
 use crate::layers_masker::PastKvLenCache;
 use crate::paged_attention::{AttentionImplementation, PagedAttention};
 use crate::pipeline::extract_logits;
@@ -212,7 +212,7 @@ impl LayerWeights {
 }
 
 pub struct ModelWeights {
-    tok_embeddings: Embedding,
+    tok_embeddings: TokenEmbedding,
     layers: Vec<LayerWeights>,
     norm: QRmsNorm,
     output: Arc<dyn QuantMethod>,
@@ -307,7 +307,7 @@ impl ModelConfig::FromGGML for ModelWeights {
             })
         }
         Ok(Self {
-            tok_embeddings: Embedding::new(tok_embeddings, ct.hparams.n_embd as usize),
+            tok_embeddings: TokenEmbedding::Dense(Embedding::new(tok_embeddings, ct.hparams.n_embd as usize)),
             layers,
             norm,
             output: Arc::new(GgufMatMul::new(QuantMethodConfig::Gguf {
@@ -435,14 +435,16 @@ impl ModelConfig::FromGGUF for ModelWeights {
             value_length,
         } = PropsGGUF::try_from(metadata).or_else(|err| candle_core::bail!("{err}"))?;
 
-        let qtok_embeddings = ct.tensor("token_embd.weight", device)?;
-        let tok_embeddings = qtok_embeddings.dequantize(device)?;
+        // ragbox patch: one quantised table for the lookup and, when the file ties them, the
+        // output projection (`layers::TokenEmbedding`).
+        let qtok_embeddings = Arc::new(ct.tensor("token_embd.weight", device)?);
         let norm = QRmsNorm::new(ct.tensor("output_norm.weight", device)?, rms_norm_eps)?;
         let output = if !ct.has_tensor("output.weight") {
-            ct.tensor("token_embd.weight", device)?
+            qtok_embeddings.clone()
         } else {
-            ct.tensor("output.weight", device)?
+            Arc::new(ct.tensor("output.weight", device)?)
         };
+        let tok_embeddings = TokenEmbedding::new(qtok_embeddings, embedding_length, device)?;
         let mut layers = Vec::with_capacity(block_count);
 
         let head_dim = key_length;
@@ -641,11 +643,11 @@ impl ModelConfig::FromGGUF for ModelWeights {
             })
         }
         Ok(Self {
-            tok_embeddings: Embedding::new(tok_embeddings, embedding_length),
+            tok_embeddings,
             layers,
             norm,
             output: Arc::new(GgufMatMul::new(QuantMethodConfig::Gguf {
-                q_weight: Arc::new(output),
+                q_weight: output,
                 b: None,
             })?),
             device: device.clone(),

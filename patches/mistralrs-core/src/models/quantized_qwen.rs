@@ -3,15 +3,13 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use candle_core::quantized::QTensor;
 use candle_core::{DType, Device, Result, Tensor};
-use candle_nn::{Embedding, Module};
 use mistralrs_quant::{GgufMatMul, QuantMethod, QuantMethodConfig};
 
 use crate::attention::SdpaParams;
 use crate::device_map::{DeviceMappedMask, DeviceMapper};
 use crate::gguf::Content;
-use crate::layers::{CausalMasker, MatMul, QRmsNorm, RotaryEmbedding, Sdpa};
+use crate::layers::{CausalMasker, MatMul, QRmsNorm, RotaryEmbedding, Sdpa, TokenEmbedding};
 use crate::layers_masker::PastKvLenCache;
 use crate::paged_attention::{AttentionImplementation, PagedAttention};
 use crate::pipeline::text_models_inputs_processor::PagedAttentionInputMetadata;
@@ -141,48 +139,6 @@ impl LayerWeights {
 
         let y = MatMul.qmethod_matmul(&y.to_dtype(x.dtype())?, &*self.attention_wo)?;
         Ok(y)
-    }
-}
-
-/// ragbox patch: the token embedding table, kept quantised on the CPU. Upstream dequantises the
-/// whole table to f32 at load (Qwen2.5-0.5B: 151,936 x 896, 545 MB, a third of an answer's peak
-/// RSS; 1.5B: 933 MB) to look up a prompt's few hundred rows; on the CPU the rows a forward pass
-/// needs are copied out of the quantised table and dequantised alone (the same values).
-enum TokenEmbedding {
-    Dense(Embedding),
-    Quantized { table: Arc<QTensor>, hidden: usize },
-}
-
-impl TokenEmbedding {
-    fn new(table: Arc<QTensor>, hidden: usize, device: &Device) -> Result<Self> {
-        if device.is_cpu() && hidden.is_multiple_of(table.dtype().block_size()) {
-            return Ok(Self::Quantized { table, hidden });
-        }
-        Ok(Self::Dense(Embedding::new(table.dequantize(device)?, hidden)))
-    }
-
-    fn forward(&self, ids: &Tensor) -> Result<Tensor> {
-        let (table, hidden) = match self {
-            Self::Dense(embedding) => return embedding.forward(ids),
-            Self::Quantized { table, hidden } => (table, *hidden),
-        };
-        let dtype = table.dtype();
-        let row_bytes = hidden / dtype.block_size() * dtype.type_size();
-        let data = table.data()?;
-        let rows = data.len() / row_bytes;
-        let flat: Vec<u32> = ids.flatten_all()?.to_dtype(DType::U32)?.to_vec1()?;
-        let mut bytes = Vec::with_capacity(flat.len() * row_bytes);
-        for &id in &flat {
-            let id = id as usize;
-            if id >= rows {
-                candle_core::bail!("token id {id} is outside the embedding table ({rows} rows)");
-            }
-            bytes.extend_from_slice(&data[id * row_bytes..(id + 1) * row_bytes]);
-        }
-        let picked = candle_core::quantized::ggml_file::qtensor_from_ggml(dtype, &bytes, vec![flat.len(), hidden], &Device::Cpu)?;
-        let mut dims = ids.dims().to_vec();
-        dims.push(hidden);
-        picked.dequantize(&Device::Cpu)?.reshape(dims)
     }
 }
 
