@@ -550,7 +550,6 @@ mod tests {
     use super::*;
     use crate::testing::values;
 
-
     fn reference(x: &[f32], w: &[f32], bias: &[f32], rows: usize, inputs: usize, outputs: usize) -> Vec<f32> {
         let mut y = vec![0.0; rows * outputs];
         for r in 0..rows {
