@@ -181,6 +181,30 @@ fn the_llm_reranker_scores_the_relevant_passage_above_the_others() {
 }
 
 #[test]
+fn requests_sent_together_are_decoded_as_one_batch_and_each_gets_its_own_reply() {
+    // Prompts of one length run as one batch in mistralrs; its CPU attention once wrote every
+    // sequence's decoding step into the same scratch, so each got the last one's reply.
+    let g = load_generator("qwen2.5-coder-0.5b-instruct");
+    let asks = [("France", "Paris"), ("Italy", "Rome"), ("Spain", "Madrid")];
+    let requests: Vec<_> = asks
+        .iter()
+        .map(|(country, _)| {
+            let m = vec![ragbox::generate::Message::user(format!("What is the capital of {country}? Answer in one sentence."))];
+            ragbox::generate::GenerateRequest::greedy(m, 16)
+        })
+        .collect();
+    let replies = block_on(futures::future::join_all(requests.iter().map(|r| {
+        let g = g.clone();
+        async move { g.generate(r, &mut ragbox::generate::Discard).await.unwrap() }
+    })));
+    let texts: Vec<&str> = replies.iter().map(|r| r.text.as_str()).collect();
+    assert!(replies.iter().all(|r| r.prompt_tokens == replies[0].prompt_tokens), "one prompt length, so one batch: {replies:?}");
+    for ((_, city), text) in asks.iter().zip(&texts) {
+        assert!(text.contains(city), "{city}: {texts:?}");
+    }
+}
+
+#[test]
 fn llm_context_annotates_each_chunk_once() {
     let dir = tempfile::tempdir().unwrap();
     let corpus = dir.path().join("corpus");

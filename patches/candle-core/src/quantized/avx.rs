@@ -1166,6 +1166,12 @@ impl ShiftedRows {
 /// ragbox patch: columns of one [`matmul_q0_panels`] panel (two 16-lane registers).
 pub const PANEL_COLS: usize = 32;
 
+/// ragbox patch: fewest activation rows for which `k_quants::matmul` repacks the weights into
+/// panels. Eight sequences decoding together (eight rows) ran a step in ~210 ms on the tiles
+/// against ~300 ms on the panels, whose repacking of every weight is paid once per call; a prompt
+/// (hundreds of rows) amortises it.
+pub const PANEL_MIN_ROWS: usize = 32;
+
 /// ragbox patch: `dst[rows × cols]` for a Q0 weight type on AVX-512 VNNI, with the weights of
 /// the task's columns (at most [`PANEL_COLS`]) repacked first into the order a register tile
 /// reads them: per 32-element block, eight steps of 4 inputs × 32 columns (one `vpdpbusd` per 16

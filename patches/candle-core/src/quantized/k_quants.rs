@@ -2329,7 +2329,11 @@ pub fn matmul<T: GgmlType>(
     // With AVX-512 VNNI the 32-element formats take repacked panels of 32 columns
     // (`avx::matmul_q0_panels`), on activations shifted once here for every task.
     #[cfg(target_feature = "avx2")]
-    let shifted = (kernel == super::avx::Q0Kernel::Avx512Vnni && matches!(T::DTYPE, GgmlDType::Q5_0 | GgmlDType::Q8_0 | GgmlDType::Q4_0))
+    // Below `PANEL_MIN_ROWS` rows (several sequences decoding together) the tiles run instead:
+    // repacking every weight for a handful of rows cost more than it saved.
+    let shifted = (kernel == super::avx::Q0Kernel::Avx512Vnni
+        && m >= super::avx::PANEL_MIN_ROWS
+        && matches!(T::DTYPE, GgmlDType::Q5_0 | GgmlDType::Q8_0 | GgmlDType::Q4_0))
         .then(|| {
             // SAFETY: the dtype is a Q0 format, whose activations are Q8_0 blocks.
             super::avx::ShiftedRows::new(unsafe { std::slice::from_raw_parts(lhs_b.as_ptr() as *const BlockQ8_0, lhs_b.len()) })

@@ -427,10 +427,12 @@ where
 
     // final output
     let mut out = vec![T::cast(0.0); b * h * dv];
-    // scratch: one tile  ×  heads ×  dv  (flattened)
-    let mut scratch = vec![0f32; kv_tiles * h * dv];
-    let mut scratch_s = vec![0f32; kv_tiles * h]; // softmax S per tile
-    let mut scratch_m = vec![f32::NEG_INFINITY; kv_tiles * h];
+    // scratch: batch × tile × heads × dv (flattened). ragbox patch: upstream had no batch
+    // dimension here, so with several sequences decoding together every sequence's tiles were
+    // written to the same slots and each got the last sequence's attention.
+    let mut scratch = vec![0f32; b * kv_tiles * h * dv];
+    let mut scratch_s = vec![0f32; b * kv_tiles * h]; // softmax S per tile
+    let mut scratch_m = vec![f32::NEG_INFINITY; b * kv_tiles * h];
 
     // Store as plain usize so the capture is Sync (raw *mut T is not Sync)
     let scratch_ptr = scratch.as_mut_ptr() as usize;
@@ -459,8 +461,8 @@ where
                     let v_head = h_i / rv2;
 
                     // pointers into scratch
-                    let base_vk = ((tile_idx * h + h_i) * dv) as isize;
-                    let base_s = (tile_idx * h + h_i) as isize;
+                    let base_s = ((b_i * kv_tiles + tile_idx) * h + h_i) as isize;
+                    let base_vk = base_s * dv as isize;
 
                     let q_base = b_i * qstride[0] + h_i * qstride[2];
                     let q_row = &q_data[q_base..q_base + d];
@@ -542,14 +544,15 @@ where
             let out_off = (b_i * h + h_i) * dv;
 
             // start with tile 0
+            let first = b_i * kv_tiles * h + h_i;
             let mut vkq = vec![0f32; dv];
-            vkq.copy_from_slice(&scratch[(h_i * dv)..(h_i * dv + dv)]);
-            let mut s = scratch_s[h_i];
-            let mut m = scratch_m[h_i];
+            vkq.copy_from_slice(&scratch[(first * dv)..(first * dv + dv)]);
+            let mut s = scratch_s[first];
+            let mut m = scratch_m[first];
 
             for tile_idx in 1..kv_tiles {
-                let base = (tile_idx * h + h_i) * dv;
-                let base_s = tile_idx * h + h_i;
+                let base_s = (b_i * kv_tiles + tile_idx) * h + h_i;
+                let base = base_s * dv;
 
                 let m_b = scratch_m[base_s];
                 let s_b = scratch_s[base_s];
