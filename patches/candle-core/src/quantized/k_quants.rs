@@ -2327,10 +2327,10 @@ pub fn matmul<T: GgmlType>(
     #[cfg(target_feature = "avx2")]
     let kernel = super::avx::Q0Kernel::detect();
     // With AVX-512 VNNI the 32-element formats take repacked panels of 32 columns
-    // (`avx::matmul_q0_panels`), on activations shifted once here for every task.
-    #[cfg(target_feature = "avx2")]
-    // Below `PANEL_MIN_ROWS` rows (several sequences decoding together) the tiles run instead:
+    // (`avx::matmul_q0_panels`), on activations shifted once here for every task. Below
+    // `PANEL_MIN_ROWS` rows (several sequences decoding together) the tiles run instead:
     // repacking every weight for a handful of rows cost more than it saved.
+    #[cfg(target_feature = "avx2")]
     let shifted = (kernel == super::avx::Q0Kernel::Avx512Vnni
         && m >= super::avx::PANEL_MIN_ROWS
         && matches!(T::DTYPE, GgmlDType::Q5_0 | GgmlDType::Q8_0 | GgmlDType::Q4_0))
