@@ -1,6 +1,7 @@
-//! The `llm` contextualiser: the local LLM writes a sentence that situates each child
-//! chunk within its whole document (contextual retrieval), put in front of the chunk for
-//! embedding and BM25.
+//! The `llm` contextualiser: the local LLM reads a child chunk within its whole document and
+//! writes a short note on what it covers, in its key terms (contextual retrieval); the note
+//! follows the chunk's structural context (title and sections) in front of it, for embedding
+//! and BM25.
 //!
 //! May import `types`, `error`, `generate`, `ingest` and `answer`. The document part of the
 //! prompt is byte-identical across a document's chunks and comes first, so the generator's
@@ -19,8 +20,9 @@ use crate::ingest::Contextualizer;
 /// Most characters of a document shown with its chunks (its head): bounds the prompt on a CPU.
 pub const DOCUMENT_CHARS: usize = 6000;
 
-/// Most tokens of one context.
-const CONTEXT_MAX_TOKENS: usize = 64;
+/// Most tokens of one note (ingest keeps [`crate::ingest::LLM_CONTEXT_TOKENS`] of each chunk's
+/// window for it): a short phrase is asked for, and each generated token costs ~45 ms on two cores.
+const CONTEXT_MAX_TOKENS: usize = 32;
 
 /// Annotates chunks with a [`Generator`].
 pub struct LlmContextualizer {
@@ -32,7 +34,7 @@ impl LlmContextualizer {
     /// A contextualiser over `generator`.
     pub fn new(generator: Arc<dyn Generator>) -> LlmContextualizer {
         // The id names the model and this prompt's version: a change to either re-annotates.
-        let id = format!("llm-context-v3:{}", generator.model_id());
+        let id = format!("llm-context-v4:{}", generator.model_id());
         LlmContextualizer { generator, id }
     }
 }
@@ -45,10 +47,13 @@ fn head(text: &str, max: usize) -> &str {
     }
 }
 
-/// The first line or two of a reply, without a "Context:" label.
+/// Openings the model puts in front of a note that say nothing about the chunk.
+const FILLER: &[&str] = &["Context:", "This chunk covers", "The chunk covers", "It covers"];
+
+/// A reply on one line, without a label or a filler opening ("This chunk covers ...").
 fn clean(reply: &str) -> String {
     let text = reply.trim();
-    let text = text.strip_prefix("Context:").or_else(|| text.strip_prefix("context:")).unwrap_or(text).trim();
+    let text = FILLER.iter().find_map(|f| text.strip_prefix(f)).unwrap_or(text).trim_start_matches([' ', ':']);
     text.split_whitespace().collect::<Vec<_>>().join(" ")
 }
 
@@ -88,11 +93,11 @@ mod tests {
 
     #[test]
     fn every_chunk_gets_a_context_and_the_document_leads_every_prompt() {
-        let g = Arc::new(ScriptedGenerator::new(&["Context: From the travel policy.", "About insurance.\n"]));
+        let g = Arc::new(ScriptedGenerator::new(&["Context: From the travel policy.", "This chunk covers\ninsurance abroad.\n"]));
         let c = LlmContextualizer::new(g.clone());
         let doc = "The travel policy. chunk one. chunk two.";
         let out = c.contexts("Travel", doc, &[19..29, 30..40]).unwrap();
-        assert_eq!(out, vec!["From the travel policy.".to_string(), "About insurance.".to_string()]);
+        assert_eq!(out, vec!["From the travel policy.".to_string(), "insurance abroad.".to_string()]);
         let calls = g.calls();
         assert_eq!(calls.len(), 2);
         let (a, b) = (&calls[0].last().unwrap().content, &calls[1].last().unwrap().content);

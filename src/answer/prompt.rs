@@ -236,38 +236,36 @@ pub fn support_messages(claim: &str, passages: &[&str]) -> Vec<Message> {
     ]
 }
 
-const CONTEXT_SYSTEM: &str = "You write one-sentence notes that say where a chunk of a document comes from and what it covers.";
+const CONTEXT_SYSTEM: &str = "You write short notes that say what a chunk of a document covers, in its key terms.";
 
 /// Words of a chunk quoted to point at it in the document the prompt shows.
 const CHUNK_OPENING_WORDS: usize = 12;
 
-/// Contextual retrieval: asks for one sentence that situates `chunk` within `document` (which
-/// section it is in, what it covers). Worded for the 0.5B model, which echoed the published
-/// contextual-retrieval prompt back (docs/BENCHMARKS.md).
-/// The user message opens with the document, byte-identical for every chunk of it, and ends with
-/// the chunk, so a backend's prefix cache covers all but the chunk; the system message is the
-/// same for every call. A chunk the document shown already holds (`shown`) is pointed at by its
-/// opening words rather than repeated: a few tokens to compute instead of the chunk's hundreds.
+/// Contextual retrieval: asks for a short note on what `chunk` covers within `document`, in its
+/// key terms. The note follows the chunk's structural context (title and section path, written
+/// by ragbox), so the model is not asked to name the document or the section.
+/// Everything up to the chunk is the same for every chunk of a document (the system message, the
+/// document, the instruction) and comes first, so a backend's prefix cache covers all of it but
+/// the chunk; a chunk the document shown already holds (`shown`) is pointed at by its opening
+/// words rather than repeated: a few tokens to compute instead of the chunk's hundreds.
+/// Worded for the 0.5B model, which echoed the published contextual-retrieval prompt back and,
+/// asked for a sentence, quoted the chunk's first one (docs/BENCHMARKS.md).
 pub fn context_messages(document_title: &str, document: &str, chunk: &str, shown: bool) -> Vec<Message> {
     let mut user = String::with_capacity(400 + document.len() + chunk.len());
     let _ = writeln!(user, "<document title=\"{}\">", escape_attr(document_title.trim()));
     user.push_str(&escape_text(document));
+    user.push_str(
+        "\n</document>\nBelow is one chunk of that document, or how it begins. In at most 15 words, say what \
+         the whole chunk covers, with its key terms. Do not copy its words; write only the note.\n<chunk>\n",
+    );
     let words: Vec<&str> = chunk.split_whitespace().collect();
     if shown && words.len() > CHUNK_OPENING_WORDS {
-        user.push_str("\n</document>\nHere is how one chunk of that document begins:\n<chunk>\n");
         user.push_str(&escape_text(&words[..CHUNK_OPENING_WORDS].join(" ")));
-        user.push_str(" …\n</chunk>\n");
+        user.push_str(" …");
     } else {
-        user.push_str("\n</document>\nHere is one chunk of that document:\n<chunk>\n");
         user.push_str(&escape_text(chunk));
-        user.push_str("\n</chunk>\n");
     }
-    let _ = write!(
-        user,
-        "Write one sentence that starts with \"From {}, section\", names the section this chunk \
-         is in, and says what the chunk covers, with its key terms. Write only that sentence.",
-        escape_text(document_title.trim())
-    );
+    user.push_str("\n</chunk>\nWhat does this chunk cover? Answer with a short phrase.");
     vec![Message::system(CONTEXT_SYSTEM), Message::user(user)]
 }
 
@@ -597,9 +595,9 @@ mod tests {
         assert_eq!(a[0], b[0]);
         let u = &a[1].content;
         assert!(u.starts_with("<document title=\"Doc\">\nTitle\n\nFirst part. Second part &lt;b>.\n</document>\n"));
-        assert!(u.contains("Here is one chunk of that document:\n<chunk>\nFirst part.\n</chunk>"));
-        assert!(u.contains("starts with \"From Doc, section\"") && u.ends_with("Write only that sentence."), "{u}");
-        let cut = u.find("<chunk>").expect("chunk");
+        assert!(u.contains("say what the whole chunk covers, with its key terms"), "{u}");
+        assert!(u.ends_with("<chunk>\nFirst part.\n</chunk>\nWhat does this chunk cover? Answer with a short phrase."), "{u}");
+        let cut = u.find("<chunk>").expect("chunk") + "<chunk>\n".len();
         assert_eq!(a[1].content[..cut], b[1].content[..cut]);
     }
 
@@ -608,10 +606,10 @@ mod tests {
         let chunk = "one two three four five six seven eight nine ten eleven twelve thirteen fourteen";
         let doc = format!("Title\n\n{chunk}");
         let u = &context_messages("Doc", &doc, chunk, true)[1].content;
-        assert!(u.contains("begins:\n<chunk>\none two three four five six seven eight nine ten eleven twelve …\n</chunk>"), "{u}");
+        assert!(u.contains("<chunk>\none two three four five six seven eight nine ten eleven twelve …\n</chunk>"), "{u}");
         assert!(!u.contains("thirteen fourteen\n</chunk>"), "{u}");
         let short = &context_messages("Doc", &doc, "one two", true)[1].content;
-        assert!(short.contains("Here is one chunk of that document:\n<chunk>\none two\n</chunk>"), "a short chunk is given whole");
+        assert!(short.contains("<chunk>\none two\n</chunk>"), "a short chunk is given whole");
     }
 
     #[test]
