@@ -2301,7 +2301,14 @@ pub fn matmul<T: GgmlType>(
             .for_each(|(lhs_b_mut, lhs)| T::VecDotType::from_float(lhs, lhs_b_mut));
     }
 
-    if m == 1 {
+    // ragbox patch: one row (decoding) takes the per-column dot products only where no tile
+    // does: the 32-element formats' one-row tiles keep three columns' sums apart (and use VNNI
+    // where the CPU has it), where `vec_dot` is one chain of dependent adds.
+    #[cfg(target_feature = "avx2")]
+    let one_row_dot = !matches!(T::DTYPE, GgmlDType::Q5_0 | GgmlDType::Q8_0 | GgmlDType::Q4_0);
+    #[cfg(not(target_feature = "avx2"))]
+    let one_row_dot = true;
+    if m == 1 && one_row_dot {
         let dst_row = &mut dst[..n];
         dst_row
             .into_par_iter()
@@ -2314,7 +2321,7 @@ pub fn matmul<T: GgmlType>(
             });
         return Ok(());
     }
-    // ragbox patch: several rows (a prompt). Upstream walks the rows one by one and, for each,
+    // ragbox patch: several rows (a prompt), or one row of a 32-element format. Upstream walks the rows one by one and, for each,
     // streams the whole weight matrix from memory again; here each task takes a block of weight
     // columns, small enough to stay in the core's L2 cache, and runs every row against it, in
     // row blocks so the activations stay in cache too.
