@@ -2321,10 +2321,10 @@ pub fn matmul<T: GgmlType>(
             });
         return Ok(());
     }
-    // ragbox patch: several rows (a prompt), or one row of a 32-element format. Upstream walks the rows one by one and, for each,
-    // streams the whole weight matrix from memory again; here each task takes a block of weight
-    // columns, small enough to stay in the core's L2 cache, and runs every row against it, in
-    // row blocks so the activations stay in cache too.
+    // ragbox patch: several rows (a prompt), or one row of a 32-element format. Upstream walks
+    // the rows one by one and, for each, streams the whole weight matrix from memory again; here
+    // each task takes a block of weight columns, small enough to stay in the core's L2 cache, and
+    // runs every row against it, in row blocks so the activations stay in cache too.
     // The 32-element "type 0" formats (Q4_0, Q5_0, Q8_0) and the k-quants Q4K and Q6K go
     // through tiles that decode each weight block once for four or eight rows (`avx::matmul_q0`,
     // `avx::matmul_k`; VNNI where the CPU has it, looked up once per matmul).
