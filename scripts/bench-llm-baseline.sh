@@ -8,6 +8,9 @@
 #
 # llama.cpp lives in a venv outside the clone, ${RAGBOX_CACHE_DIR:-$HOME/.cache/ragbox}/llama-venv,
 # built on first use (pip compiles llama.cpp: ~10 minutes on 2 cores); never a ragbox dependency.
+# LLAMA_VENV=DIR uses another venv: on a CPU with AMX, where the default -march=native build
+# crashed, one built with CMAKE_ARGS="-DGGML_NATIVE=OFF -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON
+# -DGGML_AVX512=ON -DGGML_AVX512_VNNI=ON -DGGML_AVX_VNNI=ON" (docs/BENCHMARKS.md).
 # Output: a markdown table on stdout; the two JSON lines in ${OUT:-target/bench}/llm-baseline.jsonl.
 # Figures compare only when taken side by side on a quiet machine.
 set -euo pipefail
@@ -29,7 +32,7 @@ while [[ $# -gt 0 ]]; do
   esac
 done
 [[ -x "$RAGBOX" ]] || { echo "error: no ragbox binary at $RAGBOX (cargo build, or --ragbox BIN)" >&2; exit 2; }
-VENV="$CACHE/llama-venv"
+VENV="${LLAMA_VENV:-$CACHE/llama-venv}"
 if ! "$VENV/bin/python" -c 'import llama_cpp' 2>/dev/null; then
   echo "[bench-llm-baseline] building $LLAMA_CPP_PYTHON in $VENV (once)" >&2
   python3 -m venv "$VENV"
