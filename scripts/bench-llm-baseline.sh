@@ -10,7 +10,8 @@
 # built on first use (pip compiles llama.cpp: ~10 minutes on 2 cores); never a ragbox dependency.
 # LLAMA_VENV=DIR uses another venv: on a CPU with AMX, where the default -march=native build
 # crashed, one built with CMAKE_ARGS="-DGGML_NATIVE=OFF -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON
-# -DGGML_AVX512=ON -DGGML_AVX512_VNNI=ON -DGGML_AVX_VNNI=ON" (docs/BENCHMARKS.md).
+# -DGGML_AVX512=ON -DGGML_AVX512_VNNI=ON -DGGML_AVX_VNNI=ON -DGGML_AMX_INT8=OFF" and
+# `pip install --no-cache-dir` (pip's cache otherwise hands back the AMX build; docs/BENCHMARKS.md).
 # Output: a markdown table on stdout; the two JSON lines in ${OUT:-target/bench}/llm-baseline.jsonl.
 # Figures compare only when taken side by side on a quiet machine.
 set -euo pipefail

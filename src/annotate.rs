@@ -21,7 +21,7 @@ use crate::ingest::Contextualizer;
 pub const DOCUMENT_CHARS: usize = 6000;
 
 /// Most tokens of one note (ingest keeps [`crate::ingest::LLM_CONTEXT_TOKENS`] of each chunk's
-/// window for it): a short phrase is asked for, and each generated token costs ~45 ms on two cores.
+/// window for it): a short phrase is asked for, and each generated token costs 45-80 ms on two cores.
 const CONTEXT_MAX_TOKENS: usize = 32;
 
 /// Annotates chunks with a [`Generator`].
@@ -48,7 +48,7 @@ fn head(text: &str, max: usize) -> &str {
 }
 
 /// Openings the model puts in front of a note that say nothing about the chunk.
-const FILLER: &[&str] = &["Context:", "This chunk covers", "The chunk covers", "It covers"];
+const FILLER: &[&str] = &["Context:", "context:", "This chunk covers", "The chunk covers", "It covers"];
 
 /// A reply on one line, without a label or a filler opening ("This chunk covers ...").
 fn clean(reply: &str) -> String {
