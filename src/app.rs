@@ -298,6 +298,7 @@ impl App {
             rrf_k: r.rrf_k,
             mmr_lambda: (r.mmr_lambda < 1.0).then_some(r.mmr_lambda),
             rerank_depth: r.rerank_depth,
+            rerank_weight: r.rerank_weight,
             top_k: r.top_k,
             floor: None,
             expand_parents: r.expand_parents,

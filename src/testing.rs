@@ -187,6 +187,7 @@ pub fn tiny_embed_spec(max_tokens: usize) -> ModelSpec {
         query_prefix: "what ".into(),
         passage_prefix: String::new(),
         max_tokens,
+        attention_heads: None,
         auto_precision: None,
         default_fetch: false,
         files: vec![],

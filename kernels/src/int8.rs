@@ -101,9 +101,13 @@ impl Gemm {
     /// `residual`, the codes' rounding residual as a second matrix; with each matrix's column
     /// sums.
     fn pack(kernel: Kernel, weight: &[f32], scales: &[f32], inputs: usize, residual: bool) -> (Gemm, Vec<i32>, Option<Vec<i32>>) {
-        let outputs = scales.len();
         let b = transposed_codes(weight, inputs, |o, w| w / scales[o]);
         let residual = residual.then(|| transposed_codes(weight, inputs, |o, w| (w / scales[o] - code(w / scales[o])) * RESIDUAL_LEVELS));
+        Gemm::pack_codes(kernel, b, residual, inputs, scales.len())
+    }
+
+    /// [`Gemm::pack`] from codes already made: `b` and `residual` are `(inputs, outputs)`.
+    fn pack_codes(kernel: Kernel, b: Vec<i8>, residual: Option<Vec<i8>>, inputs: usize, outputs: usize) -> (Gemm, Vec<i32>, Option<Vec<i32>>) {
         let sums = (column_sums(&b, outputs), residual.as_deref().map(|r| column_sums(r, outputs)));
         #[cfg(target_arch = "x86_64")]
         if kernel == Kernel::Fastest && vnni::available() {
@@ -192,6 +196,13 @@ impl Int8Linear {
             })
             .collect();
         let (gemm, column_sums, _) = Gemm::pack(kernel, weight, &scales, inputs, false);
+        Int8Linear::assemble(gemm, column_sums, weight, scales, bias)
+    }
+
+    /// The layer around a packed GEMM: `weight` (`(outputs, inputs)` f32) feeds only the
+    /// outliers' 16-bit side path.
+    fn assemble(gemm: Gemm, column_sums: Vec<i32>, weight: &[f32], scales: Vec<f32>, bias: Option<&[f32]>) -> Int8Linear {
+        let (outputs, inputs) = (scales.len(), weight.len() / scales.len());
         let (outlier_weights, outlier_scales) = weights_by_input(weight, outputs, inputs);
         let bias = match bias {
             Some(b) => {
@@ -213,6 +224,30 @@ impl Int8Linear {
             outputs,
             activation_levels,
         }
+    }
+
+    /// A layer whose weights arrive already quantised, as an int8 model file stores them (an
+    /// onnxruntime dynamic-quantisation export): `codes` is `(inputs, outputs)` row-major (the
+    /// layout of `x · W`), weight `w[i][o] = scales[o] · codes[i][o]`, zero point 0. The codes
+    /// are packed as they are, with no round trip through f32.
+    pub fn from_codes(codes: &[i8], inputs: usize, outputs: usize, scales: &[f32], bias: Option<&[f32]>) -> Int8Linear {
+        Int8Linear::from_codes_on(Kernel::Fastest, codes, inputs, outputs, scales, bias)
+    }
+
+    /// [`Int8Linear::from_codes`] on the GEMM `kernel` names.
+    #[doc(hidden)]
+    pub fn from_codes_on(kernel: Kernel, codes: &[i8], inputs: usize, outputs: usize, scales: &[f32], bias: Option<&[f32]>) -> Int8Linear {
+        assert_eq!(codes.len(), outputs * inputs, "codes are not {inputs} × {outputs}");
+        assert_eq!(scales.len(), outputs, "scales are not {outputs} long");
+        // The f32 weights, `(outputs, inputs)`, only for the outliers' 16-bit side path.
+        let mut weight = vec![0f32; outputs * inputs];
+        for (i, row) in codes.chunks_exact(outputs).enumerate() {
+            for (o, (&c, &s)) in row.iter().zip(scales).enumerate() {
+                weight[o * inputs + i] = f32::from(c) * s;
+            }
+        }
+        let (gemm, column_sums, _) = Gemm::pack_codes(kernel, codes.to_vec(), None, inputs, outputs);
+        Int8Linear::assemble(gemm, column_sums, &weight, scales.to_vec(), bias)
     }
 
     /// Adds a second int8 matrix holding what the first one's rounding left of `weight` (the
@@ -601,6 +636,33 @@ mod tests {
             let bound = inputs as f32 * (2.0 / 255.0 + 1.0 / 127.0) / 2.0;
             let worst = y.iter().zip(&want).map(|(a, b)| (a - b).abs()).fold(0.0, f32::max);
             assert!(worst < bound, "{rows}×{inputs}×{outputs}: worst error {worst} (bound {bound})");
+        }
+    }
+
+    #[test]
+    fn codes_from_a_model_file_are_used_as_they_are() {
+        // Activations on their row's grid and weights that are codes times a per-channel scale:
+        // the product is exact up to f32 rounding, on both kernels, with the codes' -127 and 127.
+        let (rows, inputs, outputs) = (19, 64, 40);
+        let x = on_the_grid(rows, inputs);
+        let codes: Vec<i8> = (0..inputs * outputs).map(|i| ((i * 37 % 255) as i32 - 127) as i8).collect();
+        let scales: Vec<f32> = (0..outputs).map(|o| 0.001 * (o + 1) as f32).collect();
+        let bias = values(outputs, 4);
+        let mut w = vec![0f32; outputs * inputs];
+        for i in 0..inputs {
+            for o in 0..outputs {
+                w[o * inputs + i] = f32::from(codes[i * outputs + o]) * scales[o];
+            }
+        }
+        let want = reference(&x, &w, &bias, rows, inputs, outputs);
+        for kernel in [Kernel::Fastest, Kernel::Portable] {
+            let layer = Int8Linear::from_codes_on(kernel, &codes, inputs, outputs, &scales, Some(&bias));
+            assert_eq!(layer.shape(), (inputs, outputs));
+            let y = layer.forward_to_vec(&x, rows, Activation::None);
+            let worst = y.iter().zip(&want).map(|(a, b)| (a - b).abs()).fold(0.0, f32::max);
+            // 7-bit activations (rten-gemm on x86 without VNNI) halve the grid: allow its step.
+            let bound = if layer.kernel_name().contains("u7") { 0.5 } else { 1e-3 };
+            assert!(worst < bound, "{kernel:?}: worst error {worst}");
         }
     }
 

@@ -620,6 +620,7 @@ mod tests {
             tenant: "t".into(),
             model: "hash-16".into(),
             reranker: None,
+            rerank_weight: 1.0,
             evidence: Evidence::Similarity { model: "hash-16".into() },
             floor: Some(0.5),
             best_evidence: Some(if refused { 0.1 } else { 0.9 }),

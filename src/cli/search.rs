@@ -59,7 +59,7 @@ pub fn run(g: &GlobalArgs, args: SearchArgs) -> anyhow::Result<u8> {
 
 /// One line on how the query was run.
 pub(super) fn print_header(r: &Retrieval, note: Option<&str>) {
-    let rerank = r.reranker.as_deref().map_or("no reranker".to_string(), |m| format!("reranked by {m}"));
+    let rerank = r.reranker.as_deref().map_or("no reranker".to_string(), |m| format!("reranked by {m} (weight {})", r.rerank_weight));
     println!("tenant {} · {} · {} · {:.0} ms", r.tenant, r.model, rerank, r.timings.total_ms);
     if let Some(n) = note {
         println!("note: {n}");
@@ -131,7 +131,7 @@ fn outcome(c: &Candidate) -> String {
 /// Every candidate that was kept, merged or stale, plus the first few dropped, stage by stage.
 fn print_explain(r: &Retrieval) {
     println!();
-    println!("{:>7}  {:>14}  {:>14}  {:>14}  {:>6}  {:>14}  outcome", "chunk", "dense", "bm25", "fused", "cos", "rerank");
+    println!("{:>7}  {:>14}  {:>14}  {:>14}  {:>6}  {:>14}  {:>8}  outcome", "chunk", "dense", "bm25", "fused", "cos", "rerank", "combined");
     let mut dropped = 0;
     for c in &r.candidates {
         if c.outcome == Outcome::BeyondTopK {
@@ -141,13 +141,14 @@ fn print_explain(r: &Retrieval) {
             }
         }
         println!(
-            "{:>7}  {:>14}  {:>14}  {:>14}  {:>6}  {:>14}  {}",
+            "{:>7}  {:>14}  {:>14}  {:>14}  {:>6}  {:>14}  {:>8}  {}",
             c.chunk.0,
             stage(c.dense, 3),
             stage(c.lexical, 2),
             stage(Some(c.fused), 4),
             c.similarity.map_or("-".into(), |s| format!("{s:.3}")),
             stage(c.rerank, 3),
+            c.combined.map_or("-".into(), |s| format!("{s:.3}")),
             outcome(c)
         );
     }

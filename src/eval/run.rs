@@ -198,9 +198,13 @@ pub fn standard_configs(
         }
         let o = RetrieveOptions { mmr_lambda: Some(0.7), ..options.clone() };
         out.push(spec(format!("hybrid-{d}-mmr0.7"), d, chunker, true, o, false));
-        for depth in [20, 100] {
+        for depth in [20, 30, 100] {
             let o = RetrieveOptions { rerank_depth: depth, ..options.clone() };
             out.push(spec(format!("hybrid-{d}-rerank-depth{depth}"), d, chunker, true, o, true));
+        }
+        for weight in [0.3, 0.5, 0.7, 1.0] {
+            let o = RetrieveOptions { rerank_weight: weight, ..options.clone() };
+            out.push(spec(format!("hybrid-{d}-rerank-w{weight}"), d, chunker, true, o, true));
         }
     }
     let default_name = if reranker_present { format!("hybrid-{d}-rerank") } else { format!("hybrid-{d}") };

@@ -5,14 +5,20 @@
 //! `ragbox bench embed` showed: query, key and value in one fused matmul and one copy instead of
 //! three; the query's 1/√d folded into its weights at load; dense layers with transposed weights
 //! (`model::dense`, f32 or int8) and attention's mask built once per batch (`model::attention`).
+//! The weights come from safetensors, or from an int8 ONNX file whose dense layers' codes run
+//! as they are (`model::onnx`).
 
 use candle_core::{Module, Tensor};
-use candle_nn::{embedding, layer_norm, linear, Embedding, LayerNorm, Linear, VarBuilder};
+use candle_nn::{embedding, layer_norm, Embedding, LayerNorm, VarBuilder};
 use candle_transformers::models::bert::{Config, HiddenAct};
 
 use crate::model::attention::{split_heads, Attention};
-use crate::model::dense::Dense;
+use crate::model::dense::{Dense, DenseWeights};
+use crate::model::onnx::QuantisedWeight;
 use crate::model::Precision;
+
+/// Dense layers' int8 codes by weight name, from an int8 model file (`model::onnx`).
+pub type Quantised = std::collections::HashMap<String, QuantisedWeight>;
 
 /// Token, position and segment embeddings, then layer norm.
 struct Embeddings {
@@ -59,26 +65,24 @@ struct Layer {
 }
 
 impl Layer {
-    fn load(vb: VarBuilder, cfg: &Config, precision: Precision) -> candle_core::Result<Self> {
+    fn load(vb: VarBuilder, cfg: &Config, precision: Precision, quantised: Option<&Quantised>) -> candle_core::Result<Self> {
         let h = cfg.hidden_size;
         let att = vb.pp("attention");
-        let part = |name: &str| linear(h, h, att.pp("self").pp(name));
-        let (q, k, v) = (part("query")?, part("key")?, part("value")?);
+        let dense = |vb: VarBuilder, inputs, outputs| DenseWeights::load(&vb, inputs, outputs, quantised);
+        let part = |name: &str| dense(att.pp("self").pp(name), h, h);
         // Scores are (q/√d)·k: the query's weights and bias take the 1/√d once, here.
         let scale = 1.0 / ((h / cfg.num_attention_heads) as f64).sqrt();
-        let weight = Tensor::cat(&[&(q.weight() * scale)?, k.weight(), v.weight()], 0)?;
-        let bias = match (q.bias(), k.bias(), v.bias()) {
-            (Some(a), Some(b), Some(c)) => Some(Tensor::cat(&[&(a * scale)?, b, c], 0)?),
-            _ => None,
-        };
+        let qkv = DenseWeights::concat(vec![part("query")?.scaled(scale)?, part("key")?, part("value")?])?;
+        let device = vb.device();
         Ok(Layer {
-            qkv: Dense::new(Linear::new(weight, bias), precision)?,
-            attn_out: Dense::new(linear(h, h, att.pp("output").pp("dense"))?, precision)?,
+            qkv: Dense::from_weights(qkv, precision, false, device)?,
+            attn_out: Dense::from_weights(dense(att.pp("output").pp("dense"), h, h)?, precision, false, device)?,
             attn_norm: layer_norm(h, cfg.layer_norm_eps, att.pp("output").pp("LayerNorm"))?,
-            intermediate: Dense::new(linear(h, cfg.intermediate_size, vb.pp("intermediate").pp("dense"))?, precision)?,
+            intermediate: Dense::from_weights(dense(vb.pp("intermediate").pp("dense"), h, cfg.intermediate_size)?, precision, false, device)?,
             // 8-bit weights cost MiniLM's embeddings most here (golden worst cosine 0.9987 with
             // them, 0.99958 with this layer exact: docs/BENCHMARKS.md); 15 bits keep the gate.
-            output: Dense::with_weight_residual(linear(cfg.intermediate_size, h, vb.pp("output").pp("dense"))?, precision)?,
+            // (A model stored as int8 codes runs its own codes.)
+            output: Dense::from_weights(dense(vb.pp("output").pp("dense"), cfg.intermediate_size, h)?, precision, true, device)?,
             out_norm: layer_norm(h, cfg.layer_norm_eps, vb.pp("output").pp("LayerNorm"))?,
             act: cfg.hidden_act,
             heads: cfg.num_attention_heads,
@@ -111,10 +115,11 @@ pub struct BertBody {
 
 impl BertBody {
     /// Loads from `vb` (its prefix already pointing at the body: `""` or `"bert"`), the dense
-    /// layers at `precision` (checked against the device by the caller).
-    pub fn load(vb: VarBuilder, cfg: &Config, precision: Precision) -> candle_core::Result<BertBody> {
+    /// layers at `precision` (checked against the device by the caller), from `quantised`'s
+    /// codes where it holds a layer's weight.
+    pub fn load(vb: VarBuilder, cfg: &Config, precision: Precision, quantised: Option<&Quantised>) -> candle_core::Result<BertBody> {
         let layers = (0..cfg.num_hidden_layers)
-            .map(|i| Layer::load(vb.pp("encoder").pp("layer").pp(i.to_string()), cfg, precision))
+            .map(|i| Layer::load(vb.pp("encoder").pp("layer").pp(i.to_string()), cfg, precision, quantised))
             .collect::<candle_core::Result<_>>()?;
         Ok(BertBody {
             embeddings: Embeddings::load(vb.pp("embeddings"), cfg)?,

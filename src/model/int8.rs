@@ -32,6 +32,11 @@ impl Int8Dense {
         Ok(Int8Dense { layer: Arc::new(layer) })
     }
 
+    /// A layer from int8 codes as a model file stores them (`Int8Linear::from_codes`).
+    pub fn from_codes(codes: &[i8], inputs: usize, scales: &[f32], bias: Option<&[f32]>) -> Int8Dense {
+        Int8Dense { layer: Arc::new(Int8Linear::from_codes(codes, inputs, scales.len(), scales, bias)) }
+    }
+
     /// `x`: `(…, in)` f32 on the CPU → `(…, out)`.
     pub fn forward(&self, x: &Tensor, activation: Activation) -> candle_core::Result<Tensor> {
         x.contiguous()?.apply_op1_no_bwd(&Op { layer: &self.layer, activation })

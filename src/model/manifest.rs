@@ -81,6 +81,8 @@ pub struct ModelSpec {
     pub passage_prefix: String,
     /// Longest input in tokens; longer inputs are truncated and reported.
     pub max_tokens: usize,
+    /// Attention heads, for a model file whose weights do not say (an ONNX export).
+    pub attention_heads: Option<usize>,
     /// The precision `embed.precision = "auto"` runs this encoder at on the CPU: the fastest that
     /// passed the golden quality gate (tests/integration/golden.rs checks the claim both ways).
     /// None: f32.

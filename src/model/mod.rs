@@ -16,6 +16,7 @@ pub mod import;
 pub mod int8;
 pub mod manifest;
 pub mod nomic;
+pub mod onnx;
 pub mod precision;
 pub mod pull;
 pub mod store;

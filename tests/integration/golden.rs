@@ -212,3 +212,60 @@ fn cross_encoder_int8_gate_decides_the_auto_precision() {
     assert_eq!(auto_runs_int8("ms-marco-minilm-l6-v2"), worst <= 1e-2, "worst |logit diff| {worst}");
     eprintln!("golden cross-encoder int8: worst |logit diff| {worst:.2e}");
 }
+
+/// ms-marco-MiniLM-L-12-v2 as its int8 ONNX file ships (the default reranker), run by ragbox's
+/// own int8 path on the file's codes, against onnxruntime's logits on the same file
+/// (tests/fixtures/golden-crossencoder-l12.json, 531 pairs, made by
+/// scripts/golden_crossencoder_l12.py, one pair per run). The two quantise activations
+/// differently (onnxruntime one scale per tensor, ragbox one per row with outliers set aside, so
+/// that a pair's score never depends on what it is batched with), and the difference grows
+/// through 12 layers: logits cannot agree to the bit, and onnxruntime itself moves them by up to
+/// 0.35 (mean 0.036) between its own optimisation levels (`ort_optimisation_spread`). Measured:
+/// worst |diff| 1.02, mean 0.082 (issue 33 asked for a worst of 0.05: not met, docs/EVAL.md).
+/// What a reranker needs holds: the same best passage for every query whose reference top two are
+/// 0.5 apart or more. The bounds on the mean (0.1) and the worst (2.0: a broken layer moves logits
+/// by several units) guard against regressions.
+#[test]
+fn l12_cross_encoder_agrees_with_onnxruntime_on_the_same_int8_file() {
+    let golden = json_fixture("golden-crossencoder-l12.json");
+    let store = ModelStore::new(models_dir());
+    let spec = store.manifest().get("ms-marco-minilm-l12-v2-int8").unwrap().clone();
+    let ce = CrossEncoder::load(&store, &spec, &RerankOptions::default()).unwrap();
+    let pairs = golden["pairs"].as_array().unwrap();
+    for p in pairs.iter().filter(|p| p.get("ids").is_some()) {
+        let t = ce.encode_pair(p["query"].as_str().unwrap(), p["passage"].as_str().unwrap()).unwrap();
+        assert_eq!(t.ids, u32s(&p["ids"]));
+        assert_eq!(t.type_ids, u32s(&p["type_ids"]));
+    }
+    let queries: std::collections::BTreeSet<&str> = pairs.iter().map(|p| p["query"].as_str().unwrap()).collect();
+    let (mut worst, mut sum, mut n, mut tops, mut top_agree) = (0f32, 0f64, 0usize, 0, 0);
+    let mut all: Vec<(f32, f32, u64)> = Vec::new();
+    for q in queries {
+        let mine: Vec<&serde_json::Value> = pairs.iter().filter(|p| p["query"] == q).collect();
+        let passages: Vec<&str> = mine.iter().map(|p| p["passage"].as_str().unwrap()).collect();
+        let scores = ce.score(q, &passages).unwrap();
+        let reference: Vec<f32> = mine.iter().map(|p| p["logit"].as_f64().unwrap() as f32).collect();
+        for ((s, r), p) in scores.iter().zip(&reference).zip(&mine) {
+            all.push(((s - r).abs(), *r, p["tokens"].as_u64().unwrap()));
+            worst = worst.max((s - r).abs());
+            sum += f64::from((s - r).abs());
+            n += 1;
+        }
+        let best = |v: &[f32]| (0..v.len()).max_by(|&a, &b| v[a].total_cmp(&v[b])).unwrap();
+        let mut sorted = reference.clone();
+        sorted.sort_by(|a, b| b.total_cmp(a));
+        if sorted.len() >= 2 && sorted[0] - sorted[1] >= 0.5 {
+            tops += 1;
+            top_agree += usize::from(best(&scores) == best(&reference));
+        }
+    }
+    all.sort_by(|a, b| b.0.total_cmp(&a.0));
+    eprintln!("worst pairs (|diff|, reference logit, tokens): {:?}", &all[..3]);
+    let spread = golden["ort_optimisation_spread"].as_f64().unwrap() as f32;
+    let mean = sum / n as f64;
+    eprintln!("golden L-12 int8: {n} pairs, worst |logit diff| {worst:.4}, mean {mean:.4}; best passage kept {top_agree}/{tops}; onnxruntime's own spread {spread:.4}");
+    assert_eq!(n, pairs.len());
+    assert!(mean <= 0.1, "mean |logit diff| {mean}");
+    assert!(worst <= 2.0, "worst |logit diff| {worst}");
+    assert_eq!(top_agree, tops, "the best passage differs");
+}

@@ -7,6 +7,10 @@
 //! file: the tensor names come from running ragbox's own loaders over a `VarMap`, so they are the
 //! ones `CrossEncoder::from_files` reads. The scores are meaningless; the output says so.
 //! Passages are deterministic English-like text cut to `--passage-tokens` word pieces.
+//!
+//! With `--inputs FILE` it times the configured reranker itself, from the models folder, on the
+//! (query, passages) lists `scripts/bench_rerank_baseline.py --write-inputs` wrote, so the same
+//! pairs can be timed with onnxruntime side by side.
 
 use std::path::{Path, PathBuf};
 use std::time::Instant;
@@ -74,6 +78,97 @@ pub struct RerankArgs {
     /// Seed of the random weights.
     #[arg(long, default_value_t = 7)]
     seed: u64,
+    /// Time the configured reranker (real weights) on these lists instead: a JSON array of
+    /// `{"query", "passages": [...]}`, one timed call per query, after one warm-up.
+    #[arg(long, value_name = "FILE")]
+    inputs: Option<PathBuf>,
+}
+
+#[derive(Debug, serde::Deserialize)]
+struct Input {
+    query: String,
+    passages: Vec<String>,
+}
+
+#[derive(Debug, Serialize)]
+struct InputsReport {
+    bench: &'static str,
+    model: String,
+    precision: String,
+    threads: usize,
+    queries: usize,
+    passages_per_query_mean: f64,
+    pair_tokens_mean: f64,
+    load_s: f64,
+    p50_ms: f64,
+    p90_ms: f64,
+    mean_ms: f64,
+    peak_rss_mb: Option<f64>,
+}
+
+/// `--inputs`: the configured reranker on given lists.
+fn run_inputs(g: &GlobalArgs, path: &Path) -> anyhow::Result<()> {
+    let text = std::fs::read_to_string(path).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
+    let inputs: Vec<Input> = serde_json::from_str(&text).map_err(|e| anyhow::anyhow!("{}: not a list of {{query, passages}}: {e}", path.display()))?;
+    anyhow::ensure!(inputs.len() >= 2, "{}: at least two queries (one warms up)", path.display());
+    let app = g.app()?;
+    let start = Instant::now();
+    let reranker = app.reranker()?.ok_or_else(|| anyhow::anyhow!("the configured reranker `{}` is not in the models folder", app.config.rerank.model))?;
+    let load_s = start.elapsed().as_secs_f64();
+    let (mut times, mut pairs, mut tokens) = (Vec::new(), 0usize, 0usize);
+    let tokenizer = CrossEncoderTokens::new(&app)?;
+    for (i, input) in inputs.iter().enumerate() {
+        let refs: Vec<&str> = input.passages.iter().map(String::as_str).collect();
+        let start = Instant::now();
+        let scores = reranker.score(&input.query, &refs)?;
+        anyhow::ensure!(scores.iter().all(|s| s.is_finite()), "the cross-encoder gave bad scores");
+        if i > 0 {
+            times.push(start.elapsed().as_secs_f64() * 1e3);
+            pairs += refs.len();
+            tokens += refs.iter().map(|p| tokenizer.count(&input.query, p)).sum::<usize>();
+        }
+    }
+    let mean_ms = times.iter().sum::<f64>() / times.len() as f64;
+    let s = sorted(times);
+    let report = InputsReport {
+        bench: "rerank",
+        model: reranker.model_id().to_string(),
+        precision: ragbox::model::precision::describe(app.config.embed.precision, &Device::Cpu),
+        threads: rayon::current_num_threads(),
+        queries: s.len(),
+        passages_per_query_mean: pairs as f64 / s.len() as f64,
+        pair_tokens_mean: tokens as f64 / pairs.max(1) as f64,
+        load_s,
+        p50_ms: percentile(&s, 50.0),
+        p90_ms: percentile(&s, 90.0),
+        mean_ms,
+        peak_rss_mb: status_mb("VmHWM"),
+    };
+    if g.json {
+        return print_json(&report);
+    }
+    let r = &report;
+    println!(
+        "rerank: {} ({}), {} threads: {} queries of {:.0} passages ({:.0} tokens per pair), after 1 warm-up",
+        r.model, r.precision, r.threads, r.queries, r.passages_per_query_mean, r.pair_tokens_mean
+    );
+    println!("per query: p50 {:.1} ms, p90 {:.1} ms, mean {:.1} ms; model load {:.2} s, peak RSS {} MiB", r.p50_ms, r.p90_ms, r.mean_ms, r.load_s, r.peak_rss_mb.map_or_else(|| "?".into(), |m| format!("{m:.0}")));
+    Ok(())
+}
+
+/// Token counts of pairs as the configured cross-encoder sees them (its tokenizer, truncated).
+struct CrossEncoderTokens(TextTokenizer);
+
+impl CrossEncoderTokens {
+    fn new(app: &ragbox::app::App) -> anyhow::Result<CrossEncoderTokens> {
+        let spec = app.models.manifest().get(&app.config.rerank.model)?;
+        let path = app.models.verified_file(spec, "tokenizer.json")?;
+        Ok(CrossEncoderTokens(TextTokenizer::load(&path, spec.max_tokens)?))
+    }
+
+    fn count(&self, query: &str, passage: &str) -> usize {
+        self.0.encode_pairs(&[(query, passage)]).map_or(0, |t| t[0].ids.len())
+    }
 }
 
 #[derive(Debug, Serialize)]
@@ -118,7 +213,7 @@ fn write_random_weights(config_path: &Path, out: &Path, seed: u64) -> anyhow::Re
     let varmap = VarMap::new();
     let vb = VarBuilder::from_varmap(&varmap, DType::F32, &Device::Cpu);
     // The loaders create every variable they ask for, under the names they will read.
-    BertBody::load(vb.pp("bert"), &cfg, ragbox::model::Precision::F32)?;
+    BertBody::load(vb.pp("bert"), &cfg, ragbox::model::Precision::F32, None)?;
     candle_nn::linear(cfg.hidden_size, cfg.hidden_size, vb.pp("bert").pp("pooler").pp("dense"))?;
     candle_nn::linear(cfg.hidden_size, 1, vb.pp("classifier"))?;
     {
@@ -175,6 +270,9 @@ pub fn run(g: &GlobalArgs, args: RerankArgs) -> anyhow::Result<()> {
         // As in `bench embed`: candle's matmuls read RAYON_NUM_THREADS; rayon's pool reads it once.
         std::env::set_var("RAYON_NUM_THREADS", n.to_string());
         let _ = rayon::ThreadPoolBuilder::new().num_threads(n).build_global();
+    }
+    if let Some(path) = &args.inputs {
+        return run_inputs(g, path);
     }
     let config = g.config()?;
     let batch = args.batch.unwrap_or(config.rerank.batch_size);
