@@ -183,6 +183,7 @@ pub fn run(g: &GlobalArgs, args: EvalArgs) -> anyhow::Result<u8> {
         reranker,
         ood: args.ood.clone(),
         max_in_domain_refused: args.max_refused,
+        shipped_floors: app.config.retrieve.floors.clone(),
     };
     let quiet = g.quiet;
     let report = run_eval(&plan, &|name| app.embedder(Some(name)), &mut |msg| {

@@ -57,6 +57,9 @@ pub struct EvalPlan {
     pub ood: Option<PathBuf>,
     /// In-domain share refused that the chosen floor may not exceed.
     pub max_in_domain_refused: f64,
+    /// The floors the configuration ships, by scorer: each curve also says what its scorer's
+    /// shipped floor refuses here (a floor chosen on one set, checked on another).
+    pub shipped_floors: std::collections::BTreeMap<String, f32>,
     /// Evaluate only the first N queries.
     pub limit: Option<usize>,
 }
@@ -111,6 +114,13 @@ pub struct RefusalCurve {
     pub chosen_in_domain_refused: f64,
     /// Out-of-domain share refused at the chosen floor.
     pub chosen_out_of_domain_refused: f64,
+    /// The floor the configuration ships for this scorer, if any, and the in-domain and
+    /// out-of-domain shares it refuses here.
+    pub shipped: Option<(f64, f64, f64)>,
+    /// Every in-domain query's best evidence, ascending.
+    pub in_domain_evidence: Vec<f32>,
+    /// Every out-of-domain question's best evidence, ascending.
+    pub out_of_domain_evidence: Vec<f32>,
 }
 
 /// A configuration that could not run, and why.
@@ -384,7 +394,13 @@ pub fn run(plan: &EvalPlan, embedder: &dyn Fn(&str) -> Result<Arc<dyn Embedder>>
                     out.push(b);
                 }
             }
-            refusal.push(refusal_curve(&c.name, &scorer, in_domain, &out, plan.max_in_domain_refused));
+            let mut curve = refusal_curve(&c.name, &scorer, in_domain, &out, plan.max_in_domain_refused);
+            // Floors are keyed by model, whatever the precision of its vectors.
+            let key = crate::model::Precision::split_identity(&scorer).map_or(scorer.as_str(), |(m, _)| m);
+            if let Some(&f) = plan.shipped_floors.get(key) {
+                curve.shipped = Some((f64::from(f), refused_share(in_domain, f64::from(f)), refused_share(&out, f64::from(f))));
+            }
+            refusal.push(curve);
         }
     }
 
@@ -423,7 +439,7 @@ pub fn load_questions(path: &Path) -> Result<Vec<String>> {
 /// evidence falls below; the chosen floor is the highest that refuses at most `max_in_domain` of
 /// the in-domain queries.
 pub fn refusal_curve(config: &str, scorer: &str, in_domain: &[f32], ood: &[f32], max_in_domain: f64) -> RefusalCurve {
-    let share = |set: &[f32], floor: f64| set.iter().filter(|&&b| f64::from(b) < floor).count() as f64 / set.len().max(1) as f64;
+    let share = refused_share;
     let mut sorted: Vec<f64> = in_domain.iter().map(|&b| f64::from(b)).collect();
     sorted.sort_by(f64::total_cmp);
     // Refusing at most k in-domain queries: the floor may rise to the (k+1)-th smallest score.
@@ -443,7 +459,21 @@ pub fn refusal_curve(config: &str, scorer: &str, in_domain: &[f32], ood: &[f32],
         chosen_floor: chosen,
         chosen_in_domain_refused: share(in_domain, chosen),
         chosen_out_of_domain_refused: share(ood, chosen),
+        shipped: None,
+        in_domain_evidence: sorted_f32(in_domain),
+        out_of_domain_evidence: sorted_f32(ood),
     }
+}
+
+/// The share of `set` whose best evidence falls below `floor`.
+fn refused_share(set: &[f32], floor: f64) -> f64 {
+    set.iter().filter(|&&b| f64::from(b) < floor).count() as f64 / set.len().max(1) as f64
+}
+
+fn sorted_f32(x: &[f32]) -> Vec<f32> {
+    let mut v = x.to_vec();
+    v.sort_by(f32::total_cmp);
+    v
 }
 
 /// The report as a markdown section: a table per run, the refusal floors, and how to reproduce.
@@ -479,6 +509,14 @@ pub fn markdown(report: &EvalReport, command: &str, machine: &str) -> String {
             r.chosen_out_of_domain_refused * 100.0,
             r.out_of_domain
         ));
+        if let Some((floor, inside, outside)) = r.shipped {
+            s.push_str(&format!(
+                "The shipped floor for `{}`, **{floor:.4}**, refuses {:.1}% of these in-domain queries and {:.1}% of the out-of-domain questions.\n",
+                r.scorer,
+                inside * 100.0,
+                outside * 100.0
+            ));
+        }
         s.push_str("\n| floor | in-domain refused | out-of-domain refused |\n|---|---|---|\n");
         for i in (0..r.floors.len()).step_by(10) {
             s.push_str(&format!("| {:.4} | {:.1}% | {:.1}% |\n", r.floors[i], r.in_domain_refused[i] * 100.0, r.out_of_domain_refused[i] * 100.0));

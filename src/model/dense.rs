@@ -41,7 +41,7 @@ impl DenseWeights {
             candle_core::bail!("{}: the file's weight is {}x{}, the model wants {inputs}x{outputs}", vb.prefix(), q.inputs, q.outputs);
         }
         let bias = if vb.contains_tensor("bias") { Some(vb.get(outputs, "bias")?.to_vec1::<f32>()?) } else { None };
-        Ok(DenseWeights::Int8 { codes: q.codes.clone(), scales: vec![q.scale; outputs], bias, inputs })
+        Ok(DenseWeights::Int8 { codes: q.codes.clone(), scales: q.scales.clone(), bias, inputs })
     }
 
     /// Output width.

@@ -79,7 +79,7 @@ pub struct FloatTensor {
     pub values: Vec<f32>,
 }
 
-/// A dense layer's weight as the file stores it: `w[i][o] = scale · codes[i][o]`.
+/// A dense layer's weight as the file stores it: `w[i][o] = scales[o] · codes[i][o]`.
 #[derive(Debug, Clone)]
 pub struct QuantisedWeight {
     /// Input width.
@@ -88,8 +88,9 @@ pub struct QuantisedWeight {
     pub outputs: usize,
     /// `(inputs, outputs)` row-major int8 codes.
     pub codes: Vec<i8>,
-    /// The one scale of the whole matrix.
-    pub scale: f32,
+    /// One scale per output channel (a file with one scale for the whole matrix has it
+    /// repeated).
+    pub scales: Vec<f32>,
 }
 
 impl QuantisedWeight {
@@ -99,7 +100,7 @@ impl QuantisedWeight {
         let mut w = vec![0f32; self.inputs * self.outputs];
         for (i, row) in self.codes.chunks_exact(self.outputs).enumerate() {
             for (o, &c) in row.iter().enumerate() {
-                w[o * self.inputs + i] = f32::from(c) * self.scale;
+                w[o * self.inputs + i] = f32::from(c) * self.scales[o];
             }
         }
         w
@@ -128,15 +129,17 @@ impl OnnxWeights {
         let proto = ModelProto::decode(bytes).map_err(|e| bad(format!("not an ONNX model: {e}")))?;
         let graph = proto.graph.ok_or_else(|| bad("the ONNX file has no graph".into()))?;
         let initializers: HashMap<&str, &TensorProto> = graph.initializer.iter().map(|t| (t.name.as_str(), t)).collect();
-        let scalar = |name: &str| -> Result<f32> {
+        let numbers = |name: &str| -> Result<Vec<f32>> {
             let t = initializers.get(name).ok_or_else(|| bad(format!("initializer `{name}` is missing")))?;
             match t.data_type {
-                FLOAT => float_values(t).and_then(|v| v.first().copied()),
-                UINT8 | INT8 => int_values(t).and_then(|v| v.first().map(|&x| x as f32)),
+                FLOAT => float_values(t),
+                UINT8 | INT8 => int_values(t).map(|v| v.into_iter().map(|x| x as f32).collect()),
                 _ => None,
             }
+            .filter(|v| !v.is_empty())
             .ok_or_else(|| bad(format!("initializer `{name}` is not a number")))
         };
+        let scalar = |name: &str| -> Result<f32> { Ok(numbers(name)?[0]) };
 
         let mut weights = OnnxWeights::default();
         for t in &graph.initializer {
@@ -156,7 +159,7 @@ impl OnnxWeights {
             let b = node.input.get(1).ok_or_else(|| bad(format!("node `{}` has no weight input", node.name)))?;
             let t = initializers.get(b.as_str()).ok_or_else(|| bad(format!("weight `{b}` of `{layer}` is not an initializer")))?;
             let base = b.strip_suffix("_quantized").unwrap_or(b);
-            if scalar(&format!("{base}_zero_point"))? != 0.0 || t.data_type != INT8 || t.dims.len() != 2 {
+            if numbers(&format!("{base}_zero_point"))?.iter().any(|&z| z != 0.0) || t.data_type != INT8 || t.dims.len() != 2 {
                 return Err(bad(format!("`{layer}`: only 2-d int8 weights with a zero point of 0 are supported")));
             }
             let d = dims(t);
@@ -164,7 +167,13 @@ impl OnnxWeights {
             if codes.len() != d[0] * d[1] {
                 return Err(bad(format!("`{layer}`: {} codes for a {}x{} weight", codes.len(), d[0], d[1])));
             }
-            let quantised = QuantisedWeight { inputs: d[0], outputs: d[1], codes, scale: scalar(&format!("{base}_scale"))? };
+            // One scale for the matrix, or one per output channel.
+            let scales = match numbers(&format!("{base}_scale"))? {
+                one if one.len() == 1 => vec![one[0]; d[1]],
+                each if each.len() == d[1] => each,
+                other => return Err(bad(format!("`{layer}`: {} scales for {} outputs", other.len(), d[1]))),
+            };
+            let quantised = QuantisedWeight { inputs: d[0], outputs: d[1], codes, scales };
             weights.quantised.insert(format!("{layer}.weight"), quantised);
         }
         Ok(weights)
@@ -247,13 +256,29 @@ mod tests {
         let bytes = ModelProto { graph: Some(graph) }.encode_to_vec();
         let w = OnnxWeights::parse(&bytes, "m").unwrap();
         let q = &w.quantised["bert.encoder.layer.0.attention.self.query.weight"];
-        assert_eq!((q.inputs, q.outputs, q.scale), (2, 3, 0.5));
+        assert_eq!((q.inputs, q.outputs, q.scales.clone()), (2, 3, vec![0.5; 3]));
         assert_eq!(q.codes, vec![1, -1, 127, 0, 2, -127]);
         // (outputs, inputs): row o holds codes[.][o].
         assert_eq!(q.dequantised(), vec![0.5, 0.0, -0.5, 1.0, 63.5, -63.5]);
         assert_eq!(w.floats["bert.encoder.layer.0.attention.self.query.bias"].values, vec![1.0, 2.0, 3.0]);
         let table = &w.floats["bert.embeddings.word_embeddings.weight"];
         assert_eq!((table.dims.clone(), table.values.clone()), (vec![2, 2], vec![-0.5, 0.0, 0.5, 1.0]));
+    }
+
+    #[test]
+    fn per_channel_scales_are_kept_per_output() {
+        let graph = GraphProto {
+            node: vec![NodeProto { input: vec!["x".into(), "w_quantized".into()], name: "/encoder/layer.0/output/dense/MatMul_quant".into(), op_type: "MatMulInteger".into() }],
+            initializer: vec![
+                tensor("w_quantized", INT8, &[1, 2], vec![2, 4]),
+                tensor("w_scale", FLOAT, &[2], [0.5f32, 0.25].iter().flat_map(|v| v.to_le_bytes()).collect()),
+                tensor("w_zero_point", INT8, &[2], vec![0, 0]),
+            ],
+        };
+        let w = OnnxWeights::parse(&ModelProto { graph: Some(graph) }.encode_to_vec(), "m").unwrap();
+        let q = &w.quantised["encoder.layer.0.output.dense.weight"];
+        assert_eq!(q.scales, vec![0.5, 0.25]);
+        assert_eq!(q.dequantised(), vec![1.0, 1.0]);
     }
 
     #[test]
