@@ -383,7 +383,21 @@ impl App {
         let rerank = models.iter().find(|m| m.name == self.config.rerank.model);
         let rerank_status = match rerank {
             Some(m) if m.ready && m.role == "generate" => format!("ready: retrieval reranks with {} (LLM yes/no logits)", m.name),
-            Some(m) if m.ready => "ready: retrieval reranks with the cross-encoder".to_string(),
+            Some(m) if m.ready => {
+                let r = &self.config.retrieve;
+                let gated = self.models.manifest().get(&m.name).ok().and_then(|spec| spec.auto_precision);
+                let precision = match self.config.embed.precision.resolve(&self.device, gated) {
+                    Ok(p) => crate::model::precision::describe(p, &self.device),
+                    Err(e) => format!("error: {e}"),
+                };
+                let floor = r.floors.get(&m.name).map_or("no refusal floor".to_string(), |f| format!("refusal floor {f} on its logit"));
+                format!(
+                    "ready: retrieval reranks the top {} with the cross-encoder, {precision}; order {} x its score + {} x the fused score (standardised); {floor}",
+                    r.rerank_depth,
+                    r.rerank_weight,
+                    1.0 - r.rerank_weight
+                )
+            }
             Some(m) => format!(
                 "absent: retrieval runs without a reranker until it arrives: `{}`",
                 m.fix.clone().unwrap_or_default()

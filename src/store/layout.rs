@@ -106,9 +106,17 @@ pub fn write_atomically(path: &Path, bytes: &[u8]) -> Result<()> {
     rename_durably(&tmp, path)
 }
 
-/// A temporary name beside `path` (same folder, so a rename is atomic).
+/// A temporary name beside `path` (same folder, so a rename is atomic): the name plus
+/// `.tmp<pid>`, or, for a name too long to take the suffix (file names stop at 255 bytes), a
+/// hash of the name in its place.
 pub fn temp_path(path: &Path) -> PathBuf {
+    use std::hash::{Hash, Hasher};
     let mut name = path.file_name().map(|n| n.to_os_string()).unwrap_or_default();
+    if name.len() > 200 {
+        let mut h = std::collections::hash_map::DefaultHasher::new();
+        name.hash(&mut h);
+        name = format!(".{:016x}", h.finish()).into();
+    }
     name.push(format!(".tmp{}", std::process::id()));
     path.with_file_name(name)
 }
@@ -127,6 +135,15 @@ pub fn rename_durably(from: &Path, to: &Path) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_long_name_gets_a_short_temporary_name() {
+        let long = format!("/d/x-{}.md", "ab".repeat(120));
+        let t = temp_path(Path::new(&long));
+        assert!(t.file_name().unwrap().len() < 40 && t.parent() == Some(Path::new("/d")), "{t:?}");
+        assert_ne!(t, temp_path(Path::new(&long.replace("ab", "ac"))));
+        assert_eq!(temp_path(Path::new("/d/a.md")), Path::new(&format!("/d/a.md.tmp{}", std::process::id())));
+    }
 
     #[test]
     fn tenant_names() {

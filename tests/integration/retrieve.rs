@@ -98,18 +98,22 @@ fn explain_shows_each_stage_and_the_floor_decides_refusal() {
     let q = "What is the maximum hotel cost per night in London?";
     let (code, out, err) = run(ragbox(data).args(["search", q, "--explain"]));
     assert_eq!(code, 0, "{err}");
-    for needle in ["dense", "bm25", "fused", "rerank", "kept as hit 1", "ran without a reranker", "stages: embed"] {
+    for needle in ["dense", "bm25", "fused", "rerank", "combined", "kept as hit 1", "reranked by ms-marco-minilm-l12-v2-int8", "stages: embed"] {
         assert!(out.contains(needle), "--explain lacks {needle:?}:\n{out}");
     }
 
+    // The reranker's logit decides refusal when it runs; the similarity when it does not.
     let dir = tempfile::tempdir().unwrap();
     let config = dir.path().join("floor.toml");
+    std::fs::write(&config, "[retrieve.floors]\n\"ms-marco-minilm-l12-v2-int8\" = 99.0\n").unwrap();
+    let r = &search_json(data, &[q, "--config", config.to_str().unwrap()])["retrieval"];
+    assert_eq!((r["refused"].as_bool(), r["evidence"]["kind"].as_str()), (Some(true), Some("rerank")), "{r}");
     std::fs::write(&config, "[retrieve.floors]\n\"all-minilm-l6-v2\" = 0.99\n").unwrap();
-    let (code, out, _) = run(ragbox(data).args(["search", q]).arg("--config").arg(&config));
+    let (code, out, _) = run(ragbox(data).args(["search", q, "--no-rerank"]).arg("--config").arg(&config));
     assert_eq!(code, 0);
     assert!(out.contains("no good source"), "a floor above every similarity refuses:\n{out}");
     std::fs::write(&config, "[retrieve.floors]\n\"all-minilm-l6-v2\" = 0.05\n").unwrap();
-    let r = &search_json(data, &[q, "--config", config.to_str().unwrap()])["retrieval"];
+    let r = &search_json(data, &[q, "--no-rerank", "--config", config.to_str().unwrap()])["retrieval"];
     assert_eq!(r["refused"], false, "{r}");
     assert_eq!(r["floor"].as_f64().unwrap(), 0.05f32 as f64);
     assert!(r["best_evidence"].as_f64().unwrap() > 0.05);
@@ -244,15 +248,21 @@ fn eval_scores_each_configuration_on_a_tiny_beir_set() {
         // finds all of them in its top 10.
         assert_eq!(c["recall@10"].as_f64().unwrap(), 1.0, "{c}");
     }
-    let skipped = r["skipped"].as_array().unwrap();
-    assert!(skipped.iter().any(|s| s["name"].as_str().unwrap().ends_with("-rerank")), "no reranker weights here: {skipped:?}");
+    // The default cross-encoder is fetched with the other models: the reranked configuration
+    // runs, is the default, and its logit gets a refusal curve of its own.
+    assert!(r["skipped"].as_array().unwrap().is_empty(), "{}", r["skipped"]);
+    let default = configs.iter().find(|c| c["default"] == true).unwrap();
+    assert_eq!(default["name"], "hybrid-all-minilm-l6-v2-rerank");
+    assert_eq!(r["refusal"][1]["scorer"], "ms-marco-minilm-l12-v2-int8");
+    assert!(r["refusal"][1]["shipped"].is_array(), "the shipped floor is checked here too: {}", r["refusal"][1]);
     let refusal = &r["refusal"][0];
     assert_eq!(refusal["scorer"], "all-minilm-l6-v2");
     assert_eq!(refusal["out_of_domain"], 6);
     assert!(refusal["chosen_in_domain_refused"].as_f64().unwrap() <= 0.05);
 
     let md = std::fs::read_to_string(&report).unwrap();
-    assert!(md.contains("**hybrid-all-minilm-l6-v2** (default)") && md.contains("Refusal floor for `all-minilm-l6-v2`"), "{md}");
+    assert!(md.contains("**hybrid-all-minilm-l6-v2-rerank** (default)") && md.contains("Refusal floor for `all-minilm-l6-v2`"), "{md}");
+    assert!(md.contains("The shipped floor for `ms-marco-minilm-l12-v2-int8`"), "{md}");
     let svg = std::fs::read_to_string(tmp.path().join("docs/eval-beir-mini.svg")).unwrap();
     assert!(svg.starts_with("<svg") && svg.contains("bm25-whole"));
     assert!(tmp.path().join("docs/refusal-beir-mini-all-minilm-l6-v2.svg").exists());
