@@ -396,7 +396,7 @@ pub fn run(plan: &EvalPlan, embedder: &dyn Fn(&str) -> Result<Arc<dyn Embedder>>
             }
             let mut curve = refusal_curve(&c.name, &scorer, in_domain, &out, plan.max_in_domain_refused);
             // Floors are keyed by model, whatever the precision of its vectors.
-            let key = crate::model::Precision::split_identity(&scorer).map_or(scorer.as_str(), |(m, _)| m);
+            let key = scorer.split('@').next().unwrap_or(&scorer);
             if let Some(&f) = plan.shipped_floors.get(key) {
                 curve.shipped = Some((f64::from(f), refused_share(in_domain, f64::from(f)), refused_share(&out, f64::from(f))));
             }

@@ -77,7 +77,7 @@ fn a_question_without_a_good_source_is_refused_without_loading_the_llm() {
     let dir = tempfile::tempdir().unwrap();
     let config = dir.path().join("absent-llm.toml");
     std::fs::write(&config, "[generate]\nmodel = \"qwen2.5-coder-1.5b-instruct\"\n").unwrap();
-    let q = "How many weeks of parental leave do employees get?";
+    let q = "Who won the football World Cup in 2018?";
     let a = ask_json(data, &[q, "--config", config.to_str().unwrap()]);
     assert_eq!(a["refused"], true, "{a:#}");
     assert_eq!(a["refusal"], "no_good_source");

@@ -279,7 +279,7 @@ fn web_page_in_a_real_browser() {
         // An out-of-domain question is refused, its closest material labelled "not a source".
         let q = find(&c, "#question").await;
         q.clear().await.unwrap();
-        q.send_keys("How many weeks of parental leave do employees get?").await.unwrap();
+        q.send_keys("Who won the football World Cup in 2018?").await.unwrap();
         find(&c, "#ask-button").await.click().await.unwrap();
         until(&c, 300, "the refusal", "return !!document.querySelector('#answer .refusal')").await;
         assert!(text(&c, "#answer .refusal").await.contains("No good source"));
