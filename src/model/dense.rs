@@ -21,8 +21,7 @@ use crate::model::Precision;
 /// A dense layer's weights as they were loaded: floats, or the int8 codes of an int8 model file.
 pub(crate) enum DenseWeights {
     Float(Linear),
-    /// `w[i][o] = scales[o] · codes[i][o]`, `codes` `(inputs, outputs)`.
-    Int8 { codes: Vec<i8>, scales: Vec<f32>, bias: Option<Vec<f32>>, inputs: usize },
+    Int8 { weight: QuantisedWeight, bias: Option<Vec<f32>> },
 }
 
 impl DenseWeights {
@@ -41,14 +40,14 @@ impl DenseWeights {
             candle_core::bail!("{}: the file's weight is {}x{}, the model wants {inputs}x{outputs}", vb.prefix(), q.inputs, q.outputs);
         }
         let bias = if vb.contains_tensor("bias") { Some(vb.get(outputs, "bias")?.to_vec1::<f32>()?) } else { None };
-        Ok(DenseWeights::Int8 { codes: q.codes.clone(), scales: q.scales.clone(), bias, inputs })
+        Ok(DenseWeights::Int8 { weight: q.clone(), bias })
     }
 
     /// Output width.
     fn outputs(&self) -> candle_core::Result<usize> {
         match self {
             DenseWeights::Float(l) => Ok(l.weight().dims2()?.0),
-            DenseWeights::Int8 { scales, .. } => Ok(scales.len()),
+            DenseWeights::Int8 { weight, .. } => Ok(weight.outputs),
         }
     }
 
@@ -56,11 +55,9 @@ impl DenseWeights {
     pub(crate) fn scaled(self, factor: f64) -> candle_core::Result<DenseWeights> {
         Ok(match self {
             DenseWeights::Float(l) => DenseWeights::Float(Linear::new((l.weight() * factor)?, l.bias().map(|b| b * factor).transpose()?)),
-            DenseWeights::Int8 { codes, scales, bias, inputs } => DenseWeights::Int8 {
-                codes,
-                scales: scales.iter().map(|s| s * factor as f32).collect(),
+            DenseWeights::Int8 { weight, bias } => DenseWeights::Int8 {
+                weight: QuantisedWeight { scales: weight.scales.iter().map(|s| s * factor as f32).collect(), ..weight },
                 bias: bias.map(|b| b.iter().map(|v| v * factor as f32).collect()),
-                inputs,
             },
         })
     }
@@ -75,22 +72,22 @@ impl DenseWeights {
         for part in parts {
             match part {
                 DenseWeights::Float(l) => floats.push(l),
-                DenseWeights::Int8 { codes: c, scales: s, bias: b, inputs } => {
+                DenseWeights::Int8 { weight: w, bias: b } => {
                     if codes.is_empty() {
-                        codes = vec![0i8; inputs * total];
+                        codes = vec![0i8; w.inputs * total];
                     }
-                    let (offset, width) = (scales.len(), s.len());
-                    for (i, row) in c.chunks_exact(width).enumerate() {
+                    let (offset, width) = (scales.len(), w.outputs);
+                    for (i, row) in w.codes.chunks_exact(width).enumerate() {
                         codes[i * total + offset..i * total + offset + width].copy_from_slice(row);
                     }
                     bias.extend(b.unwrap_or_else(|| vec![0.0; width]));
-                    scales.extend(s);
-                    width_in = Some(inputs);
+                    scales.extend(w.scales);
+                    width_in = Some(w.inputs);
                 }
             }
         }
         match (floats.is_empty(), width_in) {
-            (true, Some(inputs)) => Ok(DenseWeights::Int8 { codes, scales, bias: Some(bias), inputs }),
+            (true, Some(inputs)) => Ok(DenseWeights::Int8 { weight: QuantisedWeight { inputs, outputs: total, codes, scales }, bias: Some(bias) }),
             (false, None) => {
                 let weight = Tensor::cat(&floats.iter().map(|l| l.weight()).collect::<Vec<_>>(), 0)?;
                 let biases: Option<Vec<&Tensor>> = floats.iter().map(|l| l.bias()).collect();
@@ -104,16 +101,9 @@ impl DenseWeights {
     fn into_linear(self, device: &candle_core::Device) -> candle_core::Result<Linear> {
         match self {
             DenseWeights::Float(l) => Ok(l),
-            DenseWeights::Int8 { codes, scales, bias, inputs } => {
-                let outputs = scales.len();
-                let mut w = vec![0f32; inputs * outputs];
-                for (i, row) in codes.chunks_exact(outputs).enumerate() {
-                    for (o, (&c, s)) in row.iter().zip(&scales).enumerate() {
-                        w[o * inputs + i] = f32::from(c) * s;
-                    }
-                }
-                let weight = Tensor::from_vec(w, (outputs, inputs), device)?;
-                Ok(Linear::new(weight, bias.map(|b| Tensor::new(b, device)).transpose()?))
+            DenseWeights::Int8 { weight, bias } => {
+                let w = Tensor::from_vec(weight.dequantised(), (weight.outputs, weight.inputs), device)?;
+                Ok(Linear::new(w, bias.map(|b| Tensor::new(b, device)).transpose()?))
             }
         }
     }
@@ -136,8 +126,8 @@ impl Dense {
     /// 8-bit weights cost the most accuracy.
     pub(crate) fn from_weights(weights: DenseWeights, precision: Precision, weight_residual: bool, device: &candle_core::Device) -> candle_core::Result<Dense> {
         match (weights, precision) {
-            (DenseWeights::Int8 { codes, scales, bias, inputs }, Precision::Int8) => {
-                Ok(Dense::Int8(Int8Dense::from_codes(&codes, inputs, &scales, bias.as_deref())))
+            (DenseWeights::Int8 { weight, bias }, Precision::Int8) => {
+                Ok(Dense::Int8(Int8Dense::from_codes(&weight.codes, weight.inputs, &weight.scales, bias.as_deref())))
             }
             (weights, _) => Dense::load(weights.into_linear(device)?, precision, weight_residual),
         }
