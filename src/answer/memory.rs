@@ -372,8 +372,12 @@ fn push_word(toks: &mut Vec<Tok>, raw: &str, start: usize, end: usize) {
     }
 }
 
-fn is_stop(w: &str) -> bool {
+pub(super) fn is_stop(w: &str) -> bool {
     is_in(STOPWORDS, w)
+}
+
+pub(super) fn is_preposition(w: &str) -> bool {
+    is_in(PREPOSITIONS, w)
 }
 
 fn is_clause_break(t: &Tok) -> bool {
@@ -385,7 +389,7 @@ fn is_clause_break(t: &Tok) -> bool {
 }
 
 /// Whether `w` is a form of one of the listed verbs.
-fn is_verb(w: &str) -> bool {
+pub(super) fn is_verb(w: &str) -> bool {
     if is_in(IRREGULAR_VERBS, w) || is_in(VERBS, w) {
         return true;
     }
@@ -890,8 +894,8 @@ pub fn rewrite_messages(question: &str, turns: &[PriorTurn]) -> Vec<Message> {
 /// Cleans a generator's rewrite: drops a reasoning block (`<think>…</think>`), keeps the first
 /// non-empty line, strips list marks, quotes and prefixes such as "Rewritten question:".
 /// `None` when nothing is left, when it is longer than 3x the follow-up (at least 200
-/// characters), or when it adds no word to a follow-up that refers back (the reference is
-/// still unresolved).
+/// characters), or, for a follow-up that refers back, when it adds no word (the reference is
+/// still unresolved) or drops the follow-up's own words (its intent is lost).
 pub fn clean_rewrite(raw: &str, question: &str) -> Option<String> {
     let body = raw.rsplit_once("</think>").map_or(raw, |(_, after)| after);
     let line = body.lines().map(str::trim).find(|l| !l.is_empty())?;
@@ -926,10 +930,16 @@ pub fn clean_rewrite(raw: &str, question: &str) -> Option<String> {
     if s.chars().count() > limit {
         return None;
     }
-    if refers_back(question).is_some() {
+    if let Some(cue) = refers_back(question) {
         let asked = content_words(question);
-        let adds = content_words(s).iter().any(|w| !asked.contains(w));
-        if !adds {
+        let written = content_words(s);
+        let own: HashSet<String> = asked.difference(&content_words(&cue.text)).cloned().collect();
+        let adds = written.iter().any(|w| !asked.contains(w));
+        // A rewrite that drops the follow-up's own ask ("And what if I miss that deadline?"
+        // rewritten as the earlier question) lost its intent: at most one of three or more of
+        // its words may go (to a synonym).
+        let lost = own.iter().filter(|w| !written.contains(*w)).count();
+        if !adds || lost > usize::from(own.len() >= 3) {
             return None;
         }
     }
@@ -1239,6 +1249,10 @@ mod tests {
         // Repeating the follow-up leaves the reference unresolved.
         assert_eq!(clean_rewrite("What about the other one?", q), None);
         assert_eq!(clean_rewrite("Who approves it, then?", "Who approves it?"), None);
+        // The earlier question again: the follow-up's own ask is lost.
+        let what_if = "And what if I miss that deadline?";
+        assert_eq!(clean_rewrite("How many days do I have to submit an expense claim?", what_if), None);
+        assert!(clean_rewrite("What happens if I miss the expense claim deadline?", what_if).is_some());
         // A self-contained question may come back unchanged.
         let s = "What is the travel insurance limit for staff?";
         assert_eq!(clean_rewrite(s, s).as_deref(), Some(s));

@@ -15,6 +15,7 @@ pub mod cite;
 pub mod focus;
 pub mod memory;
 pub mod prompt;
+pub mod resolve;
 pub mod support;
 
 use std::path::PathBuf;
@@ -97,6 +98,9 @@ pub struct Source {
     pub score: f32,
     /// The text given (cut to the passage budget).
     pub text: String,
+    /// What the generator read of it when the prompt is focused (its sentences closest to the
+    /// question); `None` when it read the whole `text`, or nothing of it (see [`Prompt`]).
+    pub shown: Option<String>,
 }
 
 /// A checked citation: an id the generator used that names a passage it was given.
@@ -202,6 +206,9 @@ pub struct Answer {
     pub timings: AnswerTimings,
     /// Generation stopped at the token cap (`generate.max_tokens`): the answer may be cut short.
     pub hit_token_cap: bool,
+    /// The token cap stopped the answer mid-sentence: that unfinished sentence is left out of
+    /// `answer` and `sentences` (it was streamed), or, when it was the only one, ends in "…".
+    pub cut_mid_sentence: bool,
     /// The first reply held no words (citation markers only) and the model was asked a second
     /// time, with the short rule ([`prompt::retry_messages`]); timings and token counts add up both.
     pub second_try: bool,
@@ -248,6 +255,7 @@ fn source_of(id: usize, hit: &Hit, max_chars: usize) -> Source {
         lines: row.lines,
         score: hit.score,
         text: cut(&row.text, max_chars),
+        shown: None,
     }
 }
 
@@ -281,6 +289,7 @@ fn blank(question: &str, standalone: &str, retrieval: &Retrieval, support_method
         support_method,
         timings: AnswerTimings { retrieve_ms: retrieval.timings.total_ms, ..AnswerTimings::default() },
         hit_token_cap: false,
+        cut_mid_sentence: false,
         second_try: false,
     }
 }
@@ -311,6 +320,8 @@ pub enum Rewriter {
     None,
     /// Rewritten by the generator with the turns that matter.
     Generator,
+    /// Its reference replaced by what the question before it names ([`resolve`]).
+    Resolved,
     /// The generator's rewrite was unusable (or none was given): the latest relevant turn's
     /// question followed by the follow-up.
     Fallback,
@@ -356,9 +367,12 @@ pub async fn standalone(
         let reply = g.generate(&request, &mut crate::generate::Discard).await?;
         rewritten = memory::clean_rewrite(&reply.text, question);
     }
-    let (text, by) = match rewritten {
-        Some(q) => (q, Rewriter::Generator),
-        None => (memory::fallback_rewrite(question, &chosen), Rewriter::Fallback),
+    let before = chosen.last().map(|t| if t.standalone.trim().is_empty() { t.question } else { t.standalone });
+    let resolved = before.and_then(|b| resolve::resolve(question, b));
+    let (text, by) = match (rewritten, resolved) {
+        (Some(q), _) => (q, Rewriter::Generator),
+        (None, Some(q)) => (q, Rewriter::Resolved),
+        (None, None) => (memory::fallback_rewrite(question, &chosen), Rewriter::Fallback),
     };
     Ok(Standalone { question: text, cue: Some(cue), turns, rewritten_by: by, rewrite_ms: started.elapsed().as_secs_f64() * 1e3 })
 }
@@ -403,6 +417,12 @@ pub fn prompt_for(question: &str, retrieval: &Retrieval, options: &AnswerOptions
         None => answer_messages_in(options.prompt, question, &whole),
     };
     let retry = prompt::retry_messages(options.prompt, question, &whole);
+    let mut sources = sources;
+    if let Some(f) = focused {
+        for (s, shown) in sources.iter_mut().zip(f) {
+            s.shown = Some(shown.unwrap_or_default());
+        }
+    }
     Ok(Prompt { messages, retry, sources })
 }
 
@@ -436,6 +456,22 @@ impl TokenSink for UntilWords<'_> {
     fn cancelled(&self) -> bool {
         self.inner.cancelled()
     }
+}
+
+/// The text of `parsed` without an unfinished last sentence (one that does not end in `.`, `!`,
+/// `?` or `…`, citation markers aside), or with "…" after it when it is the only sentence;
+/// `None` when the last sentence is finished.
+fn finished_sentences(parsed: &cite::ParsedAnswer) -> Option<String> {
+    let last = parsed.sentences.last()?;
+    let words = strip_markers(&last.text);
+    let end = words.trim_end().trim_end_matches(['"', '\'', ')', '*']);
+    if end.ends_with(['.', '!', '?', '…']) {
+        return None;
+    }
+    if parsed.sentences.len() == 1 {
+        return Some(format!("{} …", parsed.text.trim_end()));
+    }
+    Some(parsed.text[..last.span.start].trim_end().to_string())
 }
 
 /// Turns a retrieval into an answer.
@@ -520,7 +556,13 @@ impl Answerer {
         answer.timings.tokens_per_second = generation.tokens_per_second();
 
         let ids: Vec<usize> = sources.iter().map(|s| s.id).collect();
-        let parsed = parse_answer(&generation.text, &ids);
+        let mut parsed = parse_answer(&generation.text, &ids);
+        if answer.hit_token_cap {
+            if let Some(whole) = finished_sentences(&parsed) {
+                parsed = parse_answer(&whole, &ids);
+                answer.cut_mid_sentence = true;
+            }
+        }
         let by_id = |id: usize| sources.iter().find(|s| s.id == id);
         answer.citations = parsed
             .cited

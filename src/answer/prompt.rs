@@ -77,6 +77,9 @@ pub enum AnswerPrompt {
     /// labelled's 0.08 on the sample questions (docs/EVAL.md).
     #[default]
     SystemContext,
+    /// The system-context layout with a rule that names no kind of document: the answer first,
+    /// in one sentence of the model's own words, "Yes"/"No" first for a yes/no question.
+    Direct,
 }
 
 impl std::str::FromStr for AnswerPrompt {
@@ -86,8 +89,9 @@ impl std::str::FromStr for AnswerPrompt {
             "labelled" => Ok(AnswerPrompt::Labelled),
             "tagged" => Ok(AnswerPrompt::Tagged),
             "system-context" => Ok(AnswerPrompt::SystemContext),
+            "direct" => Ok(AnswerPrompt::Direct),
             other => Err(crate::error::Error::Invalid(format!(
-                "unknown answer prompt `{other}`; use labelled, tagged or system-context"
+                "unknown answer prompt `{other}`; use labelled, tagged, system-context or direct"
             ))),
         }
     }
@@ -126,8 +130,10 @@ pub fn answer_messages(question: &str, passages: &[PromptPassage]) -> Vec<Messag
 /// question (7 of 8 answerable sample questions). How each passage is shown is the `style`.
 pub fn answer_messages_in(style: AnswerPrompt, question: &str, passages: &[PromptPassage]) -> Vec<Message> {
     let question = escape_text(question.trim());
-    if style == AnswerPrompt::SystemContext {
-        return system_context(&question, passages, FULL_SENTENCE);
+    match style {
+        AnswerPrompt::SystemContext => return system_context(&question, passages, FULL_SENTENCE),
+        AnswerPrompt::Direct => return system_context(&question, passages, ANSWER_FIRST),
+        AnswerPrompt::Labelled | AnswerPrompt::Tagged => {}
     }
     let mut user = String::with_capacity(256 + passages.iter().map(|p| p.text.len() + 128).sum::<usize>());
     let _ = write!(user, "Question: {question}\n\n<passages>\n");
@@ -162,13 +168,24 @@ const FULL_SENTENCE: &str = "Answer in one complete sentence that states what th
      figures, dates or names and any condition the passage attaches to them. End the sentence with the number of the \
      passage it comes from, in square brackets:";
 
+/// The direct layout's rule: the answer first, in the model's own words, nothing about what kind
+/// of document the passages come from.
+const ANSWER_FIRST: &str = "Answer the question directly in one sentence, in your own words, with the exact figures, \
+     dates, names or terms the passages give. If it is a yes or no question, begin with Yes or No. End the sentence \
+     with the number of the passage it comes from, in square brackets:";
+
 /// The system-context rule of the second try: the figure alone (the rule before focused passages).
 const SHORT_SENTENCE: &str = "Answer in one short sentence with the exact figure, date or name from the passages. \
      End the sentence with the number of the passage it comes from, in square brackets:";
 
 /// The passages in the system message as context, the question and `rule` in the user message.
 fn system_context(question: &str, passages: &[PromptPassage], rule: &str) -> Vec<Message> {
-    let mut system = String::from("You answer questions about company documents using only these passages.\n\n");
+    let intro = if rule == FULL_SENTENCE {
+        "You answer questions about company documents using only these passages.\n\n"
+    } else {
+        "You answer questions using only these passages from the user's documents.\n\n"
+    };
+    let mut system = String::from(intro);
     for p in passages {
         let _ = write!(system, "[{}] {} (from {})\n\n", p.id, escape_text(&flatten(p.text)), escape_text(&label(p)));
     }
@@ -183,7 +200,8 @@ fn system_context(question: &str, passages: &[PromptPassage], rule: &str) -> Vec
 /// `passages` and the short rule (the default before focused passages) it answered "[1] 30
 /// days". `None` for the layouts that have no second try.
 pub fn retry_messages(style: AnswerPrompt, question: &str, passages: &[PromptPassage]) -> Option<Vec<Message>> {
-    (style == AnswerPrompt::SystemContext).then(|| system_context(&escape_text(question.trim()), passages, SHORT_SENTENCE))
+    matches!(style, AnswerPrompt::SystemContext | AnswerPrompt::Direct)
+        .then(|| system_context(&escape_text(question.trim()), passages, SHORT_SENTENCE))
 }
 
 /// Where an answer in `style` ends: in the system-context layout a passage's source follows its
@@ -192,7 +210,7 @@ pub fn retry_messages(style: AnswerPrompt, question: &str, passages: &[PromptPas
 /// the sentence before it.
 pub fn answer_stop(style: AnswerPrompt) -> Vec<String> {
     match style {
-        AnswerPrompt::SystemContext => vec!["(from ".to_string()],
+        AnswerPrompt::SystemContext | AnswerPrompt::Direct => vec!["(from ".to_string()],
         AnswerPrompt::Labelled | AnswerPrompt::Tagged => Vec::new(),
     }
 }

@@ -70,10 +70,15 @@ fn source_line(s: &Source) -> String {
 pub(super) fn print_after(answer: &Answer) {
     println!();
     if answer.hit_token_cap {
+        let what = if answer.cut_mid_sentence {
+            "; its unfinished last sentence is left out of the answer kept"
+        } else {
+            ""
+        };
         println!(
             "{}",
             amber(&format!(
-                "(cut short: the answer reached the token cap of {} tokens; raise generate.max_tokens for longer answers)",
+                "(cut short: the answer reached the token cap of {} tokens{what}; raise generate.max_tokens for longer answers)",
                 answer.timings.completion_tokens
             ))
         );

@@ -17,15 +17,22 @@ use super::{print_json, GlobalArgs};
 #[derive(Debug, Args)]
 pub struct EvalArgs {
     /// A BEIR folder: corpus.jsonl, queries.jsonl, qrels/<split>.tsv.
-    #[arg(long, value_name = "DIR", required_unless_present = "qa")]
+    #[arg(long, value_name = "DIR", required_unless_present_any = ["qa", "conversations"])]
     pub data: Option<PathBuf>,
     /// Evaluate answers against reference answers instead: JSON lines with `question`, `answer`,
-    /// `evidence`, `answerable` (tests/data/corpus-questions.jsonl), over the documents of --corpus.
+    /// `file`, `evidence`, `answerable` and `split` (tests/data/eval/qa/), over the documents of
+    /// --corpus. Repeat `--qa FILE --corpus DIR` for several collections: one row each, and one
+    /// for all; `--split dev|test|all` picks the half.
     #[arg(long, value_name = "FILE", requires = "corpus", conflicts_with_all = ["data", "answers"])]
-    pub qa: Option<PathBuf>,
-    /// With --qa: the folder of documents the questions are about.
+    pub qa: Vec<PathBuf>,
+    /// Evaluate follow-ups instead: conversations (JSON lines: `id`, `split`, `kind`, `turns` of
+    /// QA questions with a reference `rewrite` and `keep` phrases; tests/data/eval/conversations.jsonl)
+    /// asked turn by turn over the documents of --corpus: rewrites judged, answers scored.
+    #[arg(long, value_name = "FILE", requires = "corpus", conflicts_with_all = ["data", "answers", "qa"])]
+    pub conversations: Option<PathBuf>,
+    /// With --qa: the folder of documents the questions are about (one per --qa, in order).
     #[arg(long, value_name = "DIR")]
-    pub corpus: Option<PathBuf>,
+    pub corpus: Vec<PathBuf>,
     /// With --qa: a label for this run's row in the report (e.g. the prompt variant tried).
     #[arg(long, default_value = "default")]
     pub label: String,
@@ -124,8 +131,11 @@ fn machine() -> String {
 
 pub fn run(g: &GlobalArgs, args: EvalArgs) -> anyhow::Result<u8> {
     let app = g.app()?;
-    if let Some(questions) = &args.qa {
-        return run_qa(g, &app, &args, questions);
+    if let Some(file) = &args.conversations {
+        return run_conversations(g, &app, &args, file);
+    }
+    if !args.qa.is_empty() {
+        return run_qa(g, &app, &args);
     }
     let data = args.data.clone().ok_or_else(|| anyhow::anyhow!("--data DIR is required"))?;
     let sha = ragbox::eval::beir::load(&data, &args.split)?.corpus_sha256;
@@ -270,11 +280,17 @@ fn run_answers(g: &GlobalArgs, app: &ragbox::app::App, args: &EvalArgs, scratch:
     Ok(0)
 }
 
-/// `eval --qa`: reference answers over a folder, the default retrieval, the configured generator.
-fn run_qa(g: &GlobalArgs, app: &ragbox::app::App, args: &EvalArgs, questions: &std::path::Path) -> anyhow::Result<u8> {
-    use ragbox::eval::qa::{markdown_header, markdown_row, run as qa_run, QaPlan};
-    let corpus = args.corpus.clone().ok_or_else(|| anyhow::anyhow!("--qa needs --corpus DIR"))?;
-    let AnswerStack { embedder, generator, reranker, retrieve } = answer_stack(app, args)?;
+/// The half of a question set `--split` names: `None` for all.
+fn question_half(split: &str) -> anyhow::Result<Option<String>> {
+    match split {
+        "all" => Ok(None),
+        "dev" | "test" => Ok(Some(split.to_string())),
+        other => anyhow::bail!("--split {other}: a question set has the halves dev and test (or all)"),
+    }
+}
+
+/// The answer settings of `eval --qa` and `--conversations`: the config's, with the flags' changes.
+fn eval_answer_options(app: &ragbox::app::App, args: &EvalArgs) -> anyhow::Result<ragbox::answer::AnswerOptions> {
     let mut answer = app.answer_options();
     answer.passages = args.passages.unwrap_or(answer.passages);
     answer.passage_chars = args.passage_chars.unwrap_or(answer.passage_chars);
@@ -283,41 +299,126 @@ fn run_qa(g: &GlobalArgs, app: &ragbox::app::App, args: &EvalArgs, questions: &s
     if let Some(p) = &args.prompt {
         answer.prompt = p.parse()?;
     }
-    let ingest = app.ingest_options("qa", None)?;
+    Ok(answer)
+}
+
+/// The scratch store of a question set over `corpus` (keyed by its path and the embedder).
+fn qa_scratch(args: &EvalArgs, corpus: &std::path::Path, collection: &str, embedder: &str) -> anyhow::Result<PathBuf> {
     let key = {
         use sha2::Digest;
-        hex::encode(sha2::Sha256::digest(std::fs::canonicalize(&corpus)?.to_string_lossy().as_bytes()))
+        hex::encode(sha2::Sha256::digest(std::fs::canonicalize(corpus)?.to_string_lossy().as_bytes()))
     };
-    let scratch = args.scratch.clone().unwrap_or_else(|| cache_dir().join(format!("qa-{}-{}", &key[..12], embedder.model_id())));
-    let plan = QaPlan {
-        questions: questions.to_path_buf(),
-        corpus,
-        scratch,
-        ingest,
+    Ok(match &args.scratch {
+        Some(dir) if args.qa.len() > 1 => dir.join(collection),
+        Some(dir) => dir.clone(),
+        None => cache_dir().join(format!("qa-{}-{embedder}", &key[..12])),
+    })
+}
+
+/// `eval --conversations`: follow-ups through the chat path, rewrites judged, answers scored.
+fn run_conversations(g: &GlobalArgs, app: &ragbox::app::App, args: &EvalArgs, file: &std::path::Path) -> anyhow::Result<u8> {
+    use ragbox::eval::conversations::{run as conversations_run, ConversationPlan};
+    use ragbox::eval::qa::{markdown_header, markdown_row};
+    let corpus = args.corpus.first().ok_or_else(|| anyhow::anyhow!("--conversations needs --corpus DIR"))?;
+    let AnswerStack { embedder, generator, reranker, retrieve } = answer_stack(app, args)?;
+    let answer = eval_answer_options(app, args)?;
+    let plan = ConversationPlan {
+        conversations: file.to_path_buf(),
+        split: question_half(&args.split)?,
+        corpus: corpus.clone(),
+        scratch: qa_scratch(args, corpus, "conversations", embedder.model_id())?,
+        ingest: app.ingest_options("qa", None)?,
         retrieve,
         answer,
+        memory_turns: app.config.answer.memory_turns,
         support: app.config.answer.support.parse()?,
     };
     let quiet = g.quiet;
-    let report = qa_run(&plan, embedder, generator, reranker, &mut |msg| {
+    let report = conversations_run(&plan, embedder, generator, reranker, &mut |msg| {
         if !quiet {
             eprintln!("{msg}");
         }
     })?;
     let command = std::iter::once("ragbox".to_string()).chain(std::env::args().skip(1)).collect::<Vec<_>>().join(" ");
-    let row = markdown_row(&report, &args.label);
+    let kinds: Vec<String> = report.by_kind.iter().map(|(k, [kept, n])| format!("{k} {kept}/{n}")).collect();
+    let summary = format!(
+        "{} conversations ({} half): {}/{} follow-up rewrites kept the intent and resolved the references ({}).\n",
+        report.conversations,
+        args.split,
+        report.rewrites_kept,
+        report.follow_ups,
+        kinds.join(", ")
+    );
+    let rows = format!("{}{}", markdown_row(&report.first_answers, &args.label), markdown_row(&report.follow_up_answers, &args.label));
     if g.json {
         print_json(&report)?;
     } else {
-        print!("{}{row}", markdown_header());
-        for r in &report.rows {
-            println!("- {} → {}", r.question, r.answer.replace('\n', " "));
+        for r in report.rewrites.iter().filter(|r| !r.kept()) {
+            println!("- {} ({}): \"{}\" → \"{}\" lacks {} (reference: \"{}\")", r.conversation, r.kind, r.question, r.standalone, r.missing.join(", "), r.reference);
+        }
+        print!("{summary}{}{rows}", markdown_header());
+    }
+    if !args.no_report {
+        use std::io::Write;
+        let mut f = std::fs::OpenOptions::new().create(true).append(true).open(&args.report)?;
+        writeln!(f, "\n<!-- eval --conversations on {}: `{command}` -->\n{summary}\n{}{rows}", machine(), markdown_header())?;
+        eprintln!("report appended to {}", args.report.display());
+    }
+    Ok(0)
+}
+
+/// `eval --qa`: reference answers over folders of documents (one row per collection, one for
+/// all), the default retrieval, the configured generator.
+fn run_qa(g: &GlobalArgs, app: &ragbox::app::App, args: &EvalArgs) -> anyhow::Result<u8> {
+    use ragbox::eval::qa::{markdown_header, markdown_row, overall, run as qa_run, QaPlan};
+    if args.qa.len() != args.corpus.len() {
+        anyhow::bail!("give one --corpus DIR per --qa FILE, in the same order ({} --qa, {} --corpus)", args.qa.len(), args.corpus.len());
+    }
+    let split = question_half(&args.split)?;
+    let AnswerStack { embedder, generator, reranker, retrieve } = answer_stack(app, args)?;
+    let answer = eval_answer_options(app, args)?;
+    let support = app.config.answer.support.parse()?;
+    let quiet = g.quiet;
+    let mut reports = Vec::new();
+    for (questions, corpus) in args.qa.iter().zip(&args.corpus) {
+        let collection = questions.file_stem().map_or("questions".into(), |s| s.to_string_lossy().into_owned());
+        let scratch = qa_scratch(args, corpus, &collection, embedder.model_id())?;
+        let plan = QaPlan {
+            collection,
+            questions: questions.clone(),
+            split: split.clone(),
+            corpus: corpus.clone(),
+            scratch,
+            ingest: app.ingest_options("qa", None)?,
+            retrieve: retrieve.clone(),
+            answer: answer.clone(),
+            support,
+        };
+        reports.push(qa_run(&plan, embedder.clone(), generator.clone(), reranker.clone(), &mut |msg| {
+            if !quiet {
+                eprintln!("{msg}");
+            }
+        })?);
+    }
+    let all = if reports.len() > 1 { overall(&reports, &answer) } else { None };
+    let command = std::iter::once("ragbox".to_string()).chain(std::env::args().skip(1)).collect::<Vec<_>>().join(" ");
+    let rows: String = reports.iter().chain(&all).map(|r| markdown_row(r, &args.label)).collect();
+    if g.json {
+        print_json(&serde_json::json!({ "split": args.split, "collections": reports, "all": all }))?;
+    } else {
+        for r in reports.iter().flat_map(|r| &r.rows) {
+            println!("- [{}] {} → {}", r.collection, r.question, r.answer.replace('\n', " "));
+        }
+        print!("{}{rows}", markdown_header());
+        for r in reports.iter().chain(&all) {
+            let lost: Vec<String> = r.evidence_lost.iter().map(|(stage, n)| format!("{stage} {n}")).collect();
+            println!("{}: evidence of {} answerable questions: {}", r.collection, r.answerable, lost.join(", "));
         }
     }
     if !args.no_report {
         use std::io::Write;
         let mut f = std::fs::OpenOptions::new().create(true).append(true).open(&args.report)?;
-        writeln!(f, "\n<!-- eval --qa on {}: `{command}` -->\n{}{row}", machine(), markdown_header())?;
+        writeln!(f, "\n<!-- eval --qa ({} half) on {}: `{command}` -->\n{}{rows}", args.split, machine(), markdown_header())?;
         eprintln!("report appended to {}", args.report.display());
     }
     Ok(0)

@@ -428,6 +428,7 @@ mod tests {
             lines: Lines { first: 1, last: 1 },
             score: 1.0,
             text: String::new(),
+            shown: None,
         };
         let citation = |&(id, chunk): &(usize, u64)| Citation {
             id,
@@ -454,6 +455,7 @@ mod tests {
             support_method: SupportMethod::Off,
             timings: Default::default(),
             hit_token_cap: false,
+            cut_mid_sentence: false,
             second_try: false,
         }
     }

@@ -2,6 +2,7 @@
 
 pub mod answers;
 pub mod beir;
+pub mod conversations;
 pub mod metrics;
 pub mod plot;
 pub mod qa;

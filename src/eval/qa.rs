@@ -25,7 +25,7 @@ use crate::eval::run::Progress;
 use crate::generate::{block_on, Discard, Generator};
 use crate::ingest::{ingest, IngestOptions};
 use crate::rerank::Reranker;
-use crate::retrieve::{RetrieveOptions, Retriever};
+use crate::retrieve::{RetrieveOptions, Retrieval, Retriever};
 use crate::store::{Store, VectorOptions};
 
 /// Words in a row, copied verbatim from a passage, that count as copying.
@@ -44,12 +44,19 @@ pub struct QaQuestion {
     pub evidence: Option<String>,
     /// False for questions the documents do not answer (they must be refused).
     pub answerable: bool,
+    /// The half it belongs to, `dev` or `test` (tune on dev, report test); none: both.
+    #[serde(default)]
+    pub split: Option<String>,
 }
 
 /// What to evaluate.
 pub struct QaPlan {
+    /// The collection's name in the report (the questions file's stem).
+    pub collection: String,
     /// The questions (JSON lines of [`QaQuestion`]).
     pub questions: PathBuf,
+    /// Only the questions of this half (`dev`, `test`); `None`: all of them.
+    pub split: Option<String>,
     /// The documents they are about.
     pub corpus: PathBuf,
     /// Scratch folder for the store (reused: ingest is incremental).
@@ -83,6 +90,10 @@ pub struct QaRow {
     pub recall: f64,
     /// The normalised answer equals the normalised reference.
     pub exact: bool,
+    /// The collection it belongs to.
+    pub collection: String,
+    /// Where the evidence went: the stage of the answer path that lost it, or `shown`.
+    pub evidence_stage: EvidenceStage,
     /// A passage given to the model held the evidence.
     pub evidence_given: bool,
     /// A valid citation names a passage that holds the evidence.
@@ -91,6 +102,9 @@ pub struct QaRow {
     pub citations: [usize; 2],
     /// Sentences flagged unsupported / sentences.
     pub unsupported: [usize; 2],
+    /// Each sentence with the texts of the passages it cites (the support check's input) and
+    /// its flag: material for a labelled support set.
+    pub sentences: Vec<SentenceRow>,
     /// Share of the answer's words inside verbatim runs of [`COPY_RUN`]+ words from a passage.
     pub copied_share: f64,
     /// The answer stopped at the token cap.
@@ -103,9 +117,47 @@ pub struct QaRow {
     pub total_ms: f64,
 }
 
+/// One answer sentence as the support check saw it.
+#[derive(Debug, Clone, Serialize)]
+pub struct SentenceRow {
+    /// The sentence, markers included.
+    pub text: String,
+    /// The texts of the passages it cites.
+    pub passages: Vec<String>,
+    /// Its flag.
+    pub supported: bool,
+    /// Its support score.
+    pub support: Option<f32>,
+}
+
+/// How far a question's evidence got along the answer path. Retrieval returns `top_k` passages;
+/// the first `answer.passages` are given, each cut to `answer.passage_chars`; with focus the
+/// model reads only their sentences closest to the question. The first stage that lost the
+/// evidence sentence is where it went.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum EvidenceStage {
+    /// No evidence to look for (an unanswerable question).
+    None,
+    /// Retrieval refused the question (nothing cleared the floor), evidence in its list or not.
+    Refused,
+    /// Not in any passage retrieval returned.
+    NotRetrieved,
+    /// Retrieved, but below the passages given to the model.
+    BelowPassages,
+    /// In a given passage, but past its character budget.
+    CutByBudget,
+    /// In a given passage, but its sentence was not among the focused ones.
+    DroppedByFocus,
+    /// The model read it.
+    Shown,
+}
+
 /// Everything `eval --qa` reports.
 #[derive(Debug, Clone, Serialize)]
 pub struct QaReport {
+    /// The collection (or `all`).
+    pub collection: String,
     /// Generator.
     pub model: String,
     /// Answer settings used.
@@ -130,6 +182,12 @@ pub struct QaReport {
     pub exact: f64,
     /// Answerable questions whose answer reaches at least half of the reference's tokens.
     pub reached: f64,
+    /// Answerable questions whose evidence retrieval returned (its `top_k`).
+    pub evidence_retrieved: f64,
+    /// Of those, the share whose evidence sentence the model read.
+    pub evidence_shown_of_retrieved: f64,
+    /// Answerable questions per [`EvidenceStage`] where their evidence stopped.
+    pub evidence_lost: std::collections::BTreeMap<String, usize>,
     /// Answerable questions whose evidence passage was given to the model.
     pub evidence_given: f64,
     /// Answerable questions whose evidence passage was cited.
@@ -156,8 +214,8 @@ pub struct QaReport {
     pub rows: Vec<QaRow>,
 }
 
-/// Reads the questions.
-pub fn load(path: &Path) -> Result<Vec<QaQuestion>> {
+/// Reads the questions of `split` (all when `None`; a question without a split is in both).
+pub fn load(path: &Path, split: Option<&str>) -> Result<Vec<QaQuestion>> {
     let text = std::fs::read_to_string(path).map_err(Error::path(path))?;
     let mut out = Vec::new();
     for (i, line) in text.lines().enumerate().filter(|(_, l)| !l.trim().is_empty()) {
@@ -166,10 +224,16 @@ pub fn load(path: &Path) -> Result<Vec<QaQuestion>> {
         if q.answerable && (q.answer.is_none() || q.evidence.is_none()) {
             return Err(Error::Invalid(format!("{}:{}: an answerable question needs `answer` and `evidence`", path.display(), i + 1)));
         }
-        out.push(q);
+        if let Some(other) = q.split.as_deref().filter(|s| !matches!(*s, "dev" | "test")) {
+            return Err(Error::Invalid(format!("{}:{}: split `{other}` is neither dev nor test", path.display(), i + 1)));
+        }
+        if split.is_none_or(|want| q.split.as_deref().is_none_or(|s| s == want)) {
+            out.push(q);
+        }
     }
     if out.is_empty() {
-        return Err(Error::Invalid(format!("{} holds no questions", path.display())));
+        let half = split.map(|s| format!(" in its {s} half")).unwrap_or_default();
+        return Err(Error::Invalid(format!("{} holds no questions{half}", path.display())));
     }
     Ok(out)
 }
@@ -230,7 +294,31 @@ fn holds(passage: &str, evidence: &[String]) -> bool {
     !evidence.is_empty() && p.windows(evidence.len()).any(|w| w == evidence)
 }
 
-fn score(q: &QaQuestion, a: &Answer, total_ms: f64) -> QaRow {
+/// Where `evidence` stopped on its way to the model (see [`EvidenceStage`]).
+fn evidence_stage(evidence: &[String], retrieval: &Retrieval, a: &Answer, passages: usize) -> EvidenceStage {
+    if evidence.is_empty() {
+        return EvidenceStage::None;
+    }
+    if retrieval.refused {
+        return EvidenceStage::Refused;
+    }
+    let whole = |h: &crate::retrieve::Hit| holds(&h.chunk.text, evidence) || h.section.as_ref().is_some_and(|s| holds(&s.text, evidence));
+    let Some(rank) = retrieval.hits.iter().position(whole) else { return EvidenceStage::NotRetrieved };
+    if rank >= passages {
+        return EvidenceStage::BelowPassages;
+    }
+    let given: Vec<&crate::answer::Source> = a.sources.iter().filter(|s| holds(&s.text, evidence)).collect();
+    if given.is_empty() {
+        return EvidenceStage::CutByBudget;
+    }
+    if given.iter().any(|s| s.shown.as_deref().is_none_or(|shown| holds(shown, evidence))) {
+        EvidenceStage::Shown
+    } else {
+        EvidenceStage::DroppedByFocus
+    }
+}
+
+pub(crate) fn score(collection: &str, q: &QaQuestion, retrieval: &Retrieval, a: &Answer, passages_given: usize, total_ms: f64) -> QaRow {
     let text = strip_markers(&a.answer);
     let answer_words = words(&text);
     let reference_words = q.answer.as_deref().map(words).unwrap_or_default();
@@ -249,10 +337,25 @@ fn score(q: &QaQuestion, a: &Answer, total_ms: f64) -> QaRow {
         f1,
         recall,
         exact: !a.refused && !reference_words.is_empty() && answer_words == reference_words,
+        collection: collection.to_string(),
+        evidence_stage: evidence_stage(&evidence, retrieval, a, passages_given),
         evidence_given: !given.is_empty(),
         evidence_cited,
         citations: [valid, written],
         unsupported: [a.sentences.iter().filter(|s| !s.supported).count(), a.sentences.len()],
+        sentences: if a.refused {
+            Vec::new()
+        } else {
+            a.sentences
+                .iter()
+                .map(|s| SentenceRow {
+                    text: s.text.clone(),
+                    passages: s.citations.iter().filter_map(|id| a.sources.iter().find(|p| p.id == *id)).map(|p| p.text.clone()).collect(),
+                    supported: s.supported,
+                    support: s.support,
+                })
+                .collect()
+        },
         copied_share: if a.refused { 0.0 } else { copied_share(&answer_words, &passages, COPY_RUN) },
         hit_token_cap: a.hit_token_cap,
         prompt_tokens: a.timings.prompt_tokens,
@@ -269,7 +372,7 @@ pub fn run(
     reranker: Option<Arc<dyn Reranker>>,
     progress: Progress<'_>,
 ) -> Result<QaReport> {
-    let questions = load(&plan.questions)?;
+    let questions = load(&plan.questions, plan.split.as_deref())?;
     let store = Store::open(&plan.scratch, VectorOptions::default())?;
     progress(&format!("ingest {} into tenant {}", plan.corpus.display(), plan.ingest.tenant));
     ingest(&store, &embedder, &plan.corpus, &plan.ingest, &mut |_| {})?;
@@ -286,7 +389,7 @@ pub fn run(
         let t = std::time::Instant::now();
         let retrieval = retriever.retrieve(&q.question)?;
         let a = block_on(answerer.answer(&q.question, &q.question, &retrieval, &mut Discard))?;
-        let row = score(q, &a, t.elapsed().as_secs_f64() * 1e3);
+        let row = score(&plan.collection, q, &retrieval, &a, plan.answer.passages, t.elapsed().as_secs_f64() * 1e3);
         progress(&format!(
             "{}/{} {}: F1 {:.2}, evidence {}, {:.1} s",
             i + 1,
@@ -298,10 +401,17 @@ pub fn run(
         ));
         rows.push(row);
     }
-    Ok(summarise(generator.model_id(), &plan.answer, rows))
+    Ok(summarise(&plan.collection, generator.model_id(), &plan.answer, rows))
 }
 
-fn summarise(model: &str, options: &AnswerOptions, rows: Vec<QaRow>) -> QaReport {
+/// One report over several collections' reports: every question counted once.
+pub fn overall(reports: &[QaReport], options: &AnswerOptions) -> Option<QaReport> {
+    let first = reports.first()?;
+    let rows = reports.iter().flat_map(|r| r.rows.iter().cloned()).collect();
+    Some(summarise("all", &first.model, options, rows))
+}
+
+pub(crate) fn summarise(collection: &str, model: &str, options: &AnswerOptions, rows: Vec<QaRow>) -> QaReport {
     let answerable: Vec<&QaRow> = rows.iter().filter(|r| r.answerable).collect();
     let answered: Vec<&QaRow> = rows.iter().filter(|r| r.refusal.is_none()).collect();
     let share = |n: usize, of: usize| if of == 0 { 0.0 } else { n as f64 / of as f64 };
@@ -316,7 +426,17 @@ fn summarise(model: &str, options: &AnswerOptions, rows: Vec<QaRow>) -> QaReport
     total.sort_by(f64::total_cmp);
     prompt_tokens.sort_by(f64::total_cmp);
     let unanswerable = rows.len() - n;
+    let retrieved = answerable
+        .iter()
+        .filter(|r| !matches!(r.evidence_stage, EvidenceStage::NotRetrieved | EvidenceStage::Refused | EvidenceStage::None))
+        .count();
+    let mut evidence_lost = std::collections::BTreeMap::new();
+    for r in &answerable {
+        let stage = serde_json::to_value(r.evidence_stage).ok().and_then(|v| v.as_str().map(str::to_string)).unwrap_or_default();
+        *evidence_lost.entry(stage).or_insert(0) += 1;
+    }
     QaReport {
+        collection: collection.to_string(),
         model: model.to_string(),
         passages: options.passages,
         passage_chars: options.passage_chars,
@@ -329,6 +449,9 @@ fn summarise(model: &str, options: &AnswerOptions, rows: Vec<QaRow>) -> QaReport
         recall: mean(&mut answerable.iter().map(|r| r.recall), n),
         exact: share(answerable.iter().filter(|r| r.exact).count(), n),
         reached: share(answerable.iter().filter(|r| r.recall >= 0.5).count(), n),
+        evidence_retrieved: share(retrieved, n),
+        evidence_shown_of_retrieved: share(answerable.iter().filter(|r| r.evidence_stage == EvidenceStage::Shown).count(), retrieved),
+        evidence_lost,
         evidence_given: share(answerable.iter().filter(|r| r.evidence_given).count(), n),
         evidence_cited: share(answerable.iter().filter(|r| r.evidence_cited).count(), n),
         reached_and_cited: share(answerable.iter().filter(|r| r.recall >= 0.5 && r.evidence_cited).count(), n),
@@ -347,11 +470,14 @@ fn summarise(model: &str, options: &AnswerOptions, rows: Vec<QaRow>) -> QaReport
 /// One markdown table row of the report's headline figures (see [`markdown_header`]).
 pub fn markdown_row(r: &QaReport, label: &str) -> String {
     format!(
-        "| {label} | {} | {:.0}% | {:.2} | {:.2} | {:.0}% | {:.0}% | {:.0}% | {:.0}% | {:.0}% | {:.0}% | {}/{} | {}/{} | {:.0} | {:.1} | {:.1} |\n",
+        "| {label} | {} | {} | {:.0}% | {:.2} | {:.2} | {:.0}% | {:.0}% | {:.0}% | {:.0}% | {:.0}% | {:.0}% | {:.0}% | {:.0}% | {}/{} | {}/{} | {:.0} | {:.1} | {:.1} |\n",
+        r.collection,
         r.model,
         r.reached_and_cited * 100.0,
         r.f1,
         r.recall,
+        r.evidence_retrieved * 100.0,
+        r.evidence_shown_of_retrieved * 100.0,
         r.evidence_cited * 100.0,
         r.citation_validity * 100.0,
         r.unsupported_share * 100.0,
@@ -370,8 +496,8 @@ pub fn markdown_row(r: &QaReport, label: &str) -> String {
 
 /// The header of [`markdown_row`]'s table.
 pub fn markdown_header() -> &'static str {
-    "| variant | model | reached & cited | F1 | recall | evidence cited | citation validity | unsupported | copied | hit cap | exact | answerable refused | unanswerable refused | prompt tokens p50 | first token p50 (s) | answer p50 (s) |\n\
-     |---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n"
+    "| variant | collection | model | reached & cited | F1 | recall | evidence retrieved | read of retrieved | evidence cited | citation validity | unsupported | copied | hit cap | exact | answerable refused | unanswerable refused | prompt tokens p50 | first token p50 (s) | answer p50 (s) |\n\
+     |---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n"
 }
 
 #[cfg(test)]

@@ -235,6 +235,7 @@ fn answer_payload(answer: &Answer) -> serde_json::Value {
         "support_method": answer.support_method,
         "timings": answer.timings,
         "hit_token_cap": answer.hit_token_cap,
+        "cut_mid_sentence": answer.cut_mid_sentence,
     })
 }
 

@@ -216,7 +216,8 @@ class AnswerView {
       if (a.invalid_citations && a.invalid_citations.length) {
         body.append(h('p', { class: 'muted' }, `Removed citations that named no passage: ${a.invalid_citations.join(', ')}`));
       }
-      if (a.hit_token_cap) body.append(h('p', { class: 'muted' }, 'The answer reached the length limit and may be cut short.'));
+      if (a.cut_mid_sentence) body.append(h('p', { class: 'muted' }, 'The answer reached the length limit mid-sentence; that unfinished sentence is left out.'));
+      else if (a.hit_token_cap) body.append(h('p', { class: 'muted' }, 'The answer reached the length limit and may be cut short.'));
       this.renderSources(a.sources || [], false);
     }
     body.append(this.footer(a));

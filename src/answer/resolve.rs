@@ -1,0 +1,250 @@
+//! Resolving a follow-up against the question before it, without a model: the follow-up's
+//! reference is replaced by what it points at, so retrieval gets one question that keeps the
+//! follow-up's own ask.
+//!
+//! - A pronoun ("How long are they kept?") takes the earlier question's topic, its last run of
+//!   nouns with the determiner before it: "How long are the visitor logs kept?".
+//! - A demonstrative on a noun ("what if I miss that deadline?") becomes "the deadline for" the
+//!   topic, or the topic itself when it names that noun ("this policy" → "the travel policy").
+//! - An ellipsis ("And in New York?", "What about Rotterdam?", "For contractors?") swaps its
+//!   phrase into the earlier question: the phrase with the same preposition, else the name it
+//!   replaces, else it is added at the end; a what-if ("And what if I miss it?") is the
+//!   follow-up with its own references resolved.
+//!
+//! Imports `answer::memory` (the follow-up detector and its word lists) only.
+//!
+//! ```
+//! use ragbox::answer::resolve::resolve;
+//! assert_eq!(resolve("How long are they kept?", "Who owns the visitor logs?").as_deref(), Some("How long are the visitor logs kept?"));
+//! assert_eq!(resolve("And in New York?", "What's the hotel cap in London?").as_deref(), Some("What's the hotel cap in New York?"));
+//! ```
+
+use super::memory::{is_preposition, is_stop, is_verb, refers_back, CueKind};
+
+/// Connectives a follow-up opens with, dropped from the standalone question.
+const OPENERS: &[&str] = &["and", "but", "so", "also", "then", "plus", "or"];
+
+/// Determiners kept in front of a topic.
+const DETERMINERS: &[&str] = &["the", "a", "an", "my", "our", "your", "their", "his", "her", "its"];
+
+/// A word with its byte range in the text.
+#[derive(Debug, Clone)]
+struct Word<'a> {
+    text: &'a str,
+    lower: String,
+    start: usize,
+    end: usize,
+}
+
+fn words(text: &str) -> Vec<Word<'_>> {
+    let mut out = Vec::new();
+    let mut start = None;
+    for (i, c) in text.char_indices().chain(std::iter::once((text.len(), ' '))) {
+        let inside = c.is_alphanumeric() || matches!(c, '\'' | '’' | '-' | '£' | '$' | '€' | '%');
+        match (start, inside) {
+            (None, true) => start = Some(i),
+            (Some(s), false) => {
+                let w = text[s..i].trim_matches(['\'', '’', '-']);
+                if !w.is_empty() {
+                    let s = s + text[s..i].find(w).unwrap_or(0);
+                    out.push(Word { text: w, lower: w.to_lowercase(), start: s, end: s + w.len() });
+                }
+                start = None;
+            }
+            _ => {}
+        }
+    }
+    out
+}
+
+fn noun_like(w: &Word) -> bool {
+    !is_stop(&w.lower) && !is_preposition(&w.lower) && !is_verb(&w.lower) && !w.lower.ends_with("'s")
+}
+
+/// The earlier question's topic: its last run of noun-like words, with a determiner before it.
+fn topic(before: &str) -> Option<String> {
+    let ws = words(before);
+    let mut best: Option<(usize, usize)> = None;
+    let mut i = 0;
+    while i < ws.len() {
+        if noun_like(&ws[i]) && i > 0 {
+            let mut j = i;
+            while j + 1 < ws.len() && noun_like(&ws[j + 1]) {
+                j += 1;
+            }
+            best = Some((i, j));
+            i = j + 1;
+        } else {
+            i += 1;
+        }
+    }
+    let (a, b) = best?;
+    let from = if a > 0 && DETERMINERS.contains(&ws[a - 1].lower.as_str()) { a - 1 } else { a };
+    let mut phrase = before[ws[from].start..ws[b].end].to_string();
+    if from == a {
+        phrase.insert_str(0, "the ");
+    }
+    Some(phrase)
+}
+
+/// Replaces the first whole-word occurrence of `what` in `text` by `with`.
+fn replace_word(text: &str, what: &str, with: &str) -> Option<String> {
+    let lower = text.to_lowercase();
+    let what = what.to_lowercase();
+    let mut from = 0;
+    while let Some(at) = lower[from..].find(&what).map(|i| i + from) {
+        let end = at + what.len();
+        let bounded = |c: Option<char>| c.is_none_or(|c| !c.is_alphanumeric());
+        if bounded(lower[..at].chars().next_back()) && bounded(lower[end..].chars().next()) {
+            return Some(format!("{}{with}{}", &text[..at], &text[end..]));
+        }
+        from = end;
+    }
+    None
+}
+
+/// `text` as a question: first letter capital, one `?` at the end.
+fn as_question(text: &str) -> String {
+    let t = text.trim().trim_end_matches(['?', '.', '!', ' ']);
+    let mut chars = t.chars();
+    let first = chars.next().map(|c| c.to_uppercase().collect::<String>()).unwrap_or_default();
+    format!("{first}{}?", chars.as_str())
+}
+
+/// The follow-up without its opening connective ("And", "But", "What about").
+fn without_opener(question: &str) -> &str {
+    let ws = words(question);
+    let mut skip = 0;
+    while ws.get(skip).is_some_and(|w| OPENERS.contains(&w.lower.as_str())) {
+        skip += 1;
+    }
+    if ws.get(skip).is_some_and(|w| w.lower == "what" || w.lower == "how") && ws.get(skip + 1).is_some_and(|w| w.lower == "about") {
+        skip += 2;
+    }
+    match ws.get(skip) {
+        Some(w) if skip > 0 => &question[w.start..],
+        Some(_) => question,
+        None => "",
+    }
+}
+
+/// `question` with its pronoun or demonstrative replaced by `before`'s topic.
+fn resolve_reference(question: &str, before: &str) -> Option<String> {
+    let topic = topic(before)?;
+    let (kind, text) = match refers_back(question) {
+        Some(cue) if matches!(cue.kind, CueKind::Pronoun | CueKind::Demonstrative) => (cue.kind, cue.text),
+        // Inside a what-if the detector reads "miss that deadline" as a relative "that": a
+        // demonstrative on a noun all the same once the question is known to refer back.
+        _ => {
+            let ws = words(question);
+            let at = ws.windows(2).position(|p| matches!(p[0].lower.as_str(), "that" | "this" | "these" | "those") && noun_like(&p[1]))?;
+            (CueKind::Demonstrative, question[ws[at].start..ws[at + 1].end].to_string())
+        }
+    };
+    let cue = super::memory::FollowUpCue { kind, text };
+    let cue_words = words(&cue.text);
+    match cue.kind {
+        CueKind::Pronoun => {
+            let pronoun = cue_words.first()?.lower.clone();
+            let with = match pronoun.as_str() {
+                "its" | "their" => format!("{topic}'s"),
+                "this" | "that" | "these" | "those" | "it" | "they" | "them" => topic.clone(),
+                "there" => format!("in {topic}"),
+                _ => return None,
+            };
+            replace_word(question, &cue.text, &with)
+        }
+        CueKind::Demonstrative => {
+            let noun = cue_words.get(1)?.lower.clone();
+            let with = if topic.to_lowercase().split_whitespace().any(|w| w.trim_end_matches('s') == noun.trim_end_matches('s')) {
+                topic.clone()
+            } else {
+                let of = topic.split_once(' ').filter(|(d, _)| DETERMINERS.contains(d)).map_or(topic.as_str(), |(_, rest)| rest);
+                format!("the {} for {of}", &cue.text[cue_words[1].start..])
+            };
+            replace_word(question, &cue.text, &with)
+        }
+        _ => None,
+    }
+}
+
+/// `before` with the ellipsis `phrase` swapped in.
+fn swap_in(phrase: &str, before: &str) -> Option<String> {
+    let pw = words(phrase);
+    let head = pw.first()?;
+    let bw = words(before);
+    let body_end = before.trim_end().trim_end_matches(['?', '.', '!']).len();
+    if is_preposition(&head.lower) {
+        // The earlier question's phrase with the same preposition runs to the next preposition or the end.
+        if let Some(k) = bw.iter().rposition(|w| w.lower == head.lower) {
+            let end = bw[k + 1..].iter().find(|w| is_preposition(&w.lower)).map_or(body_end, |w| w.start);
+            let tail = if end < body_end { format!(" {}", before[end..body_end].trim()) } else { String::new() };
+            return Some(as_question(&format!("{} {}{tail}", before[..bw[k].start].trim_end(), phrase)));
+        }
+        return Some(as_question(&format!("{} {phrase}", &before[..body_end])));
+    }
+    // A name for a name: "What about Rotterdam?" after "… in London?".
+    let capital = |w: &Word| w.text.chars().next().is_some_and(char::is_uppercase);
+    if capital(head) {
+        if let Some(k) = bw.iter().skip(1).rposition(|w| capital(w)).map(|k| k + 1) {
+            let mut first = k;
+            while first > 1 && capital(&bw[first - 1]) {
+                first -= 1;
+            }
+            return Some(as_question(&format!("{}{phrase}{}", &before[..bw[first].start], &before[bw[k].end..body_end])));
+        }
+    }
+    Some(as_question(&format!("{} for {phrase}", &before[..body_end])))
+}
+
+/// The standalone form of the follow-up `question` given the question `before` it (its
+/// standalone form), or `None` when its reference is of a kind this cannot resolve (talk about
+/// the conversation itself, comparisons) or nothing in `before` can take its place.
+pub fn resolve(question: &str, before: &str) -> Option<String> {
+    let cue = refers_back(question)?;
+    let rest = without_opener(question.trim()).trim_end_matches(['?', '.', '!', ' ']);
+    if rest.is_empty() {
+        return None;
+    }
+    let first = words(rest).first()?.lower.clone();
+    match cue.kind {
+        CueKind::Ellipsis if first == "what" || first == "if" || first == "why" || first == "how" || first == "when" || first == "who" => {
+            // A new question of its own ("what if I miss that deadline"): resolve what it points at.
+            let own = as_question(rest);
+            Some(resolve_reference(&own, before).unwrap_or(own))
+        }
+        CueKind::Ellipsis if words(rest).len() <= 6 => swap_in(rest, before),
+        CueKind::Pronoun | CueKind::Demonstrative => resolve_reference(&as_question(rest), before),
+        _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pronouns_take_the_earlier_questions_topic() {
+        assert_eq!(resolve("Who approves it?", "How many days do I have to submit an expense claim?").as_deref(), Some("Who approves an expense claim?"));
+        assert_eq!(resolve("And how long are they kept?", "Who owns the visitor logs?").as_deref(), Some("How long are the visitor logs kept?"));
+    }
+
+    #[test]
+    fn ellipses_swap_their_phrase_in() {
+        assert_eq!(
+            resolve("And for contractors?", "What is the travel insurance limit for staff?").as_deref(),
+            Some("What is the travel insurance limit for contractors?")
+        );
+        assert_eq!(resolve("What about Rotterdam?", "What's the hotel cap in London?").as_deref(), Some("What's the hotel cap in Rotterdam?"));
+        assert_eq!(
+            resolve("And what if I miss that deadline?", "How many days do I have to submit an expense claim?").as_deref(),
+            Some("What if I miss the deadline for expense claim?")
+        );
+    }
+
+    #[test]
+    fn talk_about_the_conversation_is_left_to_the_model() {
+        assert_eq!(resolve("What did you say the deadline was?", "Who approves expenses?"), None);
+        assert_eq!(resolve("What is the travel insurance limit for staff?", "Who approves expenses?"), None);
+    }
+}
