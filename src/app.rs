@@ -276,13 +276,12 @@ impl App {
     /// The configured support check: embedding similarity with the tenant's embedder, or the
     /// generator's yes/no logits.
     pub fn support_checker(&self, embedder: Option<Arc<dyn Embedder>>, generator: &Arc<dyn Generator>) -> Result<SupportChecker> {
-        Ok(match self.config.answer.support.parse::<SupportMethod>()? {
-            SupportMethod::Similarity => match embedder {
-                Some(e) => SupportChecker::Similarity(e),
-                None => SupportChecker::Similarity(self.embedder(None)?),
-            },
-            SupportMethod::Llm => SupportChecker::Llm(generator.clone()),
-            SupportMethod::Off => SupportChecker::Off,
+        let method = self.config.answer.support.parse::<SupportMethod>()?;
+        Ok(match (method, embedder) {
+            (SupportMethod::Llm, _) => SupportChecker::Llm(generator.clone()),
+            (SupportMethod::Off, _) => SupportChecker::Off,
+            (method, Some(e)) => SupportChecker::new(method, e, generator),
+            (method, None) => SupportChecker::new(method, self.embedder(None)?, generator),
         })
     }
 

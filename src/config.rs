@@ -143,7 +143,7 @@ pub struct AnswerSection {
     pub support_floor: f32,
     /// Prior turns a follow-up may be rewritten with.
     pub memory_turns: usize,
-    /// The answer prompt's layout: labelled, tagged or system-context (docs/EVAL.md).
+    /// The answer prompt's layout: labelled, tagged, system-context or direct (docs/EVAL.md).
     pub prompt: String,
     /// Sentences of the passages the generator reads, those closest to the question; 0: whole
     /// passages (docs/EVAL.md).
@@ -414,11 +414,11 @@ impl Config {
         if g.max_tokens == 0 || g.max_num_seqs == 0 || raw.answer.passages == 0 || raw.answer.passage_chars == 0 {
             return Err(Error::Config("generate.max_tokens, generate.max_num_seqs, answer.passages and answer.passage_chars must be at least 1".into()));
         }
-        if !["labelled", "tagged", "system-context"].contains(&raw.answer.prompt.as_str()) {
-            return Err(Error::Config(format!("answer.prompt = `{}`: use labelled, tagged or system-context", raw.answer.prompt)));
+        if !["labelled", "tagged", "system-context", "direct"].contains(&raw.answer.prompt.as_str()) {
+            return Err(Error::Config(format!("answer.prompt = `{}`: use labelled, tagged, system-context or direct", raw.answer.prompt)));
         }
-        if !["similarity", "llm", "off"].contains(&raw.answer.support.as_str()) {
-            return Err(Error::Config(format!("answer.support = `{}`: use similarity, llm or off", raw.answer.support)));
+        if !["grounded", "similarity", "llm", "off"].contains(&raw.answer.support.as_str()) {
+            return Err(Error::Config(format!("answer.support = `{}`: use grounded, similarity, llm or off", raw.answer.support)));
         }
         let sv = &raw.server;
         if sv.listen.parse::<std::net::SocketAddr>().is_err() {

@@ -93,7 +93,11 @@ pub(super) fn print_after(answer: &Answer) {
     if !flagged.is_empty() && !answer.refused {
         println!("{}", amber("not supported by the passages it cites:"));
         for s in flagged {
-            let why = if s.citations.is_empty() { "cites nothing".to_string() } else { format!("support {:.2}", s.support.unwrap_or(0.0)) };
+            let why = match (&s.reason, s.citations.is_empty()) {
+                (Some(reason), _) => reason.clone(),
+                (None, true) => "cites nothing".to_string(),
+                (None, false) => format!("support {:.2}", s.support.unwrap_or(0.0)),
+            };
             println!("  {} ({why})", amber(&s.text));
         }
     }

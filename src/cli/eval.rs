@@ -17,7 +17,7 @@ use super::{print_json, GlobalArgs};
 #[derive(Debug, Args)]
 pub struct EvalArgs {
     /// A BEIR folder: corpus.jsonl, queries.jsonl, qrels/<split>.tsv.
-    #[arg(long, value_name = "DIR", required_unless_present_any = ["qa", "conversations"])]
+    #[arg(long, value_name = "DIR", required_unless_present_any = ["qa", "conversations", "support"])]
     pub data: Option<PathBuf>,
     /// Evaluate answers against reference answers instead: JSON lines with `question`, `answer`,
     /// `file`, `evidence`, `answerable` and `split` (tests/data/eval/qa/), over the documents of
@@ -30,6 +30,11 @@ pub struct EvalArgs {
     /// asked turn by turn over the documents of --corpus: rewrites judged, answers scored.
     #[arg(long, value_name = "FILE", requires = "corpus", conflicts_with_all = ["data", "answers", "qa"])]
     pub conversations: Option<PathBuf>,
+    /// Evaluate the support flags instead: labelled sentences (JSON lines: `question`,
+    /// `sentence`, `passages`, `supported`, `kind`; tests/data/eval/support-dev.jsonl) judged by
+    /// every method against `answer.support_floor`; the LLM method on the first --limit (40).
+    #[arg(long, value_name = "FILE", conflicts_with_all = ["data", "answers", "qa", "conversations"])]
+    pub support: Option<PathBuf>,
     /// With --qa: the folder of documents the questions are about (one per --qa, in order).
     #[arg(long, value_name = "DIR")]
     pub corpus: Vec<PathBuf>,
@@ -131,6 +136,9 @@ fn machine() -> String {
 
 pub fn run(g: &GlobalArgs, args: EvalArgs) -> anyhow::Result<u8> {
     let app = g.app()?;
+    if let Some(file) = &args.support {
+        return run_support(g, &app, &args, file);
+    }
     if let Some(file) = &args.conversations {
         return run_conversations(g, &app, &args, file);
     }
@@ -313,6 +321,44 @@ fn qa_scratch(args: &EvalArgs, corpus: &std::path::Path, collection: &str, embed
         Some(dir) => dir.clone(),
         None => cache_dir().join(format!("qa-{}-{embedder}", &key[..12])),
     })
+}
+
+/// `eval --support`: every support method on labelled sentences.
+fn run_support(g: &GlobalArgs, app: &ragbox::app::App, args: &EvalArgs, file: &std::path::Path) -> anyhow::Result<u8> {
+    use ragbox::answer::support::{SupportChecker, SupportMethod};
+    use ragbox::eval::support::{load, markdown, run};
+    let set = load(file)?;
+    let embedder = app.embedder(Some(&app.config.embed.model))?;
+    let floor = app.config.answer.support_floor;
+    let generator = app.generator(args.llm.as_deref())?;
+    let mut reports = Vec::new();
+    for method in [SupportMethod::Grounded, SupportMethod::Similarity] {
+        reports.push(run(&set, &SupportChecker::new(method, embedder.clone(), &generator), floor)?);
+    }
+    let llm_set = &set[..set.len().min(args.limit.unwrap_or(40))];
+    if !llm_set.is_empty() {
+        // Its score is log-odds of yes over no: 0 is even.
+        reports.push(run(llm_set, &SupportChecker::Llm(generator), 0.0)?);
+    }
+    let command = std::iter::once("ragbox".to_string()).chain(std::env::args().skip(1)).collect::<Vec<_>>().join(" ");
+    let md = markdown(&reports, floor);
+    if g.json {
+        print_json(&reports)?;
+    } else {
+        for r in &reports {
+            for (sentence, reason) in &r.false_alarms {
+                println!("- {} flags a correct sentence: \"{sentence}\" ({reason})", r.method);
+            }
+        }
+        print!("{md}");
+    }
+    if !args.no_report {
+        use std::io::Write;
+        let mut f = std::fs::OpenOptions::new().create(true).append(true).open(&args.report)?;
+        writeln!(f, "\n<!-- eval --support on {}: `{command}` (llm: its floor is 0 log-odds) -->\n{md}", machine())?;
+        eprintln!("report appended to {}", args.report.display());
+    }
+    Ok(0)
 }
 
 /// `eval --conversations`: follow-ups through the chat path, rewrites judged, answers scored.

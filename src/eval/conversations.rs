@@ -174,11 +174,7 @@ pub fn run(
     ingest(&store, &embedder, &plan.corpus, &plan.ingest, &mut |_| {})?;
     let tenant = store.catalog().require_tenant(&plan.ingest.tenant)?;
     let retriever = Retriever::new(&store, &tenant, Some(embedder.clone()), reranker, plan.retrieve.clone())?;
-    let checker = match plan.support {
-        SupportMethod::Similarity => SupportChecker::Similarity(embedder.clone()),
-        SupportMethod::Llm => SupportChecker::Llm(generator.clone()),
-        SupportMethod::Off => SupportChecker::Off,
-    };
+    let checker = SupportChecker::new(plan.support, embedder.clone(), &generator);
     let answerer = Answerer::new(generator.clone(), checker, plan.answer.clone()).with_focus(Some(embedder.clone()));
     let (mut firsts, mut follow_ups, mut rewrites) = (Vec::new(), Vec::new(), Vec::new());
     for (n, c) in conversations.iter().enumerate() {

@@ -7,3 +7,4 @@ pub mod metrics;
 pub mod plot;
 pub mod qa;
 pub mod run;
+pub mod support;

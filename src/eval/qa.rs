@@ -94,6 +94,11 @@ pub struct QaRow {
     pub collection: String,
     /// Where the evidence went: the stage of the answer path that lost it, or `shown`.
     pub evidence_stage: EvidenceStage,
+    /// Retrieval's best evidence score (what the refusal floor compares), and the best cosine
+    /// similarity of a candidate: a floor can be tried on a run's rows without asking again.
+    pub best_evidence: Option<f32>,
+    /// The best cosine similarity of a candidate to the question.
+    pub best_similarity: Option<f32>,
     /// A passage given to the model held the evidence.
     pub evidence_given: bool,
     /// A valid citation names a passage that holds the evidence.
@@ -339,6 +344,8 @@ pub(crate) fn score(collection: &str, q: &QaQuestion, retrieval: &Retrieval, a: 
         exact: !a.refused && !reference_words.is_empty() && answer_words == reference_words,
         collection: collection.to_string(),
         evidence_stage: evidence_stage(&evidence, retrieval, a, passages_given),
+        best_evidence: retrieval.best_evidence,
+        best_similarity: retrieval.candidates.iter().filter_map(|c| c.similarity).reduce(f32::max),
         evidence_given: !given.is_empty(),
         evidence_cited,
         citations: [valid, written],
@@ -378,11 +385,7 @@ pub fn run(
     ingest(&store, &embedder, &plan.corpus, &plan.ingest, &mut |_| {})?;
     let tenant = store.catalog().require_tenant(&plan.ingest.tenant)?;
     let retriever = Retriever::new(&store, &tenant, Some(embedder.clone()), reranker, plan.retrieve.clone())?;
-    let checker = match plan.support {
-        SupportMethod::Similarity => SupportChecker::Similarity(embedder.clone()),
-        SupportMethod::Llm => SupportChecker::Llm(generator.clone()),
-        SupportMethod::Off => SupportChecker::Off,
-    };
+    let checker = SupportChecker::new(plan.support, embedder.clone(), &generator);
     let answerer = Answerer::new(generator.clone(), checker, plan.answer.clone()).with_focus(Some(embedder.clone()));
     let mut rows = Vec::new();
     for (i, q) in questions.iter().enumerate() {

@@ -208,11 +208,18 @@ class AnswerView {
         if (i) text.append(' ');
         const cls = s.supported ? 'sentence' : 'sentence unsupported';
         const reason = s.supported ? null
+          : s.reason ? `Not supported: ${s.reason}.`
           : !s.citations.length ? 'This sentence cites no passage.'
           : `No cited passage supports this sentence (support ${s.support == null ? '—' : s.support.toFixed(2)} by ${a.support_method}).`;
         text.append(h('span', { class: cls, title: reason, tabindex: reason ? 0 : null, 'aria-label': reason ? `${s.text} (warning: ${reason})` : null }, this.withChips(s.text, a.sources)));
       });
       body.append(text);
+      const flagged = sentences.filter((s) => !s.supported && s.reason);
+      if (flagged.length) {
+        const list = h('ul', { class: 'flag-reasons muted' });
+        flagged.forEach((s) => list.append(h('li', {}, `Amber: ${s.reason}.`)));
+        body.append(list);
+      }
       if (a.invalid_citations && a.invalid_citations.length) {
         body.append(h('p', { class: 'muted' }, `Removed citations that named no passage: ${a.invalid_citations.join(', ')}`));
       }
