@@ -73,12 +73,12 @@ pub enum AnswerPrompt {
     /// The passages in the system message as context ("[1] text (from label)"), the user
     /// message only the question and the rule: the layout chat models meet most in training.
     /// Each passage's text comes before its source: with the source first, the 0.5B model
-    /// answered with the section heading ("[1] 7.1 Deadline"). The default: F1 0.37 against
+    /// answered with the section heading ("[1] 7.1 Deadline"). The default until issue 35: F1 0.37 against
     /// labelled's 0.08 on the sample questions (docs/EVAL.md).
-    #[default]
     SystemContext,
-    /// The system-context layout with a rule that names no kind of document: the answer first,
-    /// in one sentence of the model's own words, "Yes"/"No" first for a yes/no question.
+    /// The system-context layout with a rule that names no kind of document ([`ANSWER_FIRST`]):
+    /// the default, chosen on the dev halves of the held-out question sets (docs/EVAL.md).
+    #[default]
     Direct,
 }
 
@@ -168,11 +168,18 @@ const FULL_SENTENCE: &str = "Answer in one complete sentence that states what th
      figures, dates or names and any condition the passage attaches to them. End the sentence with the number of the \
      passage it comes from, in square brackets:";
 
-/// The direct layout's rule: the answer first, in the model's own words, nothing about what kind
-/// of document the passages come from.
-const ANSWER_FIRST: &str = "Answer the question directly in one sentence, in your own words, with the exact figures, \
-     dates, names or terms the passages give. If it is a yes or no question, begin with Yes or No. End the sentence \
-     with the number of the passage it comes from, in square brackets:";
+/// The direct layout's rule: [`FULL_SENTENCE`] without its policy wording ("what the passage
+/// requires" leaked into answers on any subject: "The passage requires a humanoid alien as a
+/// companion."). A rule that asked for the answer first "in your own words", and for "Yes" or
+/// "No" first on yes/no questions, had the 0.5B model decline 28 of the 49 sample-corpus dev
+/// questions (16 with the system-context rule) and open most answers with "No". On the dev
+/// halves of the sample corpus and the PostgreSQL manual this rule reached and cited 28% (the
+/// system-context rule 33%, its policy wording helping on the policy corpus; "states what the
+/// passage says" 27%; docs/EVAL.md, issue 35).
+const ANSWER_FIRST: &str = "Reply with one complete sentence that answers the question with the exact figures, dates \
+     or names and any condition the passage attaches to them. End the sentence with the number of the passage it \
+     comes from, in square brackets:";
+
 
 /// The system-context rule of the second try: the figure alone (the rule before focused passages).
 const SHORT_SENTENCE: &str = "Answer in one short sentence with the exact figure, date or name from the passages. \

@@ -312,7 +312,9 @@ fn evidence_stage(evidence: &[String], retrieval: &Retrieval, a: &Answer, passag
     if rank >= passages {
         return EvidenceStage::BelowPassages;
     }
-    let given: Vec<&crate::answer::Source> = a.sources.iter().filter(|s| holds(&s.text, evidence)).collect();
+    // The model declined: its passages are the closest material.
+    let read = if a.sources.is_empty() { &a.closest } else { &a.sources };
+    let given: Vec<&crate::answer::Source> = read.iter().filter(|s| holds(&s.text, evidence)).collect();
     if given.is_empty() {
         return EvidenceStage::CutByBudget;
     }
@@ -528,6 +530,22 @@ mod tests {
         assert_eq!(copied_share(&copied, std::slice::from_ref(&passage), COPY_RUN), 1.0);
         let own = w("You have 30 days after the trip ends to submit the claim.");
         assert_eq!(copied_share(&own, std::slice::from_ref(&passage), COPY_RUN), 0.0);
+    }
+
+    #[test]
+    fn a_half_is_read_by_its_split_and_questions_without_one_are_in_both() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("q.jsonl");
+        let line = |q: &str, split: Option<&str>| {
+            serde_json::json!({"question": q, "answer": "x", "file": "f", "evidence": "x", "answerable": true, "split": split}).to_string()
+        };
+        std::fs::write(&path, [line("a", Some("dev")), line("b", Some("test")), line("c", None)].join("\n")).unwrap();
+        let names = |split| load(&path, split).unwrap().into_iter().map(|q| q.question).collect::<Vec<_>>();
+        assert_eq!(names(Some("dev")), ["a", "c"]);
+        assert_eq!(names(Some("test")), ["b", "c"]);
+        assert_eq!(names(None), ["a", "b", "c"]);
+        std::fs::write(&path, line("d", Some("train"))).unwrap();
+        assert!(load(&path, None).unwrap_err().to_string().contains("neither dev nor test"));
     }
 
     #[test]
