@@ -946,6 +946,22 @@ pub fn clean_rewrite(raw: &str, question: &str) -> Option<String> {
     Some(s.to_string())
 }
 
+/// Content words of `rewrite` found neither in `question` nor in `turns` (their questions,
+/// standalone forms and answers): what a rewrite made up. The 0.5B model, shown one worked
+/// example, wrote "What is the travel insurance limit for dinner?" after a question on meal
+/// allowances: the example's subject, not the conversation's.
+pub fn made_up_words(rewrite: &str, question: &str, turns: &[PriorTurn]) -> Vec<String> {
+    let mut seen = content_words(question);
+    for t in turns {
+        seen.extend(content_words(t.question));
+        seen.extend(content_words(t.standalone));
+        seen.extend(content_words(t.answer));
+    }
+    let mut made: Vec<String> = content_words(rewrite).into_iter().filter(|w| !seen.contains(w)).collect();
+    made.sort();
+    made
+}
+
 /// The deterministic rewrite when no generator is available or its rewrite is unusable: the
 /// standalone form of the latest of `turns` followed by the follow-up, e.g. "What is the travel
 /// insurance limit? What about the other one?". The follow-up alone when `turns` is empty.

@@ -365,7 +365,14 @@ pub async fn standalone(
 ) -> Result<Standalone> {
     let started = Instant::now();
     let as_is = |cue| Standalone { question: question.to_string(), cue, turns: Vec::new(), rewritten_by: Rewriter::None, rewrite_ms: 0.0 };
-    let Some(cue) = memory::refers_back(question) else { return Ok(as_is(None)) };
+    let cue = match memory::refers_back(question) {
+        Some(cue) => cue,
+        // A what-if continues the conversation's subject without pointing at it.
+        None if resolve::continues(question) && !prior.is_empty() => {
+            memory::FollowUpCue { kind: memory::CueKind::Ellipsis, text: question.split_whitespace().take(2).collect::<Vec<_>>().join(" ") }
+        }
+        None => return Ok(as_is(None)),
+    };
     if prior.is_empty() || max_turns == 0 {
         return Ok(as_is(Some(cue)));
     }
@@ -375,7 +382,8 @@ pub async fn standalone(
     if let Some(g) = generator {
         let request = GenerateRequest::greedy(memory::rewrite_messages(question, &chosen), 64);
         let reply = g.generate(&request, &mut crate::generate::Discard).await?;
-        rewritten = memory::clean_rewrite(&reply.text, question);
+        // A rewrite with words from nowhere in the conversation is the model's invention.
+        rewritten = memory::clean_rewrite(&reply.text, question).filter(|r| memory::made_up_words(r, question, &chosen).len() <= 1);
     }
     let before = chosen.last().map(|t| if t.standalone.trim().is_empty() { t.question } else { t.standalone });
     let resolved = before.and_then(|b| resolve::resolve(question, b));

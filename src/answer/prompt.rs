@@ -73,12 +73,14 @@ pub enum AnswerPrompt {
     /// The passages in the system message as context ("[1] text (from label)"), the user
     /// message only the question and the rule: the layout chat models meet most in training.
     /// Each passage's text comes before its source: with the source first, the 0.5B model
-    /// answered with the section heading ("[1] 7.1 Deadline"). The default until issue 35: F1 0.37 against
+    /// answered with the section heading ("[1] 7.1 Deadline"). The default: F1 0.37 against
     /// labelled's 0.08 on the sample questions (docs/EVAL.md).
-    SystemContext,
-    /// The system-context layout with a rule that names no kind of document ([`ANSWER_FIRST`]):
-    /// the default, chosen on the dev halves of the held-out question sets (docs/EVAL.md).
     #[default]
+    SystemContext,
+    /// The system-context layout with a rule that names no kind of document ([`ANSWER_FIRST`]).
+    /// Not the default: on the dev halves it reached and cited 28% against system-context's 33%,
+    /// and to the sample corpus's deadline question it answered "90 days after the trip" (the
+    /// neighbouring sentence's figure) where system-context answers "within 30 days".
     Direct,
 }
 

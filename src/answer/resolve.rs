@@ -61,9 +61,17 @@ fn noun_like(w: &Word) -> bool {
     !is_stop(&w.lower) && !is_preposition(&w.lower) && !is_verb(&w.lower) && !w.lower.ends_with("'s")
 }
 
-/// The earlier question's topic: its last run of noun-like words, with a determiner before it.
+/// The earlier question's topic: the words after its last determiner up to a preposition or
+/// the end ("Who owns the visitor logs?" → "the visitor logs", "What is a legal hold?" → "a
+/// legal hold"), else its last run of noun-like words.
 fn topic(before: &str) -> Option<String> {
     let ws = words(before);
+    if let Some(d) = ws.iter().rposition(|w| DETERMINERS.contains(&w.lower.as_str()) && w.lower != "its") {
+        let run = ws[d + 1..].iter().take_while(|w| !is_preposition(&w.lower) && !is_stop(&w.lower)).count();
+        if run > 0 {
+            return Some(before[ws[d].start..ws[d + run].end].to_string());
+        }
+    }
     let mut best: Option<(usize, usize)> = None;
     let mut i = 0;
     while i < ws.len() {
@@ -197,11 +205,36 @@ fn swap_in(phrase: &str, before: &str) -> Option<String> {
     Some(as_question(&format!("{} for {phrase}", &before[..body_end])))
 }
 
+/// `question` with the earlier question's topic added, for a follow-up that names nothing it
+/// points at ("What if there's nothing available under the cap?" → "… under the cap (the
+/// hotel cap in London)?"): retrieval then has the conversation's subject.
+fn about(question: &str, before: &str) -> String {
+    match topic(before) {
+        Some(t) if !question.to_lowercase().contains(&t.to_lowercase()) => {
+            format!("{} ({t})?", question.trim_end().trim_end_matches(['?', '.', '!']))
+        }
+        _ => question.to_string(),
+    }
+}
+
+/// Whether `question` is a what-if that continues a conversation ("What if I already deleted
+/// some of the files?"): the follow-up detector reads it as self-contained, but after an answer
+/// it asks about that answer's subject.
+pub fn continues(question: &str) -> bool {
+    let lower = question.trim().to_lowercase();
+    ["what if ", "and if ", "but if ", "what happens if ", "and what if ", "but what if "].iter().any(|p| lower.starts_with(p))
+}
+
 /// The standalone form of the follow-up `question` given the question `before` it (its
 /// standalone form), or `None` when its reference is of a kind this cannot resolve (talk about
 /// the conversation itself, comparisons) or nothing in `before` can take its place.
 pub fn resolve(question: &str, before: &str) -> Option<String> {
-    let cue = refers_back(question)?;
+    let Some(cue) = refers_back(question) else {
+        return continues(question).then(|| {
+            let own = as_question(without_opener(question.trim()));
+            resolve_reference(&own, before).unwrap_or_else(|| about(&own, before))
+        });
+    };
     let rest = without_opener(question.trim()).trim_end_matches(['?', '.', '!', ' ']);
     if rest.is_empty() {
         return None;
@@ -211,7 +244,7 @@ pub fn resolve(question: &str, before: &str) -> Option<String> {
         CueKind::Ellipsis if first == "what" || first == "if" || first == "why" || first == "how" || first == "when" || first == "who" => {
             // A new question of its own ("what if I miss that deadline"): resolve what it points at.
             let own = as_question(rest);
-            Some(resolve_reference(&own, before).unwrap_or(own))
+            Some(resolve_reference(&own, before).unwrap_or_else(|| about(&own, before)))
         }
         CueKind::Ellipsis if words(rest).len() <= 6 => swap_in(rest, before),
         CueKind::Pronoun | CueKind::Demonstrative => resolve_reference(&as_question(rest), before),
@@ -240,6 +273,15 @@ mod tests {
             resolve("And what if I miss that deadline?", "How many days do I have to submit an expense claim?").as_deref(),
             Some("What if I miss the deadline for expense claim?")
         );
+    }
+
+    #[test]
+    fn a_what_if_that_names_nothing_gets_the_earlier_topic() {
+        assert_eq!(
+            resolve("What if there's nothing available under the cap?", "What is the hotel cap in London?").as_deref(),
+            Some("What if there's nothing available under the cap (the hotel cap)?")
+        );
+        assert_eq!(resolve("Does it override the retention periods?", "What is a legal hold?").as_deref(), Some("Does a legal hold override the retention periods?"));
     }
 
     #[test]
