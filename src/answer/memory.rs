@@ -423,7 +423,7 @@ fn looks_plural(w: &str) -> bool {
 
 /// The word's Snowball (Porter 2) English stem, the stemmer BM25 uses too: "policies" and
 /// "policy" meet, as do "clients" and "client".
-fn stem(w: &str) -> String {
+pub(super) fn stem(w: &str) -> String {
     // Creating one only picks the algorithm's function.
     rust_stemmers::Stemmer::create(rust_stemmers::Algorithm::English).stem(w).into_owned()
 }

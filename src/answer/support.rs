@@ -20,6 +20,7 @@ use std::sync::Arc;
 
 use serde::Serialize;
 
+use super::memory::stem;
 use super::prompt::support_messages;
 use crate::chunk::sentence::sentences;
 use crate::embed::Embedder;
@@ -205,10 +206,6 @@ fn tokens(text: &str) -> Vec<String> {
     }
     out.retain(|w| !w.is_empty());
     out
-}
-
-fn stem(w: &str) -> String {
-    rust_stemmers::Stemmer::create(rust_stemmers::Algorithm::English).stem(w).into_owned()
 }
 
 /// Share of the claim's content words (stemmed) that its cited passages contain.
