@@ -11,6 +11,8 @@
 //!   minified bundle, not prose, and costs the chunker's sentence splitting dearly);
 //! - for PDFs, the bytes their Flate streams inflate to (a decompression bomb inflates a few
 //!   kilobytes to gigabytes): measured by inflating each stream into a counter, never into memory;
+//! - for zip containers (Word, OpenDocument, PowerPoint, Excel, EPUB), the bytes all their
+//!   members inflate to, counted the same way (a zip bomb);
 //! - for e-mail, the number of MIME boundary lines (a million tiny parts would be a million
 //!   parsed parts in memory).
 //!
@@ -51,7 +53,8 @@ pub struct ParseLimits {
     pub timeout: Duration,
     /// Longest line of a markdown, text or code file.
     pub max_line_bytes: usize,
-    /// Most bytes a PDF's Flate streams may inflate to, all streams together.
+    /// Most bytes a PDF's Flate streams, or a zip container's members, may inflate to, all
+    /// together.
     pub max_inflated_bytes: u64,
     /// Most MIME boundary lines (`--...` at a line start) in an e-mail file.
     pub max_mime_parts: usize,
@@ -92,6 +95,17 @@ pub fn check_limits(path: &Path, bytes: &[u8], limits: &ParseLimits) -> Result<(
                 return Err(SkipReason::OverLimit {
                     what: format!(
                         "PDF streams inflate to more than {} MiB (a decompression bomb?)",
+                        limits.max_inflated_bytes >> 20
+                    ),
+                });
+            }
+        }
+        "docx" | "odt" | "odp" | "ods" | "pptx" | "xlsx" | "epub" => {
+            let inflated = super::package::inflated_bytes(bytes, limits.max_inflated_bytes);
+            if inflated > limits.max_inflated_bytes {
+                return Err(SkipReason::OverLimit {
+                    what: format!(
+                        "the container's members inflate to more than {} MiB (a zip bomb?)",
                         limits.max_inflated_bytes >> 20
                     ),
                 });
@@ -301,5 +315,22 @@ mod tests {
         let r = caught("chunker structural", || -> u32 { panic!("boom") });
         assert_eq!(r, Err(SkipReason::Crashed { detail: "chunker structural: boom".into() }));
         assert!(SkipReason::Crashed { detail: "x".into() }.to_string().contains("bug in ragbox"));
+    }
+
+    #[test]
+    fn a_zip_bomb_docx_is_refused_before_parsing() {
+        use std::io::Write;
+        let mut out = std::io::Cursor::new(Vec::new());
+        let mut w = zip::ZipWriter::new(&mut out);
+        w.start_file("word/document.xml", zip::write::SimpleFileOptions::default()).unwrap();
+        let zeros = vec![b' '; 1 << 20];
+        for _ in 0..80 {
+            w.write_all(&zeros).unwrap();
+        }
+        w.finish().unwrap();
+        let bomb = out.into_inner();
+        assert!(bomb.len() < 1 << 20);
+        let r = parse_guarded(Path::new("bomb.docx"), bomb, &ParseLimits { max_inflated_bytes: 64 << 20, ..limits() });
+        assert!(matches!(r, Err(SkipReason::OverLimit { ref what }) if what.contains("zip bomb")), "{r:?}");
     }
 }

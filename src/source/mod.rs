@@ -19,11 +19,20 @@
 //! ```
 
 pub mod code;
+pub(crate) mod compose;
+pub mod docx;
 pub mod email;
+pub mod epub;
+pub mod guard;
 pub mod html;
 pub mod markdown;
-pub mod guard;
+pub mod odf;
+pub(crate) mod package;
 pub mod pdf;
+pub mod pptx;
+pub mod rtf;
+pub mod sheet;
+pub(crate) mod table;
 pub mod text;
 pub mod walk;
 
@@ -78,6 +87,13 @@ pub enum SkipReason {
         /// Which limit, and by how much.
         what: String,
     },
+    /// An Office file protected by a password.
+    Encrypted,
+    /// A legacy binary Office file (`.doc`, `.ppt`) that no parser here reads.
+    Legacy {
+        /// The application's name: `Word`, `PowerPoint`, `Excel`.
+        format: &'static str,
+    },
     /// A parser or chunker panicked on this file (a bug in ragbox, caught by [`guard`]).
     Crashed {
         /// The panic message.
@@ -101,6 +117,19 @@ impl fmt::Display for SkipReason {
                 write!(f, "parsing took longer than {limit_s} s (setting ingest.parse_timeout_s)")
             }
             SkipReason::OverLimit { what } => write!(f, "over a parser safety limit: {what}"),
+            SkipReason::Encrypted => f.write_str("encrypted: cannot be read without its password (save a copy without one)"),
+            SkipReason::Legacy { format } => {
+                let ext = match *format {
+                    "PowerPoint" => "pptx",
+                    "Excel" => "xlsx",
+                    _ => "docx",
+                };
+                write!(
+                    f,
+                    "a legacy binary {format} file: convert it with LibreOffice \
+                     (soffice --headless --convert-to {ext} FILE) and ingest the copy"
+                )
+            }
             SkipReason::Crashed { detail } => {
                 write!(f, "the parser failed on this file (a bug in ragbox; please report it): {detail}")
             }
@@ -145,6 +174,19 @@ static HTML: html::HtmlParser = html::HtmlParser;
 static EMAIL: email::EmailParser = email::EmailParser;
 static PDF: pdf::PdfParser = pdf::PdfParser;
 static CODE: code::CodeParser = code::CodeParser;
+static DOCX: docx::DocxParser = docx::DocxParser;
+static ODT: odf::OdfParser = odf::OdfParser(odf::OdfKind::Text);
+static ODP: odf::OdfParser = odf::OdfParser(odf::OdfKind::Presentation);
+static ODS: odf::OdfParser = odf::OdfParser(odf::OdfKind::Spreadsheet);
+static PPTX: pptx::PptxParser = pptx::PptxParser;
+static XLSX: sheet::SheetParser = sheet::SheetParser(sheet::SheetFormat::Xlsx);
+static XLS: sheet::SheetParser = sheet::SheetParser(sheet::SheetFormat::Xls);
+static CSV: sheet::SheetParser = sheet::SheetParser(sheet::SheetFormat::Csv);
+static TSV: sheet::SheetParser = sheet::SheetParser(sheet::SheetFormat::Tsv);
+static EPUB: epub::EpubParser = epub::EpubParser;
+static RTF: rtf::RtfParser = rtf::RtfParser;
+static LEGACY_WORD: Legacy = Legacy("Word");
+static LEGACY_POWERPOINT: Legacy = Legacy("PowerPoint");
 
 /// The parser for a file, chosen by its extension (case-insensitive):
 ///
@@ -156,6 +198,14 @@ static CODE: code::CodeParser = code::CodeParser;
 /// | `eml`, `mbox` | email |
 /// | `pdf` | pdf |
 /// | `rs`, `py`, `pyi`, `js`, `jsx`, `mjs`, `cjs`, `ts`, `mts`, `cts`, `tsx`, `go` | code |
+/// | `docx`, `docm`, `dotx`, `dotm` | docx |
+/// | `odt`, `ott` / `odp`, `otp` / `ods`, `ots` | odt / odp / ods |
+/// | `pptx`, `pptm`, `ppsx`, `potx` | pptx |
+/// | `xlsx`, `xlsm`, `xltx`, `xltm` / `xls` | xlsx / xls |
+/// | `csv` / `tsv`, `tab` | csv / tsv |
+/// | `epub` | epub |
+/// | `rtf` | rtf |
+/// | `doc`, `dot` / `ppt`, `pps`, `pot` | legacy: skipped with the command that converts them |
 ///
 /// Extensionless files go to the text parser; [`parse`] rejects the binary ones (executables) by
 /// content. Hidden files without an extension (`.bashrc`) count as extensionless. Anything else is
@@ -171,9 +221,48 @@ pub fn parser_for(path: &Path) -> Option<&'static dyn Parser> {
         "eml" | "mbox" => &EMAIL,
         "pdf" => &PDF,
         "rs" | "py" | "pyi" | "js" | "jsx" | "mjs" | "cjs" | "ts" | "mts" | "cts" | "tsx" | "go" => &CODE,
+        "docx" | "docm" | "dotx" | "dotm" => &DOCX,
+        "odt" | "ott" => &ODT,
+        "odp" | "otp" => &ODP,
+        "ods" | "ots" => &ODS,
+        "pptx" | "pptm" | "ppsx" | "potx" => &PPTX,
+        "xlsx" | "xlsm" | "xltx" | "xltm" => &XLSX,
+        "xls" => &XLS,
+        "csv" => &CSV,
+        "tsv" | "tab" => &TSV,
+        "epub" => &EPUB,
+        "rtf" => &RTF,
+        "doc" | "dot" => &LEGACY_WORD,
+        "ppt" | "pps" | "pot" => &LEGACY_POWERPOINT,
         _ => return None,
     };
     Some(parser)
+}
+
+/// Legacy binary Office files (Word 97-2003, PowerPoint 97-2003): no maintained crate reads them,
+/// so they are skipped with the command that converts them ([`SkipReason::Legacy`]).
+#[derive(Debug, Clone, Copy)]
+pub struct Legacy(pub &'static str);
+
+impl Parser for Legacy {
+    fn name(&self) -> &'static str {
+        match self.0 {
+            "PowerPoint" => "ppt",
+            _ => "doc",
+        }
+    }
+
+    fn input(&self) -> InputKind {
+        InputKind::Binary
+    }
+
+    fn parse(&self, _path: &Path, bytes: &[u8]) -> Result<ParsedDocument, SkipReason> {
+        if package::is_ole(bytes) {
+            Err(package::ole_reason(bytes, self.0))
+        } else {
+            Err(SkipReason::corrupt(format!("not a {} 97-2003 file (no OLE header)", self.0)))
+        }
+    }
 }
 
 /// Parses one file: rejects it when larger than `max_bytes`, empty or whitespace-only, binary (text
@@ -397,7 +486,18 @@ pub(crate) mod testutil {
     //! The invariants every parser keeps, checked on a parsed document.
 
     use super::LineIndex;
-    use crate::types::ParsedDocument;
+    use crate::types::{BlockKind, ParsedDocument};
+
+    /// The bytes of `tests/data/NAME` (the Office fixtures live in `tests/data/office/`).
+    pub fn fixture(name: &str) -> Vec<u8> {
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data").join(name);
+        std::fs::read(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+    }
+
+    /// Each block's kind and text.
+    pub fn blocks_of(doc: &ParsedDocument) -> Vec<(BlockKind, String)> {
+        doc.blocks.iter().map(|b| (b.kind.clone(), doc.text[b.span.range()].to_string())).collect()
+    }
 
     /// Panics unless `doc` keeps the parser invariants: normalised text; blocks in order, not
     /// overlapping, non-empty, inside `text` on char boundaries, not starting or ending with
@@ -472,6 +572,13 @@ mod tests {
         assert_eq!(name("lib.rs"), Some("code"));
         assert_eq!(name("app.tsx"), Some("code"));
         assert_eq!(name("photo.jpg"), None);
+        assert_eq!(name("Policy.DOCX"), Some("docx"));
+        assert_eq!(name("deck.pptx"), Some("pptx"));
+        assert_eq!(name("book.xlsm"), Some("xlsx"));
+        assert_eq!(name("old.xls"), Some("xls"));
+        assert_eq!(name("a.ods"), Some("ods"));
+        assert_eq!(name("rows.tsv"), Some("tsv"));
+        assert_eq!(name("old.doc"), Some("doc"));
     }
 
     #[test]
@@ -490,6 +597,10 @@ mod tests {
         assert_eq!(parse(Path::new("a.txt"), b"0123456789", 4), Err(SkipReason::TooLarge { bytes: 10, limit: 4 }));
         assert_eq!(parse(Path::new("a.jpg"), b"\xff\xd8\xff", limit), Err(SkipReason::Unsupported));
         assert_eq!(parse(Path::new("a.html"), b"<script>var x = 1;</script>", limit), Err(SkipReason::Empty));
+        let legacy = testutil::fixture("office/legacy.doc");
+        assert_eq!(parse(Path::new("a.doc"), &legacy, limit), Err(SkipReason::Legacy { format: "Word" }));
+        assert!(SkipReason::Legacy { format: "Word" }.to_string().contains("soffice --headless --convert-to docx"));
+        assert!(SkipReason::Encrypted.to_string().starts_with("encrypted: cannot be read without its password"));
     }
 
     #[test]

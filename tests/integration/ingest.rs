@@ -499,3 +499,71 @@ fn watch_follows_new_and_changed_files() {
     let _ = child.kill();
     let _ = child.wait();
 }
+
+#[test]
+fn office_files_ingest_by_kind_and_encrypted_or_legacy_ones_say_what_to_do() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (dir, data) = (tmp.path().join("office"), tmp.path().join("data"));
+    copy_tree(&Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/office"), &dir);
+    let (code, report, err) = ingest_json(&data, &[dir.to_str().unwrap()]);
+    assert_eq!(code, 5, "completed with skips: {report}\n{err}");
+    let skipped: Vec<(String, String)> = report["skipped"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| {
+            let name = Path::new(s["path"].as_str().unwrap()).file_name().unwrap().to_string_lossy().into_owned();
+            (name, s["reason"].as_str().unwrap().to_string())
+        })
+        .collect();
+    let reasons: std::collections::BTreeMap<_, _> = skipped.iter().cloned().collect();
+    assert_eq!(reasons.keys().map(String::as_str).collect::<Vec<_>>(), vec!["encrypted.docx", "legacy.doc", "legacy.ppt"], "{skipped:#?}");
+    assert!(reasons["encrypted.docx"].starts_with("encrypted: cannot be read without its password"));
+    assert!(reasons["legacy.doc"].contains("--convert-to docx"), "{}", reasons["legacy.doc"]);
+    assert!(reasons["legacy.ppt"].contains("--convert-to pptx"), "{}", reasons["legacy.ppt"]);
+
+    // Every other fixture is indexed, and `ls` names each one's kind.
+    let (code, out, err) = run(ragbox(&data).args(["ls", "--json"]));
+    assert_eq!(code, 0, "{err}");
+    let listed: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
+    let kinds: BTreeSet<(String, String)> = listed
+        .as_array()
+        .unwrap_or_else(|| listed["documents"].as_array().expect("ls --json lists documents"))
+        .iter()
+        .map(|d| {
+            let name = Path::new(d["path"].as_str().unwrap()).file_name().unwrap().to_string_lossy().into_owned();
+            (name, d["parser"].as_str().unwrap_or("?").to_string())
+        })
+        .collect();
+    for (file, kind) in [
+        ("headings-lists-table.docx", "docx"),
+        ("tracked-changes.docx", "docx"),
+        ("headings-lists-table.odt", "odt"),
+        ("slides.pptx", "pptx"),
+        ("slides.odp", "odp"),
+        ("sheet.xlsx", "xlsx"),
+        ("sheet.xls", "xls"),
+        ("sheet.ods", "ods"),
+        ("sheet.csv", "csv"),
+        ("sheet.tsv", "tsv"),
+        ("book.epub", "epub"),
+        ("letter.rtf", "rtf"),
+    ] {
+        assert!(kinds.contains(&(file.to_string(), kind.to_string())), "{file} as {kind}: {kinds:?}");
+    }
+    let c = consistent(&data, "default");
+    assert!(c.consistent, "{c:?}");
+
+    // What each format holds is searchable: a spreadsheet row, a slide's speaker notes, a footnote.
+    let names = |query: &str| -> Vec<String> {
+        lexical_paths(&data, "default", query).iter().map(|p| p.file_name().unwrap().to_string_lossy().into_owned()).collect()
+    };
+    assert!(names("Hamburg 15730 parcels").iter().any(|n| n.starts_with("sheet.")), "{:?}", names("Hamburg 15730 parcels"));
+    assert!(names("busiest April").iter().any(|n| n.starts_with("slides.")));
+    assert!(names("handbook reviewed every January").iter().any(|n| n.starts_with("headings-lists-table.")));
+
+    // Re-running touches nothing; the skips are reported again.
+    let (code, again, _) = ingest_json(&data, &[dir.to_str().unwrap()]);
+    assert_eq!(code, 5);
+    assert_eq!(count(&again, "embedded"), 0, "{again}");
+}

@@ -1,0 +1,403 @@
+//! Spreadsheets: Excel workbooks (`.xlsx`, `.xlsm`, `.xls`) read with calamine, delimited text
+//! (`.csv`, `.tsv`) with csv, and how any sheet (OpenDocument's too, from [`odf`](super::odf)) is
+//! written ([`push_sheet`]).
+//!
+//! Each sheet is a section titled by its name. A row of one cell above the table (a caption) is
+//! a paragraph; a first row of text cells is the header, and every later row is written with its
+//! column names, `Header: value | Header: value`, so a chunk from the middle of a long sheet still
+//! says what its values are ([`table`](super::table), blocks of about 700 characters). Values are
+//! what the cell holds or, for a formula, its cached result; dates are written as dates
+//! (`2024-07-01`, with the time when it has one), numbers without float noise.
+//!
+//! Bounds: `.xlsx` cells are streamed (never a dense grid, so a sheet that claims 2^20 × 2^14
+//! cells costs only the cells it has), and at most [`MAX_CELLS`] are kept over all sheets; `.xls`
+//! is bounded by its own format (65,536 × 256). A CSV that is not UTF-8 is read as Windows-1252.
+//!
+//! Title: the file stem. Metadata: `sheets`, and `truncated` when the cell budget ran out.
+
+use std::collections::BTreeMap;
+use std::io::Cursor;
+use std::path::Path;
+
+use calamine::{Data, DataRef, ExcelDateTime, Reader, Xls, XlsError, Xlsx, XlsxError};
+
+use super::compose::tidy;
+use super::package::{self, Package};
+use super::table::{push_table, RowStyle};
+use super::{finish, looks_binary, normalise, title_from_path, InputKind, Parser, SkipReason, TextBuilder};
+use crate::types::{BlockKind, ParsedDocument};
+
+/// Cells one workbook may have read (all sheets; positions of a row's empty cells count).
+pub const MAX_CELLS: usize = 4_000_000;
+
+/// Which spreadsheet format.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SheetFormat {
+    /// Office Open XML workbook (`.xlsx`, `.xlsm`).
+    Xlsx,
+    /// Legacy binary workbook (`.xls`).
+    Xls,
+    /// Comma-separated values.
+    Csv,
+    /// Tab-separated values.
+    Tsv,
+}
+
+/// The spreadsheet parser of one format.
+#[derive(Debug, Clone, Copy)]
+pub struct SheetParser(pub SheetFormat);
+
+impl Parser for SheetParser {
+    fn name(&self) -> &'static str {
+        match self.0 {
+            SheetFormat::Xlsx => "xlsx",
+            SheetFormat::Xls => "xls",
+            SheetFormat::Csv => "csv",
+            SheetFormat::Tsv => "tsv",
+        }
+    }
+
+    fn input(&self) -> InputKind {
+        InputKind::Binary
+    }
+
+    fn parse(&self, path: &Path, bytes: &[u8]) -> Result<ParsedDocument, SkipReason> {
+        let mut out = TextBuilder::default();
+        let mut budget = MAX_CELLS;
+        let sheets = match self.0 {
+            SheetFormat::Xlsx => read_xlsx(bytes, &mut out, &mut budget)?,
+            SheetFormat::Xls => read_xls(bytes, &mut out, &mut budget)?,
+            SheetFormat::Csv | SheetFormat::Tsv => {
+                let delimiter = if self.0 == SheetFormat::Csv { b',' } else { b'\t' };
+                let rows = delimited(bytes, delimiter, &mut budget)?;
+                push_rows(&mut out, rows);
+                1
+            }
+        };
+        let mut metadata = BTreeMap::new();
+        metadata.insert("sheets".to_string(), sheets.to_string());
+        if budget == 0 {
+            metadata.insert("truncated".to_string(), format!("read the first {MAX_CELLS} cells"));
+        }
+        Ok(finish(self.name(), title_from_path(path), out.text, out.blocks, metadata))
+    }
+}
+
+/// Writes one sheet: a heading with its name, then its rows ([`push_rows`]). Nothing for a sheet
+/// with no value.
+pub(crate) fn push_sheet(out: &mut TextBuilder, name: &str, rows: Vec<Vec<String>>) {
+    if rows.iter().all(|r| r.iter().all(|c| c.trim().is_empty())) {
+        return;
+    }
+    let name = super::one_line(name);
+    let title = if name.is_empty() { "Sheet".to_string() } else { name };
+    out.block(BlockKind::Heading { level: 1, title: title.clone() }, &title, None);
+    push_rows(out, rows);
+}
+
+/// Writes a sheet's rows: one-cell rows above the table as paragraphs (captions), a first row of
+/// text as the header, the rest labelled with it; without a header, cells joined by ` | `.
+pub(crate) fn push_rows(out: &mut TextBuilder, rows: Vec<Vec<String>>) {
+    let filled = |r: &Vec<String>| r.iter().filter(|c| !c.trim().is_empty()).count();
+    let rows: Vec<Vec<String>> = rows.into_iter().filter(|r| filled(r) > 0).collect();
+    let width = rows.iter().map(|r| filled(r)).max().unwrap_or(0);
+    let mut start = 0;
+    while width > 1 && start < rows.len() && filled(&rows[start]) == 1 {
+        let caption = rows[start].iter().find(|c| !c.trim().is_empty()).cloned().unwrap_or_default();
+        out.block(BlockKind::Paragraph, &tidy(&caption), None);
+        start += 1;
+    }
+    let rows = &rows[start..];
+    let Some(first) = rows.first() else { return };
+    let is_header = rows.len() > 1
+        && filled(first) * 2 >= first.len().max(1)
+        && first.iter().filter(|c| !c.trim().is_empty()).all(|c| !is_number(c));
+    if is_header {
+        push_table(out, rows, 1, RowStyle::Labelled, None);
+    } else {
+        push_table(out, rows, 0, RowStyle::Cells, None);
+    }
+}
+
+fn is_number(cell: &str) -> bool {
+    let c = cell.trim().trim_start_matches(['$', '£', '€']).trim_end_matches('%').replace(',', "");
+    c.parse::<f64>().is_ok()
+}
+
+/// Reads every sheet of an `.xlsx` by streaming its cells.
+fn read_xlsx(bytes: &[u8], out: &mut TextBuilder, budget: &mut usize) -> Result<usize, SkipReason> {
+    // The container checks (encrypted, legacy renamed, not a zip) say more than calamine would.
+    drop(Package::open(bytes, "Excel")?);
+    let mut book: Xlsx<_> = Xlsx::new(Cursor::new(bytes)).map_err(xlsx_reason)?;
+    let names = book.sheet_names();
+    let mut sheets = 0;
+    for name in &names {
+        let mut cells: BTreeMap<u32, Vec<(u32, String)>> = BTreeMap::new();
+        let mut min_col = u32::MAX;
+        {
+            let mut reader = match book.worksheet_cells_reader(name) {
+                Ok(r) => r,
+                Err(XlsxError::WorksheetNotFound(_)) => continue, // a chart sheet
+                Err(e) => return Err(xlsx_reason(e)),
+            };
+            let mut count = 0usize;
+            while let Some(cell) = reader.next_cell().map_err(xlsx_reason)? {
+                let value = data_ref_text(cell.get_value());
+                if value.is_empty() {
+                    continue;
+                }
+                let (row, col) = cell.get_position();
+                min_col = min_col.min(col);
+                cells.entry(row).or_default().push((col, value));
+                count += 1;
+                if count >= *budget {
+                    break;
+                }
+            }
+        }
+        let rows = dense_rows(cells, min_col, budget);
+        push_sheet(out, name, rows);
+        sheets += 1;
+        if *budget == 0 {
+            break;
+        }
+    }
+    Ok(sheets)
+}
+
+/// Rows from sparse cells: each row as wide as its last value (from the sheet's first column),
+/// within `budget` positions.
+fn dense_rows(cells: BTreeMap<u32, Vec<(u32, String)>>, min_col: u32, budget: &mut usize) -> Vec<Vec<String>> {
+    let mut rows = Vec::with_capacity(cells.len());
+    for (_, mut row) in cells {
+        row.sort_by_key(|(c, _)| *c);
+        let width = row.last().map_or(0, |(c, _)| (c - min_col) as usize + 1);
+        if width > *budget {
+            *budget = 0;
+            break;
+        }
+        *budget -= width;
+        let mut dense = vec![String::new(); width];
+        for (c, v) in row {
+            dense[(c - min_col) as usize] = v;
+        }
+        rows.push(dense);
+    }
+    rows
+}
+
+/// Reads every sheet of a legacy `.xls`.
+fn read_xls(bytes: &[u8], out: &mut TextBuilder, budget: &mut usize) -> Result<usize, SkipReason> {
+    if !package::is_ole(bytes) {
+        return Err(SkipReason::corrupt("not an Excel 97-2003 workbook (no OLE header)"));
+    }
+    let mut book: Xls<_> = Xls::new(Cursor::new(bytes)).map_err(xls_reason)?;
+    let mut sheets = 0;
+    for name in book.sheet_names() {
+        let range = match book.worksheet_range(&name) {
+            Ok(r) => r,
+            Err(e) => return Err(xls_reason(e)),
+        };
+        let mut rows = Vec::new();
+        for row in range.rows() {
+            if row.len() > *budget {
+                *budget = 0;
+                break;
+            }
+            *budget -= row.len();
+            rows.push(row.iter().map(data_text).collect());
+        }
+        push_sheet(out, &name, rows);
+        sheets += 1;
+        if *budget == 0 {
+            break;
+        }
+    }
+    Ok(sheets)
+}
+
+fn xlsx_reason(e: XlsxError) -> SkipReason {
+    match e {
+        XlsxError::Password => SkipReason::Encrypted,
+        e => SkipReason::corrupt(format!("Excel workbook: {e}")),
+    }
+}
+
+fn xls_reason(e: XlsError) -> SkipReason {
+    match e {
+        XlsError::Password => SkipReason::Encrypted,
+        e => SkipReason::corrupt(format!("Excel 97-2003 workbook: {e}")),
+    }
+}
+
+/// A cell's text (calamine's owned cells, `.xls`).
+fn data_text(d: &Data) -> String {
+    match d {
+        Data::Int(i) => i.to_string(),
+        Data::Float(f) => number(*f),
+        Data::String(s) => s.clone(),
+        Data::Bool(b) => if *b { "TRUE" } else { "FALSE" }.to_string(),
+        Data::DateTime(dt) => date_time(dt),
+        Data::DateTimeIso(s) | Data::DurationIso(s) => s.clone(),
+        Data::Error(e) => e.to_string(),
+        Data::Empty => String::new(),
+    }
+}
+
+/// A cell's text (streamed cells, `.xlsx`).
+fn data_ref_text(d: &DataRef<'_>) -> String {
+    match d {
+        DataRef::Int(i) => i.to_string(),
+        DataRef::Float(f) => number(*f),
+        DataRef::String(s) => s.clone(),
+        DataRef::SharedString(s) => s.to_string(),
+        DataRef::Bool(b) => if *b { "TRUE" } else { "FALSE" }.to_string(),
+        DataRef::DateTime(dt) => date_time(dt),
+        DataRef::DateTimeIso(s) | DataRef::DurationIso(s) => s.clone(),
+        DataRef::Error(e) => e.to_string(),
+        DataRef::Empty => String::new(),
+    }
+}
+
+/// A number as a person reads it: whole numbers without `.0`, others to at most 10 significant
+/// decimals (no `0.30000000000000004`).
+fn number(f: f64) -> String {
+    if !f.is_finite() {
+        return f.to_string();
+    }
+    if f.fract() == 0.0 && f.abs() < 1e15 {
+        return format!("{}", f as i64);
+    }
+    let s = format!("{f:.10}");
+    s.trim_end_matches('0').trim_end_matches('.').to_string()
+}
+
+/// A date (`2024-07-01`), a date and time (`2024-07-01 09:30`), or a duration (`1:30:00`).
+fn date_time(dt: &ExcelDateTime) -> String {
+    if dt.is_duration() {
+        let secs = (dt.as_f64() * 86_400.0).round() as i64;
+        return format!("{}:{:02}:{:02}", secs / 3600, (secs / 60) % 60, secs % 60);
+    }
+    let v = dt.as_f64();
+    if !(0.0..=2_958_465.0).contains(&v) {
+        return number(v);
+    }
+    let (y, m, d, h, min, s, _) = dt.to_ymd_hms_milli();
+    match (h, min, s) {
+        (0, 0, 0) => format!("{y:04}-{m:02}-{d:02}"),
+        _ if v < 1.0 => format!("{h:02}:{min:02}"),
+        _ => format!("{y:04}-{m:02}-{d:02} {h:02}:{min:02}"),
+    }
+}
+
+/// The rows of delimited text: UTF-8 (a byte-order mark dropped) or, failing that,
+/// Windows-1252; ragged rows allowed; within `budget` cells.
+fn delimited(bytes: &[u8], delimiter: u8, budget: &mut usize) -> Result<Vec<Vec<String>>, SkipReason> {
+    if looks_binary(bytes) {
+        return Err(SkipReason::Binary);
+    }
+    let text = match std::str::from_utf8(bytes) {
+        Ok(t) => normalise(t),
+        Err(_) => normalise(&encoding_rs::WINDOWS_1252.decode(bytes).0),
+    };
+    let mut reader = csv::ReaderBuilder::new()
+        .has_headers(false)
+        .flexible(true)
+        .delimiter(delimiter)
+        .from_reader(text.as_bytes());
+    let mut rows = Vec::new();
+    for record in reader.records() {
+        let record = record.map_err(|e| SkipReason::corrupt(format!("delimited text: {e}")))?;
+        if record.len() > *budget {
+            *budget = 0;
+            break;
+        }
+        *budget -= record.len().max(1);
+        rows.push(record.iter().map(str::to_string).collect());
+    }
+    Ok(rows)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::source::testutil::fixture;
+
+    fn texts(out: &TextBuilder) -> Vec<&str> {
+        out.blocks.iter().map(|(_, s, _)| &out.text[s.range()]).collect()
+    }
+
+    #[test]
+    fn a_sheet_with_a_caption_and_a_header_labels_its_rows() {
+        let mut out = TextBuilder::default();
+        let rows = vec![
+            vec!["Hotel caps 2024".to_string(), String::new()],
+            vec!["City".into(), "Nightly cap".into()],
+            vec!["London".into(), "GBP 210".into()],
+        ];
+        push_sheet(&mut out, "Caps", rows);
+        assert_eq!(texts(&out), vec!["Caps", "Hotel caps 2024", "City: London | Nightly cap: GBP 210"]);
+    }
+
+    #[test]
+    fn numbers_in_the_first_row_mean_no_header() {
+        let mut out = TextBuilder::default();
+        push_rows(&mut out, vec![vec!["1".into(), "2".into()], vec!["3".into(), "4".into()]]);
+        assert_eq!(texts(&out), vec!["1 | 2\n3 | 4"]);
+    }
+
+    #[test]
+    fn numbers_and_dates_read_as_a_person_reads_them() {
+        assert_eq!(number(210.0), "210");
+        assert_eq!(number(0.1 + 0.2), "0.3");
+        assert_eq!(number(-2.5), "-2.5");
+        let date = ExcelDateTime::new(45474.0, calamine::ExcelDateTimeType::DateTime, false);
+        assert_eq!(date_time(&date), "2024-07-01");
+        let with_time = ExcelDateTime::new(45474.5, calamine::ExcelDateTimeType::DateTime, false);
+        assert_eq!(date_time(&with_time), "2024-07-01 12:00");
+    }
+
+    #[test]
+    fn csv_reads_ragged_rows_and_windows_1252() {
+        let mut budget = 100;
+        let rows = delimited(b"City,Cap\nLondon,\xa3210\nParis\n", b',', &mut budget).unwrap();
+        assert_eq!(rows, vec![vec!["City", "Cap"], vec!["London", "£210"], vec!["Paris"]]);
+        let mut budget = 3;
+        let rows = delimited(b"a,b\nc,d\ne,f\n", b',', &mut budget).unwrap();
+        assert_eq!(rows.len(), 1);
+        assert_eq!(budget, 0);
+    }
+
+    #[test]
+    fn sparse_cells_become_rows_within_the_budget() {
+        let mut cells = BTreeMap::new();
+        cells.insert(0, vec![(2, "a".to_string())]);
+        cells.insert(1_000_000, vec![(16_383, "far".to_string())]);
+        let mut budget = 100;
+        let rows = dense_rows(cells, 2, &mut budget);
+        assert_eq!(rows, vec![vec!["a".to_string()]]);
+        assert_eq!(budget, 0);
+    }
+
+    #[test]
+    fn xlsx_xls_csv_and_tsv_give_the_same_rows() {
+        let want = "Depot: Rotterdam | Week starting: 2024-05-06 | Parcels: 41250 | Fuel (litres): 5120.5";
+        let total = "Depot: Total | Parcels: 75380 | Fuel (litres): 9311.5";
+        for (file, format) in [
+            ("sheet.xlsx", SheetFormat::Xlsx),
+            ("sheet.xls", SheetFormat::Xls),
+            ("sheet.csv", SheetFormat::Csv),
+            ("sheet.tsv", SheetFormat::Tsv),
+        ] {
+            let doc = SheetParser(format).parse(Path::new(file), &fixture(&format!("office/{file}"))).unwrap();
+            crate::source::testutil::check_document(&doc);
+            assert!(doc.text.contains(want), "{file}: {}", doc.text);
+            assert!(doc.text.contains(total), "{file}: {}", doc.text);
+            if matches!(format, SheetFormat::Xlsx | SheetFormat::Xls) {
+                assert!(doc.text.contains("Figures are for the week starting 6 May 2024."), "{file}");
+                assert_eq!(doc.metadata["sheets"], "2");
+                assert_eq!(doc.blocks[0].kind, BlockKind::Heading { level: 1, title: "Shipments".into() });
+            }
+        }
+    }
+}
