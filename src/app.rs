@@ -36,6 +36,8 @@ pub struct App {
     /// verifies and loads each once, not per request.
     embedders: std::sync::Mutex<std::collections::HashMap<String, Arc<dyn Embedder>>>,
     rerankers: std::sync::Mutex<std::collections::HashMap<String, Arc<dyn Reranker>>>,
+    /// The OCR engine, once loaded.
+    ocr: std::sync::OnceLock<Arc<crate::source::ocr::OcrEngine>>,
 }
 
 /// The quantised LLM's matmul kernels on this CPU: the prompt's tiles (VNNI where the CPU has
@@ -79,6 +81,8 @@ pub struct DoctorReport {
     pub embed_model: String,
     /// Configured reranker, and whether it can run.
     pub rerank_model: String,
+    /// What ingest will do about scanned pages and images (the OCR model).
+    pub ocr_status: String,
     /// What retrieval will do about reranking.
     pub rerank_status: String,
     /// Every model in the manifest.
@@ -105,7 +109,15 @@ impl App {
     pub fn new(config: Config) -> Result<App> {
         let device = device(config.device)?;
         let models = ModelStore::new(&config.models_dir);
-        Ok(App { config, models, device, generators: Default::default(), embedders: Default::default(), rerankers: Default::default() })
+        Ok(App {
+            config,
+            models,
+            device,
+            generators: Default::default(),
+            embedders: Default::default(),
+            rerankers: Default::default(),
+            ocr: Default::default(),
+        })
     }
 
     /// The device models run on.
@@ -356,6 +368,32 @@ impl App {
         Store::open(&self.config.data_dir, options)
     }
 
+    /// The OCR engine that reads scanned pages and images (the manifest's `ocr` model, verified
+    /// and loaded once), or `None` when its files are not in the models folder (some missing,
+    /// none corrupt): such files are then skipped with the fetch command.
+    pub fn ocr(&self) -> Result<Option<Arc<crate::source::ocr::OcrEngine>>> {
+        if let Some(engine) = self.ocr.get() {
+            return Ok(Some(engine.clone()));
+        }
+        let Some(spec) = self.models.manifest().by_role(crate::types::ModelRole::Ocr).next() else { return Ok(None) };
+        let status = self.models.status(spec);
+        let missing = status.files.iter().any(|f| f.state == "missing");
+        let corrupt = status.files.iter().any(|f| f.state == "corrupt");
+        if missing && !corrupt {
+            return Ok(None);
+        }
+        let file = |part: &str| -> Result<std::path::PathBuf> {
+            let f = spec.files.iter().find(|f| f.name.contains(part)).ok_or_else(|| {
+                crate::Error::Invalid(format!("model `{}` has no file matching `{part}` in the manifest", spec.name))
+            })?;
+            self.models.verified_file(spec, &f.name)
+        };
+        let (detector, recognizer, dictionary) = (file("_det")?, file("_rec")?, file(".txt")?);
+        let engine = crate::source::ocr::OcrEngine::load(&detector, &recognizer, &dictionary)
+            .map_err(|e| crate::Error::Invalid(format!("OCR model `{}`: {e}", spec.name)))?;
+        Ok(Some(self.ocr.get_or_init(|| Arc::new(engine)).clone()))
+    }
+
     /// Ingest settings from the configuration, for `tenant`, with an optional chunker override.
     pub fn ingest_options(&self, tenant: &str, chunker: Option<ChunkerKind>) -> Result<IngestOptions> {
         let c = &self.config.ingest;
@@ -372,8 +410,21 @@ impl App {
             max_file_bytes: c.max_file_bytes,
             parse_timeout: std::time::Duration::from_secs(c.parse_timeout_s.max(1)),
             commit_chunks: c.commit_chunks,
+            parse: crate::source::ParseContext { ocr: self.ocr()? },
             ..IngestOptions::default()
         })
+    }
+
+    /// What ingest does about scanned pages and images, for `doctor`.
+    fn ocr_status(&self, models: &[ModelStatus]) -> String {
+        match models.iter().find(|m| m.role == "ocr") {
+            Some(m) if m.ready => format!("ready: scanned PDF pages and images are read by {} on the CPU", m.name),
+            Some(m) => format!(
+                "absent: scanned PDF pages and images are skipped until it arrives: `{}`",
+                m.fix.clone().unwrap_or_default()
+            ),
+            None => "no OCR model in the manifest".to_string(),
+        }
     }
 
     /// Features, device, and every model's files verified.
@@ -434,6 +485,7 @@ impl App {
             embed_model: self.config.embed.model.clone(),
             rerank_model: self.config.rerank.model.clone(),
             rerank_status,
+            ocr_status: self.ocr_status(&models),
             models,
         }
     }

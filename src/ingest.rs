@@ -26,7 +26,7 @@ use crate::chunk::{
 };
 use crate::embed::Embedder;
 use crate::error::{Error, Result};
-use crate::source::guard::{caught, parse_guarded, ParseLimits};
+use crate::source::guard::{caught, parse_guarded_in, ParseLimits};
 use crate::source::walk::{walk, WalkEntry};
 use crate::source::{self, SkipReason};
 use crate::store::{
@@ -58,6 +58,8 @@ pub struct IngestOptions {
     /// Writes a situating context for each child from its whole document (the `llm`
     /// contextualiser); `None`: structural context only.
     pub contextualizer: Option<ContextWriter>,
+    /// What parsers may use: the OCR engine for scanned pages and images.
+    pub parse: crate::source::ParseContext,
 }
 
 /// Writes the situating context of a document's child chunks: a sentence or two that place
@@ -109,6 +111,7 @@ impl Default for IngestOptions {
             parse_batch: 64,
             structural_context: true,
             contextualizer: None,
+            parse: crate::source::ParseContext::default(),
         }
     }
 }
@@ -332,7 +335,7 @@ pub fn reparse(path: &Path, opts: &IngestOptions) -> std::result::Result<(Parsed
     let limits = ParseLimits { max_file_bytes: opts.max_file_bytes, timeout: opts.parse_timeout, ..ParseLimits::default() };
     let bytes = std::fs::read(path).map_err(|e| SkipReason::Unreadable { detail: e.to_string() })?;
     let sha256 = sha256_hex(&bytes);
-    Ok((parse_guarded(path, bytes, &limits)?, sha256))
+    Ok((parse_guarded_in(path, bytes, &limits, &opts.parse)?, sha256))
 }
 
 /// Runs one incremental ingest of `root` into `opts.tenant`, reporting progress to `on_event`.
@@ -435,7 +438,13 @@ fn ingest_run(
             continue;
         }
         match previous {
-            Some(row) if row.sha256 == p.sha256 => {
+            // A file skipped for want of the OCR model is read again once the model is there.
+            Some(row)
+                if row.sha256 == p.sha256
+                    && !(opts.parse.ocr.is_some()
+                        && row.status == DocumentStatus::Skipped
+                        && row.skip_reason.as_deref().is_some_and(|r| r.starts_with(source::NEEDS_OCR))) =>
+            {
                 report.unchanged += 1;
                 if row.status == DocumentStatus::Skipped {
                     let reason = row.skip_reason.clone().unwrap_or_default();
@@ -498,7 +507,7 @@ fn ingest_run(
                             // The file may have changed since it was hashed: record what was parsed.
                             p.sha256 = sha256_hex(&bytes);
                             p.size = bytes.len() as u64;
-                            parse_guarded(&p.path, bytes, &limits)
+                            parse_guarded_in(&p.path, bytes, &limits, &opts.parse)
                         }
                         Err(e) => Err(SkipReason::Unreadable { detail: e.to_string() }),
                     },

@@ -39,6 +39,8 @@ pub enum ModelRole {
     Rerank,
     /// Text generation.
     Generate,
+    /// Scanned page to text (optical character recognition).
+    Ocr,
 }
 
 impl std::fmt::Display for ModelRole {
@@ -47,6 +49,7 @@ impl std::fmt::Display for ModelRole {
             ModelRole::Embed => "embed",
             ModelRole::Rerank => "rerank",
             ModelRole::Generate => "generate",
+            ModelRole::Ocr => "ocr",
         })
     }
 }

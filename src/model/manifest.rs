@@ -27,6 +27,9 @@ pub enum Architecture {
     Qwen2,
     /// Llama decoder in GGUF.
     Llama,
+    /// PP-OCR text detector and line recognizer in rten's format, with the recognizer's
+    /// character dictionary.
+    PpOcr,
 }
 
 /// How token states become one vector.

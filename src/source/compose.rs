@@ -107,6 +107,14 @@ impl Composer {
     }
 }
 
+/// The title of the first heading among `blocks`, for a document whose metadata names none.
+pub fn first_heading(blocks: &[super::RawBlock]) -> Option<String> {
+    blocks.iter().find_map(|(k, _, _)| match k {
+        BlockKind::Heading { title, .. } => Some(title.clone()),
+        _ => None,
+    })
+}
+
 /// Paragraph text as written: each line's whitespace runs collapsed, blank lines dropped (a
 /// paragraph is one block; its line breaks stay).
 pub fn tidy(text: &str) -> String {

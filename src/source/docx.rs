@@ -22,7 +22,7 @@ use std::path::Path;
 
 use roxmltree::Node;
 
-use super::compose::{Composer, Item};
+use super::compose::{first_heading, Composer, Item};
 use super::package::{self, all_text, Package, MAX_DEPTH};
 use super::{finish, title_from_path, InputKind, Parser, SkipReason};
 use crate::types::ParsedDocument;
@@ -73,12 +73,10 @@ impl Parser for DocxParser {
             Some(text) => package::title_and_author(&package::xml(&text, "docProps/core.xml")?),
             None => (None, None),
         };
-        let first_heading = out.blocks.iter().find_map(|(k, _, _)| match k {
-            crate::types::BlockKind::Heading { title, .. } => Some(title.clone()),
-            _ => None,
-        });
-        let title =
-            core_title.or(walker.title).or(first_heading).unwrap_or_else(|| title_from_path(path));
+        let title = core_title
+            .or(walker.title)
+            .or_else(|| first_heading(&out.blocks))
+            .unwrap_or_else(|| title_from_path(path));
         let mut metadata = BTreeMap::new();
         if let Some(author) = author {
             metadata.insert("author".to_string(), author);

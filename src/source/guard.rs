@@ -37,7 +37,7 @@ use std::path::Path;
 use std::sync::mpsc;
 use std::time::Duration;
 
-use super::{parse, parser_for, SkipReason};
+use super::{parse_in, parser_for, ParseContext, SkipReason};
 use crate::types::ParsedDocument;
 
 /// Stack of a parse thread: generous, so that a parser's own recursion (bounded, but deep in
@@ -124,27 +124,45 @@ pub fn check_limits(path: &Path, bytes: &[u8], limits: &ParseLimits) -> Result<(
     Ok(())
 }
 
-/// Parses one file as [`parse`] does, under guard: limits checked first, then the parser on its
+/// How many times [`ParseLimits::timeout`] a parse that may run OCR gets (a scanned page takes
+/// seconds on two cores; a 100-page scan several minutes).
+pub const OCR_TIMEOUT_FACTOR: u32 = 20;
+
+/// Parses one file as [`parse`](super::parse) does, under guard: limits checked first, then the parser on its
 /// own thread, its panics caught, its time bounded.
 pub fn parse_guarded(path: &Path, bytes: Vec<u8>, limits: &ParseLimits) -> Result<ParsedDocument, SkipReason> {
+    parse_guarded_in(path, bytes, limits, &ParseContext::default())
+}
+
+/// [`parse_guarded`] with what `context` offers the parsers (the OCR engine); a parse that may run
+/// OCR gets [`OCR_TIMEOUT_FACTOR`] times the time budget.
+pub fn parse_guarded_in(
+    path: &Path,
+    bytes: Vec<u8>,
+    limits: &ParseLimits,
+    context: &ParseContext,
+) -> Result<ParsedDocument, SkipReason> {
     check_limits(path, &bytes, limits)?;
     let (tx, rx) = mpsc::sync_channel(1);
     let owned = path.to_path_buf();
     let max = limits.max_file_bytes;
+    let ocr = context.ocr.is_some() && parser_for(path).is_some_and(|p| p.may_ocr());
+    let timeout = if ocr { limits.timeout * OCR_TIMEOUT_FACTOR } else { limits.timeout };
+    let context = context.clone();
     let spawned = std::thread::Builder::new().name("ragbox-parse".into()).stack_size(PARSE_STACK_BYTES).spawn(move || {
-        let result = catch_unwind(AssertUnwindSafe(|| parse(&owned, &bytes, max)));
+        let result = catch_unwind(AssertUnwindSafe(|| parse_in(&owned, &bytes, max, &context)));
         // The receiver is gone when the parse ran past its budget; nothing to do then.
         let _ = tx.send(result.map_err(|p| panic_message(p.as_ref())));
     });
     if let Err(e) = spawned {
         return Err(SkipReason::Crashed { detail: format!("could not start a parse thread: {e}") });
     }
-    match rx.recv_timeout(limits.timeout) {
+    match rx.recv_timeout(timeout) {
         Ok(Ok(result)) => result,
         Ok(Err(detail)) => Err(SkipReason::Crashed { detail }),
         Err(mpsc::RecvTimeoutError::Timeout) => {
-            tracing::warn!(path = %path.display(), "parse abandoned after {:?}; its thread runs on until it ends", limits.timeout);
-            Err(SkipReason::TimedOut { limit_s: limits.timeout.as_secs().max(1) })
+            tracing::warn!(path = %path.display(), "parse abandoned after {:?}; its thread runs on until it ends", timeout);
+            Err(SkipReason::TimedOut { limit_s: timeout.as_secs().max(1) })
         }
         Err(mpsc::RecvTimeoutError::Disconnected) => {
             Err(SkipReason::Crashed { detail: "the parse thread ended without a result".into() })

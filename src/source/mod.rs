@@ -25,10 +25,13 @@ pub mod email;
 pub mod epub;
 pub mod guard;
 pub mod html;
+pub mod image;
 pub mod markdown;
+pub mod ocr;
 pub mod odf;
 pub(crate) mod package;
 pub mod pdf;
+pub mod pdf_images;
 pub mod pptx;
 pub mod rtf;
 pub mod sheet;
@@ -39,6 +42,7 @@ pub mod walk;
 use std::collections::BTreeMap;
 use std::fmt;
 use std::path::Path;
+use std::sync::Arc;
 
 use serde::Serialize;
 
@@ -89,6 +93,8 @@ pub enum SkipReason {
     },
     /// An Office file protected by a password.
     Encrypted,
+    /// Scanned pages (a PDF without a text layer, an image) and no OCR model installed.
+    NeedsOcr,
     /// A legacy binary Office file (`.doc`, `.ppt`) that no parser here reads.
     Legacy {
         /// The application's name: `Word`, `PowerPoint`, `Excel`.
@@ -117,6 +123,11 @@ impl fmt::Display for SkipReason {
                 write!(f, "parsing took longer than {limit_s} s (setting ingest.parse_timeout_s)")
             }
             SkipReason::OverLimit { what } => write!(f, "over a parser safety limit: {what}"),
+            SkipReason::NeedsOcr => write!(
+                f,
+                "{NEEDS_OCR}: the OCR model is not installed (scripts/fetch-models.sh pp-ocrv6-small, \
+                 or ragbox models import), then ingest again"
+            ),
             SkipReason::Encrypted => f.write_str("encrypted: cannot be read without its password (save a copy without one)"),
             SkipReason::Legacy { format } => {
                 let ext = match *format {
@@ -137,6 +148,10 @@ impl fmt::Display for SkipReason {
     }
 }
 
+/// How a [`SkipReason::NeedsOcr`] message starts, so a stored skip can be recognised and retried
+/// once the OCR model is there.
+pub const NEEDS_OCR: &str = "scanned pages or an image to read";
+
 impl SkipReason {
     /// A [`SkipReason::Corrupt`] with `detail`.
     pub fn corrupt(detail: impl Into<String>) -> Self {
@@ -156,12 +171,37 @@ pub enum InputKind {
     Binary,
 }
 
+/// What parsers may use beyond a file's bytes: the OCR engine that reads scanned pages and images
+/// (none: such files are skipped with [`SkipReason::NeedsOcr`]).
+#[derive(Clone, Default)]
+pub struct ParseContext {
+    /// The OCR engine, loaded from verified model files.
+    pub ocr: Option<Arc<ocr::OcrEngine>>,
+}
+
+impl fmt::Debug for ParseContext {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "ParseContext {{ ocr: {} }}", if self.ocr.is_some() { "loaded" } else { "none" })
+    }
+}
+
 /// Turns one format's bytes into a parsed document.
 pub trait Parser: Send + Sync {
     /// Short name, stored in the catalog (`markdown`, `html`...).
     fn name(&self) -> &'static str;
     /// Parses `bytes`, read from `path` (used for the title fallback and the language of code).
     fn parse(&self, path: &Path, bytes: &[u8]) -> Result<ParsedDocument, SkipReason>;
+    /// Parses with what `context` offers (the PDF and image parsers read scanned pages with its
+    /// OCR engine); the others ignore it.
+    fn parse_in(&self, path: &Path, bytes: &[u8], context: &ParseContext) -> Result<ParsedDocument, SkipReason> {
+        let _ = context;
+        self.parse(path, bytes)
+    }
+    /// Whether parsing may run OCR (its time budget is then [`guard::OCR_TIMEOUT_FACTOR`] times
+    /// longer).
+    fn may_ocr(&self) -> bool {
+        false
+    }
     /// What the input bytes are expected to be; text by default.
     fn input(&self) -> InputKind {
         InputKind::Utf8Text
@@ -185,6 +225,7 @@ static CSV: sheet::SheetParser = sheet::SheetParser(sheet::SheetFormat::Csv);
 static TSV: sheet::SheetParser = sheet::SheetParser(sheet::SheetFormat::Tsv);
 static EPUB: epub::EpubParser = epub::EpubParser;
 static RTF: rtf::RtfParser = rtf::RtfParser;
+static IMAGE: image::ImageParser = image::ImageParser;
 static LEGACY_WORD: Legacy = Legacy("Word");
 static LEGACY_POWERPOINT: Legacy = Legacy("PowerPoint");
 
@@ -205,6 +246,7 @@ static LEGACY_POWERPOINT: Legacy = Legacy("PowerPoint");
 /// | `csv` / `tsv`, `tab` | csv / tsv |
 /// | `epub` | epub |
 /// | `rtf` | rtf |
+/// | `png`, `jpg`, `jpeg`, `tif`, `tiff` | image (read by OCR) |
 /// | `doc`, `dot` / `ppt`, `pps`, `pot` | legacy: skipped with the command that converts them |
 ///
 /// Extensionless files go to the text parser; [`parse`] rejects the binary ones (executables) by
@@ -232,6 +274,7 @@ pub fn parser_for(path: &Path) -> Option<&'static dyn Parser> {
         "tsv" | "tab" => &TSV,
         "epub" => &EPUB,
         "rtf" => &RTF,
+        "png" | "jpg" | "jpeg" | "tif" | "tiff" => &IMAGE,
         "doc" | "dot" => &LEGACY_WORD,
         "ppt" | "pps" | "pot" => &LEGACY_POWERPOINT,
         _ => return None,
@@ -269,6 +312,11 @@ impl Parser for Legacy {
 /// formats), or not UTF-8 (formats that must be), then runs the parser [`parser_for`] picks. A
 /// document that yields no block at all (an HTML page of scripts, a scanned PDF) is `Empty`.
 pub fn parse(path: &Path, bytes: &[u8], max_bytes: u64) -> Result<ParsedDocument, SkipReason> {
+    parse_in(path, bytes, max_bytes, &ParseContext::default())
+}
+
+/// [`parse`] with what `context` offers the parsers (the OCR engine).
+pub fn parse_in(path: &Path, bytes: &[u8], max_bytes: u64, context: &ParseContext) -> Result<ParsedDocument, SkipReason> {
     let size = bytes.len() as u64;
     if size > max_bytes {
         return Err(SkipReason::TooLarge { bytes: size, limit: max_bytes });
@@ -288,7 +336,7 @@ pub fn parse(path: &Path, bytes: &[u8], max_bytes: u64) -> Result<ParsedDocument
         InputKind::TextBytes => check_not_binary(bytes)?,
         InputKind::Binary => {}
     }
-    let doc = parser.parse(path, bytes)?;
+    let doc = parser.parse_in(path, bytes, context)?;
     if doc.blocks.is_empty() {
         return Err(SkipReason::Empty);
     }
@@ -571,7 +619,8 @@ mod tests {
         assert_eq!(name("x.pdf"), Some("pdf"));
         assert_eq!(name("lib.rs"), Some("code"));
         assert_eq!(name("app.tsx"), Some("code"));
-        assert_eq!(name("photo.jpg"), None);
+        assert_eq!(name("photo.jpg"), Some("image"));
+        assert_eq!(name("photo.gif"), None);
         assert_eq!(name("Policy.DOCX"), Some("docx"));
         assert_eq!(name("deck.pptx"), Some("pptx"));
         assert_eq!(name("book.xlsm"), Some("xlsx"));
@@ -595,7 +644,8 @@ mod tests {
             Err(SkipReason::NotUtf8 { offset: 12 })
         );
         assert_eq!(parse(Path::new("a.txt"), b"0123456789", 4), Err(SkipReason::TooLarge { bytes: 10, limit: 4 }));
-        assert_eq!(parse(Path::new("a.jpg"), b"\xff\xd8\xff", limit), Err(SkipReason::Unsupported));
+        assert_eq!(parse(Path::new("a.gif"), b"GIF89a", limit), Err(SkipReason::Unsupported));
+        assert_eq!(parse(Path::new("a.jpg"), b"\xff\xd8\xff", limit), Err(SkipReason::NeedsOcr));
         assert_eq!(parse(Path::new("a.html"), b"<script>var x = 1;</script>", limit), Err(SkipReason::Empty));
         let legacy = testutil::fixture("office/legacy.doc");
         assert_eq!(parse(Path::new("a.doc"), &legacy, limit), Err(SkipReason::Legacy { format: "Word" }));

@@ -21,11 +21,11 @@ use std::path::Path;
 
 use roxmltree::Node;
 
-use super::compose::{Composer, Item};
+use super::compose::{first_heading, Composer, Item};
 use super::docx::{attr, child, is};
 use super::package::{self, all_text, Package, MAX_DEPTH};
 use super::{finish, one_line, sheet, title_from_path, InputKind, Parser, SkipReason, TextBuilder};
-use crate::types::{BlockKind, ParsedDocument};
+use crate::types::ParsedDocument;
 
 /// Cells one spreadsheet may have read (all sheets).
 pub const MAX_CELLS: usize = 4_000_000;
@@ -129,10 +129,7 @@ impl Parser for OdfParser {
         if let Some(author) = author {
             metadata.insert("author".to_string(), author);
         }
-        let first_heading = blocks.iter().find_map(|(k, _, _)| match k {
-            BlockKind::Heading { title, .. } if self.0 == OdfKind::Text => Some(title.clone()),
-            _ => None,
-        });
+        let first_heading = if self.0 == OdfKind::Text { first_heading(&blocks) } else { None };
         let title = meta_title.or(walker.title).or(first_heading).unwrap_or_else(|| title_from_path(path));
         Ok(finish(self.name(), title, text, blocks, metadata))
     }

@@ -8,14 +8,22 @@
 //! panics on some malformed files: the panic is caught and reported as `Corrupt` (the default panic
 //! hook still prints it to stderr). Encrypted files are tried with the empty password.
 //!
+//! Scanned pages: a page whose text layer holds fewer than [`MIN_PAGE_CHARS`] characters is read
+//! from its embedded image ([`pdf_images`](super::pdf_images)) by the OCR engine of the
+//! [`ParseContext`], keeping its page number. Without an engine, a PDF with no text at all is
+//! skipped with [`SkipReason::NeedsOcr`] (which names the fetch command); one with some text keeps
+//! it and lists the unread pages in `pages_without_text`.
+//!
 //! Title: the Info dictionary's `Title`, else a heading that opens page 1, else the file stem.
-//! Metadata: `pages`, and `author` when the Info dictionary names one.
+//! Metadata: `pages`, and `author` when the Info dictionary names one; `ocr_pages` (pages read by
+//! OCR), `ocr_confidence` (their mean line confidence) and `ocr_low_confidence_pages` (pages
+//! below [`LOW_CONFIDENCE`]).
 
 use std::collections::BTreeMap;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::path::Path;
 
-use super::{finish, normalise, text, title_from_path, InputKind, Parser, SkipReason, TextBuilder};
+use super::{finish, normalise, text, title_from_path, InputKind, ParseContext, Parser, SkipReason, TextBuilder};
 use crate::types::{BlockKind, ParsedDocument};
 
 /// The PDF parser.
@@ -31,7 +39,15 @@ impl Parser for PdfParser {
         InputKind::Binary
     }
 
+    fn may_ocr(&self) -> bool {
+        true
+    }
+
     fn parse(&self, path: &Path, bytes: &[u8]) -> Result<ParsedDocument, SkipReason> {
+        self.parse_in(path, bytes, &ParseContext::default())
+    }
+
+    fn parse_in(&self, path: &Path, bytes: &[u8], context: &ParseContext) -> Result<ParsedDocument, SkipReason> {
         if !bytes.starts_with(b"%PDF") && !bytes[..bytes.len().min(1024)].windows(5).any(|w| w == b"%PDF-") {
             return Err(SkipReason::corrupt("not a PDF (no %PDF- header)"));
         }
@@ -43,19 +59,49 @@ impl Parser for PdfParser {
                 .unwrap_or_else(|| "unknown panic".to_string());
             SkipReason::corrupt(format!("PDF reader failed: {what}"))
         })??;
+        let mut pages: Vec<String> = extracted.pages.iter().map(|p| clean_page(p)).collect();
+        let scanned: Vec<u32> = (1..=pages.len() as u32)
+            .filter(|n| pages[*n as usize - 1].chars().filter(|c| !c.is_whitespace()).count() < MIN_PAGE_CHARS)
+            .collect();
+        let mut metadata = BTreeMap::new();
+        if !scanned.is_empty() {
+            match &context.ocr {
+                Some(engine) => {
+                    let mut read = Vec::new();
+                    let images = super::pdf_images::page_image_results(bytes, engine.options().max_pixels)
+                        .map_err(|e| SkipReason::corrupt(format!("PDF page images: {e}")))?;
+                    for (n, image) in images {
+                        let Ok(image) = image else { continue };
+                        if !scanned.contains(&n) {
+                            continue;
+                        }
+                        let (ocr_text, confidence) = super::image::read_page(engine, &image)?;
+                        let slot = &mut pages[n as usize - 1];
+                        if ocr_text.len() > slot.len() {
+                            *slot = ocr_text;
+                            read.push((n, confidence));
+                        }
+                    }
+                    note_confidence(&mut metadata, &read);
+                }
+                None if scanned.len() == pages.len() => return Err(SkipReason::NeedsOcr),
+                None => {
+                    let list: Vec<String> = scanned.iter().map(u32::to_string).collect();
+                    metadata.insert("pages_without_text".to_string(), list.join(","));
+                }
+            }
+        }
         let mut out = TextBuilder::default();
         let mut blocks = Vec::new();
-        for (i, page) in extracted.pages.iter().enumerate() {
-            let page_text = clean_page(page);
+        for (i, page_text) in pages.iter().enumerate() {
             if page_text.is_empty() {
                 continue;
             }
-            let start = out.raw(&page_text);
+            let start = out.raw(page_text);
             let end = out.text.len();
             let number = u32::try_from(i + 1).unwrap_or(u32::MAX);
             blocks.extend(text::blocks_in(&out.text, start, end, Some(number), text::Style::Pdf));
         }
-        let mut metadata = BTreeMap::new();
         metadata.insert("pages".to_string(), extracted.pages.len().to_string());
         if let Some(author) = extracted.author {
             metadata.insert("author".to_string(), author);
@@ -66,6 +112,28 @@ impl Parser for PdfParser {
         });
         let title = title.unwrap_or_else(|| title_from_path(path));
         Ok(finish(self.name(), title, out.text, blocks, metadata))
+    }
+}
+
+/// A page whose text layer has fewer non-blank characters than this is read by OCR (a scan
+/// with a stray page number or a few hidden characters counts as no text).
+pub const MIN_PAGE_CHARS: usize = 16;
+
+/// Pages whose mean OCR line confidence is below this are listed as low-confidence.
+pub const LOW_CONFIDENCE: f32 = 0.8;
+
+/// Records which pages OCR read, its mean confidence and the low-confidence pages.
+pub(crate) fn note_confidence(metadata: &mut BTreeMap<String, String>, read: &[(u32, f32)]) {
+    if read.is_empty() {
+        return;
+    }
+    let pages: Vec<String> = read.iter().map(|(n, _)| n.to_string()).collect();
+    metadata.insert("ocr_pages".to_string(), pages.join(","));
+    let mean = read.iter().map(|(_, c)| c).sum::<f32>() / read.len() as f32;
+    metadata.insert("ocr_confidence".to_string(), format!("{mean:.3}"));
+    let low: Vec<String> = read.iter().filter(|(_, c)| *c < LOW_CONFIDENCE).map(|(n, _)| n.to_string()).collect();
+    if !low.is_empty() {
+        metadata.insert("ocr_low_confidence_pages".to_string(), low.join(","));
     }
 }
 
@@ -116,7 +184,7 @@ fn info(doc: &pdf_extract::Document, key: &[u8]) -> Option<String> {
 }
 
 /// A page's text: normalised, lines trimmed, runs of blank lines collapsed to one, ends trimmed.
-fn clean_page(page: &str) -> String {
+pub(crate) fn clean_page(page: &str) -> String {
     let page = normalise(page);
     let mut out = String::with_capacity(page.len());
     let mut blank = 0;
@@ -181,5 +249,11 @@ mod tests {
         // Through the entry point: binary content is fine for a PDF, and the skip reason holds.
         assert!(matches!(crate::source::parse(Path::new("half.pdf"), half, 1 << 30), Err(SkipReason::Corrupt { .. })));
         assert!(crate::source::parse(Path::new("lppl.pdf"), LPPL, 1 << 30).is_ok());
+    }
+
+    #[test]
+    fn a_scanned_pdf_without_an_ocr_engine_says_how_to_get_one() {
+        let scan = crate::source::testutil::fixture("scanned/business-continuity-plan-scanned.pdf");
+        assert_eq!(PdfParser.parse(Path::new("scan.pdf"), &scan).err(), Some(SkipReason::NeedsOcr));
     }
 }

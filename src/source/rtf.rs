@@ -15,9 +15,9 @@
 use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
 
-use super::compose::{Composer, Item};
+use super::compose::{first_heading, Composer, Item};
 use super::{finish, title_from_path, InputKind, Parser, SkipReason};
-use crate::types::{BlockKind, ParsedDocument};
+use crate::types::ParsedDocument;
 
 /// The RTF parser.
 #[derive(Debug, Clone, Copy, Default)]
@@ -43,11 +43,11 @@ impl Parser for RtfParser {
         let mut composer = Composer::default();
         composer.extend(reader.items);
         let out = composer.finish();
-        let first_heading = out.blocks.iter().find_map(|(k, _, _)| match k {
-            BlockKind::Heading { title, .. } => Some(title.clone()),
-            _ => None,
-        });
-        let title = reader.title.filter(|t| !t.trim().is_empty()).or(first_heading).unwrap_or_else(|| title_from_path(path));
+        let title = reader
+            .title
+            .filter(|t| !t.trim().is_empty())
+            .or_else(|| first_heading(&out.blocks))
+            .unwrap_or_else(|| title_from_path(path));
         Ok(finish(self.name(), title, out.text, out.blocks, BTreeMap::new()))
     }
 }
@@ -382,6 +382,7 @@ fn control(b: &[u8], mut i: usize) -> (Control, Option<i32>, usize) {
 mod tests {
     use super::*;
     use crate::source::testutil::check_document;
+    use crate::types::BlockKind;
 
     fn parse(rtf: &str) -> ParsedDocument {
         let doc = RtfParser.parse(Path::new("letter.rtf"), rtf.as_bytes()).unwrap();

@@ -567,3 +567,63 @@ fn office_files_ingest_by_kind_and_encrypted_or_legacy_ones_say_what_to_do() {
     assert_eq!(code, 5);
     assert_eq!(count(&again, "embedded"), 0, "{again}");
 }
+
+#[test]
+fn scanned_pages_and_images_are_read_by_ocr_with_their_pages() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (dir, data) = (tmp.path().join("scans"), tmp.path().join("data"));
+    std::fs::create_dir_all(&dir).unwrap();
+    let scanned = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/scanned");
+    for name in ["business-continuity-plan-scanned.pdf", "page-1.png", "page-2.jpg"] {
+        std::fs::copy(scanned.join(name), dir.join(name)).unwrap();
+    }
+    let (code, report, err) = ingest_json(&data, &[dir.to_str().unwrap()]);
+    assert_eq!(code, 0, "every scan is read: {report}\n{err}");
+    assert_eq!(count(&report, "added"), 3, "{report}");
+
+    let store = open_store(&data);
+    let t = store.catalog().require_tenant("default").unwrap();
+    let docs = store.catalog().documents(t.id).unwrap();
+    let pdf = docs.iter().find(|d| d.path.ends_with("business-continuity-plan-scanned.pdf")).unwrap();
+    assert_eq!(pdf.parser.as_deref(), Some("pdf"));
+    let image = docs.iter().find(|d| d.path.ends_with("page-2.jpg")).unwrap();
+    assert_eq!(image.parser.as_deref(), Some("image"));
+
+    // The recovery table of page 2 is found in the scan, on page 2, and in the JPEG of that page.
+    let hits = lexical_paths(&data, "default", "Warehouse Management System recovery time objective");
+    assert!(hits.iter().any(|p| p.ends_with("business-continuity-plan-scanned.pdf")), "{hits:?}");
+    assert!(hits.iter().any(|p| p.ends_with("page-2.jpg")), "{hits:?}");
+    let reader = store.reader(&t).unwrap();
+    let ids: Vec<_> = reader.lexical.search("Dordrecht backup office 40 workstations", 5).unwrap().iter().map(|h| h.0).collect();
+    let chunks = store.catalog().chunks(t.id, &ids).unwrap();
+    let in_pdf = chunks.iter().find(|c| c.path.ends_with("business-continuity-plan-scanned.pdf")).expect("the scan's page 2 is indexed");
+    assert_eq!(in_pdf.page, Some(2), "{in_pdf:?}");
+}
+
+#[test]
+fn without_the_ocr_model_scans_are_skipped_with_the_fetch_command() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (dir, data, models) = (tmp.path().join("scans"), tmp.path().join("data"), tmp.path().join("models"));
+    std::fs::create_dir_all(&dir).unwrap();
+    let scanned = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/scanned");
+    std::fs::copy(scanned.join("business-continuity-plan-scanned.pdf"), dir.join("scan.pdf")).unwrap();
+    std::fs::write(dir.join("note.md"), "# Note\n\nThe loading bay closes at 18:00.\n").unwrap();
+    // A models folder with the embedder only (linked from the real one), no OCR model.
+    std::fs::create_dir_all(&models).unwrap();
+    let real = Path::new(env!("CARGO_MANIFEST_DIR")).join("models");
+    for entry in std::fs::read_dir(&real).unwrap() {
+        let entry = entry.unwrap();
+        let name = entry.file_name().to_string_lossy().into_owned();
+        if name.contains("all-MiniLM-L6-v2") || name == "manifest.toml" {
+            std::os::unix::fs::symlink(entry.path(), models.join(&name)).unwrap();
+        }
+    }
+    let (code, out, err) = run(ragbox(&data).env("RAGBOX_MODELS_DIR", &models).args(["ingest", "--json", dir.to_str().unwrap()]));
+    let report: serde_json::Value = serde_json::from_str(out.trim()).unwrap_or_else(|e| panic!("{out} {err} {e}"));
+    assert_eq!(code, 5, "{report}\n{err}");
+    let skipped = report["skipped"].as_array().unwrap();
+    assert_eq!(skipped.len(), 1, "{report}");
+    let reason = skipped[0]["reason"].as_str().unwrap();
+    assert!(reason.starts_with(ragbox::source::NEEDS_OCR) && reason.contains("scripts/fetch-models.sh pp-ocrv6-small"), "{reason}");
+    assert_eq!(count(&report, "added"), 1, "the markdown note is ingested: {report}");
+}
