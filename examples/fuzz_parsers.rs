@@ -3,8 +3,12 @@
 //! ```text
 //! cargo run --offline --example fuzz_parsers --config 'profile.dev.package.ragbox.opt-level=3' -- \
 //!     --inputs 1000000 --seed 16 --out target/fuzz \
-//!     [--corpus tests/data/corpus --corpus tests/fixtures/source/lppl.pdf] [--hang-s 60] [--slow-ms 10000]
+//!     [--corpus tests/data/corpus --corpus tests/fixtures/source/lppl.pdf] [--hang-s 60] [--slow-ms 10000] \
+//!     [--targets docx,odt,odp,ods,pptx,xlsx,xls,csv,tsv,epub,rtf]
 //! ```
+//!
+//! `--targets` runs only the named targets (see `ragbox::fuzz::TARGETS`), drawn by their weights;
+//! a case number then means another input than in a run of every target.
 //!
 //! A driver process runs the cases in worker processes (this same program with `--worker`). Each
 //! worker records the number of the case it is on in a memory-mapped file; when a worker dies (a
@@ -30,6 +34,7 @@ struct Args {
     corpus: Vec<PathBuf>,
     hang_s: u64,
     slow_ms: u64,
+    targets: Vec<String>,
     worker: Option<(u64, u64, PathBuf)>,
 }
 
@@ -42,6 +47,7 @@ fn parse_args() -> Result<Args, String> {
         corpus: Vec::new(),
         hang_s: 60,
         slow_ms: 10_000,
+        targets: Vec::new(),
         worker: None,
     };
     let mut it = std::env::args().skip(1);
@@ -55,6 +61,15 @@ fn parse_args() -> Result<Args, String> {
             "--corpus" => a.corpus.push(PathBuf::from(value()?)),
             "--hang-s" => a.hang_s = value()?.parse().map_err(|e| format!("--hang-s: {e}"))?,
             "--slow-ms" => a.slow_ms = value()?.parse().map_err(|e| format!("--slow-ms: {e}"))?,
+            "--targets" => {
+                for name in value()?.split(',').filter(|n| !n.is_empty()) {
+                    if !TARGETS.iter().any(|t| t.name == name) {
+                        let known: Vec<&str> = TARGETS.iter().map(|t| t.name).collect();
+                        return Err(format!("--targets: no target {name}; the targets are {}", known.join(", ")));
+                    }
+                    a.targets.push(name.to_string());
+                }
+            }
             "--worker-start" => start = Some(value()?.parse::<u64>().map_err(|e| e.to_string())?),
             "--worker-count" => count = Some(value()?.parse::<u64>().map_err(|e| e.to_string())?),
             "--worker-progress" => progress = Some(PathBuf::from(value()?)),
@@ -62,7 +77,12 @@ fn parse_args() -> Result<Args, String> {
         }
     }
     if a.corpus.is_empty() {
-        a.corpus = vec![root.join("tests/data/corpus"), root.join("tests/fixtures/source/lppl.pdf"), root.join("tests/fixtures/fuzz")];
+        a.corpus = vec![
+            root.join("tests/data/corpus"),
+            root.join("tests/data/corpus-office"),
+            root.join("tests/fixtures/source/lppl.pdf"),
+            root.join("tests/fixtures/fuzz"),
+        ];
     }
     if let (Some(s), Some(c), Some(p)) = (start, count, progress) {
         a.worker = Some((s, c, p));
@@ -103,7 +123,14 @@ fn worker(args: &Args, start: u64, count: u64, progress: &Path) -> Result<(), St
     // only reads it.
     let mut map = unsafe { memmap2::MmapMut::map_mut(&file) }.map_err(|e| e.to_string())?;
     let corpus = corpus(args);
-    let options = FuzzOptions { seed: args.seed, start, count, slow: Duration::from_millis(args.slow_ms), ..FuzzOptions::default() };
+    let options = FuzzOptions {
+        seed: args.seed,
+        start,
+        count,
+        slow: Duration::from_millis(args.slow_ms),
+        targets: args.targets.clone(),
+        ..FuzzOptions::default()
+    };
     let out = args.out.clone();
     let handle = std::thread::Builder::new()
         .stack_size(ragbox::source::guard::PARSE_STACK_BYTES)
@@ -144,6 +171,9 @@ fn run_worker(exe: &Path, args: &Args, start: u64, count: u64, progress: &Path) 
     let mut cmd = Command::new(exe);
     cmd.args(["--seed", &args.seed.to_string(), "--out"]).arg(&args.out);
     cmd.args(["--slow-ms", &args.slow_ms.to_string()]);
+    if !args.targets.is_empty() {
+        cmd.args(["--targets", &args.targets.join(",")]);
+    }
     for c in &args.corpus {
         cmd.arg("--corpus").arg(c);
     }
@@ -191,11 +221,15 @@ fn run_worker(exe: &Path, args: &Args, start: u64, count: u64, progress: &Path) 
 fn driver(args: &Args) -> Result<(), String> {
     std::fs::create_dir_all(&args.out).map_err(|e| format!("{}: {e}", args.out.display()))?;
     let corpus = corpus(args);
-    let seeds: Vec<String> = TARGETS.iter().enumerate().map(|(i, t)| format!("{} {}", t.name, corpus.seeds(i).len())).collect();
+    let seeds: Vec<String> = TARGETS
+        .iter()
+        .enumerate()
+        .filter(|(_, t)| args.targets.is_empty() || args.targets.iter().any(|n| n == t.name))
+        .map(|(i, t)| format!("{} {}", t.name, corpus.seeds(i).len())).collect();
     eprintln!("fuzzing {} inputs, seed {}, seeds per target: {}", args.inputs, args.seed, seeds.join(", "));
     let exe = std::env::current_exe().map_err(|e| e.to_string())?;
     let progress = args.out.join(".progress");
-    let options = FuzzOptions { seed: args.seed, ..FuzzOptions::default() };
+    let options = FuzzOptions { seed: args.seed, targets: args.targets.clone(), ..FuzzOptions::default() };
     let mut total = FuzzReport::default();
     let (mut panics_seen, mut panics_escaped) = (0u64, 0u64);
     let started = Instant::now();
@@ -248,6 +282,7 @@ fn driver(args: &Args) -> Result<(), String> {
     let summary = serde_json::json!({
         "inputs": total.inputs(),
         "seed": args.seed,
+        "targets_run": if args.targets.is_empty() { "all".to_string() } else { args.targets.join(",") },
         "seconds": secs.round(),
         "failures": total.failures(),
         "panics_seen_by_hook": panics_seen,

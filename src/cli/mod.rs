@@ -14,6 +14,7 @@ mod feedback;
 mod ingest;
 mod keys;
 mod models;
+mod parse;
 mod search;
 pub mod serve;
 mod trace;
@@ -94,6 +95,8 @@ pub enum Command {
     Eval(eval::EvalArgs),
     /// Print embedding vectors of texts.
     Embed(embed::EmbedArgs),
+    /// What the parser makes of files (blocks, pages, metadata), or why it skips them.
+    Parse(parse::ParseArgs),
     /// List, verify, import or pull models.
     #[command(subcommand)]
     Models(models::ModelsCmd),
@@ -150,6 +153,7 @@ pub fn run(cli: Cli) -> anyhow::Result<u8> {
         Command::Feedback(args) => feedback::run(g, args),
         Command::Eval(args) => eval::run(g, args),
         Command::Embed(args) => embed::run(g, args).map(|()| 0),
+        Command::Parse(args) => parse::run(g, args),
         Command::Models(cmd) => models::run(g, cmd).map(|()| 0),
         Command::Doctor => doctor::run(g).map(|()| 0),
         Command::Bench(cmd) => bench::run(g, cmd).map(|()| 0),

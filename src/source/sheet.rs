@@ -65,8 +65,8 @@ impl Parser for SheetParser {
         let mut out = TextBuilder::default();
         let mut budget = MAX_CELLS;
         let sheets = match self.0 {
-            SheetFormat::Xlsx => read_xlsx(bytes, &mut out, &mut budget)?,
-            SheetFormat::Xls => read_xls(bytes, &mut out, &mut budget)?,
+            SheetFormat::Xlsx => calamine_guarded(|| read_xlsx(bytes, &mut out, &mut budget))?,
+            SheetFormat::Xls => calamine_guarded(|| read_xls(bytes, &mut out, &mut budget))?,
             SheetFormat::Csv | SheetFormat::Tsv => {
                 let delimiter = if self.0 == SheetFormat::Csv { b',' } else { b'\t' };
                 let rows = delimited(bytes, delimiter, &mut budget)?;
@@ -81,6 +81,19 @@ impl Parser for SheetParser {
         }
         Ok(finish(self.name(), title_from_path(path), out.text, out.blocks, metadata))
     }
+}
+
+/// Runs a calamine read with its panics caught: malformed workbooks make calamine 0.38 index out
+/// of bounds and overflow (found by fuzzing, issue 31); such a file is `Corrupt`, not a crash.
+fn calamine_guarded(read: impl FnOnce() -> Result<usize, SkipReason>) -> Result<usize, SkipReason> {
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(read)).unwrap_or_else(|panic| {
+        let what = panic
+            .downcast_ref::<&str>()
+            .map(|s| s.to_string())
+            .or_else(|| panic.downcast_ref::<String>().cloned())
+            .unwrap_or_else(|| "unknown panic".to_string());
+        Err(SkipReason::corrupt(format!("the spreadsheet reader failed: {what}")))
+    })
 }
 
 /// Writes one sheet: a heading with its name, then its rows ([`push_rows`]). Nothing for a sheet
@@ -126,8 +139,15 @@ fn is_number(cell: &str) -> bool {
 
 /// Reads every sheet of an `.xlsx` by streaming its cells.
 fn read_xlsx(bytes: &[u8], out: &mut TextBuilder, budget: &mut usize) -> Result<usize, SkipReason> {
-    // The container checks (encrypted, legacy renamed, not a zip) say more than calamine would.
+    // The container checks (encrypted, legacy renamed, not a zip) say more than calamine would,
+    // and calamine inflates members without a cap: a zip bomb is refused here, not by it.
     drop(Package::open(bytes, "Excel")?);
+    let cap = package::MAX_MEMBER_BYTES * 2;
+    if package::inflated_bytes(bytes, cap) > cap {
+        return Err(SkipReason::OverLimit {
+            what: format!("the workbook's members inflate past {} MiB (a zip bomb?)", cap >> 20),
+        });
+    }
     let mut book: Xlsx<_> = Xlsx::new(Cursor::new(bytes)).map_err(xlsx_reason)?;
     let names = book.sheet_names();
     let mut sheets = 0;
@@ -219,6 +239,11 @@ fn read_xls(bytes: &[u8], out: &mut TextBuilder, budget: &mut usize) -> Result<u
 fn xlsx_reason(e: XlsxError) -> SkipReason {
     match e {
         XlsxError::Password => SkipReason::Encrypted,
+        XlsxError::Zip(zip::result::ZipError::UnsupportedArchive(msg))
+            if msg == zip::result::ZipError::PASSWORD_REQUIRED =>
+        {
+            SkipReason::Encrypted
+        }
         e => SkipReason::corrupt(format!("Excel workbook: {e}")),
     }
 }
@@ -300,6 +325,8 @@ fn delimited(bytes: &[u8], delimiter: u8, budget: &mut usize) -> Result<Vec<Vec<
         Ok(t) => normalise(t),
         Err(_) => normalise(&encoding_rs::WINDOWS_1252.decode(bytes).0),
     };
+    // Byte-order marks past the first (files joined with `cat`) are not text.
+    let text = text.replace('\u{feff}', "");
     let mut reader = csv::ReaderBuilder::new()
         .has_headers(false)
         .flexible(true)
