@@ -10,7 +10,9 @@ edit distance / reference length, whitespace runs collapsed to one space in both
 (". . . ." runs of table-of-contents pages, which OCR leaves out) collapsed to "...". `--split`
 keeps the even (tune) or odd (report) pages of each document: settings are chosen on one half and
 reported on the other. Prints one JSON object: per document and overall CER, pages, seconds, pages
-per minute (wall time of `ragbox parse`, model load included), and the parse's peak RSS.
+per minute (wall time of `ragbox parse`, model load included), and the parse's peak RSS. With
+`--tesseract`, Debian's tesseract (what a user would otherwise pick) reads the same page images
+(`tesseract IMG - -l eng`, one process per page, OMP_THREAD_LIMIT=2) and is scored the same way.
 """
 import argparse, json, os, re, subprocess, sys, time
 
@@ -36,9 +38,11 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("ragbox"); ap.add_argument("out"); ap.add_argument("pdfs", nargs="+")
     ap.add_argument("--dpi", type=int, default=200); ap.add_argument("--split", default="all", choices=["tune", "report", "all"])
+    ap.add_argument("--tesseract", action="store_true")
     a = ap.parse_args()
     os.makedirs(a.out, exist_ok=True)
     docs, total_err, total_ref, total_pages, total_s, peak = [], 0, 0, 0, 0.0, 0
+    t_err, t_s = 0, 0.0
     for spec in a.pdfs:
         path, _, rng = spec.partition(":")
         first, last = (int(x) for x in rng.split("-")) if rng else (1, 10**6)
@@ -60,21 +64,37 @@ def main():
         peak = max(peak, int(re.search(r"Maximum resident set size \(kbytes\): (\d+)", r.stderr).group(1)))
         parsed = json.loads(r.stdout)
         doc = parsed.get("document") or sys.exit(f"{scan}: {parsed.get('skipped')}")
+        with open(os.path.join(a.out, f"{name}-parsed.json"), "w") as f:
+            json.dump(parsed, f)
+        text = doc["text"].encode()  # spans are byte offsets
         by_page = {}
         for b in doc["blocks"]:
-            by_page.setdefault(b["page"], []).append(doc["text"][b["span"]["start"]:b["span"]["end"]])
-        err = ref_len = 0
+            by_page.setdefault(b["page"], []).append(text[b["span"]["start"]:b["span"]["end"]].decode())
+        err = ref_len = doc_t_err = 0
+        doc_t_s = 0.0
         for i, n in enumerate(numbers, 1):
             ref = subprocess.run(["pdftotext", "-layout", "-f", str(n), "-l", str(n), path, "-"], capture_output=True, text=True).stdout
             ref, hyp = collapse(ref), collapse(" ".join(by_page.get(i, [])))
             err += distance(ref, hyp)
             ref_len += len(ref)
-        docs.append({"document": name, "pages": len(numbers), "cer": err / max(ref_len, 1), "seconds": round(seconds, 1),
-                     "pages_per_minute": round(60 * len(numbers) / seconds, 1)})
+            if a.tesseract:
+                t = time.time()
+                out = subprocess.run(["tesseract", images[i - 1], "-", "-l", "eng"], capture_output=True, text=True,
+                                     env=dict(os.environ, OMP_THREAD_LIMIT="2")).stdout
+                doc_t_s += time.time() - t
+                doc_t_err += distance(ref, collapse(out))
+        row = {"document": name, "pages": len(numbers), "cer": err / max(ref_len, 1), "seconds": round(seconds, 1),
+               "pages_per_minute": round(60 * len(numbers) / seconds, 1)}
+        if a.tesseract:
+            row.update(tesseract_cer=doc_t_err / max(ref_len, 1), tesseract_pages_per_minute=round(60 * len(numbers) / doc_t_s, 1))
+            t_err += doc_t_err; t_s += doc_t_s
+        docs.append(row)
         total_err += err; total_ref += ref_len; total_pages += len(numbers); total_s += seconds
-    print(json.dumps({"split": a.split, "dpi": a.dpi, "documents": docs, "pages": total_pages, "cer": total_err / max(total_ref, 1),
-                      "seconds": round(total_s, 1), "pages_per_minute": round(60 * total_pages / total_s, 1),
-                      "peak_rss_mib": peak // 1024}, indent=1))
+    summary = {"split": a.split, "dpi": a.dpi, "documents": docs, "pages": total_pages, "cer": total_err / max(total_ref, 1),
+               "seconds": round(total_s, 1), "pages_per_minute": round(60 * total_pages / total_s, 1), "peak_rss_mib": peak // 1024}
+    if a.tesseract:
+        summary.update(tesseract_cer=t_err / max(total_ref, 1), tesseract_pages_per_minute=round(60 * total_pages / t_s, 1))
+    print(json.dumps(summary, indent=1))
 
 
 if __name__ == "__main__":

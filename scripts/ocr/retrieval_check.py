@@ -27,12 +27,11 @@ def sentences(pdf):
 
 def search(ragbox, data, query, k):
     env = dict(os.environ, RAGBOX_DATA_DIR=data)
-    r = subprocess.run([ragbox, "--json", "search", query, "-k", str(k)], capture_output=True, text=True, env=env)
+    r = subprocess.run([ragbox, "--json", "search", "-k", str(k), "--", query], capture_output=True, text=True, env=env)
     if r.returncode != 0:
         sys.exit(f"search failed: {r.stderr}")
-    v = json.loads(r.stdout)
-    hits = v["hits"] if isinstance(v, dict) and "hits" in v else v
-    return [(os.path.basename(h.get("path") or h["chunk"]["path"]), h.get("page") or (h.get("chunk") or {}).get("page")) for h in hits]
+    hits = json.loads(r.stdout)["retrieval"]["hits"]
+    return [(os.path.basename(h["chunk"]["path"]), h["chunk"]["page"]) for h in hits]
 
 
 def main():
