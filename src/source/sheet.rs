@@ -1,4 +1,4 @@
-//! Spreadsheets: Excel workbooks (`.xlsx`, `.xlsm`, `.xls`) read with calamine, delimited text
+//! Spreadsheets: Excel workbooks (`.xlsx`, `.xlsm`) read with calamine, delimited text
 //! (`.csv`, `.tsv`) with csv, and how any sheet (OpenDocument's too, from [`odf`](super::odf)) is
 //! written ([`push_sheet`]).
 //!
@@ -10,8 +10,9 @@
 //! (`2024-07-01`, with the time when it has one), numbers without float noise.
 //!
 //! Bounds: `.xlsx` cells are streamed (never a dense grid, so a sheet that claims 2^20 × 2^14
-//! cells costs only the cells it has), and at most [`MAX_CELLS`] are kept over all sheets; `.xls`
-//! is bounded by its own format (65,536 × 256). A CSV that is not UTF-8 is read as Windows-1252.
+//! cells costs only the cells it has), and at most [`MAX_CELLS`] are kept over all sheets. Legacy
+//! `.xls` is not read here (see [`Legacy`](super::Legacy)). A CSV that is not UTF-8 is read as
+//! Windows-1252.
 //!
 //! Title: the file stem. Metadata: `sheets`, and `truncated` when the cell budget ran out.
 
@@ -19,7 +20,7 @@ use std::collections::BTreeMap;
 use std::io::Cursor;
 use std::path::Path;
 
-use calamine::{Data, DataRef, ExcelDateTime, Reader, Xls, XlsError, Xlsx, XlsxError};
+use calamine::{DataRef, ExcelDateTime, Reader, Xlsx, XlsxError};
 
 use super::compose::tidy;
 use super::package::{self, Package};
@@ -35,8 +36,6 @@ pub const MAX_CELLS: usize = 4_000_000;
 pub enum SheetFormat {
     /// Office Open XML workbook (`.xlsx`, `.xlsm`).
     Xlsx,
-    /// Legacy binary workbook (`.xls`).
-    Xls,
     /// Comma-separated values.
     Csv,
     /// Tab-separated values.
@@ -51,7 +50,6 @@ impl Parser for SheetParser {
     fn name(&self) -> &'static str {
         match self.0 {
             SheetFormat::Xlsx => "xlsx",
-            SheetFormat::Xls => "xls",
             SheetFormat::Csv => "csv",
             SheetFormat::Tsv => "tsv",
         }
@@ -66,7 +64,6 @@ impl Parser for SheetParser {
         let mut budget = MAX_CELLS;
         let sheets = match self.0 {
             SheetFormat::Xlsx => calamine_guarded(|| read_xlsx(bytes, &mut out, &mut budget))?,
-            SheetFormat::Xls => calamine_guarded(|| read_xls(bytes, &mut out, &mut budget))?,
             SheetFormat::Csv | SheetFormat::Tsv => {
                 let delimiter = if self.0 == SheetFormat::Csv { b',' } else { b'\t' };
                 let rows = delimited(bytes, delimiter, &mut budget)?;
@@ -206,36 +203,6 @@ fn dense_rows(cells: BTreeMap<u32, Vec<(u32, String)>>, min_col: u32, budget: &m
     rows
 }
 
-/// Reads every sheet of a legacy `.xls`.
-fn read_xls(bytes: &[u8], out: &mut TextBuilder, budget: &mut usize) -> Result<usize, SkipReason> {
-    if !package::is_ole(bytes) {
-        return Err(SkipReason::corrupt("not an Excel 97-2003 workbook (no OLE header)"));
-    }
-    let mut book: Xls<_> = Xls::new(Cursor::new(bytes)).map_err(xls_reason)?;
-    let mut sheets = 0;
-    for name in book.sheet_names() {
-        let range = match book.worksheet_range(&name) {
-            Ok(r) => r,
-            Err(e) => return Err(xls_reason(e)),
-        };
-        let mut rows = Vec::new();
-        for row in range.rows() {
-            if row.len() > *budget {
-                *budget = 0;
-                break;
-            }
-            *budget -= row.len();
-            rows.push(row.iter().map(data_text).collect());
-        }
-        push_sheet(out, &name, rows);
-        sheets += 1;
-        if *budget == 0 {
-            break;
-        }
-    }
-    Ok(sheets)
-}
-
 fn xlsx_reason(e: XlsxError) -> SkipReason {
     match e {
         XlsxError::Password => SkipReason::Encrypted,
@@ -245,27 +212,6 @@ fn xlsx_reason(e: XlsxError) -> SkipReason {
             SkipReason::Encrypted
         }
         e => SkipReason::corrupt(format!("Excel workbook: {e}")),
-    }
-}
-
-fn xls_reason(e: XlsError) -> SkipReason {
-    match e {
-        XlsError::Password => SkipReason::Encrypted,
-        e => SkipReason::corrupt(format!("Excel 97-2003 workbook: {e}")),
-    }
-}
-
-/// A cell's text (calamine's owned cells, `.xls`).
-fn data_text(d: &Data) -> String {
-    match d {
-        Data::Int(i) => i.to_string(),
-        Data::Float(f) => number(*f),
-        Data::String(s) => s.clone(),
-        Data::Bool(b) => if *b { "TRUE" } else { "FALSE" }.to_string(),
-        Data::DateTime(dt) => date_time(dt),
-        Data::DateTimeIso(s) | Data::DurationIso(s) => s.clone(),
-        Data::Error(e) => e.to_string(),
-        Data::Empty => String::new(),
     }
 }
 
@@ -407,12 +353,11 @@ mod tests {
     }
 
     #[test]
-    fn xlsx_xls_csv_and_tsv_give_the_same_rows() {
+    fn xlsx_csv_and_tsv_give_the_same_rows() {
         let want = "Depot: Rotterdam | Week starting: 2024-05-06 | Parcels: 41250 | Fuel (litres): 5120.5";
         let total = "Depot: Total | Parcels: 75380 | Fuel (litres): 9311.5";
         for (file, format) in [
             ("sheet.xlsx", SheetFormat::Xlsx),
-            ("sheet.xls", SheetFormat::Xls),
             ("sheet.csv", SheetFormat::Csv),
             ("sheet.tsv", SheetFormat::Tsv),
         ] {
@@ -420,7 +365,7 @@ mod tests {
             crate::source::testutil::check_document(&doc);
             assert!(doc.text.contains(want), "{file}: {}", doc.text);
             assert!(doc.text.contains(total), "{file}: {}", doc.text);
-            if matches!(format, SheetFormat::Xlsx | SheetFormat::Xls) {
+            if format == SheetFormat::Xlsx {
                 assert!(doc.text.contains("Figures are for the week starting 6 May 2024."), "{file}");
                 assert_eq!(doc.metadata["sheets"], "2");
                 assert_eq!(doc.blocks[0].kind, BlockKind::Heading { level: 1, title: "Shipments".into() });
