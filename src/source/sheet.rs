@@ -84,11 +84,7 @@ impl Parser for SheetParser {
 /// of bounds and overflow (found by fuzzing, issue 31); such a file is `Corrupt`, not a crash.
 fn calamine_guarded(read: impl FnOnce() -> Result<usize, SkipReason>) -> Result<usize, SkipReason> {
     std::panic::catch_unwind(std::panic::AssertUnwindSafe(read)).unwrap_or_else(|panic| {
-        let what = panic
-            .downcast_ref::<&str>()
-            .map(|s| s.to_string())
-            .or_else(|| panic.downcast_ref::<String>().cloned())
-            .unwrap_or_else(|| "unknown panic".to_string());
+        let what = super::guard::panic_message(panic.as_ref());
         Err(SkipReason::corrupt(format!("the spreadsheet reader failed: {what}")))
     })
 }
