@@ -271,18 +271,20 @@ impl App {
         Ok(crate::ingest::ContextWriter(Arc::new(crate::annotate::LlmContextualizer::new(generator))))
     }
 
-    /// Answer settings from the configuration.
-    pub fn answer_options(&self) -> AnswerOptions {
+    /// Answer settings from the configuration; an unknown prompt layout or focus scorer is an
+    /// error that names the choices.
+    pub fn answer_options(&self) -> Result<AnswerOptions> {
         let (a, g) = (&self.config.answer, &self.config.generate);
-        AnswerOptions {
+        Ok(AnswerOptions {
             passages: a.passages,
             passage_chars: a.passage_chars,
             max_tokens: g.max_tokens,
             temperature: g.temperature,
             support_floor: a.support_floor,
-            prompt: a.prompt.parse().unwrap_or_default(),
+            prompt: a.prompt.parse()?,
             focus: a.focus,
-        }
+            focus_by: a.focus_by.parse()?,
+        })
     }
 
     /// The configured support check: embedding similarity with the tenant's embedder, or the

@@ -148,6 +148,9 @@ pub struct AnswerSection {
     /// Sentences of the passages the generator reads, those closest to the question; 0: whole
     /// passages (docs/EVAL.md).
     pub focus: usize,
+    /// What scores those sentences against the question: `reranker` (the cross-encoder when the
+    /// tenant's retrieval has one, else the embedder) or `embedder`.
+    pub focus_by: String,
 }
 
 /// `[server]`: `ragbox serve`.

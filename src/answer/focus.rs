@@ -1,19 +1,23 @@
 //! Focus: the few sentences of the retrieved passages that bear on the question, so the
 //! generator reads those instead of whole passages.
 //!
-//! Imports `embed` (the tenant's embedder scores each sentence against the question),
-//! `chunk::sentence` and `error`. A passage is cut into units: sentences (UAX#29, with the chunk
+//! Imports `embed` and `rerank` (what scores each sentence against the question: the
+//! cross-encoder when the tenant has one, else its embedder; [`FocusScorer`]), `chunk::sentence`
+//! and `error`. A passage is cut into units: sentences (UAX#29, with the chunk
 //! splitter's fix-ups), list items and table rows (each row with its table's header row, which
 //! gives the row's cells their meaning). Heading lines are dropped: a passage's section is in its
 //! source label already, and a small model answers with a heading it sees ("[1] 3 Passwords").
-//! The units closest to the question (cosine of the embedder's vectors) are kept, at most
+//! The units that score best against the question are kept, at most
 //! [`PER_PASSAGE`] from one passage, in the order they have in it; a passage with none kept
 //! leaves the prompt.
 //!
 //! Why (docs/EVAL.md, issue 12): on the sample questions the 0.5B model, given whole passages,
 //! answered with a heading or copied the first sentence; given the four closest sentences it
 //! reached and cited the reference more often, with half the prompt tokens (the time to the first
-//! token is the prompt's prefill).
+//! token is the prompt's prefill). Scored by the embedder's cosine, the four kept dropped the
+//! evidence sentence of a fifth of the held-out questions whose evidence retrieval had found (a
+//! FAQ's answer is seldom the sentence worded most like the question); the cross-encoder reads
+//! the question and the sentence together (docs/EVAL.md, issue 35).
 //!
 //! ```
 //! use ragbox::answer::focus::units;
@@ -29,10 +33,77 @@
 //! ]);
 //! ```
 
+use std::sync::Arc;
+
+use serde::{Deserialize, Serialize};
+
 use crate::chunk::sentence::sentences;
 use crate::embed::Embedder;
-use crate::error::Result;
+use crate::error::{Error, Result};
+use crate::rerank::Reranker;
 use crate::types::{cosine, TextKind};
+
+/// Which model chooses the focused sentences (`answer.focus_by`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum FocusBy {
+    /// The cross-encoder when the tenant's retrieval has one, else the embedder.
+    #[default]
+    Reranker,
+    /// The tenant's embedder (cosine of the question's and the sentence's vectors).
+    Embedder,
+}
+
+impl std::str::FromStr for FocusBy {
+    type Err = Error;
+    fn from_str(s: &str) -> Result<Self> {
+        match s {
+            "reranker" => Ok(FocusBy::Reranker),
+            "embedder" => Ok(FocusBy::Embedder),
+            other => Err(Error::Invalid(format!("unknown focus scorer `{other}`; use reranker or embedder"))),
+        }
+    }
+}
+
+/// What scores a unit against the question; higher is closer.
+#[derive(Clone)]
+pub enum FocusScorer {
+    /// The cosine of the embedder's query and passage vectors.
+    Embedder(Arc<dyn Embedder>),
+    /// The cross-encoder's logit for (question, unit).
+    Reranker(Arc<dyn Reranker>),
+}
+
+impl FocusScorer {
+    /// The scorer `by` asks for from the models at hand: the reranker falls back to the embedder
+    /// when there is none or it is an LLM (a prefill per sentence).
+    pub fn choose(by: FocusBy, embedder: Option<Arc<dyn Embedder>>, reranker: Option<Arc<dyn Reranker>>) -> Option<FocusScorer> {
+        match (by, reranker) {
+            (FocusBy::Reranker, Some(r)) if r.scores_sentences_cheaply() => Some(FocusScorer::Reranker(r)),
+            _ => embedder.map(FocusScorer::Embedder),
+        }
+    }
+
+    /// The model's name, for `--explain`.
+    pub fn model_id(&self) -> String {
+        match self {
+            FocusScorer::Embedder(e) => e.model_id().to_string(),
+            FocusScorer::Reranker(r) => r.model_id().to_string(),
+        }
+    }
+
+    /// One score per unit, in order.
+    pub fn scores(&self, question: &str, units: &[&str]) -> Result<Vec<f32>> {
+        match self {
+            FocusScorer::Embedder(embedder) => {
+                let vectors = embedder.embed(units, TextKind::Passage)?;
+                let q = embedder.embed_one(question, TextKind::Query)?;
+                Ok(vectors.iter().map(|v| cosine(&q.vector, &v.vector)).collect())
+            }
+            FocusScorer::Reranker(reranker) => reranker.score(question, units),
+        }
+    }
+}
 
 /// Most units kept from one passage: the kept units then come from at least two passages.
 pub const PER_PASSAGE: usize = 2;
@@ -129,24 +200,24 @@ pub fn units(text: &str) -> Vec<Unit> {
     out
 }
 
-/// The focused text of each passage: the `keep` units closest to `question` over all passages
-/// (at most [`PER_PASSAGE`] from one), each passage's in its own order; `None` for a passage none
-/// of whose units was kept. A table row's header is shown once before its passage's first row.
-pub fn focus(embedder: &dyn Embedder, question: &str, passages: &[&str], keep: usize) -> Result<Vec<Option<String>>> {
+/// The focused text of each passage: the `keep` units that `scorer` puts closest to `question`
+/// over all passages (at most [`PER_PASSAGE`] from one), each passage's in its own order; `None`
+/// for a passage none of whose units was kept. A table row's header is shown once before its
+/// passage's first row.
+pub fn focus(scorer: &FocusScorer, question: &str, passages: &[&str], keep: usize) -> Result<Vec<Option<String>>> {
     let per: Vec<Vec<Unit>> = passages.iter().map(|p| units(p)).collect();
     let shown: Vec<String> = per.iter().flatten().map(Unit::shown).collect();
     if shown.is_empty() || keep == 0 {
         return Ok(vec![None; passages.len()]);
     }
     let refs: Vec<&str> = shown.iter().map(String::as_str).collect();
-    let vectors = embedder.embed(&refs, TextKind::Passage)?;
-    let q = embedder.embed_one(question, TextKind::Query)?;
+    let scores = scorer.scores(question, &refs)?;
     // (score, passage, unit) best first.
     let mut scored = Vec::with_capacity(shown.len());
     let mut at = 0;
     for (p, units) in per.iter().enumerate() {
         for u in 0..units.len() {
-            scored.push((cosine(&q.vector, &vectors[at].vector), p, u));
+            scored.push((scores[at], p, u));
             at += 1;
         }
     }
@@ -188,6 +259,44 @@ mod tests {
     use super::*;
     use crate::testing::HashEmbedder;
 
+    /// Scores a unit by how many of the question's words it holds; `cheap` says whether it is a
+    /// cross-encoder.
+    struct WordOverlap {
+        cheap: bool,
+    }
+
+    impl Reranker for WordOverlap {
+        fn model_id(&self) -> &str {
+            "overlap"
+        }
+        fn score(&self, query: &str, passages: &[&str]) -> Result<Vec<f32>> {
+            let words: Vec<String> = query.split_whitespace().map(str::to_lowercase).collect();
+            Ok(passages.iter().map(|p| words.iter().filter(|w| p.to_lowercase().contains(w.as_str())).count() as f32).collect())
+        }
+        fn scores_sentences_cheaply(&self) -> bool {
+            self.cheap
+        }
+    }
+
+    #[test]
+    fn the_cross_encoder_scores_when_asked_and_an_llm_reranker_never_does() {
+        let embedder: Arc<dyn Embedder> = Arc::new(HashEmbedder::default());
+        let cross: Arc<dyn Reranker> = Arc::new(WordOverlap { cheap: true });
+        let llm: Arc<dyn Reranker> = Arc::new(WordOverlap { cheap: false });
+        let pick = |by, r: Option<&Arc<dyn Reranker>>| FocusScorer::choose(by, Some(embedder.clone()), r.cloned()).map(|s| s.model_id());
+        assert_eq!(pick(FocusBy::Reranker, Some(&cross)), Some("overlap".to_string()));
+        assert_eq!(pick(FocusBy::Reranker, Some(&llm)), Some(embedder.model_id().to_string()));
+        assert_eq!(pick(FocusBy::Reranker, None), Some(embedder.model_id().to_string()));
+        assert_eq!(pick(FocusBy::Embedder, Some(&cross)), Some(embedder.model_id().to_string()));
+        assert!(FocusScorer::choose(FocusBy::Reranker, None, None).is_none());
+        assert_eq!("embedder".parse::<FocusBy>().unwrap(), FocusBy::Embedder);
+        assert!("bm25".parse::<FocusBy>().unwrap_err().to_string().contains("use reranker or embedder"));
+        // The reranker's scores choose the units.
+        let scorer = FocusScorer::Reranker(cross);
+        let got = focus(&scorer, "receipts kept years", &["Trains are second class. Receipts are kept for 7 years."], 1).unwrap();
+        assert_eq!(got, vec![Some("Receipts are kept for 7 years.".to_string())]);
+    }
+
     #[test]
     fn setext_headings_and_table_rules_are_not_units() {
         let text = "Antwerp capacity\n~~~~~~~~~~~~~~~~\nRuben proposed a Saturday shift. Decision: it starts on\n1 June 2024.\n\n\
@@ -206,7 +315,7 @@ mod tests {
 
     #[test]
     fn the_closest_units_are_kept_in_passage_order_and_at_most_two_per_passage() {
-        let e = HashEmbedder::default();
+        let e = FocusScorer::Embedder(Arc::new(HashEmbedder::default()));
         // The fake embeds by hashed words: the units sharing the question's words score highest.
         let p1 = "Claims are due within 30 days of the trip. Trains are second class. Claims after 90 days are rejected.";
         let p2 = "Hotels are booked in the app. Claims within 30 days of the trip are paid.";

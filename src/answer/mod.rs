@@ -26,12 +26,14 @@ use serde::Serialize;
 
 use crate::embed::Embedder;
 use crate::error::Result;
+use crate::rerank::Reranker;
 use crate::generate::{GenerateRequest, Generator, TokenSink};
 use crate::retrieve::{Hit, Retrieval};
 use crate::store::ChunkRow;
 use crate::types::{ChunkId, DocId, Lines, Span};
 
 use cite::{parse_answer, strip_markers};
+use focus::FocusScorer;
 use prompt::{answer_messages_in, is_no_answer, PromptPassage};
 use support::{Claim, SupportChecker, SupportMethod};
 
@@ -59,11 +61,13 @@ pub struct AnswerOptions {
     /// Sentences (list items, table rows) of the passages shown to the generator: those closest
     /// to the question, at most [`focus::PER_PASSAGE`] per passage; 0 shows whole passages.
     pub focus: usize,
+    /// Which model scores the sentences against the question.
+    pub focus_by: focus::FocusBy,
 }
 
 impl Default for AnswerOptions {
     fn default() -> Self {
-        AnswerOptions { passages: 3, passage_chars: 800, max_tokens: 96, temperature: 0.0, support_floor: 0.65, prompt: prompt::AnswerPrompt::default(), focus: 4 }
+        AnswerOptions { passages: 3, passage_chars: 800, max_tokens: 96, temperature: 0.0, support_floor: 0.65, prompt: prompt::AnswerPrompt::default(), focus: 4, focus_by: focus::FocusBy::default() }
     }
 }
 
@@ -211,8 +215,10 @@ pub struct Answer {
     /// The token cap stopped the answer mid-sentence: that unfinished sentence is left out of
     /// `answer` and `sentences` (it was streamed), or, when it was the only one, ends in "…".
     pub cut_mid_sentence: bool,
-    /// The first reply held no words (citation markers only) and the model was asked a second
-    /// time, with the short rule ([`prompt::retry_messages`]); timings and token counts add up both.
+    /// The first reply held no words (citation markers only) and the model was asked again:
+    /// without the marker rule when that reply named passages ([`prompt::plain_messages`]), then,
+    /// if still without words, on whole passages with the short rule
+    /// ([`prompt::retry_messages`]); timings and token counts add up every request.
     pub second_try: bool,
 }
 
@@ -399,7 +405,10 @@ pub async fn standalone(
 pub struct Prompt {
     /// The messages of the first request.
     pub messages: Vec<crate::generate::Message>,
-    /// The messages of a second request, for a reply that held no words: whole passages and the
+    /// The messages of a second request, for a first reply of citation markers alone: the same
+    /// passages and a rule without markers ([`prompt::plain_messages`]).
+    pub plain: Option<Vec<crate::generate::Message>>,
+    /// The messages of a last request, for a reply that held no words: whole passages and the
     /// short rule ([`prompt::retry_messages`]).
     pub retry: Option<Vec<crate::generate::Message>>,
     /// The passages, whole (citations and support checks read them).
@@ -407,17 +416,18 @@ pub struct Prompt {
 }
 
 /// The prompt `retrieval` produces for `question` (also for `--explain`). With `focus` (the
-/// tenant's embedder) and `options.focus` above 0, each passage is shown as its sentences closest
-/// to the question ([`focus`]), and a passage with none of them is left out of the prompt.
-pub fn prompt_for(question: &str, retrieval: &Retrieval, options: &AnswerOptions, focus: Option<&dyn Embedder>) -> Result<Prompt> {
+/// tenant's cross-encoder or embedder) and `options.focus` above 0, each passage is shown as its
+/// sentences closest to the question ([`focus`]), and a passage with none of them is left out of
+/// the prompt.
+pub fn prompt_for(question: &str, retrieval: &Retrieval, options: &AnswerOptions, focus: Option<&FocusScorer>) -> Result<Prompt> {
     let focusing = focus.is_some() && options.focus > 0;
     let sources = sources_of(retrieval, options, focusing);
     let names: Vec<String> = sources.iter().map(document_name).collect();
     let sections: Vec<String> = sources.iter().map(|s| s.section_path.join(" > ")).collect();
     let focused = match focus {
-        Some(embedder) if options.focus > 0 => {
+        Some(scorer) if options.focus > 0 => {
             let texts: Vec<&str> = sources.iter().map(|s| s.text.as_str()).collect();
-            Some(focus::focus(embedder, question, &texts, options.focus)?).filter(|f| f.iter().any(Option::is_some))
+            Some(focus::focus(scorer, question, &texts, options.focus)?).filter(|f| f.iter().any(Option::is_some))
         }
         _ => None,
     };
@@ -426,14 +436,14 @@ pub fn prompt_for(question: &str, retrieval: &Retrieval, options: &AnswerOptions
     }
     let whole: Vec<PromptPassage> =
         sources.iter().enumerate().map(|(i, s)| passage(s, &names[i], &sections[i], &s.text)).collect();
-    let messages = match &focused {
+    let (messages, plain) = match &focused {
         Some(f) => {
             let shown: Vec<PromptPassage> = (0..sources.len())
                 .filter_map(|i| Some(passage(&sources[i], &names[i], &sections[i], f[i].as_deref()?)))
                 .collect();
-            answer_messages_in(options.prompt, question, &shown)
+            (answer_messages_in(options.prompt, question, &shown), prompt::plain_messages(options.prompt, question, &shown))
         }
-        None => answer_messages_in(options.prompt, question, &whole),
+        None => (answer_messages_in(options.prompt, question, &whole), prompt::plain_messages(options.prompt, question, &whole)),
     };
     // The second try reads whole passages, each within the plain budget.
     let cut_texts: Vec<String> = sources.iter().map(|s| cut(&s.text, options.passage_chars)).collect();
@@ -446,7 +456,7 @@ pub fn prompt_for(question: &str, retrieval: &Retrieval, options: &AnswerOptions
             s.shown = Some(shown.unwrap_or_default());
         }
     }
-    Ok(Prompt { messages, retry, sources })
+    Ok(Prompt { messages, plain, retry, sources })
 }
 
 /// Whether a reply says anything besides citation markers. A marker still being streamed ("[1",
@@ -502,7 +512,7 @@ pub struct Answerer {
     generator: Arc<dyn Generator>,
     support: SupportChecker,
     options: AnswerOptions,
-    focus: Option<Arc<dyn Embedder>>,
+    focus: Option<FocusScorer>,
 }
 
 impl Answerer {
@@ -511,10 +521,11 @@ impl Answerer {
         Answerer { generator, support, options, focus: None }
     }
 
-    /// Shows the generator each passage's sentences closest to the question, scored by
-    /// `embedder` (the tenant's), instead of whole passages (`AnswerOptions::focus`).
-    pub fn with_focus(mut self, embedder: Option<Arc<dyn Embedder>>) -> Answerer {
-        self.focus = embedder;
+    /// Shows the generator each passage's sentences closest to the question, scored by the
+    /// tenant's `embedder` or `reranker` as `AnswerOptions::focus_by` says, instead of whole
+    /// passages (`AnswerOptions::focus`).
+    pub fn with_focus(mut self, embedder: Option<Arc<dyn Embedder>>, reranker: Option<Arc<dyn Reranker>>) -> Answerer {
+        self.focus = FocusScorer::choose(self.options.focus_by, embedder, reranker);
         self
     }
 
@@ -541,7 +552,7 @@ impl Answerer {
         let mut answer = blank(question, standalone, retrieval, self.support.method());
 
         let t = Instant::now();
-        let Prompt { messages, retry, sources } = prompt_for(standalone, retrieval, &self.options, self.focus.as_deref())?;
+        let Prompt { messages, plain, retry, sources } = prompt_for(standalone, retrieval, &self.options, self.focus.as_ref())?;
         answer.timings.focus_ms = t.elapsed().as_secs_f64() * 1e3;
         let mut request = GenerateRequest {
             messages,
@@ -550,17 +561,35 @@ impl Answerer {
             stop: prompt::answer_stop(self.options.prompt),
         };
         let mut held = UntilWords { inner: sink, held: String::new(), open: false };
+        let ids: Vec<usize> = sources.iter().map(|s| s.id).collect();
         let mut generation = self.generator.generate(&request, &mut held).await?;
-        let mut earlier = None;
+        let mut earlier = Vec::new();
+        // A reply of markers alone names the passages that answer: asked again without the
+        // marker rule, the sentence it writes is cited to them.
+        let named = parse_answer(&generation.text, &ids).cited;
+        if let Some(plain) = plain.filter(|_| !has_words(&generation.text) && !named.is_empty() && !held.cancelled()) {
+            request.messages = plain;
+            held.held.clear();
+            earlier.push(std::mem::replace(&mut generation, self.generator.generate(&request, &mut held).await?));
+            answer.second_try = true;
+            // Cited to the first passage named (a reply that names them all has copied the
+            // rule's "[1], [2] or [3]": the first is the best ranked).
+            let unmarked = parse_answer(&generation.text, &ids).cited.is_empty();
+            if has_words(&generation.text) && unmarked && !is_no_answer(&generation.text) {
+                let marker = format!("[{}]", named[0]);
+                held.token(&format!(" {marker}"));
+                generation.text = format!("{} {marker}", generation.text.trim_end());
+            }
+        }
         if let Some(retry) = retry.filter(|_| !has_words(&generation.text) && !held.cancelled()) {
             request.messages = retry;
             held.held.clear();
-            earlier = Some(std::mem::replace(&mut generation, self.generator.generate(&request, &mut held).await?));
+            earlier.push(std::mem::replace(&mut generation, self.generator.generate(&request, &mut held).await?));
             answer.second_try = true;
         }
         answer.hit_token_cap = generation.completion_tokens >= self.options.max_tokens;
-        if let Some(first) = earlier {
-            // The timings and token counts are the answer's: both requests.
+        for first in earlier {
+            // The timings and token counts are the answer's: every request.
             generation.first_token_ms += first.total_ms;
             generation.total_ms += first.total_ms;
             generation.prompt_tokens += first.prompt_tokens;
@@ -578,7 +607,6 @@ impl Answerer {
         answer.timings.completion_tokens = generation.completion_tokens;
         answer.timings.tokens_per_second = generation.tokens_per_second();
 
-        let ids: Vec<usize> = sources.iter().map(|s| s.id).collect();
         let mut parsed = parse_answer(&generation.text, &ids);
         if answer.hit_token_cap {
             if let Some(whole) = finished_sentences(&parsed) {
@@ -781,35 +809,66 @@ mod tests {
     }
 
     #[test]
-    fn a_reply_of_markers_alone_is_asked_again_on_whole_passages_and_never_shown() {
-        let g = Arc::new(ScriptedGenerator::new(&["[1]", "Claims are due within 30 days [1]. (from Doc 1, Policy > 1 Section) and on"]));
+    fn a_reply_of_markers_alone_is_asked_again_without_the_marker_rule_and_cited_to_what_it_named() {
+        let g = Arc::new(ScriptedGenerator::new(&["[2]", "Receipts are kept for 7 years."]));
         let embedder: Arc<dyn Embedder> = Arc::new(HashEmbedder::default());
         let a = Answerer::new(g.clone(), SupportChecker::Off, AnswerOptions { focus: 1, ..AnswerOptions::default() })
-            .with_focus(Some(embedder));
+            .with_focus(Some(embedder), None);
         let mut streamed = String::new();
         let answer = block_on(a.answer("receipts kept years", "receipts kept years", &retrieval(false), &mut |t: &str| streamed.push_str(t))).unwrap();
         assert_eq!(g.calls().len(), 2);
         assert!(answer.second_try);
-        // Focused: the first prompt shows one sentence (the receipts passage's); the second try
-        // shows both passages whole.
+        // Both prompts show the focused sentence; the second asks for no markers.
         let first = g.calls()[0].iter().map(|m| m.content.clone()).collect::<String>();
         let second = g.calls()[1].iter().map(|m| m.content.clone()).collect::<String>();
-        assert!(first.contains("[2] Receipts are kept for 7 years.") && !first.contains("30 days"), "{first}");
-        assert!(second.contains("30 days") && second.contains("7 years"), "{second}");
-        // The reply stops before the source label it started to copy; the first reply's "[1]"
-        // never reached the reader.
+        assert!(first.contains("[2] Receipts are kept for 7 years.") && first.contains("in square brackets"), "{first}");
+        assert!(second.contains("[2] Receipts are kept for 7 years.") && !second.contains("30 days"), "{second}");
+        assert!(!second.contains("square brackets"), "{second}");
+        // The sentence is cited to the passage the first reply named; the bare "[2]" never
+        // reached the reader.
+        assert_eq!(answer.answer.trim(), "Receipts are kept for 7 years. [2]");
+        assert_eq!(streamed.trim(), "Receipts are kept for 7 years. [2]");
+        assert_eq!(answer.citations.iter().map(|c| c.id).collect::<Vec<_>>(), [2]);
+        assert_eq!(answer.sentences[0].citations, [2]);
+    }
+
+    #[test]
+    fn a_reply_without_words_on_both_tries_is_asked_on_whole_passages_last() {
+        let g = Arc::new(ScriptedGenerator::new(&["[1]", "[1]", "Claims are due within 30 days [1]. (from Doc 1, Policy > 1 Section) and on"]));
+        let embedder: Arc<dyn Embedder> = Arc::new(HashEmbedder::default());
+        let a = Answerer::new(g.clone(), SupportChecker::Off, AnswerOptions { focus: 1, ..AnswerOptions::default() })
+            .with_focus(Some(embedder), None);
+        let mut streamed = String::new();
+        let answer = block_on(a.answer("receipts kept years", "receipts kept years", &retrieval(false), &mut |t: &str| streamed.push_str(t))).unwrap();
+        assert_eq!(g.calls().len(), 3);
+        let last = g.calls()[2].iter().map(|m| m.content.clone()).collect::<String>();
+        assert!(last.contains("30 days") && last.contains("7 years"), "whole passages: {last}");
+        // The reply stops before the source label it started to copy.
         assert_eq!(answer.answer.trim(), "Claims are due within 30 days [1].");
         assert_eq!(streamed.trim(), "Claims are due within 30 days [1].");
         assert_eq!(answer.citations.len(), 1);
     }
 
     #[test]
-    fn a_reply_of_markers_alone_twice_is_no_answer_and_says_so() {
+    fn an_empty_first_reply_skips_the_unmarked_try() {
+        // Nothing named: a sentence without markers could not be cited, so the whole-passage
+        // try comes next.
+        let g = Arc::new(ScriptedGenerator::new(&["", "Receipts are kept for 7 years [2]."]));
+        let a = Answerer::new(g.clone(), SupportChecker::Off, AnswerOptions::default());
+        let answer = block_on(a.answer("q", "q", &retrieval(false), &mut crate::generate::Discard)).unwrap();
+        assert_eq!(g.calls().len(), 2);
+        let second = g.calls()[1].iter().map(|m| m.content.clone()).collect::<String>();
+        assert!(second.contains("square brackets"), "{second}");
+        assert_eq!(answer.answer.trim(), "Receipts are kept for 7 years [2].");
+    }
+
+    #[test]
+    fn a_reply_of_markers_alone_every_time_is_no_answer_and_says_so() {
         let g = Arc::new(ScriptedGenerator::new(&["[1] [2]", " [1]"]));
         let a = Answerer::new(g.clone(), SupportChecker::Off, AnswerOptions::default());
         let mut streamed = String::new();
         let answer = block_on(a.answer("q", "q", &retrieval(false), &mut |t: &str| streamed.push_str(t))).unwrap();
-        assert_eq!(g.calls().len(), 2, "one second try");
+        assert_eq!(g.calls().len(), 3, "the unmarked try and the whole-passage try");
         assert!(answer.refused && answer.refusal == Some(Refusal::NoAnswerWritten));
         assert_eq!(answer.answer, NO_ANSWER_WRITTEN);
         assert_eq!(streamed, NO_ANSWER_WRITTEN, "the markers never reach the reader");

@@ -203,6 +203,27 @@ fn system_context(question: &str, passages: &[PromptPassage], rule: &str) -> Vec
     vec![Message::system(system), Message::user(user)]
 }
 
+/// The rule of a try without citation markers: the 0.5B model, told to end its sentence with
+/// "[1], [2] or [3]", wrote only the marker for a third of the held-out questions it was not
+/// refused on (docs/EVAL.md, issue 35); the marker it wrote names the passage, and the sentence it
+/// then writes without the marker rule is cited to it.
+const PLAIN_SENTENCE: &str = "Answer in one complete sentence with the exact figures, dates or names from the passages \
+     and any condition they attach to them.";
+
+/// The prompt of a try without citation markers in the rule, on the same `passages`: for a
+/// reply in `style` that was markers only (it named the passages but wrote no words). `None` for
+/// the layouts that have no second try.
+pub fn plain_messages(style: AnswerPrompt, question: &str, passages: &[PromptPassage]) -> Option<Vec<Message>> {
+    matches!(style, AnswerPrompt::SystemContext | AnswerPrompt::Direct).then(|| {
+        let mut messages = system_context(&escape_text(question.trim()), passages, PLAIN_SENTENCE);
+        // No choice of markers after the rule.
+        if let Some(user) = messages.last_mut() {
+            user.content = format!("{}\n\n{PLAIN_SENTENCE}", escape_text(question.trim()));
+        }
+        messages
+    })
+}
+
 /// The prompt of a second try, for a reply in `style` that held no words: the 0.5B model, shown
 /// the focused sentences and asked for a complete sentence about the expense-claim deadline, wrote
 /// "[1]" and stopped, and did the same when asked again on those sentences. Given whole

@@ -122,7 +122,7 @@ pub(super) fn print_after(answer: &Answer) {
             "answer {} · {m} · first token {:.1} s{} · {:.1} tokens/s · total {:.1} s",
             answer.answer_id.unwrap_or_default(),
             t.first_token_ms / 1e3,
-            if answer.second_try { " (asked twice: the first reply was citation markers only)" } else { "" },
+            if answer.second_try { " (asked again: the first reply was citation markers only)" } else { "" },
             t.tokens_per_second,
             t.total_ms / 1e3
         ),

@@ -259,7 +259,7 @@ fn run_answers(g: &GlobalArgs, app: &ragbox::app::App, args: &EvalArgs, scratch:
         scratch,
         ingest,
         retrieve,
-        answer: app.answer_options(),
+        answer: app.answer_options()?,
         support: app.config.answer.support.parse()?,
         limit: args.limit.unwrap_or(30),
         ood: args.ood.clone(),
@@ -299,7 +299,7 @@ fn question_half(split: &str) -> anyhow::Result<Option<String>> {
 
 /// The answer settings of `eval --qa` and `--conversations`: the config's, with the flags' changes.
 fn eval_answer_options(app: &ragbox::app::App, args: &EvalArgs) -> anyhow::Result<ragbox::answer::AnswerOptions> {
-    let mut answer = app.answer_options();
+    let mut answer = app.answer_options()?;
     answer.passages = args.passages.unwrap_or(answer.passages);
     answer.passage_chars = args.passage_chars.unwrap_or(answer.passage_chars);
     answer.max_tokens = args.max_tokens.unwrap_or(answer.max_tokens);

@@ -183,6 +183,10 @@ impl Reranker for CrossEncoder {
         &self.model_id
     }
 
+    fn scores_sentences_cheaply(&self) -> bool {
+        true
+    }
+
     #[tracing::instrument(skip_all, fields(model = %self.model_id, n = passages.len()))]
     fn score(&self, query: &str, passages: &[&str]) -> Result<Vec<f32>> {
         if query.trim().is_empty() {

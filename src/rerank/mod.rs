@@ -17,6 +17,11 @@ pub trait Reranker: Send + Sync {
     fn model_id(&self) -> &str;
     /// One score per passage, in input order.
     fn score(&self, query: &str, passages: &[&str]) -> Result<Vec<f32>>;
+    /// Whether scoring the few dozen sentences of an answer's passages costs little next to the
+    /// answer (a cross-encoder: tens of milliseconds a batch; an LLM: a prefill per sentence).
+    fn scores_sentences_cheaply(&self) -> bool {
+        false
+    }
 }
 
 /// Loads the reranker a manifest entry describes, verifying its files first.

@@ -7,6 +7,7 @@ use serde::Serialize;
 
 use super::{Caller, Service};
 use crate::answer::memory::PriorTurn;
+use crate::answer::focus::FocusScorer;
 use crate::answer::{refuse, standalone, Answer, Answerer, Standalone};
 use crate::error::{Error, Result};
 use crate::generate::{block_on, Generator, Message, TokenSink};
@@ -99,11 +100,18 @@ impl Service {
     }
 
     /// The prompt the generator is given for `standalone` over `retrieval` from `tenant` (for
-    /// `--explain`): focused with the tenant's embedder, as the answer's was.
+    /// `--explain`): focused as the answer's was, by the cross-encoder when it reranked, else by
+    /// the tenant's embedder.
     pub fn prompt_for(&self, caller: &Caller, tenant: &str, standalone: &str, retrieval: &Retrieval) -> Result<Vec<Message>> {
         let tenant = self.tenant(caller, tenant)?;
         let embedder = self.app.index_embedder(&tenant.model)?;
-        Ok(crate::answer::prompt_for(standalone, retrieval, &self.app.answer_options(), Some(embedder.as_ref()))?.messages)
+        let reranker = match &retrieval.reranker {
+            Some(name) => self.app.reranker_named(name)?,
+            None => None,
+        };
+        let options = self.app.answer_options()?;
+        let focus = FocusScorer::choose(options.focus_by, Some(embedder), reranker);
+        Ok(crate::answer::prompt_for(standalone, retrieval, &options, focus.as_ref())?.messages)
     }
 
     /// Answers `question` from `tenant`, streaming tokens into `sink`; writes the answer's
@@ -136,7 +144,7 @@ impl Service {
         let mut warnings = Vec::new();
         let result = (|| -> Result<(Retrieval, Answer)> {
             let retrieval = retriever.retrieve(standalone)?;
-            let options = self.app.answer_options();
+            let options = self.app.answer_options()?;
             let answer = if retrieval.refused || retrieval.hits.is_empty() {
                 let method = self.app.config.answer.support.parse()?;
                 let a = refuse(question, standalone, &retrieval, &options, method);
@@ -145,7 +153,7 @@ impl Service {
             } else {
                 let generator = self.generator(o.llm.as_deref(), &mut warnings)?;
                 let support = self.app.support_checker(retriever.embedder().cloned(), &generator)?;
-                let answerer = Answerer::new(generator, support, options).with_focus(retriever.embedder().cloned());
+                let answerer = Answerer::new(generator, support, options).with_focus(retriever.embedder().cloned(), retriever.reranker().cloned());
                 block_on(answerer.answer(question, standalone, &retrieval, sink))?
             };
             Ok((retrieval, answer))
