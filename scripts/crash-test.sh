@@ -7,5 +7,6 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-${RAGBOX_CACHE_DIR:-$HOME/.cache/ragbox}/target}"
+scripts/patch-crates.sh
 RAGBOX_CRASH_RUNS="${1:-100}" exec cargo test --features testing --test integration \
   sigkill_at_random_moments_loses_nothing_acknowledged -- --nocapture

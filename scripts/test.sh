@@ -34,6 +34,9 @@ step() { printf '\n== %s (%s)\n' "$1" "$(date +%T)" >&2; }
 step "models"
 scripts/fetch-models.sh
 
+step "patched crates"
+scripts/patch-crates.sh
+
 step "build"
 cargo fetch --locked
 time cargo build --locked --offline --all-targets --features "$FEATURES"

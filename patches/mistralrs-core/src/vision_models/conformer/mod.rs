@@ -1,4 +1,0 @@
-pub mod config;
-pub mod encoder;
-pub mod nemo;
-pub mod pos_embed;

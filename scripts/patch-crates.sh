@@ -1,0 +1,91 @@
+#!/usr/bin/env bash
+# Builds the patched crates that Cargo.toml's [patch.crates-io] points at (patches/candle-core,
+# patches/mistralrs-core): each is the crates.io release, checked by sha256, with its
+# patches/NAME-VERSION.patch applied (patches/README.md says what each change is and why). The
+# copies are generated, not committed; run this before the first `cargo` command of a fresh clone
+# (scripts/test.sh and the README's first command do).
+#
+#   scripts/patch-crates.sh          make the copies (nothing to do when they are up to date)
+#   scripts/patch-crates.sh --save   after editing a copy: write its changes back to its .patch
+#
+# The release comes from $RAGBOX_CACHE_DIR/crates (kept between runs), cargo's own download cache,
+# or crates.io. Every generated file gets one fixed timestamp, so a fresh clone does not make cargo
+# rebuild these crates (it compares source times with its last build's).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+# name version sha256 of the .crate (crates.io's checksum, as in a Cargo.lock)
+CRATES=(
+  "candle-core 0.10.2 6bd9895436c1ba5dc1037a19935d084b838db066ff4e15ef7dded020b7c12a4a"
+  "mistralrs-core 0.8.1 a2b8b9e5c94491d9ceeded3a30291cb6af6ae74810a5776dd55e3bbb8b3429d4"
+)
+STAMP_TIME="2026-01-01T00:00:00Z"
+CACHE="${RAGBOX_CACHE_DIR:-$HOME/.cache/ragbox}/crates"
+SAVE=0
+case "${1:-}" in
+  --save) SAVE=1 ;;
+  "") ;;
+  *) echo "usage: scripts/patch-crates.sh [--save]" >&2; exit 2 ;;
+esac
+
+sha() { sha256sum "$1" | cut -d' ' -f1; }
+
+# The verified .crate file of name $1, version $2, sha256 $3, printed as a path.
+crate_file() {
+  local name=$1 version=$2 want=$3 file="$CACHE/$1-$2.crate" found
+  mkdir -p "$CACHE"
+  if [ ! -f "$file" ] || [ "$(sha "$file")" != "$want" ]; then
+    found=$(ls "$HOME"/.cargo/registry/cache/*/"$name-$version.crate" 2>/dev/null | head -1 || true)
+    if [ -n "$found" ] && [ "$(sha "$found")" = "$want" ]; then
+      cp "$found" "$file"
+    else
+      echo "downloading $name $version from crates.io" >&2
+      curl -sSfL --retry 3 -o "$file.part" "https://static.crates.io/crates/$name/$name-$version.crate" || {
+        echo "error: could not download $name $version; put $name-$version.crate in $CACHE (from any machine: https://static.crates.io/crates/$name/$name-$version.crate) and run this again" >&2
+        exit 1
+      }
+      mv "$file.part" "$file"
+    fi
+  fi
+  local got
+  got=$(sha "$file")
+  if [ "$got" != "$want" ]; then
+    echo "error: $file has sha256 $got, not $want; delete it and run this again" >&2
+    exit 1
+  fi
+  echo "$file"
+}
+
+for entry in "${CRATES[@]}"; do
+  read -r name version want <<<"$entry"
+  patch="patches/$name-$version.patch"
+  dest="patches/$name"
+  work=$(mktemp -d)
+  trap 'rm -rf "$work"' EXIT
+  tar -xzf "$(crate_file "$name" "$version" "$want")" -C "$work"
+  if [ "$SAVE" = 1 ]; then
+    [ -d "$dest" ] || { echo "error: $dest does not exist; run scripts/patch-crates.sh first" >&2; exit 1; }
+    mv "$work/$name-$version" "$work/a"
+    cp -r "$dest" "$work/b"
+    rm -f "$work/b/.ragbox-patch"
+    # diff exits 1 when the trees differ.
+    (cd "$work" && diff -ruN a b | sed -E 's/^((\+\+\+|---) [^\t]*)\t.*/\1/' > "$OLDPWD/$patch") || true
+    echo "$patch: $(grep -c '^[-+][^-+]' "$patch") changed lines" >&2
+  else
+    key="$want $(sha "$patch")"
+    if [ -f "$dest/.ragbox-patch" ] && [ "$(cat "$dest/.ragbox-patch")" = "$key" ]; then
+      rm -rf "$work"
+      continue
+    fi
+    (cd "$work/$name-$version" && git apply -p1 "$OLDPWD/$patch") || {
+      echo "error: $patch does not apply to $name $version" >&2
+      exit 1
+    }
+    echo "$key" > "$work/$name-$version/.ragbox-patch"
+    find "$work/$name-$version" -exec touch -h -d "$STAMP_TIME" {} +
+    rm -rf "$dest"
+    mv "$work/$name-$version" "$dest"
+    echo "made $dest: $name $version with $patch" >&2
+  fi
+  rm -rf "$work"
+done
