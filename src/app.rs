@@ -169,6 +169,18 @@ impl App {
         }
     }
 
+    /// The embedder an ingest into `tenant` uses (the one rule for the CLI and the service): the
+    /// model `requested` when one is, else the tenant's own ([`App::tenant_embedder`]: an existing
+    /// tenant keeps the model it was built with; `reembed` switches), else, for a new tenant, the
+    /// configured one.
+    pub fn ingest_embedder(&self, tenant: Option<&crate::store::TenantRow>, requested: Option<&str>) -> Result<Arc<dyn Embedder>> {
+        match (requested, tenant) {
+            (Some(model), _) => self.embedder(Some(model)),
+            (None, Some(t)) => self.tenant_embedder(&t.model),
+            (None, None) => self.embedder(None),
+        }
+    }
+
     /// What runs the configured embedder's dense layers, as `doctor` says it: the precision
     /// `embed.precision` resolves to for that model on this device, and its kernel.
     fn encoder_kernels(&self) -> String {

@@ -52,12 +52,7 @@ pub enum ContextKind {
 pub fn run(g: &GlobalArgs, args: IngestArgs) -> anyhow::Result<u8> {
     let app = g.app()?;
     let store = app.store()?;
-    let embedder = match (&args.model, store.catalog().tenant(&args.tenant)?) {
-        (Some(m), _) => app.embedder(Some(m))?,
-        // An existing tenant keeps the model it was built with.
-        (None, Some(t)) => app.tenant_embedder(&t.model)?,
-        (None, None) => app.embedder(None)?,
-    };
+    let embedder = app.ingest_embedder(store.catalog().tenant(&args.tenant)?.as_ref(), args.model.as_deref())?;
     let mut opts = app.ingest_options(&args.tenant, args.chunker)?;
     opts.structural_context = args.context != ContextKind::None;
     if args.context == ContextKind::Llm {

@@ -329,10 +329,7 @@ impl Service {
         let _guard = lock.lock().unwrap_or_else(|e| e.into_inner());
         self.jobs.update(id, |j| j.state = JobState::Running);
         let result = (|| -> Result<IngestReport> {
-            let embedder = match self.store.catalog().tenant(tenant)? {
-                Some(t) => self.app.tenant_embedder(&t.model)?,
-                None => self.app.embedder(None)?,
-            };
+            let embedder = self.app.ingest_embedder(self.store.catalog().tenant(tenant)?.as_ref(), None)?;
             let opts = self.app.ingest_options(tenant, None)?;
             let run = || {
                 ingest(&self.store, &embedder, path, &opts, &mut |event| match event {
