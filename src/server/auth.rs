@@ -1,5 +1,5 @@
 //! Bearer keys: the [`Authed`] extractor turns `Authorization: Bearer rbx_…` (or, for the web
-//! page, its session cookie: [`super::web`]) into a [`Caller`], or answers 401 (and writes an
+//! page, its session cookie: [`super::session`]) into a [`Caller`], or answers 401 (and writes an
 //! `auth_failed` audit row). Failed attempts are
 //! counted per client address; past the limit the address gets 429 for the rest of the minute,
 //! before its key is even looked at.
@@ -15,7 +15,7 @@ use axum::http::{header, StatusCode};
 
 use ragbox::service::Caller;
 
-use super::{web, ApiError, State};
+use super::{session, ApiError, State};
 
 /// Failures per address in the current minute.
 pub struct FailureLimiter {
@@ -127,13 +127,13 @@ impl FromRequestParts<State> for Authed {
         if let Some(secret) = presented {
             return caller_for_key(state, address, &tenant, secret).await.map(Authed);
         }
-        let Some(token) = web::session_cookie(&parts.headers) else {
+        let Some(token) = session::session_cookie(&parts.headers) else {
             return Err(refuse(state, address, &tenant, "missing", "send `Authorization: Bearer <key>`; `ragbox keys create` makes keys").await);
         };
-        web::check_origin(&parts.method, &parts.headers)?;
+        session::check_origin(&parts.method, &parts.headers)?;
         match state.web.login(&token) {
-            Some(web::Login::Key(secret)) => caller_for_key(state, address, &tenant, secret).await.map(Authed),
-            Some(web::Login::Local) => Ok(Authed(web::local_caller(address))),
+            Some(session::Login::Key(secret)) => caller_for_key(state, address, &tenant, secret).await.map(Authed),
+            Some(session::Login::Local) => Ok(Authed(session::local_caller(address))),
             None => Err(refuse(state, address, &tenant, "session_expired", "your sign-in has expired; sign in again").await),
         }
     }

@@ -21,6 +21,7 @@ mod error;
 mod metrics;
 mod openai;
 mod queue;
+mod session;
 mod web;
 
 use std::net::SocketAddr;
@@ -52,7 +53,7 @@ pub struct AppState {
     /// Set when shutdown's grace period is over: running generations stop.
     pub stopping: AtomicBool,
     /// The web page's sessions and its one-time sign-in link.
-    pub web: web::WebSessions,
+    pub web: session::WebSessions,
 }
 
 /// Shared state handle.
@@ -152,7 +153,7 @@ pub async fn serve(
 ) -> std::io::Result<()> {
     let listener = tokio::net::TcpListener::bind(listen).await?;
     let bound = listener.local_addr()?;
-    let (web, signin_token) = web::WebSessions::new();
+    let (web, signin_token) = session::WebSessions::new();
     let state = Arc::new(AppState {
         web,
         queue: queue::Queue::new(config.generate_concurrency, config.queue),

@@ -6,13 +6,13 @@
 //!
 //! Blocks come from the recognised text as from a PDF page (page 1). Metadata: `ocr_confidence`
 //! (the page's mean line confidence), and `ocr_low_confidence_pages` when it is below
-//! [`LOW_CONFIDENCE`](super::pdf::LOW_CONFIDENCE).
+//! [`LOW_CONFIDENCE`](super::scan::LOW_CONFIDENCE).
 
 use std::collections::BTreeMap;
 use std::io::Cursor;
 use std::path::Path;
 
-use super::ocr::{OcrEngine, OcrError};
+use super::scan::{note_confidence, read_page};
 use super::{finish, text, title_from_path, InputKind, ParseContext, Parser, SkipReason, TextBuilder};
 use crate::types::ParsedDocument;
 
@@ -40,15 +40,14 @@ impl Parser for ImageParser {
     fn parse_in(&self, path: &Path, bytes: &[u8], context: &ParseContext) -> Result<ParsedDocument, SkipReason> {
         let Some(engine) = &context.ocr else { return Err(SkipReason::NeedsOcr) };
         let image = decode(bytes, engine.options().max_pixels)?;
-        let page = engine.read(&image).map_err(ocr_reason)?;
+        let (cleaned, confidence) = read_page(engine, &image)?;
         let mut out = TextBuilder::default();
-        let cleaned = super::pdf::clean_page(&page.text);
         let mut metadata = BTreeMap::new();
         if !cleaned.is_empty() {
             let start = out.raw(&cleaned);
             let end = out.text.len();
             out.blocks.extend(text::blocks_in(&out.text, start, end, Some(1), text::Style::Pdf));
-            super::pdf::note_confidence(&mut metadata, &[(1, page.confidence)]);
+            note_confidence(&mut metadata, &[(1, confidence)]);
         }
         Ok(finish(self.name(), title_from_path(path), out.text, out.blocks, metadata))
     }
@@ -72,22 +71,6 @@ pub fn decode(bytes: &[u8], max_pixels: u64) -> Result<::image::DynamicImage, Sk
     limits.max_alloc = Some(max_pixels.saturating_mul(8));
     reader.limits(limits);
     reader.decode().map_err(|e| SkipReason::corrupt(format!("image: {e}")))
-}
-
-/// The skip reason of an OCR failure.
-pub fn ocr_reason(e: OcrError) -> SkipReason {
-    match e {
-        OcrError::ImageTooLarge { width, height, max_pixels } => SkipReason::OverLimit {
-            what: format!("an image of {width} x {height} pixels (the OCR limit is {} megapixels)", max_pixels / 1_000_000),
-        },
-        e => SkipReason::corrupt(format!("OCR: {e}")),
-    }
-}
-
-/// Reads `image` with `engine`, for the PDF parser's scanned pages.
-pub fn read_page(engine: &OcrEngine, image: &::image::DynamicImage) -> Result<(String, f32), SkipReason> {
-    let page = engine.read(image).map_err(ocr_reason)?;
-    Ok((super::pdf::clean_page(&page.text), page.confidence))
 }
 
 #[cfg(test)]

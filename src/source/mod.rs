@@ -34,6 +34,7 @@ pub mod pdf;
 pub mod pdf_images;
 pub mod pptx;
 pub mod rtf;
+pub mod scan;
 pub mod sheet;
 pub(crate) mod table;
 pub mod text;

@@ -17,12 +17,13 @@
 //! Title: the Info dictionary's `Title`, else a heading that opens page 1, else the file stem.
 //! Metadata: `pages`, and `author` when the Info dictionary names one; `ocr_pages` (pages read by
 //! OCR), `ocr_confidence` (their mean line confidence) and `ocr_low_confidence_pages` (pages
-//! below [`LOW_CONFIDENCE`]).
+//! below [`LOW_CONFIDENCE`](super::scan::LOW_CONFIDENCE)).
 
 use std::collections::BTreeMap;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::path::Path;
 
+use super::scan::{clean_page, note_confidence, read_page};
 use super::{finish, normalise, text, title_from_path, InputKind, ParseContext, Parser, SkipReason, TextBuilder};
 use crate::types::{BlockKind, ParsedDocument};
 
@@ -75,7 +76,7 @@ impl Parser for PdfParser {
                         if !scanned.contains(&n) {
                             continue;
                         }
-                        let (ocr_text, confidence) = super::image::read_page(engine, &image)?;
+                        let (ocr_text, confidence) = read_page(engine, &image)?;
                         let slot = &mut pages[n as usize - 1];
                         if ocr_text.len() > slot.len() {
                             *slot = ocr_text;
@@ -118,24 +119,6 @@ impl Parser for PdfParser {
 /// A page whose text layer has fewer non-blank characters than this is read by OCR (a scan
 /// with a stray page number or a few hidden characters counts as no text).
 pub const MIN_PAGE_CHARS: usize = 16;
-
-/// Pages whose mean OCR line confidence is below this are listed as low-confidence.
-pub const LOW_CONFIDENCE: f32 = 0.8;
-
-/// Records which pages OCR read, its mean confidence and the low-confidence pages.
-pub(crate) fn note_confidence(metadata: &mut BTreeMap<String, String>, read: &[(u32, f32)]) {
-    if read.is_empty() {
-        return;
-    }
-    let pages: Vec<String> = read.iter().map(|(n, _)| n.to_string()).collect();
-    metadata.insert("ocr_pages".to_string(), pages.join(","));
-    let mean = read.iter().map(|(_, c)| c).sum::<f32>() / read.len() as f32;
-    metadata.insert("ocr_confidence".to_string(), format!("{mean:.3}"));
-    let low: Vec<String> = read.iter().filter(|(_, c)| *c < LOW_CONFIDENCE).map(|(n, _)| n.to_string()).collect();
-    if !low.is_empty() {
-        metadata.insert("ocr_low_confidence_pages".to_string(), low.join(","));
-    }
-}
 
 /// What the PDF reader gives back.
 struct Extracted {
@@ -181,25 +164,6 @@ fn info(doc: &pdf_extract::Document, key: &[u8]) -> Option<String> {
     let value = pdf_extract::decode_text_string(dict.get(key).ok()?).ok()?;
     let value = super::one_line(&normalise(&value));
     (!value.is_empty()).then_some(value)
-}
-
-/// A page's text: normalised, lines trimmed, runs of blank lines collapsed to one, ends trimmed.
-pub(crate) fn clean_page(page: &str) -> String {
-    let page = normalise(page);
-    let mut out = String::with_capacity(page.len());
-    let mut blank = 0;
-    for line in page.lines().map(str::trim) {
-        if line.is_empty() {
-            blank += 1;
-            continue;
-        }
-        if !out.is_empty() {
-            out.push_str(if blank > 0 { "\n\n" } else { "\n" });
-        }
-        blank = 0;
-        out.push_str(line);
-    }
-    out
 }
 
 #[cfg(test)]
