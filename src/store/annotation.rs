@@ -9,15 +9,6 @@ use rusqlite::{params, OptionalExtension};
 use super::catalog::{Catalog, TextHash};
 use crate::error::Result;
 
-/// Run by [`Catalog::open`]; additive, so older catalogs gain the table.
-pub(super) const SCHEMA: &str = "
-CREATE TABLE IF NOT EXISTS annotations (
-    key BLOB PRIMARY KEY,
-    contextualizer TEXT NOT NULL,
-    context TEXT NOT NULL
-) WITHOUT ROWID;
-";
-
 impl Catalog {
     /// The cached contexts for those of `keys` that have one.
     pub fn cached_annotations(&self, keys: &[TextHash]) -> Result<HashMap<TextHash, String>> {

@@ -44,61 +44,6 @@ fn damaged(path: &Path, e: Error) -> Error {
 /// Bumped when the schema changes incompatibly.
 const SCHEMA_VERSION: i64 = 1;
 
-/// The tables of the first release; later tables (sessions, audit) are added by their own modules'
-/// DDL, also `IF NOT EXISTS`, so an older catalog gains them on open.
-pub(super) const SCHEMA: &str = "
-CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
-CREATE TABLE IF NOT EXISTS tenants (
-    id INTEGER PRIMARY KEY,
-    name TEXT NOT NULL UNIQUE,
-    model TEXT NOT NULL,
-    dims INTEGER NOT NULL,
-    generation INTEGER NOT NULL DEFAULT 0
-);
-CREATE TABLE IF NOT EXISTS documents (
-    id INTEGER PRIMARY KEY AUTOINCREMENT,
-    tenant_id INTEGER NOT NULL REFERENCES tenants(id),
-    path TEXT NOT NULL,
-    sha256 TEXT NOT NULL,
-    size INTEGER NOT NULL,
-    mtime_ns INTEGER NOT NULL,
-    status TEXT NOT NULL CHECK (status IN ('indexed', 'skipped')),
-    skip_reason TEXT,
-    parser TEXT,
-    chunker TEXT,
-    title TEXT,
-    metadata TEXT,
-    text TEXT,
-    generation INTEGER NOT NULL,
-    UNIQUE (tenant_id, path)
-);
-CREATE TABLE IF NOT EXISTS chunks (
-    id INTEGER PRIMARY KEY AUTOINCREMENT,
-    doc_id INTEGER NOT NULL REFERENCES documents(id) ON DELETE CASCADE,
-    tenant_id INTEGER NOT NULL,
-    ordinal INTEGER NOT NULL,
-    role TEXT NOT NULL CHECK (role IN ('parent', 'child')),
-    parent_id INTEGER,
-    section_path TEXT NOT NULL,
-    start INTEGER NOT NULL,
-    end INTEGER NOT NULL,
-    page INTEGER,
-    line_first INTEGER NOT NULL,
-    line_last INTEGER NOT NULL,
-    tokens INTEGER NOT NULL,
-    context TEXT NOT NULL,
-    embed_sha256 BLOB
-);
-CREATE INDEX IF NOT EXISTS chunks_by_doc ON chunks(doc_id);
-CREATE INDEX IF NOT EXISTS chunks_by_tenant ON chunks(tenant_id, role);
-CREATE TABLE IF NOT EXISTS embeddings (
-    model TEXT NOT NULL,
-    sha256 BLOB NOT NULL,
-    vector BLOB NOT NULL,
-    PRIMARY KEY (model, sha256)
-) WITHOUT ROWID;
-";
-
 /// sha256 of an embedded text: the embedding cache's key (with the model id).
 pub type TextHash = [u8; 32];
 
@@ -338,11 +283,9 @@ impl Catalog {
         conn.pragma_update(None, "journal_mode", "WAL")?;
         conn.pragma_update(None, "synchronous", "FULL")?;
         conn.pragma_update(None, "foreign_keys", "ON")?;
-        conn.execute_batch(SCHEMA)?;
-        conn.execute_batch(super::conversation::SCHEMA)?;
-        conn.execute_batch(super::annotation::SCHEMA)?;
-        conn.execute_batch(super::keys::SCHEMA)?;
-        conn.execute_batch(super::events::SCHEMA)?;
+        for tables in super::schema::ALL {
+            conn.execute_batch(tables)?;
+        }
         // A new catalog gets this build's version; `OR IGNORE` because two processes creating it
         // at once both find none (a plain insert failed the second: "UNIQUE constraint failed").
         conn.execute("INSERT OR IGNORE INTO meta (key, value) VALUES ('schema_version', ?1)", [SCHEMA_VERSION.to_string()])?;

@@ -37,47 +37,6 @@ use super::catalog::Catalog;
 use crate::error::{Error, Result};
 use crate::types::ChunkId;
 
-/// The conversation tables, added to a catalog of any age on open.
-pub(super) const SCHEMA: &str = "
-CREATE TABLE IF NOT EXISTS sessions (
-    id INTEGER PRIMARY KEY AUTOINCREMENT,
-    tenant_id INTEGER NOT NULL REFERENCES tenants(id),
-    created_ms INTEGER NOT NULL
-);
-CREATE TABLE IF NOT EXISTS audit (
-    id INTEGER PRIMARY KEY AUTOINCREMENT,
-    tenant_id INTEGER NOT NULL REFERENCES tenants(id),
-    session_id INTEGER,
-    question TEXT NOT NULL,
-    standalone TEXT NOT NULL,
-    chunk_ids TEXT NOT NULL,
-    model TEXT NOT NULL,
-    refused INTEGER NOT NULL,
-    answer TEXT NOT NULL,
-    timings TEXT NOT NULL,
-    created_ms INTEGER NOT NULL
-);
-CREATE INDEX IF NOT EXISTS audit_by_tenant ON audit(tenant_id, id);
-CREATE TABLE IF NOT EXISTS turns (
-    id INTEGER PRIMARY KEY AUTOINCREMENT,
-    session_id INTEGER NOT NULL REFERENCES sessions(id) ON DELETE CASCADE,
-    question TEXT NOT NULL,
-    standalone TEXT NOT NULL,
-    answer TEXT NOT NULL,
-    audit_id INTEGER REFERENCES audit(id),
-    created_ms INTEGER NOT NULL
-);
-CREATE INDEX IF NOT EXISTS turns_by_session ON turns(session_id, id);
-CREATE TABLE IF NOT EXISTS feedback (
-    id INTEGER PRIMARY KEY AUTOINCREMENT,
-    audit_id INTEGER NOT NULL REFERENCES audit(id),
-    rating TEXT NOT NULL CHECK (rating IN ('up', 'down')),
-    comment TEXT,
-    created_ms INTEGER NOT NULL
-);
-CREATE INDEX IF NOT EXISTS feedback_by_audit ON feedback(audit_id, id);
-";
-
 /// One answer as the audit log records it, written by [`Catalog::record_audit`].
 #[derive(Debug, Clone, Copy, Serialize)]
 pub struct AuditRecord<'a> {
@@ -558,7 +517,7 @@ mod tests {
         {
             // What the first release wrote: its schema only, stamped version 1, with a tenant.
             let conn = rusqlite::Connection::open(&path).unwrap();
-            conn.execute_batch(super::super::catalog::SCHEMA).unwrap();
+            conn.execute_batch(super::super::schema::CATALOG).unwrap();
             conn.execute("INSERT INTO meta (key, value) VALUES ('schema_version', '1')", []).unwrap();
             conn.execute("INSERT INTO tenants (name, model, dims) VALUES ('old', 'm', 4)", []).unwrap();
             let n: i64 =

@@ -27,30 +27,6 @@ use super::catalog::Catalog;
 use crate::error::{Error, Result};
 use crate::types::ChunkId;
 
-/// The events table and the triggers that keep it append-only.
-pub(super) const SCHEMA: &str = "
-CREATE TABLE IF NOT EXISTS events (
-    id INTEGER PRIMARY KEY AUTOINCREMENT,
-    time_ms INTEGER NOT NULL,
-    key_id INTEGER,
-    key_name TEXT NOT NULL,
-    tenant TEXT NOT NULL,
-    action TEXT NOT NULL,
-    question TEXT NOT NULL,
-    chunk_ids TEXT NOT NULL,
-    model TEXT NOT NULL,
-    outcome TEXT NOT NULL,
-    detail TEXT NOT NULL,
-    prev_hash TEXT NOT NULL,
-    hash TEXT NOT NULL
-);
-CREATE INDEX IF NOT EXISTS events_by_tenant ON events(tenant, id);
-CREATE TRIGGER IF NOT EXISTS events_no_update BEFORE UPDATE ON events
-BEGIN SELECT RAISE(ABORT, 'the audit log is append-only'); END;
-CREATE TRIGGER IF NOT EXISTS events_no_delete BEFORE DELETE ON events
-BEGIN SELECT RAISE(ABORT, 'the audit log is append-only'); END;
-";
-
 /// The hash the first row chains from.
 pub const GENESIS_HASH: &str = "0000000000000000000000000000000000000000000000000000000000000000";
 

@@ -23,19 +23,6 @@ use subtle::ConstantTimeEq;
 use super::catalog::Catalog;
 use crate::error::{Error, Result};
 
-/// The keys table, added to a catalog of any age on open.
-pub(super) const SCHEMA: &str = "
-CREATE TABLE IF NOT EXISTS api_keys (
-    id INTEGER PRIMARY KEY AUTOINCREMENT,
-    name TEXT NOT NULL,
-    tenant TEXT,
-    role TEXT NOT NULL CHECK (role IN ('reader', 'writer', 'admin')),
-    sha256 TEXT NOT NULL UNIQUE,
-    created_ms INTEGER NOT NULL,
-    revoked_ms INTEGER
-);
-";
-
 /// The prefix every key starts with (so a leaked key is recognisable in logs and scanners).
 pub const KEY_PREFIX: &str = "rbx_";
 

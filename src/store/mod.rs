@@ -27,6 +27,7 @@ pub mod events;
 pub mod keys;
 pub mod layout;
 pub mod lexical;
+mod schema;
 pub mod vector;
 
 use std::collections::{BTreeSet, HashMap};
