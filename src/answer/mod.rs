@@ -13,6 +13,7 @@
 
 pub mod cite;
 pub mod focus;
+pub mod follow_up;
 pub mod memory;
 pub mod prompt;
 pub mod resolve;
@@ -349,7 +350,7 @@ pub struct Standalone {
     /// The standalone question.
     pub question: String,
     /// What made it a follow-up, if anything.
-    pub cue: Option<memory::FollowUpCue>,
+    pub cue: Option<follow_up::FollowUpCue>,
     /// The prior turns it was rewritten with (indices into the turns given, oldest first).
     pub turns: Vec<usize>,
     /// How it was made.
@@ -371,11 +372,11 @@ pub async fn standalone(
 ) -> Result<Standalone> {
     let started = Instant::now();
     let as_is = |cue| Standalone { question: question.to_string(), cue, turns: Vec::new(), rewritten_by: Rewriter::None, rewrite_ms: 0.0 };
-    let cue = match memory::refers_back(question) {
+    let cue = match follow_up::refers_back(question) {
         Some(cue) => cue,
         // A what-if continues the conversation's subject without pointing at it.
         None if resolve::continues(question) && !prior.is_empty() => {
-            memory::FollowUpCue { kind: memory::CueKind::Ellipsis, text: question.split_whitespace().take(2).collect::<Vec<_>>().join(" ") }
+            follow_up::FollowUpCue { kind: follow_up::CueKind::Ellipsis, text: question.split_whitespace().take(2).collect::<Vec<_>>().join(" ") }
         }
         None => return Ok(as_is(None)),
     };

@@ -11,7 +11,7 @@
 //!   replaces, else it is added at the end; a what-if ("And what if I miss it?") is the
 //!   follow-up with its own references resolved.
 //!
-//! Imports `answer::memory` (the follow-up detector and its word lists) only.
+//! Imports `answer::follow_up` (the follow-up detector and its word lists) only.
 //!
 //! ```
 //! use ragbox::answer::resolve::resolve;
@@ -19,7 +19,7 @@
 //! assert_eq!(resolve("And in New York?", "What's the hotel cap in London?").as_deref(), Some("What's the hotel cap in New York?"));
 //! ```
 
-use super::memory::{is_preposition, is_stop, is_verb, refers_back, CueKind};
+use super::follow_up::{is_preposition, is_stop, is_verb, refers_back, CueKind};
 
 /// Connectives a follow-up opens with, dropped from the standalone question.
 const OPENERS: &[&str] = &["and", "but", "so", "also", "then", "plus", "or"];
@@ -149,7 +149,7 @@ fn resolve_reference(question: &str, before: &str) -> Option<String> {
             (CueKind::Demonstrative, question[ws[at].start..ws[at + 1].end].to_string())
         }
     };
-    let cue = super::memory::FollowUpCue { kind, text };
+    let cue = super::follow_up::FollowUpCue { kind, text };
     let cue_words = words(&cue.text);
     match cue.kind {
         CueKind::Pronoun => {

@@ -20,7 +20,7 @@ use std::sync::Arc;
 
 use serde::Serialize;
 
-use super::memory::stem;
+use super::follow_up::stem;
 use super::prompt::support_messages;
 use crate::chunk::sentence::sentences;
 use crate::embed::Embedder;

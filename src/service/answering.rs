@@ -271,7 +271,7 @@ impl Service {
     /// [`Service::resolve`] over turns the caller holds (the OpenAI-compatible route's messages).
     pub fn resolve_with(&self, prior: &[PriorTurn<'_>], question: &str, llm: Option<&str>) -> Result<Standalone> {
         let max_turns = self.app.config.answer.memory_turns;
-        if prior.is_empty() || crate::answer::memory::refers_back(question).is_none() {
+        if prior.is_empty() || crate::answer::follow_up::refers_back(question).is_none() {
             block_on(standalone(question, prior, max_turns, None))
         } else {
             let generator = self.app.generator(llm)?;
