@@ -6,7 +6,6 @@ use std::path::PathBuf;
 use clap::Args;
 
 use ragbox::service::{Caller, DocumentStatus};
-use ragbox::types::TextKind;
 
 use super::{print_json, GlobalArgs};
 
@@ -79,26 +78,17 @@ pub fn rm(g: &GlobalArgs, args: RmArgs) -> anyhow::Result<u8> {
 }
 
 pub fn reembed(g: &GlobalArgs, args: ReembedArgs) -> anyhow::Result<u8> {
-    let app = g.app()?;
-    let store = app.store()?;
-    let tenant = store.catalog().require_tenant(&args.tenant)?;
-    let embedder = app.embedder(Some(&args.model))?;
+    let service = g.service()?;
     let started = std::time::Instant::now();
-    let report = store.reembed(
-        &tenant,
-        embedder.model_id(),
-        embedder.dims(),
-        &mut |texts| Ok(embedder.embed(texts, TextKind::Passage)?.into_iter().map(|e| e.vector).collect()),
-        256,
-    )?;
+    let (tenant, model, report) = service.reembed(&Caller::local(), &args.tenant, &args.model)?;
     let secs = started.elapsed().as_secs_f64();
     if g.json {
-        print_json(&serde_json::json!({ "tenant": tenant.name, "model": embedder.model_id(), "report": report, "wall_s": secs }))?;
+        print_json(&serde_json::json!({ "tenant": tenant.name, "model": model, "report": report, "wall_s": secs }))?;
     } else {
         println!(
             "tenant {} now uses {}: {} chunks ({} embedded, {} from cache) in {secs:.1} s; the {} index stays on disk",
             tenant.name,
-            embedder.model_id(),
+            model,
             report.chunks,
             report.embedded,
             report.cached,

@@ -1,15 +1,18 @@
 //! `ragbox ingest PATH… [--tenant T] [--model M] [--chunker C] [--watch]`: bring a tenant's store
-//! in line with folders, incrementally; `--watch` keeps following changes.
+//! in line with folders, incrementally; `--watch` keeps following changes. Every pass goes
+//! through `Service::ingest_now`, the server jobs' write path: the tenant's writer lock, the
+//! embedder rule, and an `ingest` audit event.
 
 use std::io::IsTerminal;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use clap::Args;
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 
 use ragbox::chunk::ChunkerKind;
-use ragbox::ingest::{ingest, Change, IngestEvent, IngestReport};
+use ragbox::ingest::{Change, IngestEvent, IngestReport};
+use ragbox::service::{Caller, Service};
 
 use super::{print_json, GlobalArgs, EXIT_PARTIAL};
 
@@ -50,9 +53,8 @@ pub enum ContextKind {
 }
 
 pub fn run(g: &GlobalArgs, args: IngestArgs) -> anyhow::Result<u8> {
-    let app = g.app()?;
-    let store = app.store()?;
-    let embedder = app.ingest_embedder(store.catalog().tenant(&args.tenant)?.as_ref(), args.model.as_deref())?;
+    let service = g.service()?;
+    let app = service.app();
     let mut opts = app.ingest_options(&args.tenant, args.chunker)?;
     opts.structural_context = args.context != ContextKind::None;
     if args.context == ContextKind::Llm {
@@ -63,20 +65,20 @@ pub fn run(g: &GlobalArgs, args: IngestArgs) -> anyhow::Result<u8> {
     let watching = if args.watch { Some(Watch::start(&args.paths)?) } else { None };
     let mut code = 0;
     for path in &args.paths {
-        let report = run_once(g, &store, &embedder, path, &opts)?;
+        let report = run_once(g, &service, path, args.model.as_deref(), &opts)?;
         code = code.max(print_report(g, &report)?);
     }
     if let Some(w) = watching {
-        w.follow(g, &store, &embedder, &args.paths, &opts)?;
+        w.follow(g, &service, &args.paths, args.model.as_deref(), &opts)?;
     }
     Ok(code)
 }
 
 fn run_once(
     g: &GlobalArgs,
-    store: &ragbox::store::Store,
-    embedder: &std::sync::Arc<dyn ragbox::embed::Embedder>,
-    path: &std::path::Path,
+    service: &Service,
+    path: &Path,
+    model: Option<&str>,
     opts: &ragbox::ingest::IngestOptions,
 ) -> anyhow::Result<IngestReport> {
     let bar = ProgressBar::new(0);
@@ -90,7 +92,7 @@ fn run_once(
     let started = std::time::Instant::now();
     let mut chunks = 0usize;
     let verbose = g.verbose > 0;
-    let report = ingest(store, embedder, path, opts, &mut |event| match event {
+    let report = service.ingest_now(&Caller::local(), path, model, opts, &mut |event| match event {
         IngestEvent::Found { files } => bar.set_length(files as u64),
         IngestEvent::Visited { chunks: n, .. } => {
             chunks += n;
@@ -204,9 +206,9 @@ impl Watch {
     fn follow(
         self,
         g: &GlobalArgs,
-        store: &ragbox::store::Store,
-        embedder: &std::sync::Arc<dyn ragbox::embed::Embedder>,
+        service: &Service,
         paths: &[PathBuf],
+        model: Option<&str>,
         opts: &ragbox::ingest::IngestOptions,
     ) -> anyhow::Result<()> {
         if !g.quiet {
@@ -225,7 +227,7 @@ impl Watch {
                 if !events.iter().any(|e| e.path.starts_with(&root_abs) || e.path.starts_with(root)) {
                     continue;
                 }
-                match run_once(g, store, embedder, root, opts) {
+                match run_once(g, service, root, model, opts) {
                     Ok(r) if r.added + r.updated + r.removed > 0 => {
                         print_report(g, &r)?;
                     }

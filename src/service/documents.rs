@@ -19,8 +19,9 @@ use serde::Serialize;
 
 use super::{Caller, Service};
 use crate::error::{Error, Result};
-use crate::ingest::{ingest, IngestEvent, IngestReport};
-use crate::store::{DocumentRow, EventRecord, KeyRole, TenantRow};
+use crate::ingest::{ingest, IngestEvent, IngestOptions, IngestReport};
+use crate::store::{DocumentRow, EventRecord, KeyRole, ReembedReport, TenantRow};
+use crate::types::TextKind;
 
 /// A document's parsed text, for the web page's source view.
 #[derive(Debug, Clone, Serialize)]
@@ -269,6 +270,89 @@ impl Service {
         self.start_job(caller, tenant, JobKind::Folder, path.to_path_buf())
     }
 
+    /// Ingests `path` (a file or folder this process can read) into `tenant` now, on this thread:
+    /// the one write path of `ragbox ingest`, `--watch` and the server's jobs. It holds the
+    /// tenant's writer lock, embeds with the model `model` names (else the tenant's own, else the
+    /// configured one: [`App::ingest_embedder`](crate::app::App::ingest_embedder)), reports
+    /// progress to `on_event`, and writes an `ingest` audit event with the path, the counts and
+    /// the outcome (admin only: a client never names a path).
+    pub fn ingest_now(
+        &self,
+        caller: &Caller,
+        path: &Path,
+        model: Option<&str>,
+        opts: &IngestOptions,
+        on_event: &mut dyn FnMut(IngestEvent<'_>),
+    ) -> Result<IngestReport> {
+        caller.require(KeyRole::Admin, "ingesting a path")?;
+        self.ingest_locked(caller, path, model, opts, None, on_event)
+    }
+
+    /// [`Service::ingest_now`] for a caller already allowed to (a job's starter); `job` goes into
+    /// the audit event.
+    fn ingest_locked(
+        &self,
+        caller: &Caller,
+        path: &Path,
+        model: Option<&str>,
+        opts: &IngestOptions,
+        job: Option<u64>,
+        on_event: &mut dyn FnMut(IngestEvent<'_>),
+    ) -> Result<IngestReport> {
+        let tenant = opts.tenant.as_str();
+        crate::store::check_tenant_name(tenant)?;
+        let lock = self.writer_lock(tenant);
+        let _guard = lock.lock().unwrap_or_else(|e| e.into_inner());
+        let result = self
+            .app
+            .ingest_embedder(self.store.catalog().tenant(tenant)?.as_ref(), model)
+            .and_then(|embedder| ingest(&self.store, &embedder, path, opts, on_event));
+        let (outcome, detail) = match &result {
+            Ok(r) => (
+                "ok".to_string(),
+                serde_json::json!({ "job": job, "path": path.to_string_lossy(), "model": r.model, "added": r.added,
+                                    "updated": r.updated, "removed": r.removed, "unchanged": r.unchanged, "skipped": r.skipped.len() }),
+            ),
+            Err(e) => (format!("error: {e}"), serde_json::json!({ "job": job, "path": path.to_string_lossy() })),
+        };
+        let audited = self.audit(caller, EventRecord { tenant, action: "ingest", outcome: &outcome, detail: &detail, ..EventRecord::default() });
+        // The ingest's own error first: an audit row that cannot be written on a full disk must
+        // not hide why the ingest failed.
+        let report = result?;
+        audited?;
+        Ok(report)
+    }
+
+    /// Moves `tenant` to the embedding model `model`: every chunk embedded again from the catalog
+    /// (vectors already cached for that model are reused), then the tenant switched to the new
+    /// index; readers keep the old one until the switch. Holds the tenant's writer lock and writes
+    /// a `reembed` audit event (admin only). Returns the tenant as it was, the model's identity and
+    /// what was done.
+    pub fn reembed(&self, caller: &Caller, tenant: &str, model: &str) -> Result<(TenantRow, String, ReembedReport)> {
+        caller.require(KeyRole::Admin, "re-embedding a tenant")?;
+        let before = self.tenant(caller, tenant)?;
+        let lock = self.writer_lock(tenant);
+        let _guard = lock.lock().unwrap_or_else(|e| e.into_inner());
+        let result = self.app.embedder(Some(model)).and_then(|embedder| {
+            let report = self.store.reembed(
+                &before,
+                embedder.model_id(),
+                embedder.dims(),
+                &mut |texts| Ok(embedder.embed(texts, TextKind::Passage)?.into_iter().map(|e| e.vector).collect()),
+                256,
+            )?;
+            Ok((embedder.model_id().to_string(), report))
+        });
+        let (outcome, detail) = match &result {
+            Ok((id, r)) => ("ok".to_string(), serde_json::json!({ "from": before.model, "to": id, "chunks": r.chunks, "embedded": r.embedded })),
+            Err(e) => (format!("error: {e}"), serde_json::json!({ "from": before.model, "to": model })),
+        };
+        let audited = self.audit(caller, EventRecord { tenant, action: "reembed", outcome: &outcome, detail: &detail, ..EventRecord::default() });
+        let (id, report) = result?;
+        audited?;
+        Ok((before, id, report))
+    }
+
     /// Starts an ingest job for every tenant's uploads folder, so that an upload the server
     /// acknowledged (202) but did not finish ingesting before it stopped is ingested now (files
     /// already ingested and unchanged cost a hash). Half-written uploads (`.NAME.part`, never
@@ -324,15 +408,14 @@ impl Service {
         self.jobs.get(id).ok_or_else(|| Error::Bug("job vanished".into()))
     }
 
+    /// A job's run: [`Service::ingest_now`]'s write path on the jobs' pool, for the caller who
+    /// started the job (checked then).
     fn run_job(&self, caller: &Caller, tenant: &str, id: u64, path: &Path) {
-        let lock = self.writer_lock(tenant);
-        let _guard = lock.lock().unwrap_or_else(|e| e.into_inner());
         self.jobs.update(id, |j| j.state = JobState::Running);
         let result = (|| -> Result<IngestReport> {
-            let embedder = self.app.ingest_embedder(self.store.catalog().tenant(tenant)?.as_ref(), None)?;
             let opts = self.app.ingest_options(tenant, None)?;
             let run = || {
-                ingest(&self.store, &embedder, path, &opts, &mut |event| match event {
+                self.ingest_locked(caller, path, None, &opts, Some(id), &mut |event| match event {
                     IngestEvent::Found { files } => self.jobs.update(id, |j| j.files = files),
                     IngestEvent::Visited { chunks, .. } => self.jobs.update(id, |j| {
                         j.visited += 1;
@@ -346,10 +429,9 @@ impl Service {
                 None => run(),
             }
         })();
-        let outcome = match &result {
-            Ok(_) => "ok".to_string(),
-            Err(e) => format!("error: {e}"),
-        };
+        if let Err(e) = &result {
+            tracing::warn!("job {id}: {e}");
+        }
         match result {
             Ok(report) => self.jobs.update(id, |j| {
                 j.state = JobState::Done;
@@ -359,10 +441,6 @@ impl Service {
                 j.state = JobState::Failed;
                 j.error = Some(e.to_string());
             }),
-        }
-        let detail = serde_json::json!({ "job": id, "path": path.to_string_lossy() });
-        if let Err(e) = self.audit(caller, EventRecord { tenant, action: "ingest", outcome: &outcome, detail: &detail, ..EventRecord::default() }) {
-            tracing::error!("job {id}: cannot write its audit row: {e}");
         }
     }
 }

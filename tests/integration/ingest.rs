@@ -90,6 +90,17 @@ fn sample_corpus_ingests_then_reruns_touch_only_what_changed() {
     assert_eq!(code, 0);
     assert_eq!((count(&second, "unchanged"), count(&second, "embedded"), count(&second, "commits")), (files, 0, 0), "{second}");
 
+    // Each run went through the service's write path: an `ingest` row in the audit log, with
+    // the path and what it did.
+    let (code, out, err) = run(ragbox(&data).args(["audit", "--json"]));
+    assert_eq!(code, 0, "{err}");
+    let rows: Vec<serde_json::Value> = serde_json::Deserializer::from_str(&out).into_iter().map(Result::unwrap).collect();
+    let ingests: Vec<&serde_json::Value> = rows.iter().filter(|r| r["action"] == "ingest").collect();
+    assert_eq!(ingests.len(), 2, "{out}");
+    assert!(ingests.iter().all(|r| r["outcome"] == "ok" && r["tenant"] == "default"), "{out}");
+    let details: Vec<u64> = ingests.iter().map(|r| r["detail"]["added"].as_u64().unwrap()).collect();
+    assert!(details.contains(&files) && details.contains(&0), "{out}");
+
     // One file changed, one removed, one added: exactly those are touched.
     let mut md: Vec<PathBuf> = std::fs::read_dir(corpus.join("policies"))
         .unwrap()
@@ -412,6 +423,16 @@ fn reembed_switches_a_tenant_to_another_model_from_the_catalog() {
     assert_eq!(code, 0);
     let r: serde_json::Value = serde_json::from_str(&out).unwrap();
     assert_eq!((r["report"]["embedded"].as_u64(), r["report"]["cached"].as_u64()), (Some(1), Some(2)), "{r}");
+    // Both switches, and the refused ingest, are in the audit log.
+    let (_, out, _) = run(ragbox(&data).args(["audit", "--json"]));
+    let rows: Vec<serde_json::Value> = serde_json::Deserializer::from_str(&out).into_iter().map(Result::unwrap).collect();
+    let moves: Vec<(&str, &str)> = rows
+        .iter()
+        .filter(|r| r["action"] == "reembed")
+        .map(|r| (r["detail"]["to"].as_str().unwrap(), r["outcome"].as_str().unwrap()))
+        .collect();
+    assert_eq!(moves, [("nomic-embed-text-v1.5@int8", "ok"), ("all-minilm-l6-v2@int8", "ok")], "{out}");
+    assert!(rows.iter().any(|r| r["action"] == "ingest" && r["outcome"].as_str().unwrap().starts_with("error")), "{out}");
 }
 
 #[test]
