@@ -50,6 +50,12 @@ for f in $faces $(find src/server -name '*.rs' 2>/dev/null); do
     echo "layer violation: $f imports store/model internals; go through ragbox::service" >&2
     status=1
   fi
+  # Reaching the internals through a method call imports nothing: `g.app()`, `service.app()`,
+  # `.store()`, `.catalog()`.
+  if grep -nE '\.(app|store|catalog)\(\)' "$f"; then
+    echo "layer violation: $f reaches app/store internals through a method call; go through ragbox::service" >&2
+    status=1
+  fi
 done
 # Nothing in the library imports the binary's modules.
 if grep -rnE 'crate::(cli|server)' src --include=*.rs | grep -v '^src/main.rs' | grep -v '^src/cli/' | grep -v '^src/server/'; then
