@@ -221,6 +221,10 @@ pub struct Answer {
     /// if still without words, on whole passages with the short rule
     /// ([`prompt::retry_messages`]); timings and token counts add up every request.
     pub second_try: bool,
+    /// The messages of every request the generator was sent, in order (for `--explain`: the
+    /// prompt as it was, not rebuilt). Not serialised.
+    #[serde(skip)]
+    pub prompts: Vec<Vec<crate::generate::Message>>,
 }
 
 impl Answer {
@@ -308,6 +312,7 @@ fn blank(question: &str, standalone: &str, retrieval: &Retrieval, support_method
         hit_token_cap: false,
         cut_mid_sentence: false,
         second_try: false,
+        prompts: Vec::new(),
     }
 }
 
@@ -563,6 +568,7 @@ impl Answerer {
         };
         let mut held = UntilWords { inner: sink, held: String::new(), open: false };
         let ids: Vec<usize> = sources.iter().map(|s| s.id).collect();
+        answer.prompts.push(request.messages.clone());
         let mut generation = self.generator.generate(&request, &mut held).await?;
         let mut earlier = Vec::new();
         // A reply of markers alone names the passages that answer: asked again without the
@@ -570,6 +576,7 @@ impl Answerer {
         let named = parse_answer(&generation.text, &ids).cited;
         if let Some(plain) = plain.filter(|_| !has_words(&generation.text) && !named.is_empty() && !held.cancelled()) {
             request.messages = plain;
+            answer.prompts.push(request.messages.clone());
             held.held.clear();
             earlier.push(std::mem::replace(&mut generation, self.generator.generate(&request, &mut held).await?));
             answer.second_try = true;
@@ -584,6 +591,7 @@ impl Answerer {
         }
         if let Some(retry) = retry.filter(|_| !has_words(&generation.text) && !held.cancelled()) {
             request.messages = retry;
+            answer.prompts.push(request.messages.clone());
             held.held.clear();
             earlier.push(std::mem::replace(&mut generation, self.generator.generate(&request, &mut held).await?));
             answer.second_try = true;
@@ -842,6 +850,7 @@ mod tests {
         let mut streamed = String::new();
         let answer = block_on(a.answer("receipts kept years", "receipts kept years", &retrieval(false), &mut |t: &str| streamed.push_str(t))).unwrap();
         assert_eq!(g.calls().len(), 3);
+        assert_eq!(answer.prompts, g.calls(), "the answer keeps every request it made, for --explain");
         let last = g.calls()[2].iter().map(|m| m.content.clone()).collect::<String>();
         assert!(last.contains("30 days") && last.contains("7 years"), "whole passages: {last}");
         // The reply stops before the source label it started to copy.

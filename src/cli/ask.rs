@@ -151,9 +151,13 @@ pub fn run(g: &GlobalArgs, args: AskArgs) -> anyhow::Result<u8> {
     print_notes(asked.note.as_deref(), &asked.warnings);
     if args.explain {
         super::search::print_verdict(&retrieval);
-        if !answer.refused || answer.refusal != Some(ragbox::service::Refusal::NoGoodSource) {
-            println!("prompt:");
-            for m in service.prompt_for(&caller, &args.tenant, &answer.standalone, &retrieval)? {
+        for (n, messages) in answer.prompts.iter().enumerate() {
+            match (n, answer.prompts.len()) {
+                (0, 1) => println!("prompt:"),
+                (0, _) => println!("prompt (request 1 of {}):", answer.prompts.len()),
+                (n, all) => println!("prompt (request {} of {all}: the reply before held no words):", n + 1),
+            }
+            for m in messages {
                 println!("--- {:?}\n{}", m.role, m.content);
             }
         }

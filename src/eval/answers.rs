@@ -453,6 +453,7 @@ mod tests {
             hit_token_cap: false,
             cut_mid_sentence: false,
             second_try: false,
+            prompts: Vec::new(),
         }
     }
 

@@ -7,10 +7,9 @@ use serde::Serialize;
 
 use super::{Caller, Service};
 use crate::answer::memory::PriorTurn;
-use crate::answer::focus::FocusScorer;
 use crate::answer::{refuse, standalone, Answer, Answerer, Standalone};
 use crate::error::{Error, Result};
-use crate::generate::{block_on, Generator, Message, TokenSink};
+use crate::generate::{block_on, Generator, TokenSink};
 use crate::retrieve::{Retrieval, Retriever};
 use crate::store::{AuditRecord, EventRecord, TenantRow};
 use crate::types::ChunkId;
@@ -97,21 +96,6 @@ impl Service {
         };
         self.audit(caller, EventRecord { tenant: &tenant.name, action: "search", question: query, chunk_ids: &ids, outcome: &status, ..EventRecord::default() })?;
         Ok(SearchResult { retrieval: outcome?, note })
-    }
-
-    /// The prompt the generator is given for `standalone` over `retrieval` from `tenant` (for
-    /// `--explain`): focused as the answer's was, by the cross-encoder when it reranked, else by
-    /// the tenant's embedder.
-    pub fn prompt_for(&self, caller: &Caller, tenant: &str, standalone: &str, retrieval: &Retrieval) -> Result<Vec<Message>> {
-        let tenant = self.tenant(caller, tenant)?;
-        let embedder = self.app.index_embedder(&tenant.model)?;
-        let reranker = match &retrieval.reranker {
-            Some(name) => self.app.reranker_named(name)?,
-            None => None,
-        };
-        let options = self.app.answer_options()?;
-        let focus = FocusScorer::choose(options.focus_by, Some(embedder), reranker);
-        Ok(crate::answer::prompt_for(standalone, retrieval, &options, focus.as_ref())?.messages)
     }
 
     /// Answers `question` from `tenant`, streaming tokens into `sink`; writes the answer's
