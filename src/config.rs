@@ -423,6 +423,9 @@ impl Config {
         if !["grounded", "similarity", "llm", "off"].contains(&raw.answer.support.as_str()) {
             return Err(Error::Config(format!("answer.support = `{}`: use grounded, similarity, llm or off", raw.answer.support)));
         }
+        if !["reranker", "embedder"].contains(&raw.answer.focus_by.as_str()) {
+            return Err(Error::Config(format!("answer.focus_by = `{}`: use reranker or embedder", raw.answer.focus_by)));
+        }
         let sv = &raw.server;
         if sv.listen.parse::<std::net::SocketAddr>().is_err() {
             return Err(Error::Config(format!("server.listen = `{}`: use an address and port such as 127.0.0.1:7070", sv.listen)));
@@ -490,5 +493,16 @@ mod tests {
         assert!(Config::load_with_env(&o, &no_env).unwrap_err().to_string().contains("modle"));
         std::fs::write(&file, "[embed]\nmodel = \"qwen2.5-coder-0.5b-instruct\"\n").unwrap();
         assert!(Config::load_with_env(&o, &no_env).unwrap_err().to_string().contains("not an embedder"));
+        // A misspelt choice is refused at load, naming its key and the choices.
+        for (toml, key) in [
+            ("[answer]\nfocus_by = \"bm25\"\n", "answer.focus_by = `bm25`: use reranker or embedder"),
+            ("[answer]\nprompt = \"friendly\"\n", "answer.prompt"),
+            ("[answer]\nsupport = \"vibes\"\n", "answer.support"),
+            ("[ingest]\nchunker = \"lines\"\n", "ingest.chunker"),
+        ] {
+            std::fs::write(&file, toml).unwrap();
+            let err = Config::load_with_env(&o, &no_env).unwrap_err().to_string();
+            assert!(err.contains(key), "{err}");
+        }
     }
 }
