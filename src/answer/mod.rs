@@ -535,6 +535,12 @@ impl Answerer {
         self
     }
 
+    /// [`Answerer::with_focus`] with the models `retriever` ranks with: the focus reads the
+    /// passages as retrieval did.
+    pub fn with_focus_of(self, retriever: &crate::retrieve::Retriever<'_>) -> Answerer {
+        self.with_focus(retriever.embedder().cloned(), retriever.reranker().cloned())
+    }
+
     /// The generator.
     pub fn generator(&self) -> &Arc<dyn Generator> {
         &self.generator

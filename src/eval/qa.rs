@@ -388,7 +388,7 @@ pub fn run(
     let tenant = store.catalog().require_tenant(&plan.ingest.tenant)?;
     let retriever = Retriever::new(&store, &tenant, Some(embedder.clone()), reranker, plan.retrieve.clone())?;
     let checker = SupportChecker::new(plan.support, embedder.clone(), &generator);
-    let answerer = Answerer::new(generator.clone(), checker, plan.answer.clone()).with_focus(Some(embedder.clone()), retriever.reranker().cloned());
+    let answerer = Answerer::new(generator.clone(), checker, plan.answer.clone()).with_focus_of(&retriever);
     let mut rows = Vec::new();
     for (i, q) in questions.iter().enumerate() {
         let t = std::time::Instant::now();

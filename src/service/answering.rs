@@ -137,7 +137,7 @@ impl Service {
             } else {
                 let generator = self.generator(o.llm.as_deref(), &mut warnings)?;
                 let support = self.app.support_checker(retriever.embedder().cloned(), &generator)?;
-                let answerer = Answerer::new(generator, support, options).with_focus(retriever.embedder().cloned(), retriever.reranker().cloned());
+                let answerer = Answerer::new(generator, support, options).with_focus_of(&retriever);
                 block_on(answerer.answer(question, standalone, &retrieval, sink))?
             };
             Ok((retrieval, answer))
