@@ -11,7 +11,7 @@ use crate::answer::{refuse, standalone, Answer, Answerer, Standalone};
 use crate::error::{Error, Result};
 use crate::generate::{block_on, Generator, TokenSink};
 use crate::retrieve::{Retrieval, Retriever};
-use crate::store::{AuditRecord, EventRecord, TenantRow};
+use crate::store::{AnswerRecord, EventRecord, TenantRow};
 use crate::types::ChunkId;
 
 /// Ranked passages for a query, and a note when reranking was wanted but could not run.
@@ -156,7 +156,7 @@ impl Service {
         answer.timings.total_ms += rewrite_ms;
         let chunks = answer.served_chunks();
         let timings = serde_json::to_value(&answer.timings).map_err(|e| Error::Bug(format!("timings to JSON: {e}")))?;
-        let id = self.store.catalog().record_audit(&AuditRecord {
+        let id = self.store.catalog().record_answer(&AnswerRecord {
             tenant: tenant.id,
             session,
             question,

@@ -304,13 +304,13 @@ impl Service {
     pub fn feedback(&self, caller: &Caller, tenant: Option<&str>, answer_id: i64, rating: Rating, comment: Option<&str>) -> Result<i64> {
         let not_found = || Error::NotFound(format!("no answer {answer_id} in this tenant"));
         if !caller.is_local() || tenant.is_some() {
-            let entry = self.store.catalog().audit_entry(answer_id)?.ok_or_else(not_found)?;
+            let entry = self.store.catalog().answer_entry(answer_id)?.ok_or_else(not_found)?;
             if !caller.reaches(&entry.tenant) || tenant.is_some_and(|t| t != entry.tenant) {
                 return Err(not_found());
             }
         }
         let id = self.store.catalog().add_feedback(answer_id, rating, comment)?;
-        let answer_tenant = self.store.catalog().audit_entry(answer_id)?.map(|e| e.tenant).unwrap_or_default();
+        let answer_tenant = self.store.catalog().answer_entry(answer_id)?.map(|e| e.tenant).unwrap_or_default();
         let detail = serde_json::json!({ "answer_id": answer_id, "rating": rating, "feedback_id": id });
         self.audit(caller, EventRecord { tenant: &answer_tenant, action: "feedback", question: comment.unwrap_or(""), detail: &detail, ..EventRecord::default() })?;
         Ok(id)

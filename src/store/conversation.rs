@@ -1,19 +1,19 @@
 //! Conversations and their record in the catalog: sessions and their turns (session memory), the
-//! audit log (one row per answer, whose id is the answer id users rate) and feedback on answers.
+//! answer log (one row per answer, whose id is the answer id users rate; its table is called
+//! `audit` for catalogs made before the hash-chained audit log, `events`, existed) and feedback on
+//! answers.
 //!
-//! Owns the DDL of the `sessions`, `turns`, `audit` and `feedback` tables, run by
-//! [`Catalog::open`] with `CREATE TABLE IF NOT EXISTS`, so a catalog created before these tables
-//! existed gains them when it is next opened (the schema version stays 1). May import `types` and
-//! `error` only.
+//! Reads and writes the `sessions`, `turns`, `audit` and `feedback` tables (their DDL is in
+//! `store::schema`, run by [`Catalog::open`]). May import `types` and `error` only.
 //!
 //! ```
-//! use ragbox::store::{AuditRecord, Catalog, Rating};
+//! use ragbox::store::{AnswerRecord, Catalog, Rating};
 //! let dir = tempfile::tempdir()?;
 //! let catalog = Catalog::open(&dir.path().join("catalog.sqlite"))?;
 //! let tenant = catalog.create_tenant("acme", "fake", 16)?;
 //! let session = catalog.create_session(tenant.id)?;
 //! let timings = serde_json::json!({ "total_ms": 12.5 });
-//! let answer = catalog.record_audit(&AuditRecord {
+//! let answer = catalog.record_answer(&AnswerRecord {
 //!     tenant: tenant.id,
 //!     session: Some(session),
 //!     question: "Who approves travel?",
@@ -26,7 +26,7 @@
 //! })?;
 //! catalog.add_turn(session, "Who approves travel?", "Who approves travel?", "I could not find this.", Some(answer))?;
 //! catalog.add_feedback(answer, "down".parse::<Rating>()?, Some("it is in the handbook"))?;
-//! assert_eq!(catalog.audit_entry(answer)?.map(|a| a.feedback.len()), Some(1));
+//! assert_eq!(catalog.answer_entry(answer)?.map(|a| a.feedback.len()), Some(1));
 //! # Ok::<(), ragbox::Error>(())
 //! ```
 
@@ -37,9 +37,9 @@ use super::catalog::Catalog;
 use crate::error::{Error, Result};
 use crate::types::ChunkId;
 
-/// One answer as the audit log records it, written by [`Catalog::record_audit`].
+/// One answer as the answer log records it, written by [`Catalog::record_answer`].
 #[derive(Debug, Clone, Copy, Serialize)]
-pub struct AuditRecord<'a> {
+pub struct AnswerRecord<'a> {
     /// Tenant row id.
     pub tenant: i64,
     /// The session asked in, if any.
@@ -104,7 +104,7 @@ impl std::str::FromStr for Rating {
 pub struct FeedbackRow {
     /// Row id.
     pub id: i64,
-    /// The answer (audit row) rated.
+    /// The answer rated (its id in the answer log).
     pub audit_id: i64,
     /// Up or down.
     pub rating: Rating,
@@ -114,9 +114,9 @@ pub struct FeedbackRow {
     pub created_ms: i64,
 }
 
-/// An answer as the audit log holds it, with its feedback.
+/// An answer as the answer log holds it, with its feedback.
 #[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct AuditRow {
+pub struct AnswerRow {
     /// The answer id (what `ragbox feedback` takes).
     pub id: i64,
     /// Tenant name.
@@ -156,7 +156,7 @@ pub struct TurnRow {
     pub standalone: String,
     /// The answer text as shown.
     pub answer: String,
-    /// Its audit row (answer id), if one was written.
+    /// Its answer id in the answer log, if one was written.
     pub audit_id: Option<i64>,
     /// When, in ms since the epoch.
     pub created_ms: i64,
@@ -175,16 +175,16 @@ fn sql_limit(limit: usize) -> i64 {
     i64::try_from(limit).unwrap_or(i64::MAX)
 }
 
-const AUDIT_COLUMNS: &str = "a.id, t.name, a.session_id, a.question, a.standalone, a.chunk_ids, a.model, a.refused, a.answer,
+const ANSWER_COLUMNS: &str = "a.id, t.name, a.session_id, a.question, a.standalone, a.chunk_ids, a.model, a.refused, a.answer,
      a.timings, a.created_ms
      FROM audit a JOIN tenants t ON t.id = a.tenant_id";
 
-/// An audit row's columns, JSON still as text (parsed outside the rusqlite closure).
-type RawAudit = (AuditRow, String, String);
+/// An answer log row's columns, JSON still as text (parsed outside the rusqlite closure).
+type RawAnswer = (AnswerRow, String, String);
 
-fn audit_from_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<RawAudit> {
+fn answer_from_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<RawAnswer> {
     Ok((
-        AuditRow {
+        AnswerRow {
             id: r.get(0)?,
             tenant: r.get(1)?,
             session: r.get(2)?,
@@ -280,9 +280,9 @@ impl Catalog {
         Ok(id)
     }
 
-    /// Writes one answer to the audit log; returns its id, the answer id users rate with
+    /// Writes one answer to the answer log; returns its id, the answer id users rate with
     /// `ragbox feedback`. A session of another tenant is refused.
-    pub fn record_audit(&self, record: &AuditRecord) -> Result<i64> {
+    pub fn record_answer(&self, record: &AnswerRecord) -> Result<i64> {
         let chunk_ids = serde_json::to_string(record.chunk_ids).map_err(|e| Error::Bug(format!("chunk ids to JSON: {e}")))?;
         let timings = serde_json::to_string(record.timings).map_err(|e| Error::Bug(format!("timings to JSON: {e}")))?;
         let mut conn = self.conn();
@@ -317,22 +317,22 @@ impl Catalog {
         Ok(id)
     }
 
-    /// The audit row of answer `id`, with its feedback; `None` when there is none.
-    pub fn audit_entry(&self, id: i64) -> Result<Option<AuditRow>> {
+    /// The answer log's row of answer `id`, with its feedback; `None` when there is none.
+    pub fn answer_entry(&self, id: i64) -> Result<Option<AnswerRow>> {
         let conn = self.conn();
-        let raw = conn.query_row(&format!("SELECT {AUDIT_COLUMNS} WHERE a.id = ?1"), [id], audit_from_row).optional()?;
-        raw.map(|raw| finish_audit(&conn, raw)).transpose()
+        let raw = conn.query_row(&format!("SELECT {ANSWER_COLUMNS} WHERE a.id = ?1"), [id], answer_from_row).optional()?;
+        raw.map(|raw| finish_answer(&conn, raw)).transpose()
     }
 
     /// A tenant's last `limit` answers, newest first, each with its feedback.
-    pub fn audit_entries(&self, tenant: i64, limit: usize) -> Result<Vec<AuditRow>> {
+    pub fn answer_entries(&self, tenant: i64, limit: usize) -> Result<Vec<AnswerRow>> {
         let conn = self.conn();
         let raws = {
-            let mut st = conn.prepare(&format!("SELECT {AUDIT_COLUMNS} WHERE a.tenant_id = ?1 ORDER BY a.id DESC LIMIT ?2"))?;
-            let rows = st.query_map(params![tenant, sql_limit(limit)], audit_from_row)?;
+            let mut st = conn.prepare(&format!("SELECT {ANSWER_COLUMNS} WHERE a.tenant_id = ?1 ORDER BY a.id DESC LIMIT ?2"))?;
+            let rows = st.query_map(params![tenant, sql_limit(limit)], answer_from_row)?;
             rows.collect::<rusqlite::Result<Vec<_>>>()?
         };
-        raws.into_iter().map(|raw| finish_audit(&conn, raw)).collect()
+        raws.into_iter().map(|raw| finish_answer(&conn, raw)).collect()
     }
 
     /// Rates answer `audit_id`; returns the feedback's id. An unknown answer id is a user error.
@@ -356,7 +356,7 @@ impl Catalog {
 }
 
 /// Parses an audit row's JSON columns and attaches its feedback.
-fn finish_audit(conn: &rusqlite::Connection, (mut row, chunk_ids, timings): RawAudit) -> Result<AuditRow> {
+fn finish_answer(conn: &rusqlite::Connection, (mut row, chunk_ids, timings): RawAnswer) -> Result<AnswerRow> {
     row.chunk_ids =
         serde_json::from_str(&chunk_ids).map_err(|e| Error::Bug(format!("audit row {}: chunk ids: {e}", row.id)))?;
     row.timings = serde_json::from_str(&timings).map_err(|e| Error::Bug(format!("audit row {}: timings: {e}", row.id)))?;
@@ -388,8 +388,8 @@ mod tests {
         (dir, cat)
     }
 
-    fn record<'a>(tenant: i64, session: Option<i64>, ids: &'a [ChunkId], timings: &'a serde_json::Value) -> AuditRecord<'a> {
-        AuditRecord {
+    fn record<'a>(tenant: i64, session: Option<i64>, ids: &'a [ChunkId], timings: &'a serde_json::Value) -> AnswerRecord<'a> {
+        AnswerRecord {
             tenant,
             session,
             question: "And for contractors?",
@@ -429,7 +429,7 @@ mod tests {
 
         // An audit row cannot name another tenant's session.
         let v = serde_json::json!({});
-        let e = cat.record_audit(&record(b.id, Some(sa), &[], &v)).unwrap_err();
+        let e = cat.record_answer(&record(b.id, Some(sa), &[], &v)).unwrap_err();
         assert_eq!(e.fault(), Fault::User, "{e}");
         let e = cat.add_turn(sb + 100, "q", "q", "a", None).unwrap_err();
         assert_eq!(e.fault(), Fault::User, "{e}");
@@ -456,9 +456,9 @@ mod tests {
         let s = cat.create_session(t.id).unwrap();
         let ids = [ChunkId(7), ChunkId(u64::from(u32::MAX) + 3)];
         let timings = serde_json::json!({ "retrieve_ms": 3.5, "generate_ms": 120.0 });
-        let first = cat.record_audit(&record(t.id, Some(s), &ids, &timings)).unwrap();
-        let refused = AuditRecord { session: None, model: "", refused: true, chunk_ids: &[], ..record(t.id, None, &[], &timings) };
-        let second = cat.record_audit(&refused).unwrap();
+        let first = cat.record_answer(&record(t.id, Some(s), &ids, &timings)).unwrap();
+        let refused = AnswerRecord { session: None, model: "", refused: true, chunk_ids: &[], ..record(t.id, None, &[], &timings) };
+        let second = cat.record_answer(&refused).unwrap();
         assert!(second > first);
         cat.add_turn(s, "And for contractors?", "What is the travel insurance limit for contractors?", "£2,000", Some(first))
             .unwrap();
@@ -468,7 +468,7 @@ mod tests {
         let down = cat.add_feedback(first, "Down".parse().unwrap(), Some("wrong office")).unwrap();
         assert!(down > up);
 
-        let row = cat.audit_entry(first).unwrap().unwrap();
+        let row = cat.answer_entry(first).unwrap().unwrap();
         assert_eq!(row.id, first);
         assert_eq!(row.tenant, "acme");
         assert_eq!(row.session, Some(s));
@@ -487,13 +487,13 @@ mod tests {
         assert_eq!(json["chunk_ids"], serde_json::json!([7, u64::from(u32::MAX) + 3]));
         assert_eq!(json["feedback"][1]["rating"], "down");
 
-        let entries = cat.audit_entries(t.id, 10).unwrap();
+        let entries = cat.answer_entries(t.id, 10).unwrap();
         assert_eq!(entries.iter().map(|e| e.id).collect::<Vec<_>>(), [second, first], "newest first");
         assert!(entries[0].refused && entries[0].model.is_empty() && entries[0].session.is_none());
-        assert_eq!(cat.audit_entries(t.id, 1).unwrap().len(), 1);
+        assert_eq!(cat.answer_entries(t.id, 1).unwrap().len(), 1);
         let other = cat.create_tenant("other", "m", 4).unwrap();
-        assert!(cat.audit_entries(other.id, 10).unwrap().is_empty());
-        assert!(cat.audit_entry(second + 1).unwrap().is_none());
+        assert!(cat.answer_entries(other.id, 10).unwrap().is_empty());
+        assert!(cat.answer_entry(second + 1).unwrap().is_none());
     }
 
     #[test]
@@ -530,13 +530,13 @@ mod tests {
             let s = cat.create_session(t.id).unwrap();
             cat.add_turn(s, "q", "q", "a", None).unwrap();
             let v = serde_json::json!({});
-            let id = cat.record_audit(&record(t.id, Some(s), &[], &v)).unwrap();
+            let id = cat.record_answer(&record(t.id, Some(s), &[], &v)).unwrap();
             cat.add_feedback(id, Rating::Up, None).unwrap();
             t
         };
         // Reopening keeps the rows (the DDL is idempotent).
         let cat = Catalog::open(&path).unwrap();
-        let entries = cat.audit_entries(t.id, 10).unwrap();
+        let entries = cat.answer_entries(t.id, 10).unwrap();
         assert_eq!(entries.len(), 1);
         assert_eq!(entries[0].feedback.len(), 1);
         let s = entries[0].session.unwrap();

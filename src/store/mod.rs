@@ -40,7 +40,7 @@ pub use catalog::{
     text_hash, Catalog, ChunkRow, CommitBatch, CommitChanges, ContextualChunk, DocumentContent, DocumentRow,
     DocumentStatus, DocumentWrite, IndexEntry, TenantRow, TextHash,
 };
-pub use conversation::{AuditRecord, AuditRow, FeedbackRow, Rating, TurnRow};
+pub use conversation::{AnswerRecord, AnswerRow, FeedbackRow, Rating, TurnRow};
 pub use events::{BrokenLink, ChainReport, EventFilter, EventRecord, EventRow};
 pub use keys::{KeyRole, KeyRow, KEY_PREFIX};
 pub use layout::{check_tenant_name, Layout, DEFAULT_TENANT, TENANTS_DIR};
