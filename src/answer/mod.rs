@@ -823,12 +823,19 @@ mod tests {
         assert_eq!(answer.closest.len(), 2);
     }
 
-    #[test]
-    fn a_reply_of_markers_alone_is_asked_again_without_the_marker_rule_and_cited_to_what_it_named() {
-        let g = Arc::new(ScriptedGenerator::new(&["[2]", "Receipts are kept for 7 years."]));
+    /// An answerer that shows the generator one focused sentence (by the fake embedder) and
+    /// says `replies`, one per request; no support check.
+    fn focused_on_one_sentence(replies: &[&str]) -> (Answerer, Arc<ScriptedGenerator>) {
+        let g = Arc::new(ScriptedGenerator::new(replies));
         let embedder: Arc<dyn Embedder> = Arc::new(HashEmbedder::default());
         let a = Answerer::new(g.clone(), SupportChecker::Off, AnswerOptions { focus: 1, ..AnswerOptions::default() })
             .with_focus(Some(embedder), None);
+        (a, g)
+    }
+
+    #[test]
+    fn a_reply_of_markers_alone_is_asked_again_without_the_marker_rule_and_cited_to_what_it_named() {
+        let (a, g) = focused_on_one_sentence(&["[2]", "Receipts are kept for 7 years."]);
         let mut streamed = String::new();
         let answer = block_on(a.answer("receipts kept years", "receipts kept years", &retrieval(false), &mut |t: &str| streamed.push_str(t))).unwrap();
         assert_eq!(g.calls().len(), 2);
@@ -849,10 +856,7 @@ mod tests {
 
     #[test]
     fn a_reply_without_words_on_both_tries_is_asked_on_whole_passages_last() {
-        let g = Arc::new(ScriptedGenerator::new(&["[1]", "[1]", "Claims are due within 30 days [1]. (from Doc 1, Policy > 1 Section) and on"]));
-        let embedder: Arc<dyn Embedder> = Arc::new(HashEmbedder::default());
-        let a = Answerer::new(g.clone(), SupportChecker::Off, AnswerOptions { focus: 1, ..AnswerOptions::default() })
-            .with_focus(Some(embedder), None);
+        let (a, g) = focused_on_one_sentence(&["[1]", "[1]", "Claims are due within 30 days [1]. (from Doc 1, Policy > 1 Section) and on"]);
         let mut streamed = String::new();
         let answer = block_on(a.answer("receipts kept years", "receipts kept years", &retrieval(false), &mut |t: &str| streamed.push_str(t))).unwrap();
         assert_eq!(g.calls().len(), 3);
