@@ -102,6 +102,7 @@ pub fn router(state: State) -> Router {
         .route("/admin/keys/{key}", delete(api::revoke_key))
         .route("/models", get(openai::models))
         .route("/chat/completions", post(openai::chat_completions))
+        .route("/embeddings", post(openai::embeddings))
         .fallback(api::not_found);
     let mut app = Router::new()
         .route("/", get(web::index))

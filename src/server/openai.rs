@@ -5,6 +5,13 @@
 //! text carries its `[n]` citations; the sources, citations, answer id and refusal ride in an
 //! extra `ragbox` field (of the response, or of the last chunk when streaming). Unknown request
 //! fields (temperature, top_p, ...) are accepted and ignored: clients send them by default.
+//!
+//! `POST /v1/embeddings` gives other tools the verified local embedder: `model` is `ragbox` or
+//! `ragbox/<tenant>` (the tenant's own embedder, so the vectors compare with its index) or an
+//! embedding model's name (`all-minilm-l6-v2`); `input` a string or a list of strings;
+//! `encoding_format` `float` (the default) or `base64` (little-endian f32, what the Python client
+//! asks for); `input_type` `query` or `passage` (also `document`, `search_query`,
+//! `search_document`; the default is `passage`), which matters for models with instructions.
 
 use axum::extract::State as Extract;
 use axum::response::sse::Event;
@@ -12,7 +19,9 @@ use axum::response::{IntoResponse, Response};
 use axum::Json;
 use serde::Deserialize;
 
-use ragbox::service::{AskOptions, Asked, Caller};
+use base64::Engine as _;
+
+use ragbox::service::{AskOptions, Asked, Caller, EmbedWith, TextKind};
 
 use super::api::{count, event_stream, generate, require_tenant, ApiJson, Streamed};
 use super::auth::Authed;
@@ -215,4 +224,93 @@ pub async fn chat_completions(Extract(state): Extract<State>, Authed(caller): Au
         }
     }
     Err(ApiError::internal("the answer ended without a result"))
+}
+
+/// The body of `POST /v1/embeddings` (fields ragbox does not use, such as `user`, are ignored).
+#[derive(Debug, Deserialize)]
+pub struct EmbeddingBody {
+    /// `ragbox`, `ragbox/<tenant>` or an embedding model's name.
+    pub model: String,
+    /// A string or a list of strings.
+    pub input: serde_json::Value,
+    /// `float` (default) or `base64`.
+    #[serde(default)]
+    pub encoding_format: Option<String>,
+    /// `query` or `passage` (default).
+    #[serde(default)]
+    pub input_type: Option<String>,
+    /// Refused unless it is the model's own size (vectors are not shortened).
+    #[serde(default)]
+    pub dimensions: Option<usize>,
+}
+
+/// The texts of `input`: a string or a list of strings; token arrays are refused with the reason.
+fn input_texts(input: &serde_json::Value) -> Result<Vec<String>, ApiError> {
+    let refuse = || ApiError::invalid("`input` must be a string or a list of strings (token arrays are not read: send the text)");
+    match input {
+        serde_json::Value::String(s) => Ok(vec![s.clone()]),
+        serde_json::Value::Array(items) => items.iter().map(|v| v.as_str().map(str::to_string).ok_or_else(refuse)).collect(),
+        _ => Err(refuse()),
+    }
+}
+
+fn text_kind(input_type: Option<&str>) -> Result<TextKind, ApiError> {
+    match input_type.unwrap_or("passage") {
+        "query" | "search_query" => Ok(TextKind::Query),
+        "passage" | "document" | "search_document" => Ok(TextKind::Passage),
+        other => Err(ApiError::invalid(format!("`input_type` `{other}`: use query or passage"))),
+    }
+}
+
+/// `POST /v1/embeddings`.
+pub async fn embeddings(Extract(state): Extract<State>, Authed(caller): Authed, ApiJson(body): ApiJson<EmbeddingBody>) -> Result<Json<serde_json::Value>, ApiError> {
+    let texts = input_texts(&body.input)?;
+    let kind = text_kind(body.input_type.as_deref())?;
+    let base64 = match body.encoding_format.as_deref().unwrap_or("float") {
+        "float" => false,
+        "base64" => true,
+        other => return Err(ApiError::invalid(format!("`encoding_format` `{other}`: use float or base64"))),
+    };
+    let tenant = match body.model.as_str() {
+        "ragbox" => Some(tenant_of("ragbox", &caller)?),
+        m if m.starts_with("ragbox/") => Some(tenant_of(m, &caller)?),
+        _ => None,
+    };
+    let model = body.model.clone();
+    let embedded = state
+        .blocking(move |s| {
+            let refs: Vec<&str> = texts.iter().map(String::as_str).collect();
+            let with = match &tenant {
+                Some(t) => EmbedWith::Tenant(t),
+                None => EmbedWith::Model(&model),
+            };
+            s.embed(&caller, with, &refs, kind)
+        })
+        .await?;
+    if let Some(d) = body.dimensions {
+        let own = embedded.vectors.first().map_or(0, Vec::len);
+        if d != own {
+            return Err(ApiError::invalid(format!("`dimensions` {d}: {} makes {own}-dimensional vectors and does not shorten them", embedded.model)));
+        }
+    }
+    let data: Vec<serde_json::Value> = embedded
+        .vectors
+        .iter()
+        .enumerate()
+        .map(|(index, v)| {
+            let embedding = if base64 {
+                let bytes: Vec<u8> = v.iter().flat_map(|x| x.to_le_bytes()).collect();
+                serde_json::Value::String(base64::engine::general_purpose::STANDARD.encode(bytes))
+            } else {
+                serde_json::json!(v)
+            };
+            serde_json::json!({ "object": "embedding", "index": index, "embedding": embedding })
+        })
+        .collect();
+    Ok(Json(serde_json::json!({
+        "object": "list",
+        "data": data,
+        "model": embedded.model,
+        "usage": { "prompt_tokens": embedded.tokens, "total_tokens": embedded.tokens },
+    })))
 }

@@ -24,6 +24,7 @@
 
 mod answering;
 mod documents;
+mod embeddings;
 
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -47,6 +48,8 @@ pub use crate::store::{
 pub use answering::{AskOptions, Asked, ChatTurn, SearchOptions, SearchResult};
 pub use crate::app::DoctorReport;
 pub use documents::{check_upload_name, DocumentText, Job, JobKind, JobState};
+pub use embeddings::{EmbedWith, Embedded, MAX_EMBED_INPUTS};
+pub use crate::types::TextKind;
 
 /// Who is asking: a key of the HTTP API, or the local command line.
 #[derive(Debug, Clone, Serialize)]

@@ -484,6 +484,50 @@ fn serve_end_to_end() {
     let (s, j) = post(&format!("{b}/v1/chat/completions"), Some(&reader), &serde_json::json!({ "model": "ragbox/globex", "messages": [{ "role": "user", "content": "badge?" }] }));
     error_code(s, &j, 404);
 
+    // Embeddings for other tools: the tenant's own embedder through the OpenAI client, the same
+    // vectors as `ragbox embed`, base64 as the Python client asks, and the key's scope.
+    let texts = ["Expense claims are due within 30 days of the trip.", "Hotels in London are capped at GBP 210 a night."];
+    let got = rt.block_on(async {
+        use async_openai::types::CreateEmbeddingRequestArgs;
+        let config = async_openai::config::OpenAIConfig::new().with_api_base(format!("{b}/v1")).with_api_key(reader.clone());
+        let client = async_openai::Client::with_config(config);
+        let request = CreateEmbeddingRequestArgs::default().model("ragbox").input(texts.to_vec()).build().unwrap();
+        client.embeddings().create(request).await.unwrap()
+    });
+    assert_eq!(got.data.len(), 2);
+    assert_eq!(got.model, "all-minilm-l6-v2@int8", "the tenant's own embedder, at its index's precision");
+    assert!(got.usage.prompt_tokens > 10, "{:?}", got.usage);
+    let (code, out, err) = cli(&server, &["embed", "--json", "--model", "all-minilm-l6-v2@int8", texts[0], texts[1]]);
+    assert_eq!(code, 0, "{err}");
+    for (line, e) in out.lines().zip(&got.data) {
+        let local: serde_json::Value = serde_json::from_str(line).unwrap();
+        let local: Vec<f32> = local["vector"].as_array().unwrap().iter().map(|x| x.as_f64().unwrap() as f32).collect();
+        assert_eq!(local.len(), e.embedding.len());
+        let cosine: f32 = local.iter().zip(&e.embedding).map(|(a, b)| a * b).sum();
+        assert!(cosine > 0.9999, "text {}: cosine {cosine}", e.index);
+    }
+    let body = serde_json::json!({ "model": "ragbox/default", "input": texts[0], "encoding_format": "base64", "input_type": "query" });
+    let (s, j) = post(&format!("{b}/v1/embeddings"), Some(&reader), &body);
+    assert_eq!(s, 200, "{j}");
+    use base64::Engine as _;
+    let bytes = base64::engine::general_purpose::STANDARD.decode(j["data"][0]["embedding"].as_str().unwrap()).unwrap();
+    let decoded: Vec<f32> = bytes.chunks(4).map(|c| f32::from_le_bytes(c.try_into().unwrap())).collect();
+    let cosine: f32 = decoded.iter().zip(&got.data[0].embedding).map(|(a, b)| a * b).sum();
+    assert!(decoded.len() == 384 && cosine > 0.9999, "base64 holds the same little-endian f32 vector: {cosine}");
+    for (body, status) in [
+        (serde_json::json!({ "model": "ragbox/globex", "input": "badge" }), 404),
+        (serde_json::json!({ "model": "ragbox", "input": [[101, 2023]] }), 400),
+        (serde_json::json!({ "model": "ragbox", "input": [] }), 400),
+        (serde_json::json!({ "model": "ragbox", "input": "x", "input_type": "code" }), 400),
+        (serde_json::json!({ "model": "ragbox", "input": "x", "dimensions": 64 }), 400),
+        (serde_json::json!({ "model": "qwen2.5-coder-0.5b-instruct", "input": "x" }), 400),
+    ] {
+        let (s, j) = post(&format!("{b}/v1/embeddings"), Some(&reader), &body);
+        error_code(s, &j, status);
+    }
+    let (s, _) = post(&format!("{b}/v1/embeddings"), None, &serde_json::json!({ "model": "ragbox", "input": "x" }));
+    assert_eq!(s, 401);
+
     // The queue: one generating, one waiting, the third refused with Retry-After; a client that
     // goes away cancels its generation.
     let open = |q: &str| {
@@ -530,6 +574,10 @@ fn serve_end_to_end() {
     for want in ["key_create", "key_revoke", "auth_failed", "search", "ask", "chat", "feedback", "upload", "ingest", "chat_completion"] {
         assert!(actions.contains(&want), "an audit row for {want}: {actions:?}");
     }
+    // An embedding request is recorded with its model and counts, never its texts.
+    let embed_row = rows.iter().find(|r| r["action"] == "embed" && r["outcome"] == "ok" && r["key_name"] == "alice").expect("an embed row");
+    assert_eq!((embed_row["detail"]["inputs"].as_u64(), embed_row["detail"]["model"].as_str()), (Some(2), Some("all-minilm-l6-v2@int8")), "{embed_row}");
+    assert!(!embed_row.to_string().contains("Expense claims"), "{embed_row}");
     // The copied sample data may already hold `cli` rows (other tests ask it from the command
     // line); the server's answers are recorded under the key that asked.
     let ask_row = rows.iter().find(|r| r["action"] == "ask" && r["outcome"] == "ok" && r["key_name"] == "alice");
