@@ -9,10 +9,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-export RAGBOX_CACHE_DIR="${RAGBOX_CACHE_DIR:-$HOME/.cache/ragbox}"
-export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$RAGBOX_CACHE_DIR/target}"
-export CARGO_BUILD_JOBS="${CARGO_BUILD_JOBS:-$(nproc)}"
-FEATURES="${RAGBOX_TEST_FEATURES:-testing}"
+. scripts/build-env.sh
 
 need() { command -v "$1" >/dev/null 2>&1; }
 if ! need unshare || ! need ip || ! need python3; then

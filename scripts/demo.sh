@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# The README's first command, on a fresh machine or a warm one: make the patched crates, fetch the
+# pinned models into ~/.cache/ragbox, build once (the target directory and features scripts/test.sh
+# uses, so the test command that follows builds nothing again), ingest the sample corpus the repo
+# ships into a scratch data folder, and ask it a question.
+#   scripts/demo.sh [DATA_DIR] [QUESTION]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+. scripts/build-env.sh
+DATA="${1:-/tmp/ragbox-demo}"
+QUESTION="${2:-How many days after a trip do I have to submit my expense claim?}"
+
+scripts/patch-crates.sh
+scripts/fetch-models.sh
+cargo build --locked --all-targets --features "$FEATURES"
+ragbox="$CARGO_TARGET_DIR/debug/ragbox"
+"$ragbox" --data-dir "$DATA" ingest tests/data/corpus
+"$ragbox" --data-dir "$DATA" ask "$QUESTION"
+echo "(the binary is $ragbox; try: $ragbox --data-dir $DATA ask \"What should I do if I lose my laptop?\")" >&2
