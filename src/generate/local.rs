@@ -194,6 +194,9 @@ impl Generator for GgufGenerator {
         }
         let mut stream = self.model.stream_chat_request(b).await.map_err(|e| llm_error("generating", e))?;
         let mut out = Generation::default();
+        // Bytes of `out.text` streamed so far; a stop text ends the reply here, and its start is
+        // never streamed (`super::showable`).
+        let (mut shown, mut stopped) = (0, false);
         while let Some(response) = stream.next().await {
             match response {
                 Response::Chunk(chunk) => {
@@ -209,12 +212,21 @@ impl Generator for GgufGenerator {
                                     out.first_token_ms = started.elapsed().as_secs_f64() * 1e3;
                                 }
                                 out.text.push_str(text);
-                                sink.token(text);
+                                let (end, hit) = super::showable(&out.text, &request.stop);
+                                if end > shown {
+                                    sink.token(&out.text[shown..end]);
+                                    shown = end;
+                                }
+                                stopped |= hit;
                             }
                         }
                         finished |= choice.finish_reason.is_some();
                     }
                     if finished && chunk.usage.is_some() {
+                        break;
+                    }
+                    if stopped {
+                        // The reply is over: dropping the stream cancels the rest of it.
                         break;
                     }
                     if sink.cancelled() {
@@ -236,7 +248,8 @@ impl Generator for GgufGenerator {
         out.total_ms = started.elapsed().as_secs_f64() * 1e3;
         let (prompt_tokens, completion_tokens) = (out.prompt_tokens, out.completion_tokens);
         tracing::debug!(prompt_tokens, completion_tokens, first_token_ms = out.first_token_ms, total_ms = out.total_ms, "generated");
-        out.text = super::until_stop(&out.text, &request.stop).to_string();
+        // What was held back as the possible start of a stop text ends the reply too.
+        out.text.truncate(super::showable(&out.text, &request.stop).0);
         if out.completion_tokens == 0 && !out.text.is_empty() {
             out.completion_tokens = out.text.split_whitespace().count();
         }

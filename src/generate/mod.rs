@@ -123,6 +123,25 @@ pub fn until_stop<'a>(text: &'a str, stop: &[String]) -> &'a str {
     &text[..end]
 }
 
+/// How much of `text`, a reply still being written, may be shown, and whether it is over: up to
+/// the first of the `stop` texts (`true`), or else all of it but a tail that could be the start
+/// of one (`false`: "… fault. (fr" shows "… fault. " until the next token says more). The
+/// engine's own stop check let the reader see "(from Travel and" before the reply was cut, and
+/// generated to the token cap behind it.
+pub fn showable(text: &str, stop: &[String]) -> (usize, bool) {
+    let stops = || stop.iter().map(String::as_str).filter(|s| !s.is_empty());
+    if let Some(end) = stops().filter_map(|s| text.find(s)).min() {
+        return (end, true);
+    }
+    let mut keep = text.len();
+    for s in stops() {
+        if let Some(k) = (1..s.len()).rev().find(|&k| s.is_char_boundary(k) && text.ends_with(&s[..k])) {
+            keep = keep.min(text.len() - k);
+        }
+    }
+    (keep, false)
+}
+
 /// A finished generation.
 #[derive(Debug, Clone, Default, Serialize)]
 pub struct Generation {
@@ -226,4 +245,25 @@ pub fn runtime() -> &'static tokio::runtime::Runtime {
             .build()
             .expect("a tokio runtime can always be built")
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_stop_text_and_its_possible_start_are_never_shown() {
+        let stop = vec!["(from ".to_string()];
+        assert_eq!(showable("Within 30 days [1].", &stop), (19, false));
+        // The tail could open the stop text: held back until the next token says.
+        assert_eq!(showable("Within 30 days [1]. (fr", &stop), (20, false));
+        assert_eq!(showable("Within 30 days [1]. (", &stop), (20, false));
+        // It did: the reply is over where the stop text begins.
+        assert_eq!(showable("Within 30 days [1]. (from Travel and", &stop), (20, true));
+        // It did not: shown after all.
+        assert_eq!(showable("Within 30 days [1]. (frankly", &stop), (28, false));
+        assert_eq!(showable("Büro (ü", &["(üb".to_string()]), ("Büro ".len(), false));
+        assert_eq!(showable("anything", &[]), (8, false));
+        assert_eq!(until_stop("a (from b", &stop), "a ");
+    }
 }
