@@ -9,8 +9,10 @@
 #   scripts/patch-crates.sh --save   after editing a copy: write its changes back to its .patch
 #
 # The release comes from $RAGBOX_CACHE_DIR/crates (kept between runs), cargo's own download cache,
-# or crates.io. Every generated file gets one fixed timestamp, so a fresh clone does not make cargo
-# rebuild these crates (it compares source times with its last build's).
+# or crates.io. Every generated file gets one timestamp: the time of the last commit that changed
+# its patch (now, when the patch has uncommitted changes). Cargo compares source times with its
+# last build's: a fresh clone (CI, with target/ kept) then rebuilds nothing, and a changed patch is
+# newer than any build made before it, so what it changes is rebuilt (build scripts included).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -19,7 +21,6 @@ CRATES=(
   "candle-core 0.10.2 6bd9895436c1ba5dc1037a19935d084b838db066ff4e15ef7dded020b7c12a4a"
   "mistralrs-core 0.8.1 a2b8b9e5c94491d9ceeded3a30291cb6af6ae74810a5776dd55e3bbb8b3429d4"
 )
-STAMP_TIME="2026-01-01T00:00:00Z"
 CACHE="${RAGBOX_CACHE_DIR:-$HOME/.cache/ragbox}/crates"
 SAVE=0
 case "${1:-}" in
@@ -82,7 +83,11 @@ for entry in "${CRATES[@]}"; do
       exit 1
     }
     echo "$key" > "$work/$name-$version/.ragbox-patch"
-    find "$work/$name-$version" -exec touch -h -d "$STAMP_TIME" {} +
+    stamp=$(git log -1 --format=%ct -- "$patch" 2>/dev/null || true)
+    if [ -z "$stamp" ] || ! git diff --quiet HEAD -- "$patch" 2>/dev/null; then
+      stamp=$(date +%s)
+    fi
+    find "$work/$name-$version" -exec touch -h -d "@$stamp" {} +
     rm -rf "$dest"
     mv "$work/$name-$version" "$dest"
     echo "made $dest: $name $version with $patch" >&2
