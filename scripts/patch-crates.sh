@@ -31,6 +31,15 @@ esac
 
 sha() { sha256sum "$1" | cut -d' ' -f1; }
 
+# Downloads $1 to $2 with curl, or Python where curl is missing.
+download() {
+  if command -v curl >/dev/null 2>&1; then
+    curl -sSfL --retry 3 -o "$2" "$1"
+  else
+    python3 -c 'import sys, urllib.request; urllib.request.urlretrieve(sys.argv[1], sys.argv[2])' "$1" "$2"
+  fi
+}
+
 # The verified .crate file of name $1, version $2, sha256 $3, printed as a path.
 crate_file() {
   local name=$1 version=$2 want=$3 file="$CACHE/$1-$2.crate" found
@@ -41,7 +50,7 @@ crate_file() {
       cp "$found" "$file"
     else
       echo "downloading $name $version from crates.io" >&2
-      curl -sSfL --retry 3 -o "$file.part" "https://static.crates.io/crates/$name/$name-$version.crate" || {
+      download "https://static.crates.io/crates/$name/$name-$version.crate" "$file.part" || {
         echo "error: could not download $name $version; put $name-$version.crate in $CACHE (from any machine: https://static.crates.io/crates/$name/$name-$version.crate) and run this again" >&2
         exit 1
       }
