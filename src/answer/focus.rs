@@ -35,7 +35,7 @@
 
 use std::sync::Arc;
 
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
 
 use crate::chunk::sentence::sentences;
 use crate::embed::Embedder;
@@ -44,7 +44,7 @@ use crate::rerank::Reranker;
 use crate::types::{cosine, TextKind};
 
 /// Which model chooses the focused sentences (`answer.focus_by`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum FocusBy {
     /// The cross-encoder when the tenant's retrieval has one, else the embedder.
@@ -84,7 +84,7 @@ impl FocusScorer {
         }
     }
 
-    /// The model's name, for `--explain`.
+    /// The name of the model that scores (which one [`FocusScorer::choose`] took).
     pub fn model_id(&self) -> String {
         match self {
             FocusScorer::Embedder(e) => e.model_id().to_string(),

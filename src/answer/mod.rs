@@ -585,7 +585,6 @@ impl Answerer {
             answer.prompts.push(request.messages.clone());
             held.held.clear();
             earlier.push(std::mem::replace(&mut generation, self.generator.generate(&request, &mut held).await?));
-            answer.second_try = true;
             // Cited to the first passage named (a reply that names them all has copied the
             // rule's "[1], [2] or [3]": the first is the best ranked).
             let unmarked = parse_answer(&generation.text, &ids).cited.is_empty();
@@ -600,8 +599,8 @@ impl Answerer {
             answer.prompts.push(request.messages.clone());
             held.held.clear();
             earlier.push(std::mem::replace(&mut generation, self.generator.generate(&request, &mut held).await?));
-            answer.second_try = true;
         }
+        answer.second_try = answer.prompts.len() > 1;
         answer.hit_token_cap = generation.completion_tokens >= self.options.max_tokens;
         for first in earlier {
             // The timings and token counts are the answer's: every request.

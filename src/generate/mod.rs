@@ -119,8 +119,10 @@ impl GenerateRequest {
 /// `text` up to the first of the `stop` texts (all of it when none appears): a backend's reply
 /// as [`GenerateRequest::stop`] asks for it, whether or not the engine left the stop text in.
 pub fn until_stop<'a>(text: &'a str, stop: &[String]) -> &'a str {
-    let end = stop.iter().filter(|s| !s.is_empty()).filter_map(|s| text.find(s.as_str())).min().unwrap_or(text.len());
-    &text[..end]
+    match showable(text, stop) {
+        (end, true) => &text[..end],
+        _ => text,
+    }
 }
 
 /// How much of `text`, a reply still being written, may be shown, and whether it is over: up to

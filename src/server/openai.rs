@@ -272,8 +272,7 @@ pub async fn embeddings(Extract(state): Extract<State>, Authed(caller): Authed, 
         other => return Err(ApiError::invalid(format!("`encoding_format` `{other}`: use float or base64"))),
     };
     let tenant = match body.model.as_str() {
-        "ragbox" => Some(tenant_of("ragbox", &caller)?),
-        m if m.starts_with("ragbox/") => Some(tenant_of(m, &caller)?),
+        m if m == "ragbox" || m.starts_with("ragbox/") => Some(tenant_of(m, &caller)?),
         _ => None,
     };
     let model = body.model.clone();

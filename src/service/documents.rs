@@ -307,20 +307,18 @@ impl Service {
             .app
             .ingest_embedder(self.store.catalog().tenant(tenant)?.as_ref(), model)
             .and_then(|embedder| ingest(&self.store, &embedder, path, opts, on_event));
-        let (outcome, detail) = match &result {
-            Ok(r) => (
-                "ok".to_string(),
-                serde_json::json!({ "job": job, "path": path.to_string_lossy(), "model": r.model, "added": r.added,
-                                    "updated": r.updated, "removed": r.removed, "unchanged": r.unchanged, "skipped": r.skipped.len() }),
-            ),
-            Err(e) => (format!("error: {e}"), serde_json::json!({ "job": job, "path": path.to_string_lossy() })),
-        };
-        let audited = self.audit(caller, EventRecord { tenant, action: "ingest", outcome: &outcome, detail: &detail, ..EventRecord::default() });
-        // The ingest's own error first: an audit row that cannot be written on a full disk must
-        // not hide why the ingest failed.
-        let report = result?;
-        audited?;
-        Ok(report)
+        let path_text = path.to_string_lossy();
+        self.audit_outcome(
+            caller,
+            tenant,
+            "ingest",
+            result,
+            |r| {
+                serde_json::json!({ "job": job, "path": path_text, "model": r.model, "added": r.added, "updated": r.updated,
+                                    "removed": r.removed, "unchanged": r.unchanged, "skipped": r.skipped.len() })
+            },
+            serde_json::json!({ "job": job, "path": path_text }),
+        )
     }
 
     /// Moves `tenant` to the embedding model `model`: every chunk embedded again from the catalog
@@ -343,13 +341,14 @@ impl Service {
             )?;
             Ok((embedder.model_id().to_string(), report))
         });
-        let (outcome, detail) = match &result {
-            Ok((id, r)) => ("ok".to_string(), serde_json::json!({ "from": before.model, "to": id, "chunks": r.chunks, "embedded": r.embedded })),
-            Err(e) => (format!("error: {e}"), serde_json::json!({ "from": before.model, "to": model })),
-        };
-        let audited = self.audit(caller, EventRecord { tenant, action: "reembed", outcome: &outcome, detail: &detail, ..EventRecord::default() });
-        let (id, report) = result?;
-        audited?;
+        let (id, report) = self.audit_outcome(
+            caller,
+            tenant,
+            "reembed",
+            result,
+            |(id, r)| serde_json::json!({ "from": before.model, "to": id, "chunks": r.chunks, "embedded": r.embedded }),
+            serde_json::json!({ "from": before.model, "to": model }),
+        )?;
         Ok((before, id, report))
     }
 

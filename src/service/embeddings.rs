@@ -11,7 +11,7 @@ use serde::Serialize;
 
 use super::{Caller, Service};
 use crate::error::{Error, Result};
-use crate::store::{EventRecord, KeyRole};
+use crate::store::KeyRole;
 use crate::types::TextKind;
 
 /// Most texts in one request: a larger batch is the client's to split.
@@ -64,18 +64,17 @@ impl Service {
             }
             EmbedWith::Model(name) => (caller.tenant.clone().unwrap_or_default(), self.app.embedder(Some(name))?),
         };
-        let result = embedder.embed(texts, kind);
-        let (outcome, detail) = match &result {
-            Ok(e) => (
-                "ok".to_string(),
+        let embeddings = self.audit_outcome(
+            caller,
+            &tenant,
+            "embed",
+            embedder.embed(texts, kind),
+            |e| {
                 serde_json::json!({ "model": embedder.model_id(), "inputs": texts.len(), "tokens": e.iter().map(|v| v.tokens).sum::<usize>(),
-                                    "kind": format!("{kind:?}").to_lowercase() }),
-            ),
-            Err(e) => (format!("error: {e}"), serde_json::json!({ "model": embedder.model_id(), "inputs": texts.len() })),
-        };
-        let audited = self.audit(caller, EventRecord { tenant: &tenant, action: "embed", outcome: &outcome, detail: &detail, ..EventRecord::default() });
-        let embeddings = result?;
-        audited?;
+                                    "kind": format!("{kind:?}").to_lowercase() })
+            },
+            serde_json::json!({ "model": embedder.model_id(), "inputs": texts.len() }),
+        )?;
         Ok(Embedded {
             model: embedder.model_id().to_string(),
             tokens: embeddings.iter().map(|e| e.tokens).sum(),

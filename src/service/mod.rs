@@ -237,6 +237,29 @@ impl Service {
         self.store.catalog().append_event(&EventRecord { key_id: caller.key_id, key_name: &caller.name, ..record })
     }
 
+    /// Writes the audit event of an operation that ended in `result`: outcome "ok" with
+    /// `ok_detail` of its value, or "error: …" with `err_detail`; returns `result`. The
+    /// operation's own error comes first: an audit row that cannot be written on a full disk must
+    /// not hide why the operation failed (but a success that cannot be recorded fails).
+    pub(crate) fn audit_outcome<T>(
+        &self,
+        caller: &Caller,
+        tenant: &str,
+        action: &str,
+        result: Result<T>,
+        ok_detail: impl FnOnce(&T) -> serde_json::Value,
+        err_detail: serde_json::Value,
+    ) -> Result<T> {
+        let (outcome, detail) = match &result {
+            Ok(value) => ("ok".to_string(), ok_detail(value)),
+            Err(e) => (format!("error: {e}"), err_detail),
+        };
+        let audited = self.audit(caller, EventRecord { tenant, action, outcome: &outcome, detail: &detail, ..EventRecord::default() });
+        let value = result?;
+        audited?;
+        Ok(value)
+    }
+
     /// `doctor`'s report (build, device, models verified, every tenant's generations and
     /// consistency): admins only.
     pub fn doctor(&self, caller: &Caller) -> Result<DoctorReport> {
