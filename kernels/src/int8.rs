@@ -76,6 +76,9 @@ pub struct Int8Linear {
     outputs: usize,
     /// 255, or 127 where the kernel could saturate.
     activation_levels: f32,
+    /// One activation scale per row with outliers set aside (false), or one per sequence with
+    /// none, as an onnxruntime export expects ([`Int8Linear::with_sequence_scale`]).
+    sequence_scale: bool,
 }
 
 /// Which GEMM runs, with the weights packed for it (`(in, out)` codes).
@@ -223,6 +226,7 @@ impl Int8Linear {
             inputs,
             outputs,
             activation_levels,
+            sequence_scale: false,
         }
     }
 
@@ -263,6 +267,18 @@ impl Int8Linear {
         self
     }
 
+    /// Activations quantised as onnxruntime's `DynamicQuantizeLinear` does for the model files
+    /// [`Int8Linear::from_codes`] reads: one scale and zero point over a whole sequence's rows
+    /// (its tensor, when it runs one pair at a time), no outliers set aside. A model quantised by
+    /// that exporter was checked against those activations, and its logits then agree with
+    /// onnxruntime's (`l12_cross_encoder_agrees_with_onnxruntime_on_the_same_int8_file`). The
+    /// sequence, not the call, is the unit, so a text's result does not depend on the texts it
+    /// is batched with (only, slightly, on the padding rows of its own sequence).
+    pub fn with_sequence_scale(mut self) -> Int8Linear {
+        self.sequence_scale = true;
+        self
+    }
+
     /// The GEMM kernel that runs (ours, or rten-gemm's name, e.g. `x86_64-u8i8i32-avx512`), and
     /// whether activations get 8 bits or, on a kernel that could saturate, 7.
     pub fn kernel_name(&self) -> String {
@@ -275,31 +291,38 @@ impl Int8Linear {
         (self.inputs, self.outputs)
     }
 
-    /// `x`: `rows × inputs` row-major; `y`: `rows × outputs`, overwritten.
+    /// `x`: `rows × inputs` row-major, one sequence; `y`: `rows × outputs`, overwritten.
     pub fn forward(&self, x: &[f32], rows: usize, y: &mut [f32], activation: Activation) {
         // SAFETY: an initialised slice seen as possibly uninitialised; `forward_uninit` only writes.
         let y = unsafe { std::slice::from_raw_parts_mut(y.as_mut_ptr().cast::<MaybeUninit<f32>>(), y.len()) };
-        self.forward_uninit(x, rows, y, activation);
+        self.forward_uninit(x, rows, rows, y, activation);
     }
 
     /// [`Int8Linear::forward`] into a new vector, with no zeroing pass first.
     pub fn forward_to_vec(&self, x: &[f32], rows: usize, activation: Activation) -> Vec<f32> {
+        self.forward_sequences(x, rows, rows, activation)
+    }
+
+    /// [`Int8Linear::forward_to_vec`] on `rows` that are sequences of `sequence_rows` rows each
+    /// (what a sequence scale is taken over, [`Int8Linear::with_sequence_scale`]).
+    pub fn forward_sequences(&self, x: &[f32], rows: usize, sequence_rows: usize, activation: Activation) -> Vec<f32> {
         let len = rows * self.outputs;
         let mut y = Vec::with_capacity(len);
-        self.forward_uninit(x, rows, &mut y.spare_capacity_mut()[..len], activation);
+        self.forward_uninit(x, rows, sequence_rows, &mut y.spare_capacity_mut()[..len], activation);
         // SAFETY: `forward_uninit` wrote all `len` values.
         unsafe { y.set_len(len) };
         y
     }
 
     /// Writes every element of `y` (`rows × outputs`).
-    fn forward_uninit(&self, x: &[f32], rows: usize, y: &mut [MaybeUninit<f32>], activation: Activation) {
+    fn forward_uninit(&self, x: &[f32], rows: usize, sequence_rows: usize, y: &mut [MaybeUninit<f32>], activation: Activation) {
         assert_eq!(x.len(), rows * self.inputs, "input is not {rows} × {}", self.inputs);
         assert_eq!(y.len(), rows * self.outputs, "output is not {rows} × {}", self.outputs);
         if rows == 0 {
             return;
         }
-        let quantised = self.quantise_rows(x, rows);
+        assert!(sequence_rows > 0 && rows % sequence_rows == 0, "{rows} rows are not sequences of {sequence_rows}");
+        let quantised = if self.sequence_scale { self.quantise_sequences(x, rows, sequence_rows) } else { self.quantise_rows(x, rows) };
         // SAFETY: MaybeUninit<i32> and MaybeUninit<f32> have the same size and alignment.
         let sums = unsafe { std::slice::from_raw_parts_mut(y.as_mut_ptr().cast::<MaybeUninit<i32>>(), y.len()) };
         let mut residual_sums = self.residual_column_sums.as_ref().map(|_| Vec::with_capacity(rows * self.outputs));
@@ -389,28 +412,58 @@ impl Int8Linear {
                         &inliers[..]
                     };
                     let (lo, hi) = range_with_zero(x);
-                    let s = if hi > lo { (hi - lo) / levels } else { 1.0 };
-                    let z = (-lo / s).round_ties_even().clamp(0.0, levels);
-                    let inv = 1.0 / s;
-                    for (c, &v) in codes.iter_mut().zip(x) {
-                        let q = (v * inv + z).round_ties_even();
-                        // `!(q >= 0)` also sends NaN (a NaN or infinite input) to code 0.
-                        let q = if !(q >= 0.0) {
-                            0.0
-                        } else if q > levels {
-                            levels
-                        } else {
-                            q
-                        };
-                        // SAFETY: `q` is within 0..=255 here. The unchecked cast is what lets the
-                        // compiler vectorise this loop (`as` saturates, element by element).
-                        *c = unsafe { q.to_int_unchecked::<i32>() } as u8;
-                    }
+                    let (s, z) = quantisation(lo, hi, levels);
+                    quantise_to(codes, x, s, z, levels);
                     *scale = s;
                     *zero = z as u8;
                 }
             });
         Quantised { codes, scales, zeros, outliers }
+    }
+
+    /// Each sequence of `sequence_rows` rows to `u8` over `[min(x,0), max(x,0)]` of all its
+    /// values, as `DynamicQuantizeLinear` does (scale `(max − min)/255`, zero point and codes
+    /// rounded half to even), no outliers set aside.
+    fn quantise_sequences(&self, x: &[f32], rows: usize, sequence_rows: usize) -> Quantised {
+        let levels = self.activation_levels;
+        let mut codes = vec![0u8; x.len()];
+        let mut scales = vec![0f32; rows];
+        let mut zeros = vec![0u8; rows];
+        let width = sequence_rows * self.inputs;
+        let task = self.inputs * ROWS_PER_TASK;
+        for (((codes, scales), zeros), x) in codes.chunks_mut(width).zip(scales.chunks_mut(sequence_rows)).zip(zeros.chunks_mut(sequence_rows)).zip(x.chunks(width)) {
+            let (lo, hi) = x.par_chunks(task).map(range_with_zero).reduce(|| (0.0, 0.0), |a, b| (a.0.min(b.0), a.1.max(b.1)));
+            let (s, z) = quantisation(lo, hi, levels);
+            codes.par_chunks_mut(task).zip(x.par_chunks(task)).for_each(|(codes, x)| quantise_to(codes, x, s, z, levels));
+            scales.fill(s);
+            zeros.fill(z as u8);
+        }
+        Quantised { codes, scales, zeros, outliers: vec![RowOutliers::default(); rows] }
+    }
+}
+
+/// The scale and the code of zero for values over `[lo, hi]` (which holds 0) in `levels + 1` steps.
+fn quantisation(lo: f32, hi: f32, levels: f32) -> (f32, f32) {
+    let s = if hi > lo { (hi - lo) / levels } else { 1.0 };
+    (s, (-lo / s).round_ties_even().clamp(0.0, levels))
+}
+
+/// `x` to codes at scale `s` with zero at code `z`: NaN and −∞ get code 0, +∞ the top code.
+fn quantise_to(codes: &mut [u8], x: &[f32], s: f32, z: f32, levels: f32) {
+    let inv = 1.0 / s;
+    for (c, &v) in codes.iter_mut().zip(x) {
+        let q = (v * inv + z).round_ties_even();
+        // `!(q >= 0)` also sends NaN (a NaN or infinite input) to code 0.
+        let q = if !(q >= 0.0) {
+            0.0
+        } else if q > levels {
+            levels
+        } else {
+            q
+        };
+        // SAFETY: `q` is within 0..=255 here. The unchecked cast is what lets the compiler
+        // vectorise this loop (`as` saturates, element by element).
+        *c = unsafe { q.to_int_unchecked::<i32>() } as u8;
     }
 }
 
@@ -663,6 +716,49 @@ mod tests {
             // 7-bit activations (rten-gemm on x86 without VNNI) halve the grid: allow its step.
             let bound = if layer.kernel_name().contains("u7") { 0.5 } else { 1e-3 };
             assert!(worst < bound, "{kernel:?}: worst error {worst}");
+        }
+    }
+
+    #[test]
+    fn a_sequence_scale_is_one_dynamic_quantisation_per_sequence() {
+        // onnxruntime's DynamicQuantizeLinear written out: one scale and zero point over all of a
+        // sequence's values, codes rounded half to even; the int8 product then exact in i32.
+        let (inputs, outputs, sequence_rows, sequences) = (48, 24, 7, 3);
+        let rows = sequence_rows * sequences;
+        let mut x = values(rows * inputs, 31);
+        // A large value in the second sequence only: its scale, not the others'.
+        x[sequence_rows * inputs + 5] = 9.5;
+        let codes: Vec<i8> = (0..inputs * outputs).map(|i| ((i * 53 % 255) as i32 - 127) as i8).collect();
+        let scales: Vec<f32> = (0..outputs).map(|o| 0.002 * (o + 1) as f32).collect();
+        let bias = values(outputs, 32);
+        let layer = Int8Linear::from_codes(&codes, inputs, outputs, &scales, Some(&bias)).with_sequence_scale();
+        let y = layer.forward_sequences(&x, rows, sequence_rows, Activation::None);
+        let mut want = vec![0f32; rows * outputs];
+        for (q, xs) in x.chunks(sequence_rows * inputs).enumerate() {
+            let (lo, hi) = (xs.iter().fold(0f32, |m, &v| m.min(v)), xs.iter().fold(0f32, |m, &v| m.max(v)));
+            let scale = (hi - lo) / 255.0;
+            let zero = (-lo / scale).round_ties_even().clamp(0.0, 255.0);
+            for r in 0..sequence_rows {
+                let row = &xs[r * inputs..(r + 1) * inputs];
+                for o in 0..outputs {
+                    let dot: i32 = row
+                        .iter()
+                        .map(|&v| ((v / scale).round_ties_even() + zero).clamp(0.0, 255.0) as i32 - zero as i32)
+                        .zip((0..inputs).map(|i| i32::from(codes[i * outputs + o])))
+                        .map(|(a, w)| a * w)
+                        .sum();
+                    want[(q * sequence_rows + r) * outputs + o] = dot as f32 * scale * scales[o] + bias[o];
+                }
+            }
+        }
+        let worst = y.iter().zip(&want).map(|(a, b)| (a - b).abs()).fold(0.0, f32::max);
+        if !layer.kernel_name().contains("u7") {
+            assert!(worst < 1e-3, "worst difference from DynamicQuantizeLinear {worst}");
+        }
+        // Each sequence as if it ran alone: the batch does not change it.
+        for q in 0..sequences {
+            let alone = layer.forward_to_vec(&x[q * sequence_rows * inputs..(q + 1) * sequence_rows * inputs], sequence_rows, Activation::None);
+            assert_eq!(alone, y[q * sequence_rows * outputs..(q + 1) * sequence_rows * outputs], "sequence {q}");
         }
     }
 

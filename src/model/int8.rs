@@ -32,12 +32,15 @@ impl Int8Dense {
         Ok(Int8Dense { layer: Arc::new(layer) })
     }
 
-    /// A layer from int8 codes as a model file stores them (`Int8Linear::from_codes`).
+    /// A layer from int8 codes as an onnxruntime export stores them (`Int8Linear::from_codes`),
+    /// its activations quantised as that export expects: one scale per sequence
+    /// (`Int8Linear::with_sequence_scale`).
     pub fn from_codes(codes: &[i8], inputs: usize, scales: &[f32], bias: Option<&[f32]>) -> Int8Dense {
-        Int8Dense { layer: Arc::new(Int8Linear::from_codes(codes, inputs, scales.len(), scales, bias)) }
+        Int8Dense { layer: Arc::new(Int8Linear::from_codes(codes, inputs, scales.len(), scales, bias).with_sequence_scale()) }
     }
 
-    /// `x`: `(…, in)` f32 on the CPU → `(…, out)`.
+    /// `x`: `(…, in)` f32 on the CPU → `(…, out)`; a sequence is the last dimension but one
+    /// (`(batch, seq, in)`: each of the batch's sequences), or all rows of a matrix.
     pub fn forward(&self, x: &Tensor, activation: Activation) -> candle_core::Result<Tensor> {
         x.contiguous()?.apply_op1_no_bwd(&Op { layer: &self.layer, activation })
     }
@@ -60,7 +63,8 @@ impl CustomOp1 for Op<'_> {
             candle_core::bail!("int8-dense: input shape {:?} does not end in {inputs}", dims);
         }
         let rows = layout.shape().elem_count() / inputs;
-        let out = self.layer.forward_to_vec(f32_slice(storage, layout)?, rows, self.activation);
+        let sequence_rows = if dims.len() >= 3 { dims[dims.len() - 2] } else { rows };
+        let out = self.layer.forward_sequences(f32_slice(storage, layout)?, rows, sequence_rows, self.activation);
         let mut shape = dims.to_vec();
         *shape.last_mut().expect("checked above") = outputs;
         Ok((CpuStorage::F32(out), Shape::from(shape)))

@@ -216,15 +216,16 @@ fn cross_encoder_int8_gate_decides_the_auto_precision() {
 /// ms-marco-MiniLM-L-12-v2 as its int8 ONNX file ships (the default reranker), run by ragbox's
 /// own int8 path on the file's codes, against onnxruntime's logits on the same file
 /// (tests/fixtures/golden-crossencoder-l12.json, 531 pairs, made by
-/// scripts/golden_crossencoder_l12.py, one pair per run). The two quantise activations
-/// differently (onnxruntime one scale per tensor, ragbox one per row with outliers set aside, so
-/// that a pair's score never depends on what it is batched with), and the difference grows
-/// through 12 layers: logits cannot agree to the bit, and onnxruntime itself moves them by up to
-/// 0.35 (mean 0.036) between its own optimisation levels (`ort_optimisation_spread`). Measured:
-/// worst |diff| 1.02, mean 0.082 (issue 33 asked for a worst of 0.05: not met, docs/EVAL.md).
-/// What a reranker needs holds: the same best passage for every query whose reference top two are
-/// 0.5 apart or more. The bounds on the mean (0.1) and the worst (2.0: a broken layer moves logits
-/// by several units) guard against regressions.
+/// scripts/golden_crossencoder_l12.py, one pair per run). Activations are quantised as the
+/// export expects, one scale per sequence as `DynamicQuantizeLinear` does per tensor
+/// (`Int8Linear::with_sequence_scale`; one scale per row with outliers set aside gave worst 1.02,
+/// mean 0.082). What remains is float rounding (LayerNorm, softmax, GELU in another order) that
+/// flips an activation's code here and there and grows through 12 layers: onnxruntime itself moves
+/// logits by up to 0.35 (mean 0.036) between its own optimisation levels
+/// (`ort_optimisation_spread`). Measured: worst |diff| 0.88, mean 0.057 (issue 33 asked for a
+/// worst of 0.05: not met, docs/EVAL.md). What a reranker needs holds: the same best passage for
+/// every query whose reference top two are 0.5 apart or more. The bounds on the mean (0.075) and
+/// the worst (2.0: a broken layer moves logits by several units) guard against regressions.
 #[test]
 fn l12_cross_encoder_agrees_with_onnxruntime_on_the_same_int8_file() {
     let golden = json_fixture("golden-crossencoder-l12.json");
@@ -265,7 +266,7 @@ fn l12_cross_encoder_agrees_with_onnxruntime_on_the_same_int8_file() {
     let mean = sum / n as f64;
     eprintln!("golden L-12 int8: {n} pairs, worst |logit diff| {worst:.4}, mean {mean:.4}; best passage kept {top_agree}/{tops}; onnxruntime's own spread {spread:.4}");
     assert_eq!(n, pairs.len());
-    assert!(mean <= 0.1, "mean |logit diff| {mean}");
+    assert!(mean <= 0.075, "mean |logit diff| {mean}");
     assert!(worst <= 2.0, "worst |logit diff| {worst}");
     assert_eq!(top_agree, tops, "the best passage differs");
 }
