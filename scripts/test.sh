@@ -3,7 +3,8 @@
 #   1. fetch the pinned models into ~/.cache/ragbox and lay out models/ (seconds when cached);
 #   2. build everything once (tests, benches, the binary they drive) with the tuned dev profile,
 #      target dir kept outside the clone so repeated runs stay incremental;
-#   3. check the module layering;
+#   3. check the module layering (and build llama.cpp's OpenAI-compatible server once, in a venv
+#      under ~/.cache/ragbox, for the inference-server tests);
 #   4. run every test inside a network namespace that has nothing but loopback: proof that nothing
 #      after set-up needs the network.
 set -euo pipefail
@@ -12,9 +13,9 @@ cd "$(dirname "$0")/.."
 . scripts/build-env.sh
 
 need() { command -v "$1" >/dev/null 2>&1; }
-if ! need unshare || ! need ip || ! need python3; then
-  echo "installing util-linux, iproute2, python3" >&2
-  apt-get update -qq && apt-get install -y -qq util-linux iproute2 python3 python3-pip >/dev/null
+if ! need unshare || ! need ip || ! need python3 || ! python3 -c 'import ensurepip' 2>/dev/null; then
+  echo "installing util-linux, iproute2, python3, python3-venv" >&2
+  apt-get update -qq && apt-get install -y -qq util-linux iproute2 python3 python3-pip python3-venv >/dev/null
 fi
 # The web page's browser test drives Debian's headless chromium through chromedriver.
 if ! need chromium || ! need chromedriver; then
@@ -33,6 +34,10 @@ scripts/fetch-models.sh
 
 step "patched crates"
 scripts/patch-crates.sh
+
+step "llama.cpp's server (the inference-server tests run against it)"
+LLAMA_SERVER_VENV="$(scripts/llama-server-venv.sh)"
+export LLAMA_SERVER_VENV
 
 step "build"
 cargo fetch --locked

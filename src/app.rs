@@ -10,7 +10,7 @@ use crate::config::Config;
 use crate::ingest::IngestOptions;
 use crate::store::{Quantization, Store, VectorOptions};
 use crate::embed::{load_embedder, EmbedOptions, Embedder};
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::model::batch::BatchLimits;
 use crate::model::Precision;
 use crate::model::store::ModelStatus;
@@ -20,7 +20,7 @@ use crate::retrieve::{RetrieveOptions, Retriever};
 use crate::answer::support::{SupportChecker, SupportMethod};
 use crate::answer::AnswerOptions;
 use crate::generate::rerank::LlmReranker;
-use crate::generate::{ClaudeGenerator, ClaudeOptions, GgufGenerator, Generator, LocalOptions};
+use crate::generate::{ClaudeGenerator, ClaudeOptions, Fallback, GgufGenerator, Generator, HostAllowlist, LocalOptions, OpenAiGenerator, OpenAiOptions};
 
 /// The assembled application.
 pub struct App {
@@ -83,6 +83,8 @@ pub struct DoctorReport {
     pub rerank_model: String,
     /// What ingest will do about scanned pages and images (the OCR model).
     pub ocr_status: String,
+    /// Where prompts go (`generate.backend`), and whether an inference server answers.
+    pub generator: String,
     /// What retrieval will do about reranking.
     pub rerank_status: String,
     /// Every model in the manifest.
@@ -235,12 +237,41 @@ impl App {
         Ok(Some(reranker))
     }
 
+    /// How to reach the configured inference server, its key read from the environment
+    /// variable or the file the configuration names.
+    fn openai_options(&self) -> Result<OpenAiOptions> {
+        let g = &self.config.generate;
+        let from_env = (!g.openai_api_key_env.is_empty()).then(|| std::env::var(&g.openai_api_key_env).ok()).flatten();
+        let from_file = if g.openai_api_key_file.is_empty() {
+            None
+        } else {
+            let text = std::fs::read_to_string(&g.openai_api_key_file)
+                .map_err(|e| Error::Config(format!("generate.openai_api_key_file {:?}: {e}", g.openai_api_key_file)))?;
+            text.lines().next().map(|l| l.trim().to_string()).filter(|k| !k.is_empty())
+        };
+        Ok(OpenAiOptions {
+            base_url: g.openai_base_url.clone(),
+            model: g.openai_model.clone(),
+            api_key: from_env.or(from_file),
+            connect_timeout_ms: g.openai_connect_timeout_ms,
+            timeout_ms: g.openai_timeout_ms,
+            allow: HostAllowlist::parse(&g.allow_hosts)?,
+        })
+    }
+
     /// The configured generator, or the local model `name` (a `generate` model of the
     /// manifest), loaded and verified. A remote backend is only built when the configuration
     /// selects it and the `claude` feature is compiled in; callers warn when
     /// [`Generator::is_remote`].
     pub fn generator(&self, name: Option<&str>) -> Result<Arc<dyn Generator>> {
         let g = &self.config.generate;
+        if g.backend == "openai" && name.is_none() {
+            let server: Arc<dyn Generator> = Arc::new(OpenAiGenerator::new(self.openai_options()?)?);
+            return match g.fallback.as_str() {
+                "local" => Ok(Arc::new(Fallback::new(server, self.generator(Some(&g.model))?))),
+                _ => Ok(server),
+            };
+        }
         if g.backend == "claude" && name.is_none() {
             let api_key = std::env::var(&g.claude_api_key_env).unwrap_or_default();
             let options = ClaudeOptions {
@@ -277,9 +308,11 @@ impl App {
         Ok(generator)
     }
 
-    /// The `llm` contextualiser over the configured local generator.
+    /// The `llm` contextualiser: on the inference server when `generate.backend = "openai"`,
+    /// else on the local model (whole documents never go to Claude).
     pub fn contextualizer(&self) -> Result<crate::ingest::ContextWriter> {
-        let generator = self.generator(Some(&self.config.generate.model))?;
+        let g = &self.config.generate;
+        let generator = self.generator((g.backend != "openai").then_some(g.model.as_str()))?;
         Ok(crate::ingest::ContextWriter(Arc::new(crate::annotate::LlmContextualizer::new(generator))))
     }
 
@@ -441,6 +474,31 @@ impl App {
         }
     }
 
+    /// Where prompts go, for the start-up line and `doctor`; `probe`: also ask an inference
+    /// server whether it answers (one `GET /models` to the configured, allowed host).
+    pub fn generator_status(&self, probe: bool) -> String {
+        let g = &self.config.generate;
+        match g.backend.as_str() {
+            "openai" => {
+                let fallback = match g.fallback.as_str() {
+                    "local" => format!("; while it is unreachable the local model {} answers", g.model),
+                    _ => "; no fallback".to_string(),
+                };
+                let head = format!("prompts go to the inference server {} (model {}; allow_hosts: {}){fallback}", g.openai_base_url, g.openai_model, g.allow_hosts.join(", "));
+                if !probe {
+                    return head;
+                }
+                let reached = self.openai_options().and_then(OpenAiGenerator::new).and_then(|s| crate::generate::block_on(s.probe()));
+                match reached {
+                    Ok(models) => format!("{head}: reachable, serving {}", if models.is_empty() { "no model it names".to_string() } else { models.join(", ") }),
+                    Err(e) => format!("{head}: NOT reachable: {e}"),
+                }
+            }
+            "claude" => format!("prompts go to Anthropic ({}, model {}): they leave the machine", g.claude_base_url, g.claude_model),
+            _ => format!("prompts stay in this process (local model {})", g.model),
+        }
+    }
+
     /// Features, device, and every model's files verified.
     pub fn doctor(&self) -> DoctorReport {
         let models: Vec<ModelStatus> = self.models.manifest().models.iter().map(|m| self.models.status(m)).collect();
@@ -500,6 +558,7 @@ impl App {
             rerank_model: self.config.rerank.model.clone(),
             rerank_status,
             ocr_status: self.ocr_status(&models),
+            generator: self.generator_status(true),
             models,
         }
     }

@@ -105,8 +105,9 @@ pub struct RetrieveSection {
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct GenerateSection {
-    /// `local` (a GGUF from the models folder; the default) or `claude` (remote; needs the
-    /// `claude` feature, and text leaves the machine).
+    /// `local` (a GGUF from the models folder; the default), `openai` (an OpenAI-compatible
+    /// inference server on a host of `allow_hosts`) or `claude` (remote; needs the `claude`
+    /// feature, and text leaves the machine).
     pub backend: String,
     /// The local model (a `generate` model of the manifest).
     pub model: String,
@@ -126,6 +127,22 @@ pub struct GenerateSection {
     pub claude_api_key_env: String,
     /// The Anthropic API base.
     pub claude_base_url: String,
+    /// The inference server's API base, when `backend = "openai"` (`http://HOST:PORT/v1`).
+    pub openai_base_url: String,
+    /// The model name the inference server expects.
+    pub openai_model: String,
+    /// The environment variable holding the server's key, if it wants one.
+    pub openai_api_key_env: String,
+    /// A file holding the server's key (first line), if it wants one.
+    pub openai_api_key_file: String,
+    /// Giving up on connecting to the server.
+    pub openai_connect_timeout_ms: u64,
+    /// Giving up on one reply.
+    pub openai_timeout_ms: u64,
+    /// Hosts prompts may be sent to: names, IP addresses, CIDR networks. Empty: none.
+    pub allow_hosts: Vec<String>,
+    /// `none`, or `local`: the local model answers while the inference server is unreachable.
+    pub fallback: String,
 }
 
 /// `[answer]`.
@@ -407,8 +424,20 @@ impl Config {
             ));
         }
         let g = &raw.generate;
-        if !["local", "claude"].contains(&g.backend.as_str()) {
-            return Err(Error::Config(format!("generate.backend = `{}`: use local or claude", g.backend)));
+        if !["local", "openai", "claude"].contains(&g.backend.as_str()) {
+            return Err(Error::Config(format!("generate.backend = `{}`: use local, openai or claude", g.backend)));
+        }
+        if !["none", "local"].contains(&g.fallback.as_str()) {
+            return Err(Error::Config(format!("generate.fallback = `{}`: use none or local", g.fallback)));
+        }
+        let allow = crate::generate::HostAllowlist::parse(&g.allow_hosts)?;
+        if g.backend == "openai" {
+            if g.openai_base_url.is_empty() || g.openai_model.is_empty() {
+                return Err(Error::Config(
+                    "generate.backend = \"openai\" needs generate.openai_base_url (http://HOST:PORT/v1) and generate.openai_model (the name the server expects)".into(),
+                ));
+            }
+            allow.check(&g.openai_base_url)?;
         }
         let generate_spec = manifest.get(&g.model)?;
         if generate_spec.role != ModelRole::Generate {

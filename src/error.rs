@@ -171,6 +171,15 @@ pub enum Error {
     /// The text generator (local LLM or remote backend) failed.
     #[error("generation failed: {0}")]
     Generate(String),
+    /// The inference server could not be reached (no connection, or it said it is busy), before
+    /// anything was generated.
+    #[error("the inference server {server} cannot be reached ({detail}); start it or check generate.openai_base_url, or set generate.fallback = \"local\" to answer with the local model meanwhile")]
+    Unreachable {
+        /// Its URL and host.
+        server: String,
+        /// What the connection said.
+        detail: String,
+    },
     /// A thing asked for by id (session, document, answer, job, key) that does not exist, or
     /// that the caller may not see: the two read alike, so existence does not leak.
     #[error("{0}")]
@@ -208,7 +217,8 @@ impl Error {
             | Error::DataDirNotWritable { .. }
             | Error::DiskFull { .. }
             | Error::CatalogDamaged { .. }
-            | Error::Generate(_) => Fault::Runtime,
+            | Error::Generate(_)
+            | Error::Unreachable { .. } => Fault::Runtime,
             Error::Bug(_) => Fault::Bug,
         }
     }

@@ -245,7 +245,7 @@ impl crate::generate::Generator for ScriptedGenerator {
             sink.token(piece);
             words += 1;
         }
-        Ok(crate::generate::Generation { text, prompt_tokens: 0, completion_tokens: words, first_token_ms: 1.0, total_ms: 2.0 })
+        Ok(crate::generate::Generation { text, prompt_tokens: 0, completion_tokens: words, first_token_ms: 1.0, total_ms: 2.0, written_by: "local".into() })
     }
 
     async fn yes_no(&self, conversations: &[Vec<crate::generate::Message>]) -> Result<Vec<f32>> {

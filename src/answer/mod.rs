@@ -207,6 +207,10 @@ pub struct Answer {
     pub sources: Vec<Source>,
     /// The generator, or `None` when none was called.
     pub model: Option<String>,
+    /// Where the generator ran (`local`, `openai 10.0.0.5:8080`, a fallback and why), when one
+    /// was called.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub written_by: Option<String>,
     /// How support was checked.
     pub support_method: SupportMethod,
     /// Time per stage.
@@ -307,6 +311,7 @@ fn blank(question: &str, standalone: &str, retrieval: &Retrieval, support_method
         closest: Vec::new(),
         sources: Vec::new(),
         model: None,
+        written_by: None,
         support_method,
         timings: AnswerTimings { retrieve_ms: retrieval.timings.total_ms, ..AnswerTimings::default() },
         hit_token_cap: false,
@@ -615,6 +620,7 @@ impl Answerer {
             held.inner.token(NO_ANSWER_WRITTEN);
         }
         answer.model = Some(self.generator.model_id().to_string());
+        answer.written_by = Some(generation.written_by.clone());
         answer.timings.first_token_ms = generation.first_token_ms;
         answer.timings.generate_ms = generation.total_ms;
         answer.timings.prompt_tokens = generation.prompt_tokens;

@@ -119,8 +119,12 @@ pub(super) fn print_after(answer: &Answer) {
     let t = &answer.timings;
     match &answer.model {
         Some(m) => println!(
-            "answer {} · {m} · first token {:.1} s{} · {:.1} tokens/s · total {:.1} s",
+            "answer {} · {m}{} · first token {:.1} s{} · {:.1} tokens/s · total {:.1} s",
             answer.answer_id.unwrap_or_default(),
+            match answer.written_by.as_deref() {
+                Some(w) if w != "local" => format!(" ({w})"),
+                _ => String::new(),
+            },
             t.first_token_ms / 1e3,
             if answer.second_try { " (asked again: the first reply was citation markers only)" } else { "" },
             t.tokens_per_second,

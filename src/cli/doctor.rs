@@ -26,6 +26,7 @@ pub fn run(g: &GlobalArgs) -> anyhow::Result<()> {
     println!("embedder:   {}", report.embed_model);
     println!("reranker:   {}: {}", report.rerank_model, report.rerank_status);
     println!("ocr:        {}", report.ocr_status);
+    println!("generator:  {}", report.generator);
     let sv = &report.server;
     println!(
         "server:     listen {} · queue {} (generating {} at once) · body {} B, question {} chars, upload {} B · timeouts {} ms / answer {} ms / body {} ms · CORS {}",

@@ -44,6 +44,7 @@ pub fn run(g: &GlobalArgs, args: ServeArgs) -> anyhow::Result<u8> {
     let addr: SocketAddr = listen.parse().map_err(|e| anyhow::anyhow!("--listen {listen:?}: {e}; use an address such as 127.0.0.1:7070"))?;
     let server_config = config.server.clone();
     let service = Arc::new(Service::open(config)?);
+    eprintln!("ragbox serve: {}", service.generator_status());
     service.warm_up()?;
     let resumed = service.resume_uploads()?;
     if !resumed.is_empty() {

@@ -448,6 +448,7 @@ mod tests {
             closest: Vec::new(),
             sources: vec![source(1), source(2)],
             model: Some("m".into()),
+            written_by: None,
             support_method: SupportMethod::Off,
             timings: Default::default(),
             hit_token_cap: false,

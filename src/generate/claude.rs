@@ -2,11 +2,9 @@
 //! with the `claude` feature and used only when the configuration selects it; every prompt sent
 //! here leaves the machine, which [`Generator::is_remote`] reports so callers can warn.
 
-use std::time::Instant;
-
 use serde_json::json;
 
-use super::{ClaudeOptions, GenerateRequest, Generation, Generator, Role, TokenSink};
+use super::{ClaudeOptions, GenerateRequest, Generation, Generator, Role, Streaming, TokenSink};
 use crate::error::{Error, Result};
 
 /// Claude through the Messages API.
@@ -43,8 +41,13 @@ impl Generator for ClaudeGenerator {
         true
     }
 
+    fn destination(&self) -> String {
+        let host = reqwest::Url::parse(&self.options.base_url).ok().and_then(|u| u.host_str().map(str::to_string));
+        format!("claude {}", host.unwrap_or_else(|| self.options.base_url.clone()))
+    }
+
     async fn generate(&self, request: &GenerateRequest, sink: &mut (dyn TokenSink + Send)) -> Result<Generation> {
-        let started = Instant::now();
+        let mut streaming = Streaming::new();
         let system: Vec<&str> =
             request.messages.iter().filter(|m| m.role == Role::System).map(|m| m.content.as_str()).collect();
         let messages: Vec<serde_json::Value> = request
@@ -78,7 +81,7 @@ impl Generator for ClaudeGenerator {
             let text = response.text().await.unwrap_or_default();
             return Err(remote(&format!("HTTP {status}"), text));
         }
-        let mut out = Generation::default();
+        let mut out = Generation { written_by: self.destination(), ..Generation::default() };
         let mut pending = String::new();
         while let Some(bytes) = response.chunk().await.map_err(|e| remote("stream", e))? {
             pending.push_str(&String::from_utf8_lossy(&bytes));
@@ -89,11 +92,7 @@ impl Generator for ClaudeGenerator {
                 match event["type"].as_str() {
                     Some("content_block_delta") => {
                         if let Some(text) = event["delta"]["text"].as_str() {
-                            if out.text.is_empty() {
-                                out.first_token_ms = started.elapsed().as_secs_f64() * 1e3;
-                            }
-                            out.text.push_str(text);
-                            sink.token(text);
+                            streaming.push(&mut out, text, &request.stop, sink);
                         }
                     }
                     Some("message_start") => {
@@ -107,7 +106,7 @@ impl Generator for ClaudeGenerator {
                 }
             }
         }
-        out.total_ms = started.elapsed().as_secs_f64() * 1e3;
+        streaming.finish(&mut out, &request.stop);
         Ok(out)
     }
 }

@@ -3,7 +3,6 @@
 //! source is `None`, and the chat template and tokenizer come from the GGUF itself.
 
 use std::sync::{Arc, Mutex};
-use std::time::Instant;
 
 use mistralrs::core::{
     AutoDeviceMapParams, DefaultSchedulerMethod, DeviceMapSetting, GGUFLoaderBuilder, GGUFSpecificConfig,
@@ -11,7 +10,7 @@ use mistralrs::core::{
 };
 use mistralrs::{Model, RequestBuilder, Response, TextMessageRole, TokenSource};
 
-use super::{LocalOptions, GenerateRequest, Generation, Generator, Message, Role, TokenSink};
+use super::{GenerateRequest, Generation, Generator, LocalOptions, Message, Role, Streaming, TokenSink};
 use crate::error::{Error, Result};
 
 /// A GGUF chat model on mistralrs.
@@ -184,7 +183,7 @@ impl Generator for GgufGenerator {
     }
 
     async fn generate(&self, request: &GenerateRequest, sink: &mut (dyn TokenSink + Send)) -> Result<Generation> {
-        let started = Instant::now();
+        let mut streaming = Streaming::new();
         let mut b = builder(&request.messages).set_sampler_max_len(request.max_tokens.max(1));
         if request.temperature > 0.0 {
             b = b.set_sampler_temperature(request.temperature);
@@ -193,10 +192,7 @@ impl Generator for GgufGenerator {
             b = b.set_sampler_stop_toks(mistralrs::StopTokens::Seqs(request.stop.clone()));
         }
         let mut stream = self.model.stream_chat_request(b).await.map_err(|e| llm_error("generating", e))?;
-        let mut out = Generation::default();
-        // Bytes of `out.text` streamed so far; a stop text ends the reply here, and its start is
-        // never streamed (`super::showable`).
-        let (mut shown, mut stopped) = (0, false);
+        let mut out = Generation { written_by: self.destination(), ..Generation::default() };
         while let Some(response) = stream.next().await {
             match response {
                 Response::Chunk(chunk) => {
@@ -205,20 +201,10 @@ impl Generator for GgufGenerator {
                         out.completion_tokens = usage.completion_tokens;
                     }
                     let mut finished = false;
+                    let mut stopped = false;
                     for choice in &chunk.choices {
                         if let Some(text) = &choice.delta.content {
-                            if !text.is_empty() {
-                                if out.text.is_empty() {
-                                    out.first_token_ms = started.elapsed().as_secs_f64() * 1e3;
-                                }
-                                out.text.push_str(text);
-                                let (end, hit) = super::showable(&out.text, &request.stop);
-                                if end > shown {
-                                    sink.token(&out.text[shown..end]);
-                                    shown = end;
-                                }
-                                stopped |= hit;
-                            }
+                            stopped = streaming.push(&mut out, text, &request.stop, sink);
                         }
                         finished |= choice.finish_reason.is_some();
                     }
@@ -245,14 +231,9 @@ impl Generator for GgufGenerator {
                 _ => {}
             }
         }
-        out.total_ms = started.elapsed().as_secs_f64() * 1e3;
+        streaming.finish(&mut out, &request.stop);
         let (prompt_tokens, completion_tokens) = (out.prompt_tokens, out.completion_tokens);
         tracing::debug!(prompt_tokens, completion_tokens, first_token_ms = out.first_token_ms, total_ms = out.total_ms, "generated");
-        // What was held back as the possible start of a stop text ends the reply too.
-        out.text.truncate(super::showable(&out.text, &request.stop).0);
-        if out.completion_tokens == 0 && !out.text.is_empty() {
-            out.completion_tokens = out.text.split_whitespace().count();
-        }
         Ok(out)
     }
 

@@ -1,5 +1,6 @@
-//! Text generation: the [`Generator`] seam, the local GGUF backend (mistralrs) and the opt-in
-//! Claude backend.
+//! Text generation: the [`Generator`] seam, the local GGUF backend (mistralrs), an
+//! OpenAI-compatible inference server on the user's network (only hosts the configuration
+//! allows, optionally falling back to the local model) and the opt-in Claude backend.
 //!
 //! May import `types`, `error` and `model`. The only async seam of the crate: mistralrs is async.
 //! Callers outside an async context drive it with [`block_on`]. Tokens stream into a
@@ -11,12 +12,15 @@
 //! assert_eq!(m.role, Role::User);
 //! ```
 
+mod allowlist;
 #[cfg_attr(feature = "claude", path = "claude.rs")]
 #[cfg_attr(not(feature = "claude"), path = "claude_off.rs")]
 mod claude;
 #[cfg_attr(feature = "llm", path = "local.rs")]
 #[cfg_attr(not(feature = "llm"), path = "local_off.rs")]
 mod local;
+mod fallback;
+mod openai;
 pub mod rerank;
 
 use std::path::PathBuf;
@@ -25,8 +29,11 @@ use serde::Serialize;
 
 use crate::error::Result;
 
+pub use allowlist::HostAllowlist;
 pub use claude::ClaudeGenerator;
+pub use fallback::Fallback;
 pub use local::GgufGenerator;
+pub use openai::{OpenAiGenerator, OpenAiOptions};
 
 /// How to load the local model.
 #[derive(Debug, Clone)]
@@ -144,6 +151,53 @@ pub fn showable(text: &str, stop: &[String]) -> (usize, bool) {
     (keep, false)
 }
 
+/// A reply as it streams in: each piece is added to the [`Generation`] and the part that may be
+/// shown goes to the sink, never a stop text or its possible start ([`showable`]).
+struct Streaming {
+    started: std::time::Instant,
+    /// Bytes of the text shown so far.
+    shown: usize,
+    /// A stop text appeared: the reply is over.
+    stopped: bool,
+}
+
+impl Streaming {
+    fn new() -> Streaming {
+        Streaming { started: std::time::Instant::now(), shown: 0, stopped: false }
+    }
+
+    fn elapsed_ms(&self) -> f64 {
+        self.started.elapsed().as_secs_f64() * 1e3
+    }
+
+    /// Adds `piece`; true when a stop text has ended the reply.
+    fn push(&mut self, out: &mut Generation, piece: &str, stop: &[String], sink: &mut (dyn TokenSink + Send)) -> bool {
+        if piece.is_empty() {
+            return self.stopped;
+        }
+        if out.text.is_empty() {
+            out.first_token_ms = self.elapsed_ms();
+        }
+        out.text.push_str(piece);
+        let (end, hit) = showable(&out.text, stop);
+        if end > self.shown {
+            sink.token(&out.text[self.shown..end]);
+            self.shown = end;
+        }
+        self.stopped |= hit;
+        self.stopped
+    }
+
+    /// The reply ends: what was held back as the possible start of a stop text is cut too.
+    fn finish(&self, out: &mut Generation, stop: &[String]) {
+        out.total_ms = self.elapsed_ms();
+        out.text.truncate(showable(&out.text, stop).0);
+        if out.completion_tokens == 0 && !out.text.is_empty() {
+            out.completion_tokens = out.text.split_whitespace().count();
+        }
+    }
+}
+
 /// A finished generation.
 #[derive(Debug, Clone, Default, Serialize)]
 pub struct Generation {
@@ -157,6 +211,8 @@ pub struct Generation {
     pub first_token_ms: f64,
     /// Milliseconds from the request to the last token.
     pub total_ms: f64,
+    /// Where it was written ([`Generator::destination`]), and, when a fallback wrote it, why.
+    pub written_by: String,
 }
 
 impl Generation {
@@ -205,6 +261,12 @@ pub trait Generator: Send + Sync {
     /// True when text sent to this generator leaves the machine.
     fn is_remote(&self) -> bool {
         false
+    }
+
+    /// Where prompts go, for the start-up line, `doctor` and every answer's log row: `local`
+    /// (this process), `openai 10.0.0.5:8080` (an inference server), `claude api.anthropic.com`.
+    fn destination(&self) -> String {
+        "local".into()
     }
 
     /// Generates a reply to `request`, streaming its tokens into `sink`.

@@ -93,6 +93,7 @@ impl From<ragbox::Error> for ApiError {
             E::NotFound(m) => ApiError::not_found(m.clone()),
             E::Denied(m) => ApiError::new(StatusCode::FORBIDDEN, "forbidden", m.clone()),
             E::ModelMissing { .. } => ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "model_missing", e.to_string()),
+            E::Unreachable { .. } => ApiError { retry_after: Some(30), ..ApiError::new(StatusCode::BAD_GATEWAY, "upstream_unreachable", e.to_string()) },
             _ => match e.fault() {
                 Fault::User => ApiError::invalid(e.to_string()),
                 Fault::Runtime => {

@@ -175,7 +175,7 @@ impl Service {
         } else {
             "ok"
         };
-        let detail = serde_json::json!({ "answer_id": id, "session": session, "standalone": standalone });
+        let detail = serde_json::json!({ "answer_id": id, "session": session, "standalone": standalone, "written_by": answer.written_by });
         self.audit(
             caller,
             EventRecord {
@@ -196,11 +196,10 @@ impl Service {
     fn generator(&self, llm: Option<&str>, warnings: &mut Vec<String>) -> Result<Arc<dyn Generator>> {
         let g = self.app.generator(llm)?;
         if g.is_remote() {
-            warnings.push(
-                "generate.backend = \"claude\": the question and the retrieved passages are sent to Anthropic; \
-                 this text leaves the machine"
-                    .into(),
-            );
+            warnings.push(format!(
+                "the question and the retrieved passages are sent to {}: this text leaves the machine",
+                g.destination()
+            ));
         }
         Ok(g)
     }

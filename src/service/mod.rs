@@ -260,6 +260,11 @@ impl Service {
         Ok(value)
     }
 
+    /// Where prompts go (the start-up line), without contacting anything.
+    pub fn generator_status(&self) -> String {
+        self.app.generator_status(false)
+    }
+
     /// `doctor`'s report (build, device, models verified, every tenant's generations and
     /// consistency): admins only.
     pub fn doctor(&self, caller: &Caller) -> Result<DoctorReport> {

@@ -16,3 +16,4 @@ mod web;
 mod answer;
 mod backup;
 mod faults;
+mod inference_server;
