@@ -514,7 +514,7 @@ impl App {
                 };
                 let floor = r.floors.get(&m.name).map_or("no refusal floor".to_string(), |f| format!("refusal floor {f} on its logit"));
                 format!(
-                    "ready: retrieval reranks the top {} with the cross-encoder, {precision}; order {} x its score + {} x the fused score (standardised); {floor}",
+                    "ready: retrieval reranks the top {} with the cross-encoder, {precision}; order {} x its score + {} x the query's cosine (standardised); {floor}",
                     r.rerank_depth,
                     r.rerank_weight,
                     1.0 - r.rerank_weight

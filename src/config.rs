@@ -90,7 +90,7 @@ pub struct RetrieveSection {
     /// Fused candidates the reranker scores.
     pub rerank_depth: usize,
     /// Share of the reranker's standardised score in the order of the reranked candidates, the
-    /// rest the fused score's (1: the reranker alone).
+    /// rest the standardised cosine of the query to each (1: the reranker alone).
     pub rerank_weight: f32,
     /// Passages returned.
     pub top_k: usize,

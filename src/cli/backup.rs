@@ -37,8 +37,8 @@ fn summary(m: &BackupManifest) -> String {
 }
 
 pub fn backup(g: &GlobalArgs, args: BackupArgs) -> anyhow::Result<u8> {
-    let store = g.app()?.store()?;
-    let manifest = store.backup(&args.dest)?;
+    let service = ragbox::service::Service::open(g.config()?)?;
+    let manifest = service.backup(&ragbox::service::Caller::local(), &args.dest)?;
     if g.json {
         print_json(&manifest)?;
     } else {

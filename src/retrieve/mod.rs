@@ -6,7 +6,7 @@
 //! tenant's index (any other model or dimension count is refused); dense (usearch) and BM25
 //! (tantivy) candidate lists; weighted reciprocal rank fusion; optional maximal marginal
 //! relevance; a [`Reranker`] over the top of the fused list when one is present, its score
-//! combined with the fused one (standardised, `rerank_weight`); every candidate
+//! combined with the query's cosine to each candidate (standardised, `rerank_weight`); every candidate
 //! resolved through the catalog with the tenant checked again (an id the catalog does not give
 //! back for this tenant is dropped as stale); sibling children merged into their parent; and a
 //! floor on the evidence score (the reranker's score, else the query's cosine similarity to the
@@ -46,8 +46,9 @@ pub struct RetrieveOptions {
     pub mmr_lambda: Option<f32>,
     /// Fused candidates the reranker scores.
     pub rerank_depth: usize,
-    /// How the reranked candidates are ordered: `w · z(reranker score) + (1 − w) · z(fused
-    /// score)`, each standardised over the reranked candidates (1: the reranker alone).
+    /// How the reranked candidates are ordered: `w · z(reranker score) + (1 − w) · z(the query's
+    /// cosine)`, each standardised over the reranked candidates (1: the reranker alone; without
+    /// vectors the fused score stands in for the cosine).
     pub rerank_weight: f32,
     /// Passages returned.
     pub top_k: usize,
@@ -379,8 +380,15 @@ impl<'s> Retriever<'s> {
                 .collect();
             let refs: Vec<&str> = texts.iter().map(String::as_str).collect();
             let scores = if refs.is_empty() { Vec::new() } else { reranker.score(query, &refs)? };
-            let fused: Vec<f32> = scored.iter().map(|&i| candidates[i].fused.score).collect();
-            let combined = fusion::combine_standardised(&scores, &fused, o.rerank_weight);
+            // The first stage's vote is the query's cosine to each candidate: on the Python docs'
+            // natural questions the fused (RRF) score dragged dense down with a much weaker BM25,
+            // and mixed with the cosine the reranked list beats both first stages on SciFact too
+            // (docs/EVAL.md, "the mix"). Without vectors, the fused score.
+            let first: Vec<f32> = match scored.iter().map(|&i| candidates[i].similarity).collect::<Option<Vec<f32>>>() {
+                Some(cosines) => cosines,
+                None => scored.iter().map(|&i| candidates[i].fused.score).collect(),
+            };
+            let combined = fusion::combine_standardised(&scores, &first, o.rerank_weight);
             let mut order: Vec<(usize, f32, f32)> = scored.into_iter().zip(scores).zip(combined).map(|((i, s), c)| (i, s, c)).collect();
             order.sort_by(|a, b| b.2.total_cmp(&a.2).then(b.1.total_cmp(&a.1)));
             for (rank, (i, score, combined)) in order.iter().enumerate() {

@@ -232,6 +232,7 @@ fn answer_payload(answer: &Answer) -> serde_json::Value {
         "closest": answer.closest,
         "sources": answer.sources,
         "model": answer.model,
+        "written_by": answer.written_by,
         "support_method": answer.support_method,
         "timings": answer.timings,
         "hit_token_cap": answer.hit_token_cap,

@@ -331,6 +331,15 @@ impl Service {
         self.store.catalog().verify_events()
     }
 
+    /// A consistent online copy of the data folder into `dest` (admin), audited as `backup` with
+    /// where it went and what it holds.
+    pub fn backup(&self, caller: &Caller, dest: &std::path::Path) -> Result<crate::store::backup::BackupManifest> {
+        caller.require(KeyRole::Admin, "backing up the data folder")?;
+        let result = self.store.backup(dest);
+        let ok = |m: &crate::store::backup::BackupManifest| serde_json::json!({ "dest": dest, "files": m.files.len(), "bytes": m.bytes() });
+        self.audit_outcome(caller, "", "backup", result, ok, serde_json::json!({ "dest": dest }))
+    }
+
     /// Rates an answer. `tenant`, when given, must be the answer's tenant (else: not found).
     pub fn feedback(&self, caller: &Caller, tenant: Option<&str>, answer_id: i64, rating: Rating, comment: Option<&str>) -> Result<i64> {
         let not_found = || Error::NotFound(format!("no answer {answer_id} in this tenant"));

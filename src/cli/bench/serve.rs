@@ -5,7 +5,9 @@
 //! scratch copy); after that ingest finishes, `--askers` clients asking with a queue of one
 //! waiting place, so the surplus gets the intended 503s. Reports requests/s, p50/p99 latency,
 //! errors by status, and resident memory (server and clients: one process) after warm-up (the
-//! LLM loaded, then a few seconds at full concurrency) and at the end.
+//! LLM loaded, then a few seconds at full concurrency) and at the end. `--scale 1,2,4,8`
+//! instead measures how far one box goes: answers per minute and first-token latency as the
+//! askers grow, on the configured generator (the local model or an inference server).
 //!
 //! Its HTTP client (ureq) can only reach the server this command started: the server binds
 //! `127.0.0.1:0`, [`Loopback::new`] refuses any address but a loopback one, and every agent it
@@ -50,6 +52,28 @@ pub struct ServeBenchArgs {
     /// phase starts (it then runs on a quiet store).
     #[arg(long, default_value_t = 600)]
     pub ingest_wait: u64,
+    /// How far one box goes instead: for each number of askers (`1,2,4,8`), that many clients
+    /// ask for `--ask-seconds` with a queue that holds them all, on whatever `generate.backend`
+    /// the configuration names (the local model, or an inference server with
+    /// `server.generate_concurrency` set to its slots): answers per minute and first-token
+    /// p50/p99 as the askers grow. The search phases are skipped.
+    #[arg(long, value_delimiter = ',', value_name = "N,N,...")]
+    pub scale: Vec<usize>,
+}
+
+/// One level of `--scale`.
+#[derive(Debug, Serialize)]
+struct ScaleLevel {
+    askers: usize,
+    seconds: f64,
+    answers: usize,
+    /// Requests that ended otherwise, by status (598: a stream without an answer).
+    errors: std::collections::BTreeMap<u16, usize>,
+    answers_per_minute: f64,
+    first_token_p50_ms: f64,
+    first_token_p99_ms: f64,
+    answer_p50_ms: f64,
+    answer_p99_ms: f64,
 }
 
 /// One phase's figures.
@@ -103,6 +127,81 @@ const ASKS: &[&str] = &[
     "How many days after a trip do I have to submit my expense claim?",
     "Who approves remote work equipment?",
 ];
+
+/// `--scale`'s questions: answerable from the sample corpus (tests/data/corpus-questions.jsonl),
+/// so every request reaches the generator.
+const SCALE_ASKS: &[&str] = &[
+    "How many days after a trip do I have to submit my expense claim?",
+    "What is the maximum hotel cost per night in London?",
+    "How long do we keep travel receipts?",
+    "How soon do I have to report a suspected security incident?",
+    "How many days a year am I allowed to work from another country?",
+    "What is the recovery time objective of the Warehouse Management System?",
+    "When is the fire drill at the Hamburg depot?",
+    "What phone extension do I call for the IT service desk?",
+];
+
+/// `askers` clients asking for `seconds`, each timing its first token and its whole answer.
+fn scale_level(server: &Loopback, askers: usize, seconds: u64) -> ScaleLevel {
+    let deadline = Instant::now() + Duration::from_secs(seconds);
+    let started = Instant::now();
+    let threads: Vec<_> = (0..askers)
+        .map(|c| {
+            let agent = server.agent(ureq::AgentBuilder::new().timeout(Duration::from_secs(900)));
+            let (url, key) = (server.url("ask"), server.key.clone());
+            std::thread::spawn(move || {
+                let mut out = Vec::new();
+                let mut i = 0;
+                while Instant::now() < deadline {
+                    let q = SCALE_ASKS[(c * 3 + i) % SCALE_ASKS.len()];
+                    let t = Instant::now();
+                    let sent = agent
+                        .post(&url)
+                        .set("Authorization", &format!("Bearer {key}"))
+                        .set("Content-Type", "application/json")
+                        .send_string(&serde_json::json!({ "question": q }).to_string());
+                    out.push(match sent {
+                        Ok(r) => {
+                            let (mut first, mut answered) = (None, false);
+                            for line in std::io::BufRead::lines(std::io::BufReader::new(r.into_reader())).map_while(Result::ok) {
+                                if line.starts_with("event: token") && first.is_none() {
+                                    first = Some(t.elapsed().as_secs_f64());
+                                }
+                                answered |= line.starts_with("event: answer");
+                            }
+                            let status = if answered { 200 } else { 598 };
+                            (status, first.unwrap_or(0.0), t.elapsed().as_secs_f64())
+                        }
+                        Err(ureq::Error::Status(s, _)) => (s, 0.0, 0.0),
+                        Err(_) => (599, 0.0, 0.0),
+                    });
+                    i += 1;
+                }
+                out
+            })
+        })
+        .collect();
+    let results: Vec<(u16, f64, f64)> = threads.into_iter().flat_map(|t| t.join().unwrap_or_default()).collect();
+    let wall = started.elapsed().as_secs_f64();
+    let ok: Vec<&(u16, f64, f64)> = results.iter().filter(|r| r.0 == 200).collect();
+    let first = sorted(ok.iter().map(|r| r.1 * 1e3).collect());
+    let whole = sorted(ok.iter().map(|r| r.2 * 1e3).collect());
+    let mut errors = std::collections::BTreeMap::new();
+    for r in results.iter().filter(|r| r.0 != 200) {
+        *errors.entry(r.0).or_insert(0) += 1;
+    }
+    ScaleLevel {
+        askers,
+        seconds: wall,
+        answers: ok.len(),
+        errors,
+        answers_per_minute: ok.len() as f64 / (wall / 60.0).max(1e-9),
+        first_token_p50_ms: percentile(&first, 50.0),
+        first_token_p99_ms: percentile(&first, 99.0),
+        answer_p50_ms: percentile(&whole, 50.0),
+        answer_p99_ms: percentile(&whole, 99.0),
+    }
+}
 
 /// Runs `clients` threads, each calling `call` (returning a status) until `seconds` pass.
 fn phase(name: &str, clients: usize, seconds: u64, call: Arc<dyn Fn(usize, usize) -> u16 + Send + Sync>) -> Phase {
@@ -233,12 +332,18 @@ fn ask_call(server: &Loopback) -> Arc<dyn Fn(usize, usize) -> u16 + Send + Sync>
 
 pub fn run(g: &GlobalArgs, args: ServeBenchArgs) -> anyhow::Result<()> {
     let mut config = g.config()?;
-    // One generation at a time and one waiting place: the asking phase fills the queue.
-    config.server.queue = 1;
-    config.server.generate_concurrency = 1;
+    if args.scale.is_empty() {
+        // One generation at a time and one waiting place: the asking phase fills the queue.
+        config.server.queue = 1;
+        config.server.generate_concurrency = 1;
+    } else {
+        // Every asker waits its turn: the scale measures throughput, not refusals.
+        config.server.queue = args.scale.iter().copied().max().unwrap_or(1);
+    }
     config.server.auth_failures_per_minute = 1000;
     let server_config = config.server.clone();
     let service = Arc::new(Service::open(config)?);
+    let generator = format!("{} · generate_concurrency {}", service.generator_status(), server_config.generate_concurrency);
     let caller = Caller::local();
     service.tenant(&caller, &args.tenant)?;
     service.warm_up()?;
@@ -278,6 +383,32 @@ pub fn run(g: &GlobalArgs, args: ServeBenchArgs) -> anyhow::Result<()> {
     // Then a few seconds at full concurrency, unmeasured: the first burst of concurrent searches
     // grows memory once (threads, each one's working tensors, allocator arenas; +230 MiB at 16
     // clients, flat afterwards), which is not growth over the run.
+    if !args.scale.is_empty() {
+        service.warm_up_generator()?;
+        // One unmeasured answer: the first pays for lazy loads (and the server's own warm-up).
+        scale_level(&target, 1, 1);
+        let mut levels = Vec::new();
+        for &askers in &args.scale {
+            eprintln!("bench serve: {askers} askers for {} s ({generator})", args.ask_seconds);
+            levels.push(scale_level(&target, askers, args.ask_seconds));
+        }
+        let _ = stop_tx.send(());
+        let _ = rt.block_on(server);
+        service.revoke_key(&caller, key.id)?;
+        if g.json {
+            return print_json(&serde_json::json!({ "generator": generator, "levels": levels }));
+        }
+        println!("bench serve --scale · {generator}");
+        println!("{:>7} {:>8} {:>12} {:>15} {:>15} {:>12} {:>12}  errors", "askers", "answers", "answers/min", "first token p50", "first token p99", "answer p50", "answer p99");
+        for l in &levels {
+            let errors = if l.errors.is_empty() { "none".to_string() } else { l.errors.iter().map(|(s, n)| format!("{s}×{n}")).collect::<Vec<_>>().join(" ") };
+            println!(
+                "{:>7} {:>8} {:>12.1} {:>13.0}ms {:>13.0}ms {:>10.0}ms {:>10.0}ms  {errors}",
+                l.askers, l.answers, l.answers_per_minute, l.first_token_p50_ms, l.first_token_p99_ms, l.answer_p50_ms, l.answer_p99_ms
+            );
+        }
+        return Ok(());
+    }
     let rss_cold = status_mb("VmRSS");
     eprintln!("bench serve: {} clients warming up for {} s", args.clients, WARM_UP_SECONDS);
     phase("warm-up", args.clients, WARM_UP_SECONDS, search_call(&target));

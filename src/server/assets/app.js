@@ -289,7 +289,7 @@ class AnswerView {
     if (t.first_token_ms) parts.push(`first token ${ms(t.first_token_ms)}`);
     parts.push(`total ${ms(t.total_ms || 0)}`);
     if (t.completion_tokens) parts.push(`${t.completion_tokens} tokens at ${Number(t.tokens_per_second || 0).toFixed(1)}/s`);
-    if (a.model) parts.push(a.model);
+    if (a.model) parts.push(a.written_by && a.written_by !== 'local' ? `${a.model} (${a.written_by})` : a.model);
     return h('footer', { class: 'timings' }, parts.join(' · '));
   }
 
