@@ -10,6 +10,7 @@ use crate::config::Config;
 use crate::ingest::IngestOptions;
 use crate::store::{Quantization, Store, VectorOptions};
 use crate::embed::{load_embedder, EmbedOptions, Embedder};
+use crate::allowlist::HostAllowlist;
 use crate::error::{Error, Result};
 use crate::model::batch::BatchLimits;
 use crate::model::Precision;
@@ -20,7 +21,7 @@ use crate::retrieve::{RetrieveOptions, Retriever};
 use crate::answer::support::{SupportChecker, SupportMethod};
 use crate::answer::AnswerOptions;
 use crate::generate::rerank::LlmReranker;
-use crate::generate::{ClaudeGenerator, ClaudeOptions, Fallback, GgufGenerator, Generator, HostAllowlist, LocalOptions, OpenAiGenerator, OpenAiOptions};
+use crate::generate::{ClaudeGenerator, ClaudeOptions, Fallback, GgufGenerator, Generator, LocalOptions, OpenAiGenerator, OpenAiOptions};
 
 /// The assembled application.
 pub struct App {

@@ -430,7 +430,7 @@ impl Config {
         if !["none", "local"].contains(&g.fallback.as_str()) {
             return Err(Error::Config(format!("generate.fallback = `{}`: use none or local", g.fallback)));
         }
-        let allow = crate::generate::HostAllowlist::parse(&g.allow_hosts)?;
+        let allow = crate::allowlist::HostAllowlist::parse(&g.allow_hosts)?;
         if g.backend == "openai" {
             if g.openai_base_url.is_empty() || g.openai_model.is_empty() {
                 return Err(Error::Config(

@@ -24,6 +24,7 @@
 
 #![warn(missing_docs)]
 
+pub mod allowlist;
 pub mod annotate;
 pub mod answer;
 pub mod app;

@@ -12,7 +12,6 @@
 //! assert_eq!(m.role, Role::User);
 //! ```
 
-mod allowlist;
 #[cfg_attr(feature = "claude", path = "claude.rs")]
 #[cfg_attr(not(feature = "claude"), path = "claude_off.rs")]
 mod claude;
@@ -29,7 +28,6 @@ use serde::Serialize;
 
 use crate::error::Result;
 
-pub use allowlist::HostAllowlist;
 pub use claude::ClaudeGenerator;
 pub use fallback::Fallback;
 pub use local::GgufGenerator;

@@ -14,7 +14,8 @@ use std::time::Duration;
 
 use serde_json::json;
 
-use super::{GenerateRequest, Generation, Generator, HostAllowlist, Role, Streaming, TokenSink};
+use super::{GenerateRequest, Generation, Generator, Role, Streaming, TokenSink};
+use crate::allowlist::HostAllowlist;
 use crate::error::{Error, Result};
 
 /// How to reach the inference server.

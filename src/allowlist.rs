@@ -1,4 +1,5 @@
-//! Which hosts a network generator may send prompts to: `generate.allow_hosts`.
+//! Which hosts a network generator may send prompts to: `generate.allow_hosts`. A leaf module
+//! (imports only `error`): the configuration checks it at load, the generator before it connects.
 //!
 //! Prompts carry the tenant's passages, so a remote backend talks only to hosts the
 //! configuration names. An entry is a host name (matched exactly, case-insensitively), an IP
@@ -8,7 +9,7 @@
 //! whatever the network's resolver says it is.
 //!
 //! ```
-//! use ragbox::generate::HostAllowlist;
+//! use ragbox::allowlist::HostAllowlist;
 //! let allow = HostAllowlist::parse(&["127.0.0.1".into(), "10.0.0.0/8".into(), "gpu-box.lan".into()]).unwrap();
 //! assert!(allow.check("http://10.1.2.3:8080/v1").is_ok());
 //! assert!(allow.check("http://GPU-BOX.lan/v1").is_ok());
