@@ -35,6 +35,8 @@ fn backup_then_restore_into_a_fresh_folder_gives_the_same_results() {
     let before: Vec<Vec<i64>> = queries.iter().map(|q| search_ids(&data, q)).collect();
     assert!(before.iter().all(|ids| !ids.is_empty()));
 
+    // The audit chain as the backup will hold it (the backup's own event is written after it).
+    let original_chain = audit_verify(&data);
     let dest = tmp.path().join("backup");
     let (code, out, err) = run(ragbox(&data).args(["backup", "--json"]).arg(&dest));
     assert_eq!(code, 0, "{err}");
@@ -54,10 +56,19 @@ fn backup_then_restore_into_a_fresh_folder_gives_the_same_results() {
     let (code, out, err) = run(ragbox(&fresh).arg("restore").arg(&dest));
     assert_eq!(code, 0, "{err}");
     assert!(out.contains("restored into"), "{out}");
-    // The hash-chained audit log came along whole: the restored chain verifies, row for row.
-    let (original_chain, restored_chain) = (audit_verify(&data), audit_verify(&fresh));
+    // The hash-chained audit log came along whole: the restored chain verifies, row for row, up to
+    // the backup; the original goes on with the two backup attempts, each on record.
+    let restored_chain = audit_verify(&fresh);
     assert!(original_chain["rows"].as_u64().unwrap() > 0, "{original_chain}");
     assert_eq!((&restored_chain["rows"], &restored_chain["head"]), (&original_chain["rows"], &original_chain["head"]));
+    assert_eq!(audit_verify(&data)["rows"].as_u64().unwrap(), original_chain["rows"].as_u64().unwrap() + 2);
+    let (code, out, _) = run(ragbox(&data).args(["audit", "--json"]));
+    assert_eq!(code, 0);
+    let rows: Vec<serde_json::Value> = out.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    let backups: Vec<&serde_json::Value> = rows.iter().filter(|r| r["action"] == "backup").collect();
+    assert_eq!(backups.len(), 2, "{out}");
+    assert_eq!(backups[0]["outcome"], "ok", "{out}");
+    assert!(backups[1]["outcome"].as_str().unwrap().starts_with("error:"), "{out}");
     let after: Vec<Vec<i64>> = queries.iter().map(|q| search_ids(&fresh, q)).collect();
     assert_eq!(before, after);
     let store = Store::open(&fresh, VectorOptions::default()).unwrap();
