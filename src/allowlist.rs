@@ -19,7 +19,7 @@
 use std::net::IpAddr;
 
 use ipnet::IpNet;
-use reqwest::Url;
+use url::Url;
 
 use crate::error::{Error, Result};
 

@@ -267,11 +267,20 @@ impl App {
     pub fn generator(&self, name: Option<&str>) -> Result<Arc<dyn Generator>> {
         let g = &self.config.generate;
         if g.backend == "openai" && name.is_none() {
+            // Made once (its HTTP client, its key read) and kept with the loaded models.
+            let key = format!("openai {}", g.openai_base_url);
+            if let Some(made) = self.generators.lock().ok().and_then(|m| m.get(&key).cloned()) {
+                return Ok(made);
+            }
             let server: Arc<dyn Generator> = Arc::new(OpenAiGenerator::new(self.openai_options()?)?);
-            return match g.fallback.as_str() {
-                "local" => Ok(Arc::new(Fallback::new(server, self.generator(Some(&g.model))?))),
-                _ => Ok(server),
+            let generator = match g.fallback.as_str() {
+                "local" => Arc::new(Fallback::new(server, self.generator(Some(&g.model))?)),
+                _ => server,
             };
+            if let Ok(mut m) = self.generators.lock() {
+                m.insert(key, generator.clone());
+            }
+            return Ok(generator);
         }
         if g.backend == "claude" && name.is_none() {
             let api_key = std::env::var(&g.claude_api_key_env).unwrap_or_default();

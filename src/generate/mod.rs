@@ -2,7 +2,7 @@
 //! OpenAI-compatible inference server on the user's network (only hosts the configuration
 //! allows, optionally falling back to the local model) and the opt-in Claude backend.
 //!
-//! May import `types`, `error` and `model`. The only async seam of the crate: mistralrs is async.
+//! May import `types`, `error`, `model` and `allowlist`. The only async seam of the crate: mistralrs is async.
 //! Callers outside an async context drive it with [`block_on`]. Tokens stream into a
 //! caller-supplied [`TokenSink`]; decoding is greedy unless a temperature is given.
 //!

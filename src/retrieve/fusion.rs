@@ -40,9 +40,10 @@ pub fn reciprocal_rank_fusion(lists: &[RankedList<'_>], k: f32) -> Vec<(ChunkId,
 
 /// `weight · z(a) + (1 − weight) · z(b)` per candidate, where `z` standardises a score list to
 /// mean 0 and standard deviation 1 over the candidates (a list with no spread counts 0 for all).
-/// The reranker's logits and the first stage's scores live on unrelated scales; standardised, each says
-/// how far above the pool a candidate stands, so the mix keeps the first stage's vote where the
-/// reranker is unsure (keyword and claim queries) and lets the reranker decide where it is sure.
+/// The reranker's logits and the first stage's scores live on unrelated scales; standardised,
+/// each says how far above the pool a candidate stands, so the mix keeps the first stage's vote
+/// where the reranker is unsure (keyword and claim queries) and lets the reranker decide where it
+/// is sure.
 /// `weight` 1 is the reranker alone.
 pub fn combine_standardised(a: &[f32], b: &[f32], weight: f32) -> Vec<f32> {
     assert_eq!(a.len(), b.len(), "one score per candidate in each list");

@@ -6,8 +6,8 @@
 //! tenant's index (any other model or dimension count is refused); dense (usearch) and BM25
 //! (tantivy) candidate lists; weighted reciprocal rank fusion; optional maximal marginal
 //! relevance; a [`Reranker`] over the top of the fused list when one is present, its score
-//! combined with the query's cosine to each candidate (standardised, `rerank_weight`); every candidate
-//! resolved through the catalog with the tenant checked again (an id the catalog does not give
+//! combined with the query's cosine to each candidate (standardised, `rerank_weight`); every
+//! candidate resolved through the catalog with the tenant checked again (an id the catalog does not give
 //! back for this tenant is dropped as stale); sibling children merged into their parent; and a
 //! floor on the evidence score (the reranker's score, else the query's cosine similarity to the
 //! best candidate) that decides whether there is a good source at all.

@@ -380,9 +380,6 @@ pub fn run(g: &GlobalArgs, args: ServeBenchArgs) -> anyhow::Result<()> {
     if args.askers > 0 {
         service.warm_up_generator()?;
     }
-    // Then a few seconds at full concurrency, unmeasured: the first burst of concurrent searches
-    // grows memory once (threads, each one's working tensors, allocator arenas; +230 MiB at 16
-    // clients, flat afterwards), which is not growth over the run.
     if !args.scale.is_empty() {
         service.warm_up_generator()?;
         // One unmeasured answer: the first pays for lazy loads (and the server's own warm-up).
@@ -409,6 +406,9 @@ pub fn run(g: &GlobalArgs, args: ServeBenchArgs) -> anyhow::Result<()> {
         }
         return Ok(());
     }
+    // Then a few seconds at full concurrency, unmeasured: the first burst of concurrent searches
+    // grows memory once (threads, each one's working tensors, allocator arenas; +230 MiB at 16
+    // clients, flat afterwards), which is not growth over the run.
     let rss_cold = status_mb("VmRSS");
     eprintln!("bench serve: {} clients warming up for {} s", args.clients, WARM_UP_SECONDS);
     phase("warm-up", args.clients, WARM_UP_SECONDS, search_call(&target));
