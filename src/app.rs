@@ -339,6 +339,7 @@ impl App {
             prompt: a.prompt.parse()?,
             focus: a.focus,
             focus_by: a.focus_by.parse()?,
+            quote_floor: a.quote_floor,
         })
     }
 

@@ -168,6 +168,9 @@ pub struct AnswerSection {
     /// What scores those sentences against the question: `reranker` (the cross-encoder when the
     /// tenant's retrieval has one, else the embedder) or `embedder`.
     pub focus_by: String,
+    /// When the model's reply is not an answer, a focused sentence the cross-encoder scores at
+    /// least this high (logit) is quoted in its place; above 20 nothing ever is.
+    pub quote_floor: f32,
 }
 
 /// `[server]`: `ragbox serve`.

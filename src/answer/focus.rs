@@ -200,15 +200,38 @@ pub fn units(text: &str) -> Vec<Unit> {
     out
 }
 
+/// The unit that scored best against the question, over all passages.
+#[derive(Debug, Clone, PartialEq)]
+pub struct BestUnit {
+    /// Index of its passage in the passages focused.
+    pub passage: usize,
+    /// The unit.
+    pub unit: Unit,
+    /// Its score: the cross-encoder's logit, or the embedder's cosine.
+    pub score: f32,
+    /// Whether the cross-encoder scored it (its logit means the same on every corpus; a cosine
+    /// does not).
+    pub by_cross_encoder: bool,
+}
+
+/// What [`focus`] chose.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct Focused {
+    /// The focused text of each passage, `None` for a passage none of whose units was kept.
+    pub shown: Vec<Option<String>>,
+    /// The unit that scored best, if any passage had units.
+    pub best: Option<BestUnit>,
+}
+
 /// The focused text of each passage: the `keep` units that `scorer` puts closest to `question`
 /// over all passages (at most [`PER_PASSAGE`] from one), each passage's in its own order; `None`
 /// for a passage none of whose units was kept. A table row's header is shown once before its
 /// passage's first row.
-pub fn focus(scorer: &FocusScorer, question: &str, passages: &[&str], keep: usize) -> Result<Vec<Option<String>>> {
+pub fn focus(scorer: &FocusScorer, question: &str, passages: &[&str], keep: usize) -> Result<Focused> {
     let per: Vec<Vec<Unit>> = passages.iter().map(|p| units(p)).collect();
     let shown: Vec<String> = per.iter().flatten().map(Unit::shown).collect();
     if shown.is_empty() || keep == 0 {
-        return Ok(vec![None; passages.len()]);
+        return Ok(Focused { shown: vec![None; passages.len()], best: None });
     }
     let refs: Vec<&str> = shown.iter().map(String::as_str).collect();
     let scores = scorer.scores(question, &refs)?;
@@ -222,6 +245,12 @@ pub fn focus(scorer: &FocusScorer, question: &str, passages: &[&str], keep: usiz
         }
     }
     scored.sort_by(|a, b| b.0.total_cmp(&a.0).then(a.1.cmp(&b.1)).then(a.2.cmp(&b.2)));
+    let best = scored.first().map(|&(score, p, u)| BestUnit {
+        passage: p,
+        unit: per[p][u].clone(),
+        score,
+        by_cross_encoder: matches!(scorer, FocusScorer::Reranker(_)),
+    });
     let mut chosen: Vec<Vec<usize>> = vec![Vec::new(); passages.len()];
     let mut kept = 0;
     for (_, p, u) in scored {
@@ -233,7 +262,7 @@ pub fn focus(scorer: &FocusScorer, question: &str, passages: &[&str], keep: usiz
             kept += 1;
         }
     }
-    Ok(chosen
+    let shown = chosen
         .into_iter()
         .zip(&per)
         .map(|(mut picked, units)| {
@@ -251,7 +280,8 @@ pub fn focus(scorer: &FocusScorer, question: &str, passages: &[&str], keep: usiz
             }
             Some(parts.join(" "))
         })
-        .collect())
+        .collect();
+    Ok(Focused { shown, best })
 }
 
 #[cfg(test)]
@@ -294,7 +324,9 @@ mod tests {
         // The reranker's scores choose the units.
         let scorer = FocusScorer::Reranker(cross);
         let got = focus(&scorer, "receipts kept years", &["Trains are second class. Receipts are kept for 7 years."], 1).unwrap();
-        assert_eq!(got, vec![Some("Receipts are kept for 7 years.".to_string())]);
+        assert_eq!(got.shown, vec![Some("Receipts are kept for 7 years.".to_string())]);
+        let best = got.best.unwrap();
+        assert_eq!((best.passage, best.unit.text.as_str(), best.score, best.by_cross_encoder), (0, "Receipts are kept for 7 years.", 3.0, true));
     }
 
     #[test]
@@ -321,12 +353,14 @@ mod tests {
         let p2 = "Hotels are booked in the app. Claims within 30 days of the trip are paid.";
         let p3 = "The canteen opens at noon.";
         let got = focus(&e, "claims within 30 days of the trip", &[p1, p2, p3], 3).unwrap();
+        assert!(!got.best.as_ref().unwrap().by_cross_encoder);
+        let got = got.shown;
         assert_eq!(got.len(), 3);
         let one = got[0].as_deref().unwrap();
         assert!(one.starts_with("Claims are due within 30 days of the trip."), "{one}");
         assert!(!one.contains("Trains"), "{one}");
         assert_eq!(got[1].as_deref(), Some("Claims within 30 days of the trip are paid."));
         assert_eq!(got[2], None);
-        assert_eq!(focus(&e, "anything", &["## Only a heading"], 4).unwrap(), vec![None]);
+        assert_eq!(focus(&e, "anything", &["## Only a heading"], 4).unwrap(), Focused { shown: vec![None], best: None });
     }
 }

@@ -16,6 +16,7 @@ pub mod focus;
 pub mod follow_up;
 pub mod memory;
 pub mod prompt;
+pub mod quote;
 pub mod resolve;
 pub mod support;
 
@@ -64,13 +65,19 @@ pub struct AnswerOptions {
     pub focus: usize,
     /// Which model scores the sentences against the question.
     pub focus_by: focus::FocusBy,
+    /// When the model's reply is not an answer, the focused sentence the cross-encoder scores
+    /// at least this high (its logit) is quoted instead ([`quote`]).
+    pub quote_floor: f32,
 }
 
 impl Default for AnswerOptions {
     fn default() -> Self {
-        AnswerOptions { passages: 3, passage_chars: 800, max_tokens: 96, temperature: 0.0, support_floor: 0.65, prompt: prompt::AnswerPrompt::default(), focus: 4, focus_by: focus::FocusBy::default() }
+        AnswerOptions { passages: 3, passage_chars: 800, max_tokens: 96, temperature: 0.0, support_floor: 0.65, prompt: prompt::AnswerPrompt::default(), focus: 4, focus_by: focus::FocusBy::default(), quote_floor: QUOTE_FLOOR }
     }
 }
+
+/// [`AnswerOptions::quote_floor`]'s default (config/default.toml says how it was chosen).
+pub const QUOTE_FLOOR: f32 = 1.0;
 
 /// A passage given to the generator, and where it lives.
 #[derive(Debug, Clone, Serialize)]
@@ -151,7 +158,8 @@ pub enum Refusal {
     /// The generator read the passages and said they do not answer the question.
     PassagesDoNotAnswer,
     /// The generator's reply held citation markers and nothing else ("[1] [2]"), on the second
-    /// try as well: no answer was written, and none is made up in its place.
+    /// try as well, or only restated the question ([`quote::restates`]), and no passage
+    /// sentence cleared the quote floor: no answer was written, and none is made up in its place.
     NoAnswerWritten,
 }
 
@@ -220,6 +228,10 @@ pub struct Answer {
     /// The token cap stopped the answer mid-sentence: that unfinished sentence is left out of
     /// `answer` and `sentences` (it was streamed), or, when it was the only one, ends in "…".
     pub cut_mid_sentence: bool,
+    /// The model's reply was not an answer and a passage sentence is quoted in its place
+    /// ([`quote`]): why, and the sentence's score. `answer` is the quote.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub quoted: Option<quote::Quoted>,
     /// The first reply held no words (citation markers only) and the model was asked again:
     /// without the marker rule when that reply named passages ([`prompt::plain_messages`]), then,
     /// if still without words, on whole passages with the short rule
@@ -316,6 +328,7 @@ fn blank(question: &str, standalone: &str, retrieval: &Retrieval, support_method
         timings: AnswerTimings { retrieve_ms: retrieval.timings.total_ms, ..AnswerTimings::default() },
         hit_token_cap: false,
         cut_mid_sentence: false,
+        quoted: None,
         second_try: false,
         prompts: Vec::new(),
     }
@@ -424,6 +437,8 @@ pub struct Prompt {
     pub retry: Option<Vec<crate::generate::Message>>,
     /// The passages, whole (citations and support checks read them).
     pub sources: Vec<Source>,
+    /// The focused sentence that scored best, and the id of its passage.
+    pub best: Option<(usize, focus::BestUnit)>,
 }
 
 /// The prompt `retrieval` produces for `question` (also for `--explain`). With `focus` (the
@@ -438,7 +453,7 @@ pub fn prompt_for(question: &str, retrieval: &Retrieval, options: &AnswerOptions
     let focused = match focus {
         Some(scorer) if options.focus > 0 => {
             let texts: Vec<&str> = sources.iter().map(|s| s.text.as_str()).collect();
-            Some(focus::focus(scorer, question, &texts, options.focus)?).filter(|f| f.iter().any(Option::is_some))
+            Some(focus::focus(scorer, question, &texts, options.focus)?).filter(|f| f.shown.iter().any(Option::is_some))
         }
         _ => None,
     };
@@ -447,7 +462,7 @@ pub fn prompt_for(question: &str, retrieval: &Retrieval, options: &AnswerOptions
     }
     let whole: Vec<PromptPassage> =
         sources.iter().enumerate().map(|(i, s)| passage(s, &names[i], &sections[i], &s.text)).collect();
-    let (messages, plain) = match &focused {
+    let (messages, plain) = match focused.as_ref().map(|f| &f.shown) {
         Some(f) => {
             let shown: Vec<PromptPassage> = (0..sources.len())
                 .filter_map(|i| Some(passage(&sources[i], &names[i], &sections[i], f[i].as_deref()?)))
@@ -462,12 +477,14 @@ pub fn prompt_for(question: &str, retrieval: &Retrieval, options: &AnswerOptions
         sources.iter().enumerate().map(|(i, s)| passage(s, &names[i], &sections[i], &cut_texts[i])).collect();
     let retry = prompt::retry_messages(options.prompt, question, if focusing { &cut_whole } else { &whole });
     let mut sources = sources;
+    let mut best = None;
     if let Some(f) = focused {
-        for (s, shown) in sources.iter_mut().zip(f) {
+        for (s, shown) in sources.iter_mut().zip(f.shown) {
             s.shown = Some(shown.unwrap_or_default());
         }
+        best = f.best.map(|b| (sources[b.passage].id, b));
     }
-    Ok(Prompt { messages, plain, retry, sources })
+    Ok(Prompt { messages, plain, retry, sources, best })
 }
 
 /// Whether a reply says anything besides citation markers. A marker still being streamed ("[1",
@@ -569,7 +586,7 @@ impl Answerer {
         let mut answer = blank(question, standalone, retrieval, self.support.method());
 
         let t = Instant::now();
-        let Prompt { messages, plain, retry, sources } = prompt_for(standalone, retrieval, &self.options, self.focus.as_ref())?;
+        let Prompt { messages, plain, retry, sources, best } = prompt_for(standalone, retrieval, &self.options, self.focus.as_ref())?;
         answer.timings.focus_ms = t.elapsed().as_secs_f64() * 1e3;
         let mut request = GenerateRequest {
             messages,
@@ -615,9 +632,37 @@ impl Answerer {
             generation.completion_tokens += first.completion_tokens;
         }
         let wrote = has_words(&generation.text);
-        if !held.open {
+        let mut parsed = parse_answer(&generation.text, &ids);
+        if answer.hit_token_cap {
+            if let Some(whole) = finished_sentences(&parsed) {
+                parsed = parse_answer(&whole, &ids);
+                answer.cut_mid_sentence = true;
+            }
+        }
+        let not_answered = if !wrote {
+            Some(quote::NotAnswered::NoWords)
+        } else if is_no_answer(&parsed.text) {
+            Some(quote::NotAnswered::Declined)
+        } else if quote::restates(&parsed.text, standalone) {
+            Some(quote::NotAnswered::RestatedQuestion)
+        } else {
+            None
+        };
+        // The best sentence is quoted when the reply is not an answer and the cross-encoder
+        // (whose logit means the same on every corpus) scores that sentence above the floor.
+        let quotable = best.clone().filter(|(_, b)| b.by_cross_encoder && b.score >= self.options.quote_floor);
+        if let (Some(because), Some((id, unit))) = (not_answered, quotable.as_ref()) {
+            let text = quote::text(&unit.unit, *id);
+            // After a reply the reader saw, on a line of its own; markers held back stay unseen.
+            held.inner.token(&format!("{}{text}", if held.open { "\n\n" } else { "" }));
+            answer.quoted = Some(quote::Quoted { because, score: unit.score, reply: generation.text.clone() });
+            parsed = parse_answer(&text, &ids);
+            answer.cut_mid_sentence = false;
+        } else if !held.open {
             // Only a reply without words is still held back: it is not shown as an answer.
             held.inner.token(NO_ANSWER_WRITTEN);
+        } else if not_answered == Some(quote::NotAnswered::RestatedQuestion) {
+            held.inner.token(&format!("\n\n{NO_ANSWER_WRITTEN}"));
         }
         answer.model = Some(self.generator.model_id().to_string());
         answer.written_by = Some(generation.written_by.clone());
@@ -627,39 +672,18 @@ impl Answerer {
         answer.timings.completion_tokens = generation.completion_tokens;
         answer.timings.tokens_per_second = generation.tokens_per_second();
 
-        let mut parsed = parse_answer(&generation.text, &ids);
-        if answer.hit_token_cap {
-            if let Some(whole) = finished_sentences(&parsed) {
-                parsed = parse_answer(&whole, &ids);
-                answer.cut_mid_sentence = true;
-            }
-        }
-        let by_id = |id: usize| sources.iter().find(|s| s.id == id);
-        answer.citations = parsed
-            .cited
-            .iter()
-            .filter_map(|&id| by_id(id))
-            .map(|s| Citation {
-                id: s.id,
-                chunk: s.chunk,
-                document: s.document.clone(),
-                title: s.title.clone(),
-                section_path: s.section_path.clone(),
-                span: s.span,
-                page: s.page,
-            })
-            .collect();
+        answer.citations = citations(&parsed, &sources);
         answer.invalid_citations = parsed.invalid.clone();
         answer.answer = parsed.text.clone();
 
-        if !wrote {
+        if answer.quoted.is_none() && matches!(not_answered, Some(quote::NotAnswered::NoWords | quote::NotAnswered::RestatedQuestion)) {
             answer.refused = true;
             answer.refusal = Some(Refusal::NoAnswerWritten);
             answer.answer = NO_ANSWER_WRITTEN.to_string();
             answer.citations.clear();
             answer.invalid_citations.clear();
             answer.closest = sources;
-        } else if is_no_answer(&parsed.text) {
+        } else if answer.quoted.is_none() && not_answered == Some(quote::NotAnswered::Declined) {
             answer.refused = true;
             answer.refusal = Some(Refusal::PassagesDoNotAnswer);
             answer.closest = sources;
@@ -670,34 +694,65 @@ impl Answerer {
                 .collect();
         } else {
             let t = Instant::now();
-            // A passage's title and section count as its text: a name may be only in its heading.
-            let grounds: Vec<String> =
-                sources.iter().map(|p| format!("{}\n{}\n{}", document_name(p), p.section_path.join(" > "), p.text)).collect();
-            let ground = |id: usize| sources.iter().position(|s| s.id == id).map(|i| grounds[i].as_str());
-            let claims: Vec<Claim> = parsed
-                .sentences
-                .iter()
-                .map(|s| Claim { text: strip_markers(&s.text), passages: s.citations.iter().filter_map(|&id| ground(id)).collect() })
-                .collect();
-            let verdicts = self.support.verdicts(standalone, &claims, self.options.support_floor).await?;
+            answer.sentences = self.checked(standalone, &parsed, &sources).await?;
+            // An answer none of whose sentences its passages support keeps its (amber) sentences,
+            // and the best passage sentence follows them, so the reader sees what the passages say.
+            let unsupported = !answer.sentences.iter().any(|s| s.supported);
+            if let Some((id, unit)) = quotable.filter(|_| answer.quoted.is_none() && unsupported) {
+                let text = quote::text(&unit.unit, id);
+                held.inner.token(&format!("\n\n{text}"));
+                answer.quoted = Some(quote::Quoted { because: quote::NotAnswered::Unsupported, score: unit.score, reply: generation.text.clone() });
+                parsed = parse_answer(&format!("{} {text}", parsed.text.trim_end()), &ids);
+                answer.citations = citations(&parsed, &sources);
+                answer.answer = parsed.text.clone();
+                answer.sentences = self.checked(standalone, &parsed, &sources).await?;
+            }
             answer.timings.support_ms = t.elapsed().as_secs_f64() * 1e3;
-            answer.sentences = parsed
-                .sentences
-                .iter()
-                .zip(verdicts)
-                .map(|(s, v)| Sentence {
-                    text: s.text.clone(),
-                    citations: s.citations.clone(),
-                    supported: v.supported,
-                    support: v.score,
-                    reason: v.reason,
-                })
-                .collect();
             answer.sources = sources;
         }
         answer.timings.total_ms = started.elapsed().as_secs_f64() * 1e3 + answer.timings.retrieve_ms;
         Ok(answer)
     }
+}
+
+impl Answerer {
+    /// `parsed`'s sentences with their support verdicts against the passages each cites.
+    async fn checked(&self, standalone: &str, parsed: &cite::ParsedAnswer, sources: &[Source]) -> Result<Vec<Sentence>> {
+        // A passage's title and section count as its text: a name may be only in its heading.
+        let grounds: Vec<String> =
+            sources.iter().map(|p| format!("{}\n{}\n{}", document_name(p), p.section_path.join(" > "), p.text)).collect();
+        let ground = |id: usize| sources.iter().position(|s| s.id == id).map(|i| grounds[i].as_str());
+        let claims: Vec<Claim> = parsed
+            .sentences
+            .iter()
+            .map(|s| Claim { text: strip_markers(&s.text), passages: s.citations.iter().filter_map(|&id| ground(id)).collect() })
+            .collect();
+        let verdicts = self.support.verdicts(standalone, &claims, self.options.support_floor).await?;
+        Ok(parsed
+            .sentences
+            .iter()
+            .zip(verdicts)
+            .map(|(s, v)| Sentence { text: s.text.clone(), citations: s.citations.clone(), supported: v.supported, support: v.score, reason: v.reason })
+            .collect())
+    }
+}
+
+/// The valid citations of `parsed`, in order of first use.
+fn citations(parsed: &cite::ParsedAnswer, sources: &[Source]) -> Vec<Citation> {
+    parsed
+        .cited
+        .iter()
+        .filter_map(|&id| sources.iter().find(|s| s.id == id))
+        .map(|s| Citation {
+            id: s.id,
+            chunk: s.chunk,
+            document: s.document.clone(),
+            title: s.title.clone(),
+            section_path: s.section_path.clone(),
+            span: s.span,
+            page: s.page,
+        })
+        .collect()
 }
 
 #[cfg(test)]
@@ -885,6 +940,82 @@ mod tests {
         let second = g.calls()[1].iter().map(|m| m.content.clone()).collect::<String>();
         assert!(second.contains("square brackets"), "{second}");
         assert_eq!(answer.answer.trim(), "Receipts are kept for 7 years [2].");
+    }
+
+    /// A cross-encoder that scores a unit by how many of the question's words it holds, times 3.
+    struct Overlap;
+
+    impl Reranker for Overlap {
+        fn model_id(&self) -> &str {
+            "overlap"
+        }
+        fn score(&self, query: &str, passages: &[&str]) -> Result<Vec<f32>> {
+            let words: Vec<String> = query.split_whitespace().map(str::to_lowercase).collect();
+            Ok(passages.iter().map(|p| 3.0 * words.iter().filter(|w| p.to_lowercase().contains(w.as_str())).count() as f32).collect())
+        }
+        fn scores_sentences_cheaply(&self) -> bool {
+            true
+        }
+    }
+
+    fn quoting(reply: &str, floor: f32, reranker: bool) -> (Answer, String) {
+        let g = Arc::new(ScriptedGenerator::new(&[reply]));
+        let options = AnswerOptions { focus: 2, quote_floor: floor, ..AnswerOptions::default() };
+        let support = SupportChecker::Grounded(Arc::new(HashEmbedder::default()));
+        let cross: Option<Arc<dyn Reranker>> = if reranker { Some(Arc::new(Overlap)) } else { None };
+        let a = Answerer::new(g, support, options).with_focus(Some(Arc::new(HashEmbedder::default())), cross);
+        let mut streamed = String::new();
+        let q = "How long are receipts kept?";
+        let answer = block_on(a.answer(q, q, &retrieval(false), &mut |t: &str| streamed.push_str(t))).unwrap();
+        (answer, streamed)
+    }
+
+    #[test]
+    fn a_decline_or_a_restated_question_quotes_the_best_sentence_when_it_clears_the_floor() {
+        let quote = "“Receipts are kept for 7 years.” [2]";
+        // Declined: the reader saw the decline, then the quote on its own line.
+        let (answer, streamed) = quoting(prompt::NO_ANSWER, 2.0, true);
+        assert!(!answer.refused, "{answer:?}");
+        assert_eq!(answer.answer.trim(), quote);
+        assert_eq!(streamed, format!("{}\n\n{quote}", prompt::NO_ANSWER));
+        let q = answer.quoted.as_ref().unwrap();
+        assert_eq!((q.because, q.score, q.reply.as_str()), (quote::NotAnswered::Declined, 6.0, prompt::NO_ANSWER));
+        assert_eq!(answer.citations.iter().map(|c| c.id).collect::<Vec<_>>(), [2]);
+        assert_eq!(answer.sentences.len(), 1);
+        assert!(answer.sentences[0].supported, "a verbatim quote is supported by its passage");
+        // Restated: the same.
+        let (answer, _) = quoting("[2] Receipts are kept.", 2.0, true);
+        assert_eq!(answer.quoted.as_ref().map(|q| q.because), Some(quote::NotAnswered::RestatedQuestion));
+        assert_eq!(answer.answer.trim(), quote);
+        // A real answer is left alone.
+        let (answer, _) = quoting("[2] Receipts are kept for 7 years.", 2.0, true);
+        assert!(answer.quoted.is_none() && answer.answer.trim() == "[2] Receipts are kept for 7 years.", "{answer:?}");
+    }
+
+    #[test]
+    fn an_answer_no_passage_supports_keeps_its_sentences_and_the_quote_follows() {
+        let (answer, streamed) = quoting("[1] Hotels are booked in the travel app.", 2.0, true);
+        let q = answer.quoted.as_ref().expect("quoted");
+        assert_eq!(q.because, quote::NotAnswered::Unsupported);
+        assert_eq!(answer.answer.trim(), "[1] Hotels are booked in the travel app. “Receipts are kept for 7 years.” [2]");
+        assert_eq!(streamed, "[1] Hotels are booked in the travel app.\n\n“Receipts are kept for 7 years.” [2]");
+        assert_eq!(answer.sentences.iter().map(|s| s.supported).collect::<Vec<_>>(), [false, true], "{:?}", answer.sentences);
+        assert_eq!(answer.citations.iter().map(|c| c.id).collect::<Vec<_>>(), [1, 2]);
+        assert!(!answer.refused);
+    }
+
+    #[test]
+    fn below_the_floor_or_without_a_cross_encoder_nothing_is_quoted() {
+        // The best sentence scores 6: a floor of 7 quotes nothing; the decline stays a refusal,
+        // the restatement becomes one (it is no answer) and the reader is told.
+        let (answer, _) = quoting(prompt::NO_ANSWER, 7.0, true);
+        assert!(answer.quoted.is_none() && answer.refusal == Some(Refusal::PassagesDoNotAnswer));
+        let (answer, streamed) = quoting("[2] Receipts are kept.", 7.0, true);
+        assert!(answer.quoted.is_none() && answer.refusal == Some(Refusal::NoAnswerWritten), "{answer:?}");
+        assert_eq!(streamed, format!("[2] Receipts are kept.\n\n{NO_ANSWER_WRITTEN}"));
+        // The embedder's cosine is no logit: never quoted, whatever the floor.
+        let (answer, _) = quoting(prompt::NO_ANSWER, -100.0, false);
+        assert!(answer.quoted.is_none() && answer.refused);
     }
 
     #[test]

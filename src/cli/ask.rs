@@ -83,6 +83,13 @@ pub(super) fn print_after(answer: &Answer) {
             ))
         );
     }
+    if let Some(q) = &answer.quoted {
+        println!(
+            "(a quote: {}, so the passage sentence the cross-encoder scores best against the question is quoted, logit {:.1})",
+            q.because.describe(),
+            q.score
+        );
+    }
     if !answer.invalid_citations.is_empty() {
         println!(
             "removed citations to passages the model was not given: {}",

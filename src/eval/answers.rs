@@ -453,6 +453,7 @@ mod tests {
             timings: Default::default(),
             hit_token_cap: false,
             cut_mid_sentence: false,
+            quoted: None,
             second_try: false,
             prompts: Vec::new(),
         }

@@ -84,6 +84,9 @@ pub struct QaRow {
     pub answer: String,
     /// Why it was refused, if it was.
     pub refusal: Option<Refusal>,
+    /// When the answer quotes a passage sentence in place of the model's reply: why, the
+    /// sentence's logit and the reply (a quote floor can be tried on the rows without asking again).
+    pub quoted: Option<crate::answer::quote::Quoted>,
     /// Token F1 against the reference (answerable questions).
     pub f1: f64,
     /// Share of the reference's tokens found in the answer.
@@ -179,6 +182,8 @@ pub struct QaReport {
     pub answerable: usize,
     /// Of those, refused (by the floor or the model): misses.
     pub answerable_refused: usize,
+    /// Answers (to any question) that quote a passage sentence in place of the model's reply.
+    pub quoted: usize,
     /// Mean token F1 over answerable questions (a refusal scores 0).
     pub f1: f64,
     /// Mean token recall over answerable questions.
@@ -341,6 +346,7 @@ pub(crate) fn score(collection: &str, q: &QaQuestion, retrieval: &Retrieval, a: 
         answerable: q.answerable,
         answer: a.answer.clone(),
         refusal: a.refusal,
+        quoted: a.quoted.clone(),
         f1,
         recall,
         exact: !a.refused && !reference_words.is_empty() && answer_words == reference_words,
@@ -450,6 +456,7 @@ pub(crate) fn summarise(collection: &str, model: &str, options: &AnswerOptions, 
         prompt_tokens_p50: percentile(&prompt_tokens, 50.0),
         answerable: n,
         answerable_refused: answerable.iter().filter(|r| r.refusal.is_some()).count(),
+        quoted: rows.iter().filter(|r| r.quoted.is_some()).count(),
         f1: mean(&mut answerable.iter().map(|r| r.f1), n),
         recall: mean(&mut answerable.iter().map(|r| r.recall), n),
         exact: share(answerable.iter().filter(|r| r.exact).count(), n),
@@ -475,7 +482,7 @@ pub(crate) fn summarise(collection: &str, model: &str, options: &AnswerOptions, 
 /// One markdown table row of the report's headline figures (see [`markdown_header`]).
 pub fn markdown_row(r: &QaReport, label: &str) -> String {
     format!(
-        "| {label} | {} | {} | {:.0}% | {:.2} | {:.2} | {:.0}% | {:.0}% | {:.0}% | {:.0}% | {:.0}% | {:.0}% | {:.0}% | {:.0}% | {}/{} | {}/{} | {:.0} | {:.1} | {:.1} |\n",
+        "| {label} | {} | {} | {:.0}% | {:.2} | {:.2} | {:.0}% | {:.0}% | {:.0}% | {:.0}% | {:.0}% | {:.0}% | {:.0}% | {:.0}% | {} | {}/{} | {}/{} | {:.0} | {:.1} | {:.1} |\n",
         r.collection,
         r.model,
         r.reached_and_cited * 100.0,
@@ -489,6 +496,7 @@ pub fn markdown_row(r: &QaReport, label: &str) -> String {
         r.copied_share * 100.0,
         r.hit_token_cap * 100.0,
         r.exact * 100.0,
+        r.quoted,
         r.answerable_refused,
         r.answerable,
         r.unanswerable_refused,
@@ -501,8 +509,8 @@ pub fn markdown_row(r: &QaReport, label: &str) -> String {
 
 /// The header of [`markdown_row`]'s table.
 pub fn markdown_header() -> &'static str {
-    "| variant | collection | model | reached & cited | F1 | recall | evidence retrieved | read of retrieved | evidence cited | citation validity | unsupported | copied | hit cap | exact | answerable refused | unanswerable refused | prompt tokens p50 | first token p50 (s) | answer p50 (s) |\n\
-     |---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n"
+    "| variant | collection | model | reached & cited | F1 | recall | evidence retrieved | read of retrieved | evidence cited | citation validity | unsupported | copied | hit cap | exact | quoted | answerable refused | unanswerable refused | prompt tokens p50 | first token p50 (s) | answer p50 (s) |\n\
+     |---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n"
 }
 
 #[cfg(test)]

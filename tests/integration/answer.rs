@@ -92,6 +92,44 @@ fn a_question_without_a_good_source_is_refused_without_loading_the_llm() {
     assert!(out.contains("no good source") && out.contains("closest material (not a source)"), "{out}");
 }
 
+/// Questions the 0.5B model declines on the sample corpus (the dev half of
+/// tests/data/eval/qa/sample-corpus.jsonl, where the passages say it in other words than the
+/// question): the passage sentence the cross-encoder scores best is quoted instead.
+#[test]
+fn a_reply_that_is_no_answer_gives_way_to_a_quote_of_the_best_passage_sentence() {
+    let data = sample_data();
+    let questions = [
+        "Is it OK to ask for a passport copy before handing over someone's data?",
+        "My PC seems infected, should I switch it off?",
+        "Can I use a USB stick to move files off my laptop?",
+    ];
+    let words = |s: &str| -> Vec<String> { s.split(|c: char| !c.is_alphanumeric()).filter(|w| !w.is_empty()).map(str::to_lowercase).collect() };
+    let mut quoted = 0;
+    for q in questions {
+        let a = ask_json(data, &[q]);
+        let Some(quote) = a.get("quoted") else { continue };
+        quoted += 1;
+        assert_eq!(a["refused"], false, "{a:#}");
+        assert!(["declined", "no_words", "restated_question", "unsupported"].contains(&quote["because"].as_str().unwrap()), "{quote}");
+        assert!(quote["score"].as_f64().unwrap() >= 1.0, "the default floor: {quote}");
+        // The quoted words are the cited passage's own (a table row's with its header), and the
+        // citation is valid.
+        let answer = a["answer"].as_str().unwrap();
+        let (open, close) = (answer.rfind('“').expect("a quotation"), answer.rfind('”').expect("closed"));
+        let quoted_text = &answer[open + '“'.len_utf8()..close];
+        let marker: usize = answer[close..].trim_start_matches('”').trim().trim_matches(['[', ']']).parse().unwrap_or_else(|e| panic!("{answer}: {e}"));
+        let source = a["sources"].as_array().unwrap().iter().find(|s| s["id"] == marker).unwrap_or_else(|| panic!("[{marker}] names a source: {a:#}"));
+        let passage = words(source["text"].as_str().unwrap());
+        assert!(words(quoted_text).iter().all(|w| passage.contains(w)), "the passage's own words: {quoted_text:?} in {source}");
+        assert!(a["citations"].as_array().unwrap().iter().any(|c| c["id"] == marker), "{a:#}");
+        // The human form says it is a quote and why.
+        let (code, out, err) = run(ragbox(data).args(["ask", q]));
+        assert_eq!(code, 0, "{err}");
+        assert!(out.contains("(a quote: ") && out.contains(quoted_text), "{out}");
+    }
+    assert!(quoted >= 1, "none of {questions:?} was quoted: the 0.5B model declined each on the dev run (docs/EVAL.md)");
+}
+
 fn chat(data: &Path, session: Option<i64>, lines: &[&str]) -> Vec<serde_json::Value> {
     let mut cmd = ragbox(data);
     cmd.args(["chat", "--json"]);

@@ -214,6 +214,10 @@ class AnswerView {
         text.append(h('span', { class: cls, title: reason, tabindex: reason ? 0 : null, 'aria-label': reason ? `${s.text} (warning: ${reason})` : null }, this.withChips(s.text, a.sources)));
       });
       body.append(text);
+      if (a.quoted) {
+        const why = { declined: 'the model said the passages do not answer', no_words: 'the model wrote no words', restated_question: 'the model only restated the question', unsupported: "no passage it cites supports the model's answer" }[a.quoted.because] || 'the model wrote no answer';
+        body.append(h('p', { class: 'quote-note muted' }, `A quote: ${why}, so the passage sentence that scores best against the question is shown as written.`));
+      }
       const flagged = sentences.filter((s) => !s.supported && s.reason);
       if (flagged.length) {
         const list = h('ul', { class: 'flag-reasons muted' });
