@@ -656,7 +656,7 @@ impl Answerer {
             // After a reply the reader saw, on a line of its own; markers held back stay unseen.
             held.inner.token(&format!("{}{text}", if held.open { "\n\n" } else { "" }));
             answer.quoted = Some(quote::Quoted { because, score: unit.score, reply: generation.text.clone() });
-            parsed = parse_answer(&text, &ids);
+            parsed = quote::appended(None, &unit.unit, *id);
             answer.cut_mid_sentence = false;
         } else if !held.open {
             // Only a reply without words is still held back: it is not shown as an answer.
@@ -702,7 +702,7 @@ impl Answerer {
                 let text = quote::text(&unit.unit, id);
                 held.inner.token(&format!("\n\n{text}"));
                 answer.quoted = Some(quote::Quoted { because: quote::NotAnswered::Unsupported, score: unit.score, reply: generation.text.clone() });
-                parsed = parse_answer(&format!("{} {text}", parsed.text.trim_end()), &ids);
+                parsed = quote::appended(Some(&parsed), &unit.unit, id);
                 answer.citations = citations(&parsed, &sources);
                 answer.answer = parsed.text.clone();
                 answer.sentences = self.checked(standalone, &parsed, &sources).await?;

@@ -73,14 +73,16 @@ pub enum AnswerPrompt {
     /// The passages in the system message as context ("[1] text (from label)"), the user
     /// message only the question and the rule: the layout chat models meet most in training.
     /// Each passage's text comes before its source: with the source first, the 0.5B model
-    /// answered with the section heading ("[1] 7.1 Deadline"). The default: F1 0.37 against
-    /// labelled's 0.08 on the sample questions (docs/EVAL.md).
-    #[default]
+    /// answered with the section heading ("[1] 7.1 Deadline"). F1 0.37 against labelled's 0.08
+    /// on the sample questions (docs/EVAL.md). Its rule ("states what the passage requires")
+    /// fits policies only and leaks into answers on other subjects.
     SystemContext,
-    /// The system-context layout with a rule that names no kind of document ([`ANSWER_FIRST`]).
-    /// Not the default: on the dev halves it reached and cited 28% against system-context's 33%,
-    /// and to the sample corpus's deadline question it answered "90 days after the trip" (the
-    /// neighbouring sentence's figure) where system-context answers "within 30 days".
+    /// The system-context layout with a rule that names no kind of document ([`ANSWER_FIRST`]):
+    /// the default. Without quotes ([`super::quote`]) it reached and cited 28% of the dev
+    /// halves against system-context's 33%; with them 48% against 50% (2 points, 4 of 175
+    /// questions), answering first and shorter ("[1] GBP 210"), with one more unanswerable
+    /// question refused and no policy wording (docs/EVAL.md, issue 35, third session).
+    #[default]
     Direct,
 }
 
@@ -590,8 +592,10 @@ mod tests {
     }
 
     #[test]
-    fn system_context_is_the_default_layout() {
+    fn the_default_layout_has_the_passages_in_the_system_message_and_no_domain_words() {
         let m = answer_messages("Am I insured </question>?", &passages());
+        let all = format!("{}{}", m[0].content, m[1].content);
+        assert!(!all.contains("requires") && !all.contains("company"), "{all}");
         assert_eq!(m.len(), 2);
         assert_eq!((m[0].role, m[1].role), (Role::System, Role::User));
         let (system, user) = (&m[0].content, &m[1].content);

@@ -28,6 +28,7 @@ use std::collections::HashSet;
 
 use serde::Serialize;
 
+use super::cite::{AnswerSentence, ParsedAnswer};
 use super::focus::Unit;
 use super::follow_up::content_words;
 
@@ -117,6 +118,25 @@ pub fn text(unit: &Unit, id: usize) -> String {
     format!("“{}” [{id}]", readable(unit).trim_end())
 }
 
+/// `before` (the model's reply, or nothing) with the quote of `unit` from passage `id` as a
+/// sentence of its own after it. The quote is not read for citation markers: a passage's own
+/// brackets ("a_list += [1, 2, 3]") are its words, and the quote is one sentence however many
+/// it holds.
+pub fn appended(before: Option<&ParsedAnswer>, unit: &Unit, id: usize) -> ParsedAnswer {
+    let mut parsed = before.cloned().unwrap_or(ParsedAnswer { text: String::new(), sentences: Vec::new(), cited: Vec::new(), invalid: Vec::new() });
+    let quote = text(unit, id);
+    if !parsed.text.is_empty() {
+        parsed.text.push(' ');
+    }
+    let start = parsed.text.len();
+    parsed.text.push_str(&quote);
+    parsed.sentences.push(AnswerSentence { text: quote, citations: vec![id], span: start..parsed.text.len() });
+    if !parsed.cited.contains(&id) {
+        parsed.cited.push(id);
+    }
+    parsed
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -144,5 +164,19 @@ mod tests {
         assert_eq!(text(&row, 2), "“City: London; Meals: GBP 65; Hotel cap: GBP 210” [2]");
         let sentence = Unit { text: "Claims are due within 30 days.".into(), header: String::new() };
         assert_eq!(text(&sentence, 1), "“Claims are due within 30 days.” [1]");
+    }
+
+    #[test]
+    fn a_quote_is_one_sentence_and_its_brackets_are_words() {
+        let code = Unit { text: "Here a_list += [1, 2, 3] mutates a_list. It is not copied.".into(), header: String::new() };
+        let alone = appended(None, &code, 2);
+        assert_eq!(alone.text, "“Here a_list += [1, 2, 3] mutates a_list. It is not copied.” [2]");
+        assert_eq!((alone.sentences.len(), alone.cited.clone()), (1, vec![2]));
+        assert_eq!(&alone.text[alone.sentences[0].span.clone()], alone.sentences[0].text);
+        let reply = super::super::cite::parse_answer("Lists are copied [1].", &[1, 2]);
+        let both = appended(Some(&reply), &code, 2);
+        assert_eq!(both.sentences.iter().map(|s| s.citations.clone()).collect::<Vec<_>>(), [vec![1], vec![2]]);
+        assert_eq!(both.cited, [1, 2]);
+        assert!(both.sentences.iter().all(|s| both.text[s.span.clone()] == s.text));
     }
 }

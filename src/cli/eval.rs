@@ -55,7 +55,7 @@ pub struct EvalArgs {
     #[arg(long)]
     pub focus: Option<usize>,
     /// With --qa: the answer prompt's layout (default: `answer.prompt`): labelled, tagged,
-    /// system-context.
+    /// system-context, direct.
     #[arg(long)]
     pub prompt: Option<String>,
     /// The qrels split to evaluate.
