@@ -237,6 +237,7 @@ fn answer_payload(answer: &Answer) -> serde_json::Value {
         "timings": answer.timings,
         "hit_token_cap": answer.hit_token_cap,
         "cut_mid_sentence": answer.cut_mid_sentence,
+        "quoted": answer.quoted,
     })
 }
 

@@ -288,6 +288,26 @@ fn web_page_in_a_real_browser() {
         }
         shot(&c, "refusal").await;
 
+        // Questions the 0.5B model declines (tests/integration/answer.rs): when an answer is a
+        // quote of the best passage sentence, the page says so and why.
+        for question in [
+            "Is it OK to ask for a passport copy before handing over someone's data?",
+            "My PC seems infected, should I switch it off?",
+            "Can I use a USB stick to move files off my laptop?",
+        ] {
+            let q = find(&c, "#question").await;
+            q.clear().await.unwrap();
+            q.send_keys(question).await.unwrap();
+            find(&c, "#ask-button").await.click().await.unwrap();
+            until(&c, 300, "the answer", "return !!document.querySelector('#answer .answer')").await;
+            if displayed(&c, "#answer .quote-note").await {
+                assert!(text(&c, "#answer .quote-note").await.starts_with("A quote: "));
+                assert!(text(&c, "#answer .answer-text").await.contains('“'));
+                shot(&c, "quote").await;
+                break;
+            }
+        }
+
         // A wrong key is refused in words.
         sign_out(&c).await;
         sign_in_with(&c, &b, "rbx_not_a_real_key").await;
