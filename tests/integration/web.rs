@@ -303,6 +303,17 @@ fn web_page_in_a_real_browser() {
             if displayed(&c, "#answer .quote-note").await {
                 assert!(text(&c, "#answer .quote-note").await.starts_with("A quote: "));
                 assert!(text(&c, "#answer .answer-text").await.contains('“'));
+                // The quoted sentence is marked in its source card.
+                let marked = c
+                    .execute(
+                        "const a = document.querySelector('#answer .answer-text').textContent; \
+                         const q = a.slice(a.lastIndexOf('“') + 1, a.lastIndexOf('”')).replace(/\\s+/g, ' '); \
+                         return [...document.querySelectorAll('#sources .excerpt mark')].some((m) => m.textContent.replace(/\\s+/g, ' ') === q);",
+                        vec![],
+                    )
+                    .await
+                    .unwrap();
+                assert_eq!(marked, serde_json::json!(true), "the quote is marked in its passage");
                 shot(&c, "quote").await;
                 break;
             }

@@ -46,6 +46,20 @@ const encoder = new TextEncoder();
 const decoder = new TextDecoder();
 
 // Splits `text` at byte offsets (spans are UTF-8 byte ranges) into [before, inside, after].
+// The words of a quoted answer, between its last pair of quotation marks.
+function quotedWords(answer) {
+  const open = answer.lastIndexOf('“');
+  const close = answer.lastIndexOf('”');
+  return open >= 0 && close > open ? answer.slice(open + 1, close) : null;
+}
+
+// `words` in `text` whatever the whitespace between them (a passage wraps its lines; a quote
+// does not): the match, or null.
+function findWords(text, words) {
+  const parts = words.split(/\s+/).filter(Boolean).map((w) => w.replace(/[.*+?^${}()|[\]\\]/g, '\\$&'));
+  return parts.length ? new RegExp(parts.join('\\s+')).exec(text) : null;
+}
+
 function splitBytes(text, start, end) {
   const bytes = encoder.encode(text);
   const s = Math.max(0, Math.min(start, bytes.length));
@@ -229,7 +243,7 @@ class AnswerView {
       }
       if (a.cut_mid_sentence) body.append(h('p', { class: 'muted' }, 'The answer reached the length limit mid-sentence; that unfinished sentence is left out.'));
       else if (a.hit_token_cap) body.append(h('p', { class: 'muted' }, 'The answer reached the length limit and may be cut short.'));
-      this.renderSources(a.sources || [], false);
+      this.renderSources(a.sources || [], false, a.quoted ? quotedWords(a.answer) : null);
     }
     body.append(this.footer(a));
     if (a.answer_id) body.append(this.feedback(a.answer_id));
@@ -264,13 +278,17 @@ class AnswerView {
     if (on) card.scrollIntoView({ block: 'nearest', behavior: 'smooth' });
   }
 
-  renderSources(list, notSources) {
+  renderSources(list, notSources, quote) {
     const heading = h('h2', { class: 'small' }, notSources ? 'Closest material' : 'Sources');
     const cards = list.map((s) => {
-      // The matched words are marked when they are part of a larger passage (a merged section).
+      // A quoted sentence is marked where it stands in its passage; else the matched words are
+      // marked when they are part of a larger passage (a merged section).
+      const text = s.text || '';
+      const found = quote ? findWords(text, quote) : null;
       const m = s.matched_span;
       const part = m && (m.start > s.span.start || m.end < s.span.end);
-      const [before, cited, after] = part ? splitBytes(s.text || '', m.start - s.span.start, m.end - s.span.start) : [s.text || '', '', ''];
+      const [before, cited, after] = found ? [text.slice(0, found.index), found[0], text.slice(found.index + found[0].length)]
+        : part ? splitBytes(text, m.start - s.span.start, m.end - s.span.start) : [text, '', ''];
       return h('article', { class: notSources ? 'source-card not-source' : 'source-card', dataset: { source: String(s.id), doc: String(s.doc) } },
         h('header', {},
           notSources ? h('span', { class: 'badge warn' }, 'not a source') : h('span', { class: 'badge' }, String(s.id)),
@@ -283,6 +301,13 @@ class AnswerView {
     });
     if (!list.length) cards.push(h('p', { class: 'muted' }, 'Nothing close enough was found.'));
     this.sources.replaceChildren(heading, ...cards);
+    // A quoted sentence is often below the excerpt's fold: scroll it into the excerpt's view.
+    if (quote) {
+      for (const mark of this.sources.querySelectorAll('.excerpt mark')) {
+        const box = mark.closest('.excerpt');
+        box.scrollTop += mark.getBoundingClientRect().top - box.getBoundingClientRect().top - 8;
+      }
+    }
   }
 
   footer(a) {
