@@ -650,13 +650,14 @@ impl Answerer {
         };
         // The best sentence is quoted when the reply is not an answer and the cross-encoder
         // (whose logit means the same on every corpus) scores that sentence above the floor.
-        let quotable = best.clone().filter(|(_, b)| b.by_cross_encoder && b.score >= self.options.quote_floor);
+        let quotable = best.filter(|(_, b)| b.by_cross_encoder && b.score >= self.options.quote_floor);
+        // The quote goes after a reply the reader saw, on a line of its own; markers held back
+        // stay unseen.
+        let last_sentence = |p: &cite::ParsedAnswer| p.sentences.last().map(|s| s.text.clone()).unwrap_or_default();
         if let (Some(because), Some((id, unit))) = (not_answered, quotable.as_ref()) {
-            let text = quote::text(&unit.unit, *id);
-            // After a reply the reader saw, on a line of its own; markers held back stay unseen.
-            held.inner.token(&format!("{}{text}", if held.open { "\n\n" } else { "" }));
-            answer.quoted = Some(quote::Quoted { because, score: unit.score, reply: generation.text.clone() });
-            parsed = quote::appended(None, &unit.unit, *id);
+            let (with_quote, quoted) = quote::quote(None, unit, *id, because, &generation.text);
+            held.inner.token(&format!("{}{}", if held.open { "\n\n" } else { "" }, last_sentence(&with_quote)));
+            (parsed, answer.quoted) = (with_quote, Some(quoted));
             answer.cut_mid_sentence = false;
         } else if !held.open {
             // Only a reply without words is still held back: it is not shown as an answer.
@@ -699,10 +700,9 @@ impl Answerer {
             // and the best passage sentence follows them, so the reader sees what the passages say.
             let unsupported = !answer.sentences.iter().any(|s| s.supported);
             if let Some((id, unit)) = quotable.filter(|_| answer.quoted.is_none() && unsupported) {
-                let text = quote::text(&unit.unit, id);
-                held.inner.token(&format!("\n\n{text}"));
-                answer.quoted = Some(quote::Quoted { because: quote::NotAnswered::Unsupported, score: unit.score, reply: generation.text.clone() });
-                parsed = quote::appended(Some(&parsed), &unit.unit, id);
+                let (with_quote, quoted) = quote::quote(Some(&parsed), &unit, id, quote::NotAnswered::Unsupported, &generation.text);
+                held.inner.token(&format!("\n\n{}", last_sentence(&with_quote)));
+                (parsed, answer.quoted) = (with_quote, Some(quoted));
                 answer.citations = citations(&parsed, &sources);
                 answer.answer = parsed.text.clone();
                 answer.sentences = self.checked(standalone, &parsed, &sources).await?;

@@ -29,7 +29,7 @@ use std::collections::HashSet;
 use serde::Serialize;
 
 use super::cite::{AnswerSentence, ParsedAnswer};
-use super::focus::Unit;
+use super::focus::{BestUnit, Unit};
 use super::follow_up::content_words;
 
 /// Why the model's reply was not taken as the answer.
@@ -63,6 +63,8 @@ impl NotAnswered {
 pub struct Quoted {
     /// Why the model's reply was not taken.
     pub because: NotAnswered,
+    /// The quoted words (a table row with its header, as [`readable`] writes it).
+    pub text: String,
     /// The cross-encoder's logit for (question, quoted sentence).
     pub score: f32,
     /// The model's reply as it was (markers and all).
@@ -118,13 +120,14 @@ pub fn text(unit: &Unit, id: usize) -> String {
     format!("“{}” [{id}]", readable(unit).trim_end())
 }
 
-/// `before` (the model's reply, or nothing) with the quote of `unit` from passage `id` as a
-/// sentence of its own after it. The quote is not read for citation markers: a passage's own
-/// brackets ("a_list += [1, 2, 3]") are its words, and the quote is one sentence however many
-/// it holds.
-pub fn appended(before: Option<&ParsedAnswer>, unit: &Unit, id: usize) -> ParsedAnswer {
+/// The answer that quotes `best` (of passage `id`) because of `because`: `before` (the model's
+/// reply when it is kept, else nothing) with the quote as a sentence of its own after it, and
+/// what the answer records of the quote. The quote is not read for citation markers: a
+/// passage's own brackets ("a_list += [1, 2, 3]") are its words, and the quote is one sentence
+/// however many it holds.
+pub fn quote(before: Option<&ParsedAnswer>, best: &BestUnit, id: usize, because: NotAnswered, reply: &str) -> (ParsedAnswer, Quoted) {
     let mut parsed = before.cloned().unwrap_or(ParsedAnswer { text: String::new(), sentences: Vec::new(), cited: Vec::new(), invalid: Vec::new() });
-    let quote = text(unit, id);
+    let quote = text(&best.unit, id);
     if !parsed.text.is_empty() {
         parsed.text.push(' ');
     }
@@ -134,7 +137,8 @@ pub fn appended(before: Option<&ParsedAnswer>, unit: &Unit, id: usize) -> Parsed
     if !parsed.cited.contains(&id) {
         parsed.cited.push(id);
     }
-    parsed
+    let quoted = Quoted { because, text: readable(&best.unit).trim_end().to_string(), score: best.score, reply: reply.to_string() };
+    (parsed, quoted)
 }
 
 #[cfg(test)]
@@ -168,13 +172,15 @@ mod tests {
 
     #[test]
     fn a_quote_is_one_sentence_and_its_brackets_are_words() {
-        let code = Unit { text: "Here a_list += [1, 2, 3] mutates a_list. It is not copied.".into(), header: String::new() };
-        let alone = appended(None, &code, 2);
+        let unit = Unit { text: "Here a_list += [1, 2, 3] mutates a_list. It is not copied.".into(), header: String::new() };
+        let code = BestUnit { passage: 1, unit, score: 4.0, by_cross_encoder: true };
+        let (alone, quoted) = quote(None, &code, 2, NotAnswered::Declined, "No.");
+        assert_eq!((quoted.text.as_str(), quoted.score, quoted.reply.as_str()), ("Here a_list += [1, 2, 3] mutates a_list. It is not copied.", 4.0, "No."));
         assert_eq!(alone.text, "“Here a_list += [1, 2, 3] mutates a_list. It is not copied.” [2]");
         assert_eq!((alone.sentences.len(), alone.cited.clone()), (1, vec![2]));
         assert_eq!(&alone.text[alone.sentences[0].span.clone()], alone.sentences[0].text);
         let reply = super::super::cite::parse_answer("Lists are copied [1].", &[1, 2]);
-        let both = appended(Some(&reply), &code, 2);
+        let (both, _) = quote(Some(&reply), &code, 2, NotAnswered::Unsupported, "Lists are copied [1].");
         assert_eq!(both.sentences.iter().map(|s| s.citations.clone()).collect::<Vec<_>>(), [vec![1], vec![2]]);
         assert_eq!(both.cited, [1, 2]);
         assert!(both.sentences.iter().all(|s| both.text[s.span.clone()] == s.text));

@@ -112,12 +112,12 @@ fn a_reply_that_is_no_answer_gives_way_to_a_quote_of_the_best_passage_sentence()
         assert_eq!(a["refused"], false, "{a:#}");
         assert!(["declined", "no_words", "restated_question", "unsupported"].contains(&quote["because"].as_str().unwrap()), "{quote}");
         assert!(quote["score"].as_f64().unwrap() >= 1.0, "the default floor: {quote}");
-        // The quoted words are the cited passage's own (a table row's with its header), and the
-        // citation is valid.
+        // The answer ends with the quoted words, cited; they are the cited passage's own (a table
+        // row's with its header), and the citation is valid.
         let answer = a["answer"].as_str().unwrap();
-        let (open, close) = (answer.rfind('“').expect("a quotation"), answer.rfind('”').expect("closed"));
-        let quoted_text = &answer[open + '“'.len_utf8()..close];
-        let marker: usize = answer[close..].trim_start_matches('”').trim().trim_matches(['[', ']']).parse().unwrap_or_else(|e| panic!("{answer}: {e}"));
+        let quoted_text = quote["text"].as_str().unwrap();
+        let cited = answer.rsplit_once(&format!("“{quoted_text}”")).unwrap_or_else(|| panic!("{answer} ends with the quote of {quote}")).1;
+        let marker: usize = cited.trim().trim_matches(['[', ']']).parse().unwrap_or_else(|e| panic!("{answer}: {e}"));
         let source = a["sources"].as_array().unwrap().iter().find(|s| s["id"] == marker).unwrap_or_else(|| panic!("[{marker}] names a source: {a:#}"));
         let passage = words(source["text"].as_str().unwrap());
         assert!(words(quoted_text).iter().all(|w| passage.contains(w)), "the passage's own words: {quoted_text:?} in {source}");

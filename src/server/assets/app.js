@@ -45,14 +45,6 @@ function fail(e) {
 const encoder = new TextEncoder();
 const decoder = new TextDecoder();
 
-// Splits `text` at byte offsets (spans are UTF-8 byte ranges) into [before, inside, after].
-// The words of a quoted answer, between its last pair of quotation marks.
-function quotedWords(answer) {
-  const open = answer.lastIndexOf('“');
-  const close = answer.lastIndexOf('”');
-  return open >= 0 && close > open ? answer.slice(open + 1, close) : null;
-}
-
 // `words` in `text` whatever the whitespace between them (a passage wraps its lines; a quote
 // does not): the match, or null.
 function findWords(text, words) {
@@ -60,6 +52,7 @@ function findWords(text, words) {
   return parts.length ? new RegExp(parts.join('\\s+')).exec(text) : null;
 }
 
+// Splits `text` at byte offsets (spans are UTF-8 byte ranges) into [before, inside, after].
 function splitBytes(text, start, end) {
   const bytes = encoder.encode(text);
   const s = Math.max(0, Math.min(start, bytes.length));
@@ -243,7 +236,7 @@ class AnswerView {
       }
       if (a.cut_mid_sentence) body.append(h('p', { class: 'muted' }, 'The answer reached the length limit mid-sentence; that unfinished sentence is left out.'));
       else if (a.hit_token_cap) body.append(h('p', { class: 'muted' }, 'The answer reached the length limit and may be cut short.'));
-      this.renderSources(a.sources || [], false, a.quoted ? quotedWords(a.answer) : null);
+      this.renderSources(a.sources || [], false, a.quoted ? a.quoted.text : null);
     }
     body.append(this.footer(a));
     if (a.answer_id) body.append(this.feedback(a.answer_id));
