@@ -2,8 +2,10 @@
 # Builds the patched crates that Cargo.toml's [patch.crates-io] points at (patches/candle-core,
 # patches/mistralrs-core): each is the crates.io release, checked by sha256, with its
 # patches/NAME-VERSION.patch applied (patches/README.md says what each change is and why). The
-# copies are generated, not committed; run this before the first `cargo` command of a fresh clone
-# (scripts/test.sh and the README's first command do).
+# copies are generated, not committed, and kept outside the checkout, like cargo's own sources:
+# under $RAGBOX_CACHE_DIR/patched/NAME-VERSION-PATCHSHA, with patches/NAME a symbolic link to
+# it. Run this before the first `cargo` command of a fresh clone (scripts/test.sh and the
+# README's first command do).
 #
 #   scripts/patch-crates.sh          make the copies (nothing to do when they are up to date)
 #   scripts/patch-crates.sh --save   after editing a copy: write its changes back to its .patch
@@ -22,6 +24,7 @@ CRATES=(
   "mistralrs-core 0.8.1 a2b8b9e5c94491d9ceeded3a30291cb6af6ae74810a5776dd55e3bbb8b3429d4"
 )
 CACHE="${RAGBOX_CACHE_DIR:-$HOME/.cache/ragbox}/crates"
+PATCHED="${RAGBOX_CACHE_DIR:-$HOME/.cache/ragbox}/patched"
 SAVE=0
 case "${1:-}" in
   --save) SAVE=1 ;;
@@ -66,6 +69,15 @@ crate_file() {
   echo "$file"
 }
 
+# Points the link $2 (patches/NAME) at the generated copy $1; a copy left in the checkout by an
+# older version of this script goes.
+link_copy() {
+  if [ "$(readlink "$2" 2>/dev/null)" != "$1" ]; then
+    rm -rf "$2"
+    ln -s "$1" "$2"
+  fi
+}
+
 for entry in "${CRATES[@]}"; do
   read -r name version want <<<"$entry"
   patch="patches/$name-$version.patch"
@@ -76,14 +88,16 @@ for entry in "${CRATES[@]}"; do
   if [ "$SAVE" = 1 ]; then
     [ -d "$dest" ] || { echo "error: $dest does not exist; run scripts/patch-crates.sh first" >&2; exit 1; }
     mv "$work/$name-$version" "$work/a"
-    cp -r "$dest" "$work/b"
+    cp -rL "$dest" "$work/b"
     rm -f "$work/b/.ragbox-patch"
     # diff exits 1 when the trees differ.
     (cd "$work" && diff -ruN a b | sed -E 's/^((\+\+\+|---) [^\t]*)\t.*/\1/' > "$OLDPWD/$patch") || true
     echo "$patch: $(grep -c '^[-+][^-+]' "$patch") changed lines" >&2
   else
     key="$want $(sha "$patch")"
-    if [ -f "$dest/.ragbox-patch" ] && [ "$(cat "$dest/.ragbox-patch")" = "$key" ]; then
+    copy="$PATCHED/$name-$version-$(sha "$patch" | cut -c1-16)"
+    if [ -f "$copy/.ragbox-patch" ] && [ "$(cat "$copy/.ragbox-patch")" = "$key" ]; then
+      link_copy "$copy" "$dest"
       rm -rf "$work"
       continue
     fi
@@ -97,9 +111,11 @@ for entry in "${CRATES[@]}"; do
       stamp=$(date +%s)
     fi
     find "$work/$name-$version" -exec touch -h -d "@$stamp" {} +
-    rm -rf "$dest"
-    mv "$work/$name-$version" "$dest"
-    echo "made $dest: $name $version with $patch" >&2
+    mkdir -p "$PATCHED"
+    rm -rf "$copy"
+    mv "$work/$name-$version" "$copy"
+    link_copy "$copy" "$dest"
+    echo "made $copy ($dest): $name $version with $patch" >&2
   fi
   rm -rf "$work"
 done
