@@ -523,6 +523,14 @@ pub fn refers_back(question: &str) -> Option<FollowUpCue> {
     comparative(&q).or_else(|| deictic(&q)).or_else(|| ellipsis(&q)).or_else(|| pronoun(&q)).or_else(|| no_content(&q))
 }
 
+/// Whether `question` is a what-if that continues a conversation ("What if I already deleted
+/// some of the files?"): the follow-up detector reads it as self-contained, but after an answer
+/// it asks about that answer's subject.
+pub fn continues(question: &str) -> bool {
+    let lower = question.trim().to_lowercase();
+    ["what if ", "and if ", "but if ", "what happens if ", "and what if ", "but what if "].iter().any(|p| lower.starts_with(p))
+}
+
 fn deictic(q: &Question) -> Option<FollowUpCue> {
     for (i, t) in q.toks.iter().enumerate() {
         let next = q.word(i + 1);

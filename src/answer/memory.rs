@@ -8,7 +8,7 @@
 
 use std::collections::HashSet;
 
-use super::follow_up::{content_words, refers_back};
+use super::follow_up::{content_words, continues, refers_back};
 use crate::generate::Message;
 
 /// Answers longer than this (in characters) are cut in the rewrite prompt.
@@ -122,8 +122,11 @@ pub fn rewrite_messages(question: &str, turns: &[PriorTurn]) -> Vec<Message> {
 /// Cleans a generator's rewrite: drops a reasoning block (`<think>…</think>`), keeps the first
 /// non-empty line, strips list marks, quotes and prefixes such as "Rewritten question:".
 /// `None` when nothing is left, when it is longer than 3x the follow-up (at least 200
-/// characters), or, for a follow-up that refers back, when it adds no word (the reference is
-/// still unresolved) or drops the follow-up's own words (its intent is lost).
+/// characters), when it is more than one question ("What is the card's limit? Can it be
+/// raised?": the reference is left where it was), or, for a follow-up that refers back or a
+/// what-if that continues the conversation, when it adds no word (the reference is still
+/// unresolved) or drops the follow-up's own words (its intent is lost: "What if there's nothing
+/// available under the cap?" rewritten as "Where do I book hotels for a business trip?").
 pub fn clean_rewrite(raw: &str, question: &str) -> Option<String> {
     let body = raw.rsplit_once("</think>").map_or(raw, |(_, after)| after);
     let line = body.lines().map(str::trim).find(|l| !l.is_empty())?;
@@ -158,10 +161,14 @@ pub fn clean_rewrite(raw: &str, question: &str) -> Option<String> {
     if s.chars().count() > limit {
         return None;
     }
-    if let Some(cue) = refers_back(question) {
+    if s.matches('?').count() > question.matches('?').count().max(1) {
+        return None;
+    }
+    let cue = refers_back(question).map(|c| c.text).or_else(|| continues(question).then(String::new));
+    if let Some(cue) = cue {
         let asked = content_words(question);
         let written = content_words(s);
-        let own: HashSet<String> = asked.difference(&content_words(&cue.text)).cloned().collect();
+        let own: HashSet<String> = asked.difference(&content_words(&cue)).cloned().collect();
         let adds = written.iter().any(|w| !asked.contains(w));
         // A rewrite that drops the follow-up's own ask ("And what if I miss that deadline?"
         // rewritten as the earlier question) lost its intent: at most one of three or more of
@@ -281,6 +288,13 @@ mod tests {
         let what_if = "And what if I miss that deadline?";
         assert_eq!(clean_rewrite("How many days do I have to submit an expense claim?", what_if), None);
         assert!(clean_rewrite("What happens if I miss the expense claim deadline?", what_if).is_some());
+        // A what-if that continues the conversation keeps its own ask too.
+        let continuing = "What if there's nothing available under the cap?";
+        assert_eq!(clean_rewrite("Where do I book hotels for a business trip?", continuing), None);
+        assert!(clean_rewrite("What if there's no hotel available under the London hotel cap?", continuing).is_some());
+        // Two questions leave the reference where it was.
+        assert_eq!(clean_rewrite("What is the monthly limit on the corporate card? Can it be raised?", "Can it be raised?"), None);
+        assert!(clean_rewrite("Can the corporate card's monthly limit be raised?", "Can it be raised?").is_some());
         // A self-contained question may come back unchanged.
         let s = "What is the travel insurance limit for staff?";
         assert_eq!(clean_rewrite(s, s).as_deref(), Some(s));

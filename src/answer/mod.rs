@@ -398,7 +398,7 @@ pub async fn standalone(
     let cue = match follow_up::refers_back(question) {
         Some(cue) => cue,
         // A what-if continues the conversation's subject without pointing at it.
-        None if resolve::continues(question) && !prior.is_empty() => {
+        None if follow_up::continues(question) && !prior.is_empty() => {
             follow_up::FollowUpCue { kind: follow_up::CueKind::Ellipsis, text: question.split_whitespace().take(2).collect::<Vec<_>>().join(" ") }
         }
         None => return Ok(as_is(None)),

@@ -19,7 +19,7 @@
 //! assert_eq!(resolve("And in New York?", "What's the hotel cap in London?").as_deref(), Some("What's the hotel cap in New York?"));
 //! ```
 
-use super::follow_up::{is_preposition, is_stop, is_verb, refers_back, CueKind};
+use super::follow_up::{continues, is_preposition, is_stop, is_verb, refers_back, CueKind};
 
 /// Connectives a follow-up opens with, dropped from the standalone question.
 const OPENERS: &[&str] = &["and", "but", "so", "also", "then", "plus", "or"];
@@ -63,13 +63,30 @@ fn noun_like(w: &Word) -> bool {
 
 /// The earlier question's topic: the words after its last determiner up to a preposition or
 /// the end ("Who owns the visitor logs?" → "the visitor logs", "What is a legal hold?" → "a
-/// legal hold"), else its last run of noun-like words.
+/// legal hold"), taken leftwards over a preposition to the phrase it belongs to ("What's the
+/// monthly limit on the corporate card?" → "the monthly limit on the corporate card": the limit
+/// is what a later "it" means); with no determiner, its longest run of noun-like words ("How
+/// much did we budget for phishing awareness training this year?" → "the phishing awareness
+/// training"; the later one on a tie).
 fn topic(before: &str) -> Option<String> {
     let ws = words(before);
-    if let Some(d) = ws.iter().rposition(|w| DETERMINERS.contains(&w.lower.as_str()) && w.lower != "its") {
+    let determiner = |w: &Word| DETERMINERS.contains(&w.lower.as_str()) && w.lower != "its";
+    if let Some(mut d) = ws.iter().rposition(determiner) {
         let run = ws[d + 1..].iter().take_while(|w| !is_preposition(&w.lower) && !is_stop(&w.lower)).count();
         if run > 0 {
-            return Some(before[ws[d].start..ws[d + run].end].to_string());
+            let end = ws[d + run].end;
+            // "<determiner> <nouns> <preposition>" right before: the phrase this one completes.
+            while d >= 3 && is_preposition(&ws[d - 1].lower) && noun_like(&ws[d - 2]) {
+                let mut first = d - 2;
+                while first > 0 && noun_like(&ws[first - 1]) {
+                    first -= 1;
+                }
+                match first.checked_sub(1) {
+                    Some(k) if determiner(&ws[k]) => d = k,
+                    _ => break,
+                }
+            }
+            return Some(before[ws[d].start..end].to_string());
         }
     }
     let mut best: Option<(usize, usize)> = None;
@@ -80,7 +97,9 @@ fn topic(before: &str) -> Option<String> {
             while j + 1 < ws.len() && noun_like(&ws[j + 1]) {
                 j += 1;
             }
-            best = Some((i, j));
+            if best.is_none_or(|(a, b)| j - i >= b - a) {
+                best = Some((i, j));
+            }
             i = j + 1;
         } else {
             i += 1;
@@ -191,6 +210,24 @@ fn swap_in(phrase: &str, before: &str) -> Option<String> {
         }
         return Some(as_question(&format!("{} {phrase}", &before[..body_end])));
     }
+    // A phrase of the same kind for its like: "And the resolution target?" after "What's the
+    // first response target for a P4 request?" takes the place of the earlier question's phrase
+    // with that head noun (its modifiers from the determiner on), keeping what follows it.
+    let last = pw.last()?;
+    if noun_like(last) {
+        if let Some(k) = bw.iter().rposition(|w| w.lower == last.lower) {
+            let mut first = k;
+            while first > 0 && noun_like(&bw[first - 1]) {
+                first -= 1;
+            }
+            let has_determiner = |w: &Word| DETERMINERS.contains(&w.lower.as_str());
+            let start = match (first.checked_sub(1).map(|d| &bw[d]), has_determiner(head)) {
+                (Some(d), true) if has_determiner(d) => d.start,
+                _ => bw[first].start,
+            };
+            return Some(as_question(&format!("{}{phrase}{}", &before[..start], &before[bw[k].end..body_end])));
+        }
+    }
     // A name for a name: "What about Rotterdam?" after "… in London?".
     let capital = |w: &Word| w.text.chars().next().is_some_and(char::is_uppercase);
     if capital(head) {
@@ -215,14 +252,6 @@ fn about(question: &str, before: &str) -> String {
         }
         _ => question.to_string(),
     }
-}
-
-/// Whether `question` is a what-if that continues a conversation ("What if I already deleted
-/// some of the files?"): the follow-up detector reads it as self-contained, but after an answer
-/// it asks about that answer's subject.
-pub fn continues(question: &str) -> bool {
-    let lower = question.trim().to_lowercase();
-    ["what if ", "and if ", "but if ", "what happens if ", "and what if ", "but what if "].iter().any(|p| lower.starts_with(p))
 }
 
 /// The standalone form of the follow-up `question` given the question `before` it (its
@@ -258,6 +287,11 @@ mod tests {
 
     #[test]
     fn pronouns_take_the_earlier_questions_topic() {
+        assert_eq!(resolve("Can it be raised?", "What's the monthly limit on the corporate card?").as_deref(), Some("Can the monthly limit on the corporate card be raised?"));
+        assert_eq!(
+            resolve("Does it cover people without a company email?", "How much did we budget for phishing awareness training this year?").as_deref(),
+            Some("Does the phishing awareness training cover people without a company email?")
+        );
         assert_eq!(resolve("Who approves it?", "How many days do I have to submit an expense claim?").as_deref(), Some("Who approves an expense claim?"));
         assert_eq!(resolve("And how long are they kept?", "Who owns the visitor logs?").as_deref(), Some("How long are the visitor logs kept?"));
     }
@@ -269,6 +303,11 @@ mod tests {
             Some("What is the travel insurance limit for contractors?")
         );
         assert_eq!(resolve("What about Rotterdam?", "What's the hotel cap in London?").as_deref(), Some("What's the hotel cap in Rotterdam?"));
+        assert_eq!(
+            resolve("And the resolution target?", "What's the first response target for a P4 request?").as_deref(),
+            Some("What's the resolution target for a P4 request?")
+        );
+        assert_eq!(resolve("And the meal cap?", "What's the hotel cap in London?").as_deref(), Some("What's the meal cap in London?"));
         assert_eq!(
             resolve("And what if I miss that deadline?", "How many days do I have to submit an expense claim?").as_deref(),
             Some("What if I miss the deadline for expense claim?")
