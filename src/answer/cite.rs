@@ -412,6 +412,9 @@ fn split(text: &str, markers: &[Marker]) -> Vec<Range<usize>> {
     }
     starts.push(text.len());
 
+    // An answer that opens with a marker cites in front ("[1] The limit is EUR 7,500. [2] An
+    // allowance of EUR 30 is paid."): there a marker after a full stop opens the next sentence.
+    let in_front = markers.first().is_some_and(|m| text[..m.range.start].trim().is_empty());
     let mut out: Vec<Range<usize>> = Vec::new();
     let mut pending: Option<usize> = None;
     for block in starts.windows(2) {
@@ -422,25 +425,40 @@ fn split(text: &str, markers: &[Marker]) -> Vec<Range<usize>> {
             let start = if k == 0 { block[0] } else { bs + r.start };
             let Some(piece) = text.get(start..bs + r.end) else { continue };
             let lead = piece.len() - piece.trim_start().len();
-            let span = start + lead..start + piece.trim_end().len();
+            let mut end = start + piece.trim_end().len();
+            // Cited in front, the markers after this sentence's last word open the next one.
+            let mut next = None;
+            if in_front {
+                let words_end = start + shadow[start..bs + r.end].trim_end().len();
+                if words_end > start + lead && words_end < end {
+                    next = Some(end - text[words_end..end].trim_start().len());
+                    end = words_end;
+                }
+            }
+            let span = start + lead..end;
             if span.is_empty() {
                 continue;
             }
             if shadow[span.clone()].trim().is_empty() {
-                // Only markers: they cite the sentence before.
+                // Only markers: they cite the sentence before, or in front, the one after.
                 match out.last_mut() {
-                    Some(last) => last.end = span.end,
-                    None => {
+                    Some(last) if !in_front => last.end = span.end,
+                    _ => {
                         pending.get_or_insert(span.start);
                     }
                 }
                 continue;
             }
             out.push(pending.take().unwrap_or(span.start)..span.end);
+            pending = next;
         }
     }
     if let Some(start) = pending {
-        out.push(start..text.len());
+        match out.last_mut() {
+            // Markers that close an answer cited in front still cite its last sentence.
+            Some(last) => last.end = text.len(),
+            None => out.push(start..text.len()),
+        }
     }
     out
 }
@@ -588,6 +606,19 @@ mod tests {
         assert_eq!(cites, [vec![1], vec![1], vec![]]);
         let p = parse_answer("Due in 30 days [1]. Late ones need approval.", V);
         assert_eq!(p.sentences[1].citations, Vec::<usize>::new(), "a trailing marker covers only its sentence");
+    }
+
+    #[test]
+    fn an_answer_cited_in_front_gives_each_marker_to_the_sentence_after_it() {
+        let p = parse_answer("[1] The limit is EUR 7,500. [2] An allowance of EUR 30 is paid. [3] You must not share it.", V);
+        assert_eq!(texts(&p), ["[1] The limit is EUR 7,500.", "[2] An allowance of EUR 30 is paid.", "[3] You must not share it."]);
+        let cites: Vec<Vec<usize>> = p.sentences.iter().map(|s| s.citations.clone()).collect();
+        assert_eq!(cites, [vec![1], vec![2], vec![3]]);
+        check_spans(&p);
+        let p = parse_answer("[1] The limit is EUR 7,500. [2]", V);
+        assert_eq!(texts(&p), ["[1] The limit is EUR 7,500. [2]"]);
+        assert_eq!(p.sentences[0].citations, [1, 2]);
+        check_spans(&p);
     }
 
     #[test]
