@@ -300,8 +300,10 @@ pub fn run(
 /// passage the generator was given and its citation maps to that passage's chunk and document.
 /// Returns (valid markers, all markers).
 pub(crate) fn checked_citations(a: &Answer) -> (usize, usize) {
-    // Parsed with no valid ids, every marker in the text comes back as written.
-    let written = cite::parse_answer(&a.answer, &[]).invalid;
+    // Parsed with no valid ids, every marker in the text comes back as written. A quote's
+    // brackets are the passage's words ("[1, 2, 3]" in a code example), not citations.
+    let text = a.quoted.as_ref().map_or_else(|| a.answer.clone(), |q| a.answer.replacen(&q.text, "", 1));
+    let written = cite::parse_answer(&text, &[]).invalid;
     let valid = written
         .iter()
         .filter(|w| {
@@ -466,6 +468,16 @@ mod tests {
         assert_eq!(checked_citations(&answer("A [3]. B [2].", &[(3, 3)])), (0, 2));
         assert_eq!(checked_citations(&answer("A [1]. B [2].", &[(1, 1), (2, 1)])), (1, 2));
         assert_eq!(checked_citations(&answer("No markers.", &[])), (0, 0));
+        // A quote's brackets are its passage's words.
+        let text = "x += [1, 2, 3] extends x.";
+        let mut quoted = answer(&format!("“{text}” [1]"), &[(1, 1)]);
+        quoted.quoted = Some(crate::answer::quote::Quoted {
+            because: crate::answer::quote::NotAnswered::Declined,
+            text: text.into(),
+            score: 5.0,
+            reply: "The passages do not answer.".into(),
+        });
+        assert_eq!(checked_citations(&quoted), (1, 1));
     }
 
     #[test]
