@@ -61,6 +61,20 @@ fn noun_like(w: &Word) -> bool {
     !is_stop(&w.lower) && !is_preposition(&w.lower) && !is_verb(&w.lower) && !w.lower.ends_with("'s")
 }
 
+/// A determiner that can open a topic ("its" points back itself).
+fn is_determiner(w: &Word) -> bool {
+    DETERMINERS.contains(&w.lower.as_str())
+}
+
+/// The first word of the run of noun-like words that ends at `ws[k]`.
+fn run_start(ws: &[Word], k: usize) -> usize {
+    let mut first = k;
+    while first > 0 && noun_like(&ws[first - 1]) {
+        first -= 1;
+    }
+    first
+}
+
 /// The earlier question's topic: the words after its last determiner up to a preposition or
 /// the end ("Who owns the visitor logs?" → "the visitor logs", "What is a legal hold?" → "a
 /// legal hold"), taken leftwards over a preposition to the phrase it belongs to ("What's the
@@ -70,18 +84,14 @@ fn noun_like(w: &Word) -> bool {
 /// training"; the later one on a tie).
 fn topic(before: &str) -> Option<String> {
     let ws = words(before);
-    let determiner = |w: &Word| DETERMINERS.contains(&w.lower.as_str()) && w.lower != "its";
+    let determiner = |w: &Word| is_determiner(w) && w.lower != "its";
     if let Some(mut d) = ws.iter().rposition(determiner) {
         let run = ws[d + 1..].iter().take_while(|w| !is_preposition(&w.lower) && !is_stop(&w.lower)).count();
         if run > 0 {
             let end = ws[d + run].end;
             // "<determiner> <nouns> <preposition>" right before: the phrase this one completes.
             while d >= 3 && is_preposition(&ws[d - 1].lower) && noun_like(&ws[d - 2]) {
-                let mut first = d - 2;
-                while first > 0 && noun_like(&ws[first - 1]) {
-                    first -= 1;
-                }
-                match first.checked_sub(1) {
+                match run_start(&ws, d - 2).checked_sub(1) {
                     Some(k) if determiner(&ws[k]) => d = k,
                     _ => break,
                 }
@@ -106,7 +116,7 @@ fn topic(before: &str) -> Option<String> {
         }
     }
     let (a, b) = best?;
-    let from = if a > 0 && DETERMINERS.contains(&ws[a - 1].lower.as_str()) { a - 1 } else { a };
+    let from = if a > 0 && is_determiner(&ws[a - 1]) { a - 1 } else { a };
     let mut phrase = before[ws[from].start..ws[b].end].to_string();
     if from == a {
         phrase.insert_str(0, "the ");
@@ -216,13 +226,9 @@ fn swap_in(phrase: &str, before: &str) -> Option<String> {
     let last = pw.last()?;
     if noun_like(last) {
         if let Some(k) = bw.iter().rposition(|w| w.lower == last.lower) {
-            let mut first = k;
-            while first > 0 && noun_like(&bw[first - 1]) {
-                first -= 1;
-            }
-            let has_determiner = |w: &Word| DETERMINERS.contains(&w.lower.as_str());
-            let start = match (first.checked_sub(1).map(|d| &bw[d]), has_determiner(head)) {
-                (Some(d), true) if has_determiner(d) => d.start,
+            let first = run_start(&bw, k);
+            let start = match (first.checked_sub(1).map(|d| &bw[d]), is_determiner(head)) {
+                (Some(d), true) if is_determiner(d) => d.start,
                 _ => bw[first].start,
             };
             return Some(as_question(&format!("{}{phrase}{}", &before[..start], &before[bw[k].end..body_end])));
