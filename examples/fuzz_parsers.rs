@@ -4,8 +4,12 @@
 //! cargo run --offline --example fuzz_parsers --config 'profile.dev.package.ragbox.opt-level=3' -- \
 //!     --inputs 1000000 --seed 16 --out target/fuzz \
 //!     [--corpus tests/data/corpus --corpus tests/fixtures/source/lppl.pdf] [--hang-s 60] [--slow-ms 10000] \
-//!     [--targets docx,odt,odp,ods,pptx,xlsx,xls,csv,tsv,epub,rtf]
+//!     [--targets docx,odt,odp,ods,pptx,xlsx,xls,csv,tsv,epub,rtf] [--xls-reader target/debug/ragbox]
 //! ```
+//!
+//! `--xls-reader` names the `ragbox` executable that reads `.xls` in a bounded child process, as
+//! the `ragbox` binary does for itself (`ragbox::source::xls`); without it, `.xls` inputs are
+//! skipped as legacy files and only the OLE check is exercised.
 //!
 //! `--targets` runs only the named targets (see `ragbox::fuzz::TARGETS`), drawn by their weights;
 //! a case number then means another input than in a run of every target.
@@ -35,6 +39,7 @@ struct Args {
     hang_s: u64,
     slow_ms: u64,
     targets: Vec<String>,
+    xls_reader: Option<PathBuf>,
     worker: Option<(u64, u64, PathBuf)>,
 }
 
@@ -48,6 +53,7 @@ fn parse_args() -> Result<Args, String> {
         hang_s: 60,
         slow_ms: 10_000,
         targets: Vec::new(),
+        xls_reader: None,
         worker: None,
     };
     let mut it = std::env::args().skip(1);
@@ -70,6 +76,7 @@ fn parse_args() -> Result<Args, String> {
                     a.targets.push(name.to_string());
                 }
             }
+            "--xls-reader" => a.xls_reader = Some(PathBuf::from(value()?)),
             "--worker-start" => start = Some(value()?.parse::<u64>().map_err(|e| e.to_string())?),
             "--worker-count" => count = Some(value()?.parse::<u64>().map_err(|e| e.to_string())?),
             "--worker-progress" => progress = Some(PathBuf::from(value()?)),
@@ -176,6 +183,9 @@ fn run_worker(exe: &Path, args: &Args, start: u64, count: u64, progress: &Path) 
     }
     for c in &args.corpus {
         cmd.arg("--corpus").arg(c);
+    }
+    if let Some(reader) = &args.xls_reader {
+        cmd.arg("--xls-reader").arg(reader);
     }
     cmd.args(["--worker-start", &start.to_string(), "--worker-count", &count.to_string(), "--worker-progress"]).arg(progress);
     let mut child = cmd.stdout(Stdio::piped()).stderr(Stdio::null()).spawn().map_err(|e| e.to_string())?;
@@ -305,6 +315,9 @@ fn main() {
             std::process::exit(2);
         }
     };
+    if let Some(reader) = &args.xls_reader {
+        ragbox::source::xls::use_reader(reader.clone());
+    }
     let result = match &args.worker {
         Some((start, count, progress)) => worker(&args, *start, *count, progress),
         None => driver(&args),

@@ -51,6 +51,10 @@ fn require_cpu_baseline() -> Result<(), String> {
 }
 
 fn main() -> ExitCode {
+    // `ragbox __read-xls`: this process is the bounded reader of one legacy workbook.
+    if std::env::args_os().nth(1).is_some_and(|a| a == ragbox::source::xls::CHILD_ARG) {
+        return ragbox::source::xls::child_main();
+    }
     if let Err(msg) = require_cpu_baseline() {
         eprintln!("error: {msg}");
         return ExitCode::from(2);
@@ -66,6 +70,9 @@ fn main() -> ExitCode {
     unsafe {
         libc::signal(libc::SIGPIPE, libc::SIG_DFL)
     };
+    if let Ok(exe) = std::env::current_exe() {
+        ragbox::source::xls::use_reader(exe);
+    }
     let cli = cli::Cli::parse();
     install_logging(&cli.global);
     match cli::run(cli) {

@@ -11,7 +11,7 @@
 //!
 //! Bounds: `.xlsx` cells are streamed (never a dense grid, so a sheet that claims 2^20 × 2^14
 //! cells costs only the cells it has), and at most [`MAX_CELLS`] are kept over all sheets. Legacy
-//! `.xls` is not read here (see [`Legacy`](super::Legacy)). A CSV that is not UTF-8 is read as
+//! `.xls` is read in a child process ([`xls`](super::xls)), written here. A CSV that is not UTF-8 is read as
 //! Windows-1252.
 //!
 //! Title: the file stem. Metadata: `sheets`, and `truncated` when the cell budget ran out.
@@ -228,7 +228,7 @@ fn data_ref_text(d: &DataRef<'_>) -> String {
 
 /// A number as a person reads it: whole numbers without `.0`, others to at most 10 significant
 /// decimals (no `0.30000000000000004`).
-fn number(f: f64) -> String {
+pub(super) fn number(f: f64) -> String {
     if !f.is_finite() {
         return f.to_string();
     }
@@ -240,7 +240,7 @@ fn number(f: f64) -> String {
 }
 
 /// A date (`2024-07-01`), a date and time (`2024-07-01 09:30`), or a duration (`1:30:00`).
-fn date_time(dt: &ExcelDateTime) -> String {
+pub(super) fn date_time(dt: &ExcelDateTime) -> String {
     if dt.is_duration() {
         let secs = (dt.as_f64() * 86_400.0).round() as i64;
         return format!("{}:{:02}:{:02}", secs / 3600, (secs / 60) % 60, secs % 60);
