@@ -20,7 +20,7 @@ use std::collections::BTreeMap;
 use std::io::Cursor;
 use std::path::Path;
 
-use calamine::{DataRef, ExcelDateTime, Reader, Xlsx, XlsxError};
+use calamine::{Data, ExcelDateTime, Reader, Xlsx, XlsxError};
 
 use super::compose::tidy;
 use super::package::{self, Package};
@@ -155,7 +155,7 @@ fn read_xlsx(bytes: &[u8], out: &mut TextBuilder, budget: &mut usize) -> Result<
             };
             let mut count = 0usize;
             while let Some(cell) = reader.next_cell().map_err(xlsx_reason)? {
-                let value = data_ref_text(cell.get_value());
+                let value = cell_text(cell.get_value().clone().into());
                 if value.is_empty() {
                     continue;
                 }
@@ -211,24 +211,22 @@ fn xlsx_reason(e: XlsxError) -> SkipReason {
     }
 }
 
-/// A cell's text (streamed cells, `.xlsx`).
-fn data_ref_text(d: &DataRef<'_>) -> String {
+/// A cell's text (`.xlsx` streamed cells converted from `DataRef`, `.xls` cells as read).
+pub(super) fn cell_text(d: Data) -> String {
     match d {
-        DataRef::Int(i) => i.to_string(),
-        DataRef::Float(f) => number(*f),
-        DataRef::String(s) => s.clone(),
-        DataRef::SharedString(s) => s.to_string(),
-        DataRef::Bool(b) => if *b { "TRUE" } else { "FALSE" }.to_string(),
-        DataRef::DateTime(dt) => date_time(dt),
-        DataRef::DateTimeIso(s) | DataRef::DurationIso(s) => s.clone(),
-        DataRef::Error(e) => e.to_string(),
-        DataRef::Empty => String::new(),
+        Data::Int(i) => i.to_string(),
+        Data::Float(f) => number(f),
+        Data::String(s) | Data::DateTimeIso(s) | Data::DurationIso(s) => s,
+        Data::Bool(b) => if b { "TRUE" } else { "FALSE" }.to_string(),
+        Data::DateTime(dt) => date_time(&dt),
+        Data::Error(e) => e.to_string(),
+        Data::Empty => String::new(),
     }
 }
 
 /// A number as a person reads it: whole numbers without `.0`, others to at most 10 significant
 /// decimals (no `0.30000000000000004`).
-pub(super) fn number(f: f64) -> String {
+fn number(f: f64) -> String {
     if !f.is_finite() {
         return f.to_string();
     }
@@ -240,7 +238,7 @@ pub(super) fn number(f: f64) -> String {
 }
 
 /// A date (`2024-07-01`), a date and time (`2024-07-01 09:30`), or a duration (`1:30:00`).
-pub(super) fn date_time(dt: &ExcelDateTime) -> String {
+fn date_time(dt: &ExcelDateTime) -> String {
     if dt.is_duration() {
         let secs = (dt.as_f64() * 86_400.0).round() as i64;
         return format!("{}:{:02}:{:02}", secs / 3600, (secs / 60) % 60, secs % 60);

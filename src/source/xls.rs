@@ -25,12 +25,12 @@ use std::process::{Command, ExitCode, Stdio};
 use std::sync::OnceLock;
 use std::time::Duration;
 
-use calamine::{Data, Reader, Xls, XlsError};
+use calamine::{Reader, Xls, XlsError};
 use serde::{Deserialize, Serialize};
 use wait_timeout::ChildExt;
 
 use super::package;
-use super::sheet::{date_time, number, push_sheet, MAX_CELLS};
+use super::sheet::{cell_text, push_sheet, MAX_CELLS};
 use super::{finish, title_from_path, InputKind, Parser, SkipReason, TextBuilder};
 use crate::types::ParsedDocument;
 
@@ -252,7 +252,7 @@ fn read_workbook(bytes: &[u8]) -> Reply {
                 break;
             }
             budget -= row.len();
-            rows.push(row.iter().map(cell_text).collect());
+            rows.push(row.iter().cloned().map(cell_text).collect());
         }
         sheets.push(Sheet { name, rows });
         if budget == 0 {
@@ -266,20 +266,6 @@ fn skip(e: XlsError) -> ChildSkip {
     match e {
         XlsError::Password => ChildSkip::Encrypted,
         e => ChildSkip::Corrupt(format!("Excel 97-2003 workbook: {e}")),
-    }
-}
-
-/// A cell's text.
-fn cell_text(d: &Data) -> String {
-    match d {
-        Data::Int(i) => i.to_string(),
-        Data::Float(f) => number(*f),
-        Data::String(s) => s.clone(),
-        Data::Bool(b) => if *b { "TRUE" } else { "FALSE" }.to_string(),
-        Data::DateTime(dt) => date_time(dt),
-        Data::DateTimeIso(s) | Data::DurationIso(s) => s.clone(),
-        Data::Error(e) => e.to_string(),
-        Data::Empty => String::new(),
     }
 }
 
