@@ -42,6 +42,12 @@ use support::{Claim, SupportChecker, SupportMethod};
 /// What the answer says when the generator wrote nothing but citation markers.
 pub const NO_ANSWER_WRITTEN: &str = "The model wrote no answer from the passages it was given; the closest ones are listed below.";
 
+/// What the answer says when no sentence the generator wrote is supported by the passages it
+/// cites and no passage sentence clears the quote floor: the reply is withheld, not shown as an
+/// answer (its sentences and their reasons stay in [`Answer::sentences`]).
+pub const NO_SUPPORTED_ANSWER: &str =
+    "The passages do not support the answer the model wrote, so it is not given as one; the closest passages are listed below.";
+
 /// What the answer says when retrieval found no good source.
 pub const NO_GOOD_SOURCE: &str = "I found no good source for this in your documents, so I will not answer it.";
 
@@ -161,6 +167,10 @@ pub enum Refusal {
     /// try as well, or only restated the question ([`quote::restates`]), and no passage
     /// sentence cleared the quote floor: no answer was written, and none is made up in its place.
     NoAnswerWritten,
+    /// No sentence of the generator's reply is supported by the passages it cites, and no
+    /// passage sentence cleared the quote floor: the reply is withheld ([`NO_SUPPORTED_ANSWER`]);
+    /// its flagged sentences, with their reasons, stay in [`Answer::sentences`].
+    Unsupported,
 }
 
 /// Milliseconds per stage, and generation speed.
@@ -717,8 +727,21 @@ impl Answerer {
             let t = Instant::now();
             answer.sentences = self.checked(standalone, &parsed, &sources).await?;
             // An answer none of whose sentences its passages support keeps its (amber) sentences,
-            // and the best passage sentence follows them, so the reader sees what the passages say.
+            // and the best passage sentence follows them, so the reader sees what the passages say;
+            // with no sentence to quote, the reply is withheld.
             let unsupported = !answer.sentences.iter().any(|s| s.supported);
+            if unsupported && !answer.sentences.is_empty() && answer.quoted.is_none() && quotable.is_none() {
+                held.inner.token(&format!("{}{NO_SUPPORTED_ANSWER}", if held.open { "\n\n" } else { "" }));
+                answer.refused = true;
+                answer.refusal = Some(Refusal::Unsupported);
+                answer.answer = NO_SUPPORTED_ANSWER.to_string();
+                answer.citations.clear();
+                answer.invalid_citations.clear();
+                answer.closest = sources;
+                answer.timings.support_ms = t.elapsed().as_secs_f64() * 1e3;
+                answer.timings.total_ms = started.elapsed().as_secs_f64() * 1e3 + answer.timings.retrieve_ms;
+                return Ok(answer);
+            }
             if let Some((id, unit)) = quotable.filter(|_| answer.quoted.is_none() && unsupported) {
                 let (with_quote, quoted) = quote::quote(Some(&parsed), &unit, id, quote::NotAnswered::Unsupported, &generation.text);
                 held.inner.token(&format!("\n\n{}", last_sentence(&with_quote)));
@@ -1022,6 +1045,21 @@ mod tests {
         assert_eq!(answer.sentences.iter().map(|s| s.supported).collect::<Vec<_>>(), [false, true], "{:?}", answer.sentences);
         assert_eq!(answer.citations.iter().map(|c| c.id).collect::<Vec<_>>(), [1, 2]);
         assert!(!answer.refused);
+    }
+
+    #[test]
+    fn an_answer_no_passage_supports_with_nothing_to_quote_is_withheld_with_its_reasons() {
+        let reply = "[1] Hotels are booked in the travel app.";
+        let (answer, streamed) = quoting(reply, 7.0, true);
+        assert!(answer.refused && answer.refusal == Some(Refusal::Unsupported), "{answer:?}");
+        assert_eq!(answer.answer, NO_SUPPORTED_ANSWER);
+        // The reader saw the reply as it was written, then why it is not an answer.
+        assert_eq!(streamed, format!("{reply}\n\n{NO_SUPPORTED_ANSWER}"));
+        assert!(answer.quoted.is_none() && answer.citations.is_empty() && answer.sources.is_empty());
+        assert_eq!(answer.closest.len(), 2, "the passages it had are listed");
+        // The withheld sentence stays, flagged, with the reason the page and the CLI show.
+        assert_eq!(answer.sentences.len(), 1);
+        assert!(!answer.sentences[0].supported && answer.sentences[0].reason.is_some(), "{:?}", answer.sentences);
     }
 
     #[test]

@@ -371,6 +371,12 @@ pub fn is_no_answer(text: &str) -> bool {
     if whole == exact.trim_end_matches('.') || DECLINES.contains(&whole) {
         return true;
     }
+    // The rule's sentence with the question's subject in it ("The Rotterdam head office does
+    // not answer this question."): one sentence that ends as the rule's does.
+    const DECLINE_ENDINGS: &[&str] = &["not answer this question", "not answer the question"];
+    if !whole.contains(['.', '?', '!']) && DECLINE_ENDINGS.iter().any(|e| whole.ends_with(e)) {
+        return true;
+    }
     if stripped.starts_with(&exact) && !has_markers(text) {
         return true;
     }
@@ -683,6 +689,7 @@ mod tests {
             "There is no information about parking in the passages.",
             "Based on the passages, this cannot be answered.",
             "The documents do not mention a dress code.",
+            "[1] The Rotterdam head office does not answer this question.",
         ] {
             assert!(is_no_answer(t), "{t:?}");
         }

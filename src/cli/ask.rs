@@ -7,7 +7,7 @@ use std::io::{IsTerminal, Write};
 
 use clap::Args;
 
-use ragbox::service::{Answer, AskOptions, Caller, Source};
+use ragbox::service::{Answer, AskOptions, Caller, Refusal, Source};
 
 use super::search::excerpt;
 use super::{print_json, GlobalArgs};
@@ -97,8 +97,9 @@ pub(super) fn print_after(answer: &Answer) {
         );
     }
     let flagged: Vec<_> = answer.sentences.iter().filter(|s| !s.supported).collect();
-    if !flagged.is_empty() && !answer.refused {
-        println!("{}", amber("not supported by the passages it cites:"));
+    let withheld = answer.refusal == Some(Refusal::Unsupported);
+    if !flagged.is_empty() && (!answer.refused || withheld) {
+        println!("{}", amber(if withheld { "withheld, not supported by the passages it cites:" } else { "not supported by the passages it cites:" }));
         for s in flagged {
             let why = match (&s.reason, s.citations.is_empty()) {
                 (Some(reason), _) => reason.clone(),

@@ -238,7 +238,9 @@ pub fn run(
         out.in_domain += 1;
         match a.refusal {
             Some(crate::answer::Refusal::NoGoodSource) => out.in_domain_refused_floor += 1,
-            Some(crate::answer::Refusal::PassagesDoNotAnswer | crate::answer::Refusal::NoAnswerWritten) => out.in_domain_declined += 1,
+            Some(
+                crate::answer::Refusal::PassagesDoNotAnswer | crate::answer::Refusal::NoAnswerWritten | crate::answer::Refusal::Unsupported,
+            ) => out.in_domain_declined += 1,
             None => {
                 out.answered += 1;
                 let (ok, written) = checked_citations(&a);

@@ -204,9 +204,14 @@ class AnswerView {
     if (a.refused) {
       body.append(
         h('div', { class: 'refusal', role: 'status' },
-          h('h2', {}, a.refusal === 'no_answer_written' ? 'No answer written' : 'No good source'),
+          h('h2', {}, { no_answer_written: 'No answer written', unsupported: 'No supported answer' }[a.refusal] || 'No good source'),
           h('p', {}, a.answer || 'The documents do not answer this question.')),
       );
+      if (a.refusal === 'unsupported' && a.sentences && a.sentences.length) {
+        const list = h('ul', { class: 'flag-reasons muted' });
+        a.sentences.forEach((s) => list.append(h('li', {}, `Withheld: “${s.text}”${s.reason ? ` (${s.reason})` : ''}.`)));
+        body.append(list);
+      }
       this.renderSources(a.closest || [], true);
     } else {
       const text = h('p', { class: 'answer-text' });
