@@ -6,9 +6,9 @@ use candle_core::Device;
 use serde::Serialize;
 
 use crate::chunk::{ChunkOptions, ChunkerKind};
-use crate::config::Config;
+use crate::config::{Config, GenerateBackend, GenerateFallback};
 use crate::ingest::IngestOptions;
-use crate::store::{Quantization, Store, VectorOptions};
+use crate::store::{Store, VectorOptions};
 use crate::embed::{load_embedder, EmbedOptions, Embedder};
 use crate::allowlist::HostAllowlist;
 use crate::error::{Error, Result};
@@ -266,23 +266,23 @@ impl App {
     /// [`Generator::is_remote`].
     pub fn generator(&self, name: Option<&str>) -> Result<Arc<dyn Generator>> {
         let g = &self.config.generate;
-        if g.backend == "openai" && name.is_none() {
+        if g.backend == GenerateBackend::OpenAi && name.is_none() {
             // Made once (its HTTP client, its key read) and kept with the loaded models.
             let key = format!("openai {}", g.openai_base_url);
             if let Some(made) = self.generators.lock().ok().and_then(|m| m.get(&key).cloned()) {
                 return Ok(made);
             }
             let server: Arc<dyn Generator> = Arc::new(OpenAiGenerator::new(self.openai_options()?)?);
-            let generator = match g.fallback.as_str() {
-                "local" => Arc::new(Fallback::new(server, self.generator(Some(&g.model))?)),
-                _ => server,
+            let generator = match g.fallback {
+                GenerateFallback::Local => Arc::new(Fallback::new(server, self.generator(Some(&g.model))?)),
+                GenerateFallback::None => server,
             };
             if let Ok(mut m) = self.generators.lock() {
                 m.insert(key, generator.clone());
             }
             return Ok(generator);
         }
-        if g.backend == "claude" && name.is_none() {
+        if g.backend == GenerateBackend::Claude && name.is_none() {
             let api_key = std::env::var(&g.claude_api_key_env).unwrap_or_default();
             let options = ClaudeOptions {
                 model: g.claude_model.clone(),
@@ -322,32 +322,30 @@ impl App {
     /// else on the local model (whole documents never go to Claude).
     pub fn contextualizer(&self) -> Result<crate::ingest::ContextWriter> {
         let g = &self.config.generate;
-        let generator = self.generator((g.backend != "openai").then_some(g.model.as_str()))?;
+        let generator = self.generator((g.backend != GenerateBackend::OpenAi).then_some(g.model.as_str()))?;
         Ok(crate::ingest::ContextWriter(Arc::new(crate::annotate::LlmContextualizer::new(generator))))
     }
 
-    /// Answer settings from the configuration; an unknown prompt layout or focus scorer is an
-    /// error that names the choices.
-    pub fn answer_options(&self) -> Result<AnswerOptions> {
+    /// Answer settings from the configuration.
+    pub fn answer_options(&self) -> AnswerOptions {
         let (a, g) = (&self.config.answer, &self.config.generate);
-        Ok(AnswerOptions {
+        AnswerOptions {
             passages: a.passages,
             passage_chars: a.passage_chars,
             max_tokens: g.max_tokens,
             temperature: g.temperature,
             support_floor: a.support_floor,
-            prompt: a.prompt.parse()?,
+            prompt: a.prompt,
             focus: a.focus,
-            focus_by: a.focus_by.parse()?,
+            focus_by: a.focus_by,
             quote_floor: a.quote_floor,
-        })
+        }
     }
 
     /// The configured support check: embedding similarity with the tenant's embedder, or the
     /// generator's yes/no logits.
     pub fn support_checker(&self, embedder: Option<Arc<dyn Embedder>>, generator: &Arc<dyn Generator>) -> Result<SupportChecker> {
-        let method = self.config.answer.support.parse::<SupportMethod>()?;
-        Ok(match (method, embedder) {
+        Ok(match (self.config.answer.support, embedder) {
             (SupportMethod::Llm, _) => SupportChecker::Llm(generator.clone()),
             (SupportMethod::Off, _) => SupportChecker::Off,
             (method, Some(e)) => SupportChecker::new(method, e, generator),
@@ -417,12 +415,7 @@ impl App {
 
     /// Opens the data folder's store.
     pub fn store(&self) -> Result<Store> {
-        let quantization = match self.config.store.quantization.as_str() {
-            "f16" => Quantization::F16,
-            "i8" => Quantization::I8,
-            _ => Quantization::F32,
-        };
-        let options = VectorOptions { quantization, exact_below: self.config.store.exact_below, ..VectorOptions::default() };
+        let options = VectorOptions { quantization: self.config.store.quantization, exact_below: self.config.store.exact_below, ..VectorOptions::default() };
         Store::open(&self.config.data_dir, options)
     }
 
@@ -455,10 +448,9 @@ impl App {
     /// Ingest settings from the configuration, for `tenant`, with an optional chunker override.
     pub fn ingest_options(&self, tenant: &str, chunker: Option<ChunkerKind>) -> Result<IngestOptions> {
         let c = &self.config.ingest;
-        let configured: ChunkerKind = c.chunker.parse()?;
         Ok(IngestOptions {
             tenant: tenant.to_string(),
-            chunker: chunker.unwrap_or(configured),
+            chunker: chunker.unwrap_or(c.chunker),
             chunk: ChunkOptions {
                 child_tokens: c.child_tokens,
                 max_child_tokens: c.max_child_tokens,
@@ -489,11 +481,11 @@ impl App {
     /// server whether it answers (one `GET /models` to the configured, allowed host).
     pub fn generator_status(&self, probe: bool) -> String {
         let g = &self.config.generate;
-        match g.backend.as_str() {
-            "openai" => {
-                let fallback = match g.fallback.as_str() {
-                    "local" => format!("; while it is unreachable the local model {} answers", g.model),
-                    _ => "; no fallback".to_string(),
+        match g.backend {
+            GenerateBackend::OpenAi => {
+                let fallback = match g.fallback {
+                    GenerateFallback::Local => format!("; while it is unreachable the local model {} answers", g.model),
+                    GenerateFallback::None => "; no fallback".to_string(),
                 };
                 let head = format!("prompts go to the inference server {} (model {}; allow_hosts: {}){fallback}", g.openai_base_url, g.openai_model, g.allow_hosts.join(", "));
                 if !probe {
@@ -505,8 +497,8 @@ impl App {
                     Err(e) => format!("{head}: NOT reachable: {e}"),
                 }
             }
-            "claude" => format!("prompts go to Anthropic ({}, model {}): they leave the machine", g.claude_base_url, g.claude_model),
-            _ => format!("prompts stay in this process (local model {})", g.model),
+            GenerateBackend::Claude => format!("prompts go to Anthropic ({}, model {}): they leave the machine", g.claude_base_url, g.claude_model),
+            GenerateBackend::Local => format!("prompts stay in this process (local model {})", g.model),
         }
     }
 

@@ -1,14 +1,20 @@
 //! Configuration: `config/default.toml` < `--config FILE` < `RAGBOX_*` environment < flags.
 //!
-//! [`RawConfig`] is what the files say (unknown keys are refused); [`Config`] is it validated,
-//! with paths resolved. Only `app` reads `Config`; library constructors take typed options.
+//! [`RawConfig`] is what the files say (unknown keys are refused, and each choice, such as
+//! `ingest.chunker`, is read into its enum there, so a misspelt one is refused at load);
+//! [`Config`] is it validated, with paths resolved. Only `app` reads `Config`; library constructors take typed options.
 
 use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
 
+use crate::answer::focus::FocusBy;
+use crate::answer::prompt::AnswerPrompt;
+use crate::answer::support::SupportMethod;
+use crate::chunk::ChunkerKind;
 use crate::error::{Error, Result};
 use crate::model::{DeviceChoice, Manifest, Precision};
+use crate::store::Quantization;
 use crate::types::ModelRole;
 
 /// The shipped defaults.
@@ -43,8 +49,8 @@ pub struct RerankSection {
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct IngestSection {
-    /// Chunker name.
-    pub chunker: String,
+    /// The chunker.
+    pub chunker: ChunkerKind,
     /// Target child size in tokens.
     pub child_tokens: usize,
     /// Hard child budget in tokens.
@@ -65,8 +71,8 @@ pub struct IngestSection {
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct StoreSection {
-    /// `f32`, `f16` or `i8`.
-    pub quantization: String,
+    /// How vectors are stored: `f32`, `f16` or `i8`.
+    pub quantization: Quantization,
     /// Exact vector search below this many vectors.
     pub exact_below: usize,
 }
@@ -108,7 +114,7 @@ pub struct GenerateSection {
     /// `local` (a GGUF from the models folder; the default), `openai` (an OpenAI-compatible
     /// inference server on a host of `allow_hosts`) or `claude` (remote; needs the `claude`
     /// feature, and text leaves the machine).
-    pub backend: String,
+    pub backend: GenerateBackend,
     /// The local model (a `generate` model of the manifest).
     pub model: String,
     /// Most tokens in an answer.
@@ -142,7 +148,45 @@ pub struct GenerateSection {
     /// Hosts prompts may be sent to: names, IP addresses, CIDR networks. Empty: none.
     pub allow_hosts: Vec<String>,
     /// `none`, or `local`: the local model answers while the inference server is unreachable.
-    pub fallback: String,
+    pub fallback: GenerateFallback,
+}
+
+/// `generate.backend`: where prompts go.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum GenerateBackend {
+    /// A GGUF from the models folder, in this process.
+    Local,
+    /// An OpenAI-compatible inference server on a host of `generate.allow_hosts`.
+    OpenAi,
+    /// Anthropic's API (the `claude` feature); text leaves the machine.
+    Claude,
+}
+
+/// `generate.fallback`: who answers while the inference server cannot be reached.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum GenerateFallback {
+    /// Nobody: the request fails, saying so.
+    None,
+    /// The local model (`generate.model`).
+    Local,
+}
+
+/// Reads a setting's word through its type's `FromStr`, so that a misspelt word is refused at
+/// load with the choices that parser names.
+fn parsed<'de, D, T>(d: D) -> std::result::Result<T, D::Error>
+where
+    D: serde::Deserializer<'de>,
+    T: std::str::FromStr<Err = Error>,
+{
+    let word = String::deserialize(d)?;
+    word.parse().map_err(|e| {
+        serde::de::Error::custom(match e {
+            Error::Invalid(m) => m,
+            e => e.to_string(),
+        })
+    })
 }
 
 /// `[answer]`.
@@ -155,19 +199,22 @@ pub struct AnswerSection {
     pub passage_chars: usize,
     /// How sentences are checked against their citations: `similarity` (embedding cosine) or
     /// `llm` (the generator's yes/no logits).
-    pub support: String,
+    #[serde(deserialize_with = "parsed")]
+    pub support: SupportMethod,
     /// Below this a sentence is flagged unsupported (in the chosen method's score).
     pub support_floor: f32,
     /// Prior turns a follow-up may be rewritten with.
     pub memory_turns: usize,
     /// The answer prompt's layout: labelled, tagged, system-context or direct (docs/EVAL.md).
-    pub prompt: String,
+    #[serde(deserialize_with = "parsed")]
+    pub prompt: AnswerPrompt,
     /// Sentences of the passages the generator reads, those closest to the question; 0: whole
     /// passages (docs/EVAL.md).
     pub focus: usize,
     /// What scores those sentences against the question: `reranker` (the cross-encoder when the
     /// tenant's retrieval has one, else the embedder) or `embedder`.
-    pub focus_by: String,
+    #[serde(deserialize_with = "parsed")]
+    pub focus_by: FocusBy,
     /// When the model's reply is not an answer, a focused sentence the cross-encoder scores at
     /// least this high (logit) is quoted in its place; above 20 nothing ever is.
     pub quote_floor: f32,
@@ -364,9 +411,16 @@ impl Config {
             file_dir = path.parent().map(absolute);
         }
         merge(&mut value, env_layer(env));
-        let raw: RawConfig = value
-            .try_into()
-            .map_err(|e| Error::Config(format!("{e}; see config/default.toml for the keys")))?;
+        let raw: RawConfig = value.try_into().map_err(|e: toml::de::Error| {
+            // With no source text to point into, toml names the key after the message
+            // ("MESSAGE\nin `KEY`\n"): put it first, on one line.
+            let text = e.to_string();
+            let text = match text.trim_end().rsplit_once("\nin `") {
+                Some((message, key)) => format!("{}: {message}", key.trim_end_matches('`')),
+                None => text.trim_end().to_string(),
+            };
+            Error::Config(format!("{text}; see config/default.toml for the keys"))
+        })?;
         Config::validate(raw, overrides, file_dir, env)
     }
 
@@ -403,15 +457,6 @@ impl Config {
         if raw.embed.batch_size == 0 || raw.embed.max_batch_tokens == 0 || raw.rerank.batch_size == 0 {
             return Err(Error::Config("batch sizes must be at least 1".into()));
         }
-        if !["f32", "f16", "i8"].contains(&raw.store.quantization.as_str()) {
-            return Err(Error::Config(format!("store.quantization = `{}`: use f32, f16 or i8", raw.store.quantization)));
-        }
-        if !["structural", "fixed", "semantic", "code", "whole"].contains(&raw.ingest.chunker.as_str()) {
-            return Err(Error::Config(format!(
-                "ingest.chunker = `{}`: use structural, fixed, semantic, code or whole",
-                raw.ingest.chunker
-            )));
-        }
         let r = &raw.retrieve;
         if r.dense_candidates + r.lexical_candidates == 0 || r.top_k == 0 || r.rrf_k <= 0.0 {
             return Err(Error::Config(
@@ -427,14 +472,8 @@ impl Config {
             ));
         }
         let g = &raw.generate;
-        if !["local", "openai", "claude"].contains(&g.backend.as_str()) {
-            return Err(Error::Config(format!("generate.backend = `{}`: use local, openai or claude", g.backend)));
-        }
-        if !["none", "local"].contains(&g.fallback.as_str()) {
-            return Err(Error::Config(format!("generate.fallback = `{}`: use none or local", g.fallback)));
-        }
         let allow = crate::allowlist::HostAllowlist::parse(&g.allow_hosts)?;
-        if g.backend == "openai" {
+        if g.backend == GenerateBackend::OpenAi {
             if g.openai_base_url.is_empty() || g.openai_model.is_empty() {
                 return Err(Error::Config(
                     "generate.backend = \"openai\" needs generate.openai_base_url (http://HOST:PORT/v1) and generate.openai_model (the name the server expects)".into(),
@@ -448,15 +487,6 @@ impl Config {
         }
         if g.max_tokens == 0 || g.max_num_seqs == 0 || raw.answer.passages == 0 || raw.answer.passage_chars == 0 {
             return Err(Error::Config("generate.max_tokens, generate.max_num_seqs, answer.passages and answer.passage_chars must be at least 1".into()));
-        }
-        if !["labelled", "tagged", "system-context", "direct"].contains(&raw.answer.prompt.as_str()) {
-            return Err(Error::Config(format!("answer.prompt = `{}`: use labelled, tagged, system-context or direct", raw.answer.prompt)));
-        }
-        if !["grounded", "similarity", "llm", "off"].contains(&raw.answer.support.as_str()) {
-            return Err(Error::Config(format!("answer.support = `{}`: use grounded, similarity, llm or off", raw.answer.support)));
-        }
-        if !["reranker", "embedder"].contains(&raw.answer.focus_by.as_str()) {
-            return Err(Error::Config(format!("answer.focus_by = `{}`: use reranker or embedder", raw.answer.focus_by)));
         }
         let sv = &raw.server;
         if sv.listen.parse::<std::net::SocketAddr>().is_err() {
@@ -498,6 +528,9 @@ mod tests {
         let c = Config::load_with_env(&Overrides::default(), &no_env).unwrap();
         assert_eq!(c.embed.model, "all-minilm-l6-v2");
         assert_eq!(c.device, DeviceChoice::Cpu);
+        assert_eq!((c.generate.backend, c.generate.fallback), (GenerateBackend::Local, GenerateFallback::None));
+        assert_eq!((c.ingest.chunker, c.store.quantization), (ChunkerKind::Structural, Quantization::F32));
+        assert_eq!((c.answer.prompt, c.answer.focus_by), (AnswerPrompt::Direct, FocusBy::Reranker));
     }
 
     #[test]
@@ -527,10 +560,13 @@ mod tests {
         assert!(Config::load_with_env(&o, &no_env).unwrap_err().to_string().contains("not an embedder"));
         // A misspelt choice is refused at load, naming its key and the choices.
         for (toml, key) in [
-            ("[answer]\nfocus_by = \"bm25\"\n", "answer.focus_by = `bm25`: use reranker or embedder"),
+            ("[answer]\nfocus_by = \"bm25\"\n", "answer.focus_by: unknown focus scorer `bm25`; use reranker or embedder"),
             ("[answer]\nprompt = \"friendly\"\n", "answer.prompt"),
             ("[answer]\nsupport = \"vibes\"\n", "answer.support"),
             ("[ingest]\nchunker = \"lines\"\n", "ingest.chunker"),
+            ("[store]\nquantization = \"f64\"\n", "store.quantization: unknown variant `f64`, expected one of `f32`, `f16`, `i8`"),
+            ("[generate]\nbackend = \"gpt\"\n", "generate.backend: unknown variant `gpt`, expected one of `local`, `openai`, `claude`"),
+            ("[generate]\nfallback = \"remote\"\n", "generate.fallback: unknown variant `remote`, expected `none` or `local`"),
         ] {
             std::fs::write(&file, toml).unwrap();
             let err = Config::load_with_env(&o, &no_env).unwrap_err().to_string();

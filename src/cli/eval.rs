@@ -6,7 +6,6 @@ use std::path::PathBuf;
 
 use clap::Args;
 
-use ragbox::chunk::ChunkerKind;
 use ragbox::eval::run::{markdown, run as run_eval, standard_configs, EvalPlan, EvalReport};
 use ragbox::eval::plot;
 use ragbox::types::ModelRole;
@@ -174,7 +173,7 @@ pub fn run(g: &GlobalArgs, args: EvalArgs) -> anyhow::Result<u8> {
         options.dense_candidates = d;
         options.lexical_candidates = d;
     }
-    let chunker: ChunkerKind = app.config.ingest.chunker.parse()?;
+    let chunker = app.config.ingest.chunker;
     let reranker = match &args.reranker {
         Some(name) => Some(app.reranker_named(name)?.ok_or_else(|| anyhow::anyhow!("the files of reranker `{name}` are not in the models folder"))?),
         None => app.reranker()?,
@@ -250,7 +249,7 @@ fn answer_stack(app: &ragbox::app::App, args: &EvalArgs) -> anyhow::Result<Answe
 fn run_answers(g: &GlobalArgs, app: &ragbox::app::App, args: &EvalArgs, scratch: PathBuf) -> anyhow::Result<u8> {
     use ragbox::eval::answers::{markdown as answers_markdown, run as answers_run, AnswerPlan};
     let AnswerStack { embedder, generator, reranker, retrieve } = answer_stack(app, args)?;
-    let chunker: ChunkerKind = app.config.ingest.chunker.parse()?;
+    let chunker = app.config.ingest.chunker;
     let mut ingest = app.ingest_options("eval", None)?;
     ingest.tenant = ragbox::eval::run::tenant_name(embedder.model_id(), chunker, ingest.chunk.child_tokens, true);
     let plan = AnswerPlan {
@@ -259,8 +258,8 @@ fn run_answers(g: &GlobalArgs, app: &ragbox::app::App, args: &EvalArgs, scratch:
         scratch,
         ingest,
         retrieve,
-        answer: app.answer_options()?,
-        support: app.config.answer.support.parse()?,
+        answer: app.answer_options(),
+        support: app.config.answer.support,
         limit: args.limit.unwrap_or(30),
         ood: args.ood.clone(),
         ood_limit: args.ood_limit,
@@ -299,7 +298,7 @@ fn question_half(split: &str) -> anyhow::Result<Option<String>> {
 
 /// The answer settings of `eval --qa` and `--conversations`: the config's, with the flags' changes.
 fn eval_answer_options(app: &ragbox::app::App, args: &EvalArgs) -> anyhow::Result<ragbox::answer::AnswerOptions> {
-    let mut answer = app.answer_options()?;
+    let mut answer = app.answer_options();
     answer.passages = args.passages.unwrap_or(answer.passages);
     answer.passage_chars = args.passage_chars.unwrap_or(answer.passage_chars);
     answer.max_tokens = args.max_tokens.unwrap_or(answer.max_tokens);
@@ -377,7 +376,7 @@ fn run_conversations(g: &GlobalArgs, app: &ragbox::app::App, args: &EvalArgs, fi
         retrieve,
         answer,
         memory_turns: app.config.answer.memory_turns,
-        support: app.config.answer.support.parse()?,
+        support: app.config.answer.support,
     };
     let quiet = g.quiet;
     let report = conversations_run(&plan, embedder, generator, reranker, &mut |msg| {
@@ -423,7 +422,7 @@ fn run_qa(g: &GlobalArgs, app: &ragbox::app::App, args: &EvalArgs) -> anyhow::Re
     let split = question_half(&args.split)?;
     let AnswerStack { embedder, generator, reranker, retrieve } = answer_stack(app, args)?;
     let answer = eval_answer_options(app, args)?;
-    let support = app.config.answer.support.parse()?;
+    let support = app.config.answer.support;
     let quiet = g.quiet;
     let mut reports = Vec::new();
     for (questions, corpus) in args.qa.iter().zip(&args.corpus) {

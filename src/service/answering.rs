@@ -128,9 +128,9 @@ impl Service {
         let mut warnings = Vec::new();
         let result = (|| -> Result<(Retrieval, Answer)> {
             let retrieval = retriever.retrieve(standalone)?;
-            let options = self.app.answer_options()?;
+            let options = self.app.answer_options();
             let answer = if retrieval.refused || retrieval.hits.is_empty() {
-                let method = self.app.config.answer.support.parse()?;
+                let method = self.app.config.answer.support;
                 let a = refuse(question, standalone, &retrieval, &options, method);
                 sink.token(&a.answer);
                 a
