@@ -363,20 +363,22 @@ fn run_support(g: &GlobalArgs, app: &ragbox::app::App, args: &EvalArgs, file: &s
 /// `eval --conversations`: follow-ups through the chat path, rewrites judged, answers scored.
 fn run_conversations(g: &GlobalArgs, app: &ragbox::app::App, args: &EvalArgs, file: &std::path::Path) -> anyhow::Result<u8> {
     use ragbox::eval::conversations::{run as conversations_run, ConversationPlan};
-    use ragbox::eval::qa::{markdown_header, markdown_row};
+    use ragbox::eval::qa::{markdown_header, markdown_row, QaSetup};
     let corpus = args.corpus.first().ok_or_else(|| anyhow::anyhow!("--conversations needs --corpus DIR"))?;
     let AnswerStack { embedder, generator, reranker, retrieve } = answer_stack(app, args)?;
     let answer = eval_answer_options(app, args)?;
     let plan = ConversationPlan {
         conversations: file.to_path_buf(),
         split: question_half(&args.split)?,
-        corpus: corpus.clone(),
-        scratch: qa_scratch(args, corpus, "conversations", embedder.model_id())?,
-        ingest: app.ingest_options("qa", None)?,
-        retrieve,
-        answer,
+        setup: QaSetup {
+            corpus: corpus.clone(),
+            scratch: qa_scratch(args, corpus, "conversations", embedder.model_id())?,
+            ingest: app.ingest_options("qa", None)?,
+            retrieve,
+            answer,
+            support: app.config.answer.support,
+        },
         memory_turns: app.config.answer.memory_turns,
-        support: app.config.answer.support,
     };
     let quiet = g.quiet;
     let report = conversations_run(&plan, embedder, generator, reranker, &mut |msg| {
@@ -415,7 +417,7 @@ fn run_conversations(g: &GlobalArgs, app: &ragbox::app::App, args: &EvalArgs, fi
 /// `eval --qa`: reference answers over folders of documents (one row per collection, one for
 /// all), the default retrieval, the configured generator.
 fn run_qa(g: &GlobalArgs, app: &ragbox::app::App, args: &EvalArgs) -> anyhow::Result<u8> {
-    use ragbox::eval::qa::{markdown_header, markdown_row, overall, run as qa_run, QaPlan};
+    use ragbox::eval::qa::{markdown_header, markdown_row, overall, run as qa_run, QaPlan, QaSetup};
     if args.qa.len() != args.corpus.len() {
         anyhow::bail!("give one --corpus DIR per --qa FILE, in the same order ({} --qa, {} --corpus)", args.qa.len(), args.corpus.len());
     }
@@ -432,12 +434,14 @@ fn run_qa(g: &GlobalArgs, app: &ragbox::app::App, args: &EvalArgs) -> anyhow::Re
             collection,
             questions: questions.clone(),
             split: split.clone(),
-            corpus: corpus.clone(),
-            scratch,
-            ingest: app.ingest_options("qa", None)?,
-            retrieve: retrieve.clone(),
-            answer: answer.clone(),
-            support,
+            setup: QaSetup {
+                corpus: corpus.clone(),
+                scratch,
+                ingest: app.ingest_options("qa", None)?,
+                retrieve: retrieve.clone(),
+                answer: answer.clone(),
+                support,
+            },
         };
         reports.push(qa_run(&plan, embedder.clone(), generator.clone(), reranker.clone(), &mut |msg| {
             if !quiet {

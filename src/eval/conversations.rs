@@ -14,16 +14,13 @@ use std::sync::Arc;
 use serde::{Deserialize, Serialize};
 
 use crate::answer::memory::PriorTurn;
-use crate::answer::support::{SupportChecker, SupportMethod};
-use crate::answer::{standalone, AnswerOptions, Answerer, Rewriter};
+use crate::answer::{standalone, Rewriter};
 use crate::embed::Embedder;
 use crate::error::{Error, Result};
-use crate::eval::qa::{score, summarise, words, QaQuestion, QaReport};
+use crate::eval::qa::{score, summarise, words, QaQuestion, QaReport, QaSetup};
 use crate::eval::run::Progress;
 use crate::generate::{block_on, Discard, Generator};
-use crate::ingest::{ingest, IngestOptions};
 use crate::rerank::Reranker;
-use crate::retrieve::{RetrieveOptions, Retriever};
 use crate::store::{Store, VectorOptions};
 
 /// One turn of a conversation: a question of the QA set plus its reference rewrite.
@@ -59,20 +56,10 @@ pub struct ConversationPlan {
     pub conversations: PathBuf,
     /// Only this half.
     pub split: Option<String>,
-    /// The documents.
-    pub corpus: PathBuf,
-    /// Scratch folder for the store.
-    pub scratch: PathBuf,
-    /// Ingest settings.
-    pub ingest: IngestOptions,
-    /// Retrieval settings.
-    pub retrieve: RetrieveOptions,
-    /// Answer settings.
-    pub answer: AnswerOptions,
+    /// The documents, and the settings the turns are asked with (as `eval --qa` asks).
+    pub setup: QaSetup,
     /// Prior turns a rewrite may use (`answer.memory_turns`).
     pub memory_turns: usize,
-    /// The support method.
-    pub support: SupportMethod,
 }
 
 /// One follow-up's rewrite, judged.
@@ -169,13 +156,8 @@ pub fn run(
     progress: Progress<'_>,
 ) -> Result<ConversationReport> {
     let conversations = load(&plan.conversations, plan.split.as_deref())?;
-    let store = Store::open(&plan.scratch, VectorOptions::default())?;
-    progress(&format!("ingest {} into tenant {}", plan.corpus.display(), plan.ingest.tenant));
-    ingest(&store, &embedder, &plan.corpus, &plan.ingest, &mut |_| {})?;
-    let tenant = store.catalog().require_tenant(&plan.ingest.tenant)?;
-    let retriever = Retriever::new(&store, &tenant, Some(embedder.clone()), reranker, plan.retrieve.clone())?;
-    let checker = SupportChecker::new(plan.support, embedder.clone(), &generator);
-    let answerer = Answerer::new(generator.clone(), checker, plan.answer.clone()).with_focus_of(&retriever);
+    let store = Store::open(&plan.setup.scratch, VectorOptions::default())?;
+    let (retriever, answerer) = plan.setup.answer_path(&store, &embedder, &generator, reranker, progress)?;
     let (mut firsts, mut follow_ups, mut rewrites) = (Vec::new(), Vec::new(), Vec::new());
     for (n, c) in conversations.iter().enumerate() {
         // (question, standalone, answer) of the turns so far.
@@ -188,7 +170,7 @@ pub fn run(
             let made = block_on(standalone(asked, &prior, plan.memory_turns, Some(generator.as_ref())))?;
             let retrieval = retriever.retrieve(&made.question)?;
             let a = block_on(answerer.answer(asked, &made.question, &retrieval, &mut Discard))?;
-            let row = score(&c.kind, &turn.question, &retrieval, &a, plan.answer.passages, t.elapsed().as_secs_f64() * 1e3);
+            let row = score(&c.kind, &turn.question, &retrieval, &a, plan.setup.answer.passages, t.elapsed().as_secs_f64() * 1e3);
             if i == 0 {
                 firsts.push(row);
             } else {
@@ -228,8 +210,8 @@ pub fn run(
         rewrites_kept: rewrites.iter().filter(|r| r.kept()).count(),
         by_kind,
         rewrites,
-        follow_up_answers: summarise("follow-ups", generator.model_id(), &plan.answer, follow_ups),
-        first_answers: summarise("first turns", generator.model_id(), &plan.answer, firsts),
+        follow_up_answers: summarise("follow-ups", generator.model_id(), &plan.setup.answer, follow_ups),
+        first_answers: summarise("first turns", generator.model_id(), &plan.setup.answer, firsts),
     })
 }
 

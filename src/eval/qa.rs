@@ -57,7 +57,14 @@ pub struct QaPlan {
     pub questions: PathBuf,
     /// Only the questions of this half (`dev`, `test`); `None`: all of them.
     pub split: Option<String>,
-    /// The documents they are about.
+    /// The documents they are about, and the settings they are asked with.
+    pub setup: QaSetup,
+}
+
+/// The documents a question-answering evaluation asks over and how it asks: the part of the plan
+/// `eval --qa` and `eval --conversations` ([`super::conversations`]) share.
+pub struct QaSetup {
+    /// The documents.
     pub corpus: PathBuf,
     /// Scratch folder for the store (reused: ingest is incremental).
     pub scratch: PathBuf,
@@ -69,6 +76,27 @@ pub struct QaPlan {
     pub answer: AnswerOptions,
     /// The support method answers are flagged with.
     pub support: SupportMethod,
+}
+
+impl QaSetup {
+    /// Ingests the documents into `store` (incremental), then the answer path over their tenant:
+    /// its retriever, and an answerer that focuses with the models retrieval ranks with.
+    pub fn answer_path<'s>(
+        &self,
+        store: &'s Store,
+        embedder: &Arc<dyn Embedder>,
+        generator: &Arc<dyn Generator>,
+        reranker: Option<Arc<dyn Reranker>>,
+        progress: Progress<'_>,
+    ) -> Result<(Retriever<'s>, Answerer)> {
+        progress(&format!("ingest {} into tenant {}", self.corpus.display(), self.ingest.tenant));
+        ingest(store, embedder, &self.corpus, &self.ingest, &mut |_| {})?;
+        let tenant = store.catalog().require_tenant(&self.ingest.tenant)?;
+        let retriever = Retriever::new(store, &tenant, Some(embedder.clone()), reranker, self.retrieve.clone())?;
+        let checker = SupportChecker::new(self.support, embedder.clone(), generator);
+        let answerer = Answerer::new(generator.clone(), checker, self.answer.clone()).with_focus_of(&retriever);
+        Ok((retriever, answerer))
+    }
 }
 
 /// One question's outcome.
@@ -388,19 +416,14 @@ pub fn run(
     progress: Progress<'_>,
 ) -> Result<QaReport> {
     let questions = load(&plan.questions, plan.split.as_deref())?;
-    let store = Store::open(&plan.scratch, VectorOptions::default())?;
-    progress(&format!("ingest {} into tenant {}", plan.corpus.display(), plan.ingest.tenant));
-    ingest(&store, &embedder, &plan.corpus, &plan.ingest, &mut |_| {})?;
-    let tenant = store.catalog().require_tenant(&plan.ingest.tenant)?;
-    let retriever = Retriever::new(&store, &tenant, Some(embedder.clone()), reranker, plan.retrieve.clone())?;
-    let checker = SupportChecker::new(plan.support, embedder.clone(), &generator);
-    let answerer = Answerer::new(generator.clone(), checker, plan.answer.clone()).with_focus_of(&retriever);
+    let store = Store::open(&plan.setup.scratch, VectorOptions::default())?;
+    let (retriever, answerer) = plan.setup.answer_path(&store, &embedder, &generator, reranker, progress)?;
     let mut rows = Vec::new();
     for (i, q) in questions.iter().enumerate() {
         let t = std::time::Instant::now();
         let retrieval = retriever.retrieve(&q.question)?;
         let a = block_on(answerer.answer(&q.question, &q.question, &retrieval, &mut Discard))?;
-        let row = score(&plan.collection, q, &retrieval, &a, plan.answer.passages, t.elapsed().as_secs_f64() * 1e3);
+        let row = score(&plan.collection, q, &retrieval, &a, plan.setup.answer.passages, t.elapsed().as_secs_f64() * 1e3);
         progress(&format!(
             "{}/{} {}: F1 {:.2}, evidence {}, {:.1} s",
             i + 1,
@@ -412,7 +435,7 @@ pub fn run(
         ));
         rows.push(row);
     }
-    Ok(summarise(&plan.collection, generator.model_id(), &plan.answer, rows))
+    Ok(summarise(&plan.collection, generator.model_id(), &plan.setup.answer, rows))
 }
 
 /// One report over several collections' reports: every question counted once.
