@@ -155,11 +155,7 @@ fn scale_level(server: &Loopback, askers: usize, seconds: u64) -> ScaleLevel {
                 while Instant::now() < deadline {
                     let q = SCALE_ASKS[(c * 3 + i) % SCALE_ASKS.len()];
                     let t = Instant::now();
-                    let sent = agent
-                        .post(&url)
-                        .set("Authorization", &format!("Bearer {key}"))
-                        .set("Content-Type", "application/json")
-                        .send_string(&serde_json::json!({ "question": q }).to_string());
+                    let sent = post_json(&agent, &url, &key, &serde_json::json!({ "question": q }));
                     out.push(match sent {
                         Ok(r) => {
                             let (mut first, mut answered) = (None, false);
@@ -273,59 +269,58 @@ impl Loopback {
     }
 }
 
-fn search_call(server: &Loopback) -> Arc<dyn Fn(usize, usize) -> u16 + Send + Sync> {
-    let agent = server.agent(ureq::AgentBuilder::new().max_idle_connections_per_host(64));
-    let (url, key) = (server.url("search"), server.key.clone());
-    Arc::new(move |c, i| {
-        let q = QUERIES[(c + i) % QUERIES.len()];
-        let body = serde_json::json!({ "query": q, "k": 5 }).to_string();
-        match agent
-            .post(&url)
-            .set("Authorization", &format!("Bearer {key}"))
-            .set("Content-Type", "application/json")
-            .send_string(&body)
-        {
-            Ok(r) => {
-                let status = r.status();
-                let _ = r.into_string();
-                status
-            }
-            Err(ureq::Error::Status(s, r)) => {
-                let _ = r.into_string();
-                s
-            }
-            Err(_) => 599,
+/// POSTs the JSON `body` to `url` with the bearer `key`.
+fn post_json(agent: &ureq::Agent, url: &str, key: &str, body: &serde_json::Value) -> Result<ureq::Response, ureq::Error> {
+    agent
+        .post(url)
+        .set("Authorization", &format!("Bearer {key}"))
+        .set("Content-Type", "application/json")
+        .send_string(&body.to_string())
+}
+
+/// A call of the load phases: client `c`'s `i`-th request POSTs `body(c, i)` to `route` with an
+/// agent from `builder`, and gives what `status` makes of the response, an error's status (its
+/// body read to the end), or 599 when no response came.
+fn call(
+    server: &Loopback,
+    builder: ureq::AgentBuilder,
+    route: &str,
+    body: impl Fn(usize, usize) -> serde_json::Value + Send + Sync + 'static,
+    status: impl Fn(ureq::Response) -> u16 + Send + Sync + 'static,
+) -> Arc<dyn Fn(usize, usize) -> u16 + Send + Sync> {
+    let agent = server.agent(builder);
+    let (url, key) = (server.url(route), server.key.clone());
+    Arc::new(move |c, i| match post_json(&agent, &url, &key, &body(c, i)) {
+        Ok(r) => status(r),
+        Err(ureq::Error::Status(s, r)) => {
+            let _ = r.into_string();
+            s
         }
+        Err(_) => 599,
+    })
+}
+
+fn search_call(server: &Loopback) -> Arc<dyn Fn(usize, usize) -> u16 + Send + Sync> {
+    let builder = ureq::AgentBuilder::new().max_idle_connections_per_host(64);
+    let body = |c: usize, i: usize| serde_json::json!({ "query": QUERIES[(c + i) % QUERIES.len()], "k": 5 });
+    call(server, builder, "search", body, |r| {
+        let status = r.status();
+        let _ = r.into_string();
+        status
     })
 }
 
 fn ask_call(server: &Loopback) -> Arc<dyn Fn(usize, usize) -> u16 + Send + Sync> {
-    let agent = server.agent(ureq::AgentBuilder::new().timeout(Duration::from_secs(600)));
-    let (url, key) = (server.url("ask"), server.key.clone());
-    Arc::new(move |c, i| {
-        let q = ASKS[(c + i) % ASKS.len()];
-        let body = serde_json::json!({ "question": q }).to_string();
-        match agent
-            .post(&url)
-            .set("Authorization", &format!("Bearer {key}"))
-            .set("Content-Type", "application/json")
-            .send_string(&body)
-        {
-            Ok(r) => {
-                let status = r.status();
-                // The event stream ends with the answer (or an error event).
-                let text = r.into_string().unwrap_or_default();
-                if text.contains("event: answer") {
-                    status
-                } else {
-                    598
-                }
-            }
-            Err(ureq::Error::Status(s, r)) => {
-                let _ = r.into_string();
-                s
-            }
-            Err(_) => 599,
+    let builder = ureq::AgentBuilder::new().timeout(Duration::from_secs(600));
+    let body = |c: usize, i: usize| serde_json::json!({ "question": ASKS[(c + i) % ASKS.len()] });
+    call(server, builder, "ask", body, |r| {
+        let status = r.status();
+        // The event stream ends with the answer (or an error event).
+        let text = r.into_string().unwrap_or_default();
+        if text.contains("event: answer") {
+            status
+        } else {
+            598
         }
     })
 }
