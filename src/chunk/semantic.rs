@@ -19,11 +19,11 @@
 use std::sync::Arc;
 
 use crate::error::{Error, Result};
-use crate::types::{cosine, BlockKind, Chunk, ParsedDocument};
+use crate::types::{cosine, Chunk, ParsedDocument};
 
 use super::builder::ChunkBuilder;
 use super::split::{self, finalize, Packed, Piece};
-use super::structural::{emit, levels_for, segments, StructuralChunker};
+use super::structural::{emit, pieces, segments, StructuralChunker};
 use super::{ChunkOptions, Chunker, TokenCounter};
 
 /// Embeds sentences for boundary detection (the app adapts its embedder to this).
@@ -82,7 +82,7 @@ impl SemanticChunker {
         let mut b = ChunkBuilder::new(doc, tokens);
         let segs = segments(doc);
         let units: Vec<Vec<Piece>> =
-            segs.iter().map(|seg| units(&b, seg.blocks.clone(), o.max_child_tokens)).collect();
+            segs.iter().map(|seg| pieces(&b, seg.blocks.clone(), o.max_child_tokens, None)).collect();
 
         // Texts to embed: each unit with its neighbours, within its segment.
         let buffer = self.semantic.buffer_size;
@@ -146,29 +146,6 @@ impl Chunker for SemanticChunker {
             }
         }
     }
-}
-
-/// Units of `blocks`: sentences of prose, whole atomic blocks (split on lines over `max`), whole
-/// headings (glued to what follows).
-fn units(b: &ChunkBuilder<'_>, blocks: std::ops::Range<usize>, max: usize) -> Vec<Piece> {
-    let doc = b.doc();
-    let mut out = Vec::new();
-    for block in &doc.blocks[blocks] {
-        let span = split::trim(&doc.text, block.span);
-        if span.is_empty() {
-            continue;
-        }
-        let heading = matches!(block.kind, BlockKind::Heading { .. });
-        if heading || block.kind.is_atomic() {
-            let tokens = b.count(span);
-            if tokens <= max {
-                out.push(Piece { glue_next: heading, ..Piece::new(span, tokens) });
-                continue;
-            }
-        }
-        split::split(b, span, max, levels_for(&block.kind), &mut out);
-    }
-    out
 }
 
 /// Groups of consecutive units: a new group where the distance before a unit exceeds

@@ -58,7 +58,7 @@ impl Chunker for StructuralChunker {
         let children: Vec<Vec<Packed>> = segments
             .iter()
             .map(|seg| {
-                let pieces = pieces(&b, seg.blocks.clone(), o.max_child_tokens, o.child_tokens);
+                let pieces = pieces(&b, seg.blocks.clone(), o.max_child_tokens, Some(o.child_tokens));
                 let groups = pack(&pieces, o.child_tokens, o.max_child_tokens);
                 let mut packed = finalize(&b, &pieces, groups, o.max_child_tokens);
                 split::overlap(&b, &mut packed, o.overlap_tokens, o.max_child_tokens);
@@ -126,9 +126,10 @@ pub(crate) fn levels_for(kind: &BlockKind) -> &'static [split::Level] {
     }
 }
 
-/// Pieces of `blocks`: a block whole where it may stay whole (atomic up to `max`, anything up to
-/// `target`), else split at its levels. A heading glues to what follows it.
-pub(crate) fn pieces(b: &ChunkBuilder<'_>, blocks: Range<usize>, max: usize, target: usize) -> Vec<Piece> {
+/// Pieces of `blocks`: a block whole where it may stay whole (a heading or an atomic block up to
+/// `max`, anything up to `target`; `None`: prose is always split, as the semantic chunker wants
+/// its sentences), else split at its levels. A heading glues to what follows it.
+pub(crate) fn pieces(b: &ChunkBuilder<'_>, blocks: Range<usize>, max: usize, target: Option<usize>) -> Vec<Piece> {
     let doc = b.doc();
     let mut out = Vec::new();
     for block in &doc.blocks[blocks] {
@@ -138,7 +139,7 @@ pub(crate) fn pieces(b: &ChunkBuilder<'_>, blocks: Range<usize>, max: usize, tar
         }
         let tokens = b.count(span);
         let heading = matches!(block.kind, BlockKind::Heading { .. });
-        let whole = tokens <= target || (tokens <= max && (block.kind.is_atomic() || heading));
+        let whole = target.is_some_and(|t| tokens <= t) || (tokens <= max && (block.kind.is_atomic() || heading));
         if whole {
             out.push(Piece { glue_next: heading, ..Piece::new(span, tokens) });
         } else {
