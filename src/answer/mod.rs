@@ -497,27 +497,27 @@ pub fn prompt_for(question: &str, retrieval: &Retrieval, options: &AnswerOptions
     Ok(Prompt { messages, plain, retry, sources, best })
 }
 
-/// Whether a reply says anything besides citation markers and bracketed section numbers ("[1]
-/// [7.1]": the model copied a heading's number, which answers nothing). A marker still being
-/// streamed ("[1", "[1, 2", "[7.") at the end is not words yet.
+/// Whether a reply says anything outside brackets: citation markers, section numbers ("[1]
+/// [7.1]") and a passage's label copied from the prompt ("[Harbourline Logistics, 1. Minutes]")
+/// answer nothing. A bracket still open at the end (a marker or a label being streamed) is not
+/// words yet.
 fn has_words(text: &str) -> bool {
     let text = strip_markers(text);
-    let open = text.rfind('[').filter(|&at| text[at + 1..].chars().all(|c| c.is_ascii_digit() || matches!(c, ',' | ' ' | '.')));
-    without_section_numbers(&text[..open.unwrap_or(text.len())]).chars().any(char::is_alphanumeric)
+    let open = text.rfind('[').filter(|&at| !text[at..].contains(']'));
+    outside_brackets(&text[..open.unwrap_or(text.len())]).chars().any(char::is_alphanumeric)
 }
 
-/// `text` without its bracketed numbers ("[7.1]", "[11]").
-fn without_section_numbers(text: &str) -> String {
+/// `text` without its bracketed groups ("[7.1]", "[Title, Section]").
+fn outside_brackets(text: &str) -> String {
     let mut kept = String::with_capacity(text.len());
     let mut rest = text;
     while let Some(at) = rest.find('[') {
         kept.push_str(&rest[..at]);
-        let inside = &rest[at + 1..];
-        match inside.find(']') {
-            Some(end) if inside[..end].chars().all(|c| c.is_ascii_digit() || c == '.') => rest = &inside[end + 1..],
-            _ => {
-                kept.push('[');
-                rest = inside;
+        match rest[at..].find(']') {
+            Some(end) => rest = &rest[at + end + 1..],
+            None => {
+                kept.push_str(&rest[at..]);
+                rest = "";
             }
         }
     }
@@ -1092,10 +1092,24 @@ mod tests {
 
     #[test]
     fn markers_and_a_marker_being_streamed_are_not_words() {
-        for text in ["", "[1]", " [1] [2]", "[1], [2]", "[", "[1", "[1] [2", "[1, 2", "[1] [7.1]", "[1] [11.2]", "[1] [7."] {
+        for text in [
+            "",
+            "[1]",
+            " [1] [2]",
+            "[1], [2]",
+            "[",
+            "[1",
+            "[1] [2",
+            "[1, 2",
+            "[1] [7.1]",
+            "[1] [11.2]",
+            "[1] [7.",
+            "[1] [Harbourline Logistics, 1. Minutes of the previous meeting]",
+            "[1] [Harbourline Logis",
+        ] {
             assert!(!has_words(text), "{text:?}");
         }
-        for text in ["[1] 30 days", "30", "[1] 0.2", "[1] a [2", "[1] See [7.1] for the steps.", "a_list += [1, 2, 3]"] {
+        for text in ["[1] 30 days", "30", "[1] 0.2", "[1] a [2", "[1] See [7.1] for the steps.", "a_list += [1, 2, 3]", "[1] 30 days [Travel policy]"] {
             assert!(has_words(text), "{text:?}");
         }
     }
