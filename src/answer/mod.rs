@@ -242,7 +242,7 @@ pub struct Answer {
     /// ([`quote`]): why, and the sentence's score. `answer` is the quote.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub quoted: Option<quote::Quoted>,
-    /// The first reply held no words (citation markers only) and the model was asked again:
+    /// The first reply held no words (only citation markers or bracketed text) and the model was asked again:
     /// without the marker rule when that reply named passages ([`prompt::plain_messages`]), then,
     /// if still without words, on whole passages with the short rule
     /// ([`prompt::retry_messages`]); timings and token counts add up every request.

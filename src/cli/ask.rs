@@ -134,7 +134,7 @@ pub(super) fn print_after(answer: &Answer) {
                 _ => String::new(),
             },
             t.first_token_ms / 1e3,
-            if answer.second_try { " (asked again: the first reply was citation markers only)" } else { "" },
+            if answer.second_try { " (asked again: the first reply had no words outside brackets)" } else { "" },
             t.tokens_per_second,
             t.total_ms / 1e3
         ),
