@@ -201,7 +201,7 @@ pub struct AnswerTimings {
 /// A finished answer.
 #[derive(Debug, Clone, Serialize)]
 pub struct Answer {
-    /// The audit row's id (what `ragbox feedback` takes); set once recorded.
+    /// The answer log row's id (what `ragbox feedback` takes); set once recorded.
     pub answer_id: Option<i64>,
     /// The question as asked.
     pub question: String,

@@ -1,7 +1,7 @@
 //! `ragbox ask "q"`: one grounded answer. Retrieves, refuses without loading the LLM when nothing
 //! clears the floor, else streams the answer, then its sources, removed citations and the
 //! sentences its sources do not support (amber on a terminal). `--json`: one object. Every ask
-//! writes an audit row; its id is what `ragbox feedback` takes.
+//! writes an answer log row; its id is what `ragbox feedback` takes.
 
 use std::io::{IsTerminal, Write};
 

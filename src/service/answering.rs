@@ -1,5 +1,6 @@
 //! Search, ask and chat turns: retrieval, refusal without the LLM, streamed answers, follow-up
-//! rewrites, and the answer's audit rows (the answer id users rate, and the chained event).
+//! rewrites, and the answer's records: its answer log row (the answer id users rate) and its
+//! hash-chained audit event.
 
 use std::sync::Arc;
 
@@ -98,8 +99,8 @@ impl Service {
         Ok(SearchResult { retrieval: outcome?, note })
     }
 
-    /// Answers `question` from `tenant`, streaming tokens into `sink`; writes the answer's
-    /// audit rows. A question with no good source is refused without loading the LLM.
+    /// Answers `question` from `tenant`, streaming tokens into `sink`; writes the answer's answer
+    /// log row and audit event. A question with no good source is refused without loading the LLM.
     pub fn ask(&self, caller: &Caller, tenant: &str, question: &str, o: &AskOptions, sink: &mut (dyn TokenSink + Send)) -> Result<Asked> {
         if question.trim().is_empty() {
             return Err(Error::Invalid("the question is empty; type what you want to know".into()));

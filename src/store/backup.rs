@@ -3,15 +3,17 @@
 //! [`Store::backup`] takes every tenant's write lock (writers wait; readers, and so a running
 //! server's searches, go on), brings each tenant's indexes to the catalog's generation, copies the
 //! catalog with SQLite's online backup API (a consistent snapshot even while other connections
-//! write sessions or audit rows), then copies each tenant's index files, which no writer can change
-//! while the locks are held. So the copy's indexes are at exactly the copy's catalog generations.
+//! write sessions, answers or audit events), then copies each tenant's index files, which no
+//! writer can change while the locks are held. So the copy's indexes are at exactly the copy's
+//! catalog generations.
 //! A manifest ([`MANIFEST_FILE`]) written last lists every file with its size and sha256; a folder
 //! without it is an unfinished backup.
 //!
 //! [`restore`] checks every file of a backup against its manifest, copies it into a staging folder
 //! inside the data folder, and only then moves it into place; it refuses a data folder that holds
-//! anything unless asked to replace it. It ends by opening the restored store and checking that
-//! each tenant's catalog and indexes agree.
+//! anything unless asked to replace it. It ends by opening the restored store (which migrates a
+//! catalog of an older schema, as every open does) and checking that each tenant's catalog and
+//! indexes agree.
 
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
@@ -377,5 +379,36 @@ mod tests {
         let e = restore(&dest, &tmp.path().join("other"), false).unwrap_err().to_string();
         assert!(e.contains("is damaged"), "{e}");
         assert!(restore(tmp.path(), &tmp.path().join("x"), false).unwrap_err().to_string().contains("not a complete ragbox backup"));
+    }
+
+    #[test]
+    fn a_schema_1_backup_is_migrated_when_restored() {
+        use super::super::schema::tests::{v1_catalog, V1_ANSWER};
+        let tmp = tempfile::tempdir().unwrap();
+        let data = tmp.path().join("data");
+        let store = Store::open(&data, VectorOptions::default()).unwrap();
+        store.tenant_for_model("t", "m", 8).unwrap();
+        let dest = tmp.path().join("backup");
+        store.backup(&dest).unwrap();
+        // The backup's catalog as a schema 1 ragbox wrote it (the answer log in `audit`), with
+        // the manifest to match.
+        let old = tmp.path().join("old").join(CATALOG_FILE);
+        std::fs::create_dir_all(old.parent().unwrap()).unwrap();
+        v1_catalog(&old);
+        std::fs::copy(&old, dest.join(CATALOG_FILE)).unwrap();
+        let mut manifest = read_manifest(&dest).unwrap();
+        (manifest.files[0].bytes, manifest.files[0].sha256) = hash_file(&dest.join(CATALOG_FILE)).unwrap();
+        std::fs::write(dest.join(MANIFEST_FILE), serde_json::to_vec_pretty(&manifest).unwrap()).unwrap();
+
+        let fresh = tmp.path().join("fresh");
+        restore(&dest, &fresh, false).unwrap();
+        let restored = Store::open(&fresh, VectorOptions::default()).unwrap();
+        let version: String =
+            restored.catalog().conn().query_row("SELECT value FROM meta WHERE key = 'schema_version'", [], |r| r.get(0)).unwrap();
+        assert_eq!(version, "2");
+        let answer = restored.catalog().answer_entry(V1_ANSWER).unwrap().expect("the answer came through the restore");
+        assert_eq!(answer.feedback.len(), 1);
+        assert_eq!(restored.catalog().recent_turns(7, 5).unwrap()[0].answer_id, Some(V1_ANSWER));
+        assert!(restored.catalog().verify_events().unwrap().broken.is_none());
     }
 }

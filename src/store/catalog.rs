@@ -41,8 +41,55 @@ fn damaged(path: &Path, e: Error) -> Error {
     }
 }
 
-/// Bumped when the schema changes incompatibly.
-const SCHEMA_VERSION: i64 = 1;
+/// Bumped when the schema changes incompatibly; [`Catalog::open`] migrates a catalog of an older
+/// version it knows (1: the answer log was the table `audit`, see `schema::v1_to_v2`) and refuses
+/// any other.
+const SCHEMA_VERSION: i64 = 2;
+
+/// The schema version a catalog records; `None` for a new one (no `meta` table, or no version in
+/// it yet).
+fn stored_version(conn: &Connection) -> Result<Option<String>> {
+    let has_meta: bool = conn.query_row(
+        "SELECT EXISTS (SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'meta')",
+        [],
+        |r| r.get(0),
+    )?;
+    if !has_meta {
+        return Ok(None);
+    }
+    Ok(conn.query_row("SELECT value FROM meta WHERE key = 'schema_version'", [], |r| r.get(0)).optional()?)
+}
+
+/// The error for a catalog of schema `version`, which this build neither uses nor migrates.
+fn schema_mismatch(path: &Path, version: &str) -> Error {
+    Error::IndexMismatch {
+        path: path.to_path_buf(),
+        found: format!("catalog schema {version}"),
+        expected: format!("schema {SCHEMA_VERSION}; use a new --data-dir or the matching ragbox version"),
+    }
+}
+
+/// Brings a catalog of an older schema up to [`SCHEMA_VERSION`], in one IMMEDIATE transaction
+/// (another process opening it at the same time waits, then finds it migrated), and refuses one
+/// of a version this build does not know before anything is written to it. A new catalog is left
+/// alone: the tables are made at this version.
+fn migrate(conn: &mut Connection, path: &Path) -> Result<()> {
+    let current = SCHEMA_VERSION.to_string();
+    match stored_version(conn)? {
+        None => return Ok(()),
+        Some(v) if v == current => return Ok(()),
+        Some(v) if v == "1" => {}
+        Some(v) => return Err(schema_mismatch(path, &v)),
+    }
+    let tx = conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
+    if stored_version(&tx)?.as_deref() == Some("1") {
+        super::schema::v1_to_v2(&tx)?;
+        tx.execute("UPDATE meta SET value = ?1 WHERE key = 'schema_version'", [&current])?;
+        tx.commit()?;
+        tracing::info!(path = %path.display(), "catalog schema 1 migrated to {current}: the answer log `audit` is now `answers`");
+    }
+    Ok(())
+}
 
 /// sha256 of an embedded text: the embedding cache's key (with the model id).
 pub type TextHash = [u8; 32];
@@ -270,7 +317,7 @@ impl Catalog {
             std::fs::create_dir_all(dir).map_err(Error::path(dir))?;
         }
         let size = std::fs::metadata(path).map(|m| m.len()).unwrap_or(0);
-        let conn = Connection::open(path)?;
+        let mut conn = Connection::open(path)?;
         // Before anything reads: another process creating or writing the catalog makes this one
         // wait rather than fail with "database is locked" (the quick check below reads it all).
         conn.busy_timeout(BUSY_TIMEOUT)?;
@@ -283,6 +330,9 @@ impl Catalog {
         conn.pragma_update(None, "journal_mode", "WAL")?;
         conn.pragma_update(None, "synchronous", "FULL")?;
         conn.pragma_update(None, "foreign_keys", "ON")?;
+        // Before the tables are made: those renamed since an older schema would otherwise be made
+        // afresh, empty, beside the old ones.
+        migrate(&mut conn, path)?;
         for tables in super::schema::ALL {
             conn.execute_batch(tables)?;
         }
@@ -291,11 +341,7 @@ impl Catalog {
         conn.execute("INSERT OR IGNORE INTO meta (key, value) VALUES ('schema_version', ?1)", [SCHEMA_VERSION.to_string()])?;
         let version: String = conn.query_row("SELECT value FROM meta WHERE key = 'schema_version'", [], |r| r.get(0))?;
         if version != SCHEMA_VERSION.to_string() {
-            return Err(Error::IndexMismatch {
-                path: path.to_path_buf(),
-                found: format!("catalog schema {version}"),
-                expected: format!("schema {SCHEMA_VERSION}; use a new --data-dir or the matching ragbox version"),
-            });
+            return Err(schema_mismatch(path, &version));
         }
         Ok(Catalog { conn: Mutex::new(conn), path: path.to_path_buf() })
     }

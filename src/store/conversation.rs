@@ -1,10 +1,10 @@
 //! Conversations and their record in the catalog: sessions and their turns (session memory), the
-//! answer log (one row per answer, whose id is the answer id users rate; its table is called
-//! `audit` for catalogs made before the hash-chained audit log, `events`, existed) and feedback on
-//! answers.
+//! answer log (one row per answer, whose id is the answer id users rate; not the hash-chained
+//! audit log, which is `events`) and feedback on answers.
 //!
-//! Reads and writes the `sessions`, `turns`, `audit` and `feedback` tables (their DDL is in
-//! `store::schema`, run by [`Catalog::open`]). May import `types` and `error` only.
+//! Reads and writes the `sessions`, `turns`, `answers` and `feedback` tables (their DDL is in
+//! `store::schema`, run by [`Catalog::open`]; catalogs of schema 1 called `answers` `audit`, and
+//! are migrated on open). May import `types` and `error` only.
 //!
 //! ```
 //! use ragbox::store::{AnswerRecord, Catalog, Rating};
@@ -105,7 +105,7 @@ pub struct FeedbackRow {
     /// Row id.
     pub id: i64,
     /// The answer rated (its id in the answer log).
-    pub audit_id: i64,
+    pub answer_id: i64,
     /// Up or down.
     pub rating: Rating,
     /// What the person said, if anything.
@@ -157,7 +157,7 @@ pub struct TurnRow {
     /// The answer text as shown.
     pub answer: String,
     /// Its answer id in the answer log, if one was written.
-    pub audit_id: Option<i64>,
+    pub answer_id: Option<i64>,
     /// When, in ms since the epoch.
     pub created_ms: i64,
 }
@@ -177,7 +177,7 @@ fn sql_limit(limit: usize) -> i64 {
 
 const ANSWER_COLUMNS: &str = "a.id, t.name, a.session_id, a.question, a.standalone, a.chunk_ids, a.model, a.refused, a.answer,
      a.timings, a.created_ms
-     FROM audit a JOIN tenants t ON t.id = a.tenant_id";
+     FROM answers a JOIN tenants t ON t.id = a.tenant_id";
 
 /// An answer log row's columns, JSON still as text (parsed outside the rusqlite closure).
 type RawAnswer = (AnswerRow, String, String);
@@ -210,7 +210,7 @@ fn turn_from_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<TurnRow> {
         question: r.get(2)?,
         standalone: r.get(3)?,
         answer: r.get(4)?,
-        audit_id: r.get(5)?,
+        answer_id: r.get(5)?,
         created_ms: r.get(6)?,
     })
 }
@@ -254,7 +254,7 @@ impl Catalog {
     pub fn recent_turns(&self, session: i64, limit: usize) -> Result<Vec<TurnRow>> {
         let conn = self.conn();
         let mut st = conn.prepare_cached(
-            "SELECT id, session_id, question, standalone, answer, audit_id, created_ms
+            "SELECT id, session_id, question, standalone, answer, answer_id, created_ms
              FROM turns WHERE session_id = ?1 ORDER BY id DESC LIMIT ?2",
         )?;
         let mut turns = st.query_map(params![session, sql_limit(limit)], turn_from_row)?.collect::<rusqlite::Result<Vec<_>>>()?;
@@ -263,7 +263,7 @@ impl Catalog {
     }
 
     /// Appends a turn to a session; returns its id. An unknown session is a user error.
-    pub fn add_turn(&self, session: i64, question: &str, standalone: &str, answer: &str, audit_id: Option<i64>) -> Result<i64> {
+    pub fn add_turn(&self, session: i64, question: &str, standalone: &str, answer: &str, answer_id: Option<i64>) -> Result<i64> {
         let mut conn = self.conn();
         // IMMEDIATE for the reason given in `Catalog::commit`: this reads, then writes.
         let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
@@ -272,8 +272,8 @@ impl Catalog {
             return Err(Error::Invalid(format!("no session {session}; start a new one (leave out --session)")));
         }
         tx.execute(
-            "INSERT INTO turns (session_id, question, standalone, answer, audit_id, created_ms) VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
-            params![session, question, standalone, answer, audit_id, now_ms()],
+            "INSERT INTO turns (session_id, question, standalone, answer, answer_id, created_ms) VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+            params![session, question, standalone, answer, answer_id, now_ms()],
         )?;
         let id = tx.last_insert_rowid();
         tx.commit()?;
@@ -297,7 +297,7 @@ impl Catalog {
             }
         }
         tx.execute(
-            "INSERT INTO audit (tenant_id, session_id, question, standalone, chunk_ids, model, refused, answer, timings, created_ms)
+            "INSERT INTO answers (tenant_id, session_id, question, standalone, chunk_ids, model, refused, answer, timings, created_ms)
              VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
             params![
                 record.tenant,
@@ -335,19 +335,19 @@ impl Catalog {
         raws.into_iter().map(|raw| finish_answer(&conn, raw)).collect()
     }
 
-    /// Rates answer `audit_id`; returns the feedback's id. An unknown answer id is a user error.
-    pub fn add_feedback(&self, audit_id: i64, rating: Rating, comment: Option<&str>) -> Result<i64> {
+    /// Rates answer `answer_id`; returns the feedback's id. An unknown answer id is a user error.
+    pub fn add_feedback(&self, answer_id: i64, rating: Rating, comment: Option<&str>) -> Result<i64> {
         let mut conn = self.conn();
         let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
-        let known: bool = tx.query_row("SELECT EXISTS (SELECT 1 FROM audit WHERE id = ?1)", [audit_id], |r| r.get(0))?;
+        let known: bool = tx.query_row("SELECT EXISTS (SELECT 1 FROM answers WHERE id = ?1)", [answer_id], |r| r.get(0))?;
         if !known {
             return Err(Error::Invalid(format!(
-                "no answer {audit_id}: answer ids are printed by `ragbox ask --json` (field `answer_id`); rate one of those"
+                "no answer {answer_id}: answer ids are printed by `ragbox ask --json` (field `answer_id`); rate one of those"
             )));
         }
         tx.execute(
-            "INSERT INTO feedback (audit_id, rating, comment, created_ms) VALUES (?1, ?2, ?3, ?4)",
-            params![audit_id, rating.as_str(), comment, now_ms()],
+            "INSERT INTO feedback (answer_id, rating, comment, created_ms) VALUES (?1, ?2, ?3, ?4)",
+            params![answer_id, rating.as_str(), comment, now_ms()],
         )?;
         let id = tx.last_insert_rowid();
         tx.commit()?;
@@ -355,24 +355,24 @@ impl Catalog {
     }
 }
 
-/// Parses an audit row's JSON columns and attaches its feedback.
+/// Parses an answer log row's JSON columns and attaches its feedback.
 fn finish_answer(conn: &rusqlite::Connection, (mut row, chunk_ids, timings): RawAnswer) -> Result<AnswerRow> {
     row.chunk_ids =
-        serde_json::from_str(&chunk_ids).map_err(|e| Error::Bug(format!("audit row {}: chunk ids: {e}", row.id)))?;
-    row.timings = serde_json::from_str(&timings).map_err(|e| Error::Bug(format!("audit row {}: timings: {e}", row.id)))?;
+        serde_json::from_str(&chunk_ids).map_err(|e| Error::Bug(format!("answer {}: chunk ids: {e}", row.id)))?;
+    row.timings = serde_json::from_str(&timings).map_err(|e| Error::Bug(format!("answer {}: timings: {e}", row.id)))?;
     let mut st =
-        conn.prepare_cached("SELECT id, audit_id, rating, comment, created_ms FROM feedback WHERE audit_id = ?1 ORDER BY id")?;
+        conn.prepare_cached("SELECT id, answer_id, rating, comment, created_ms FROM feedback WHERE answer_id = ?1 ORDER BY id")?;
     let rows = st.query_map([row.id], |r| {
         Ok((r.get::<_, i64>(0)?, r.get::<_, i64>(1)?, r.get::<_, String>(2)?, r.get::<_, Option<String>>(3)?, r.get::<_, i64>(4)?))
     })?;
     for r in rows {
-        let (id, audit_id, rating, comment, created_ms) = r?;
+        let (id, answer_id, rating, comment, created_ms) = r?;
         let rating = match rating.as_str() {
             "up" => Rating::Up,
             "down" => Rating::Down,
             other => return Err(Error::Bug(format!("feedback {id}: rating `{other}`"))),
         };
-        row.feedback.push(FeedbackRow { id, audit_id, rating, comment, created_ms });
+        row.feedback.push(FeedbackRow { id, answer_id, rating, comment, created_ms });
     }
     Ok(row)
 }
@@ -423,11 +423,11 @@ mod tests {
         assert_eq!(turns[0].question, "Who approves it?");
         assert_eq!(turns[0].standalone, "Who approves travel requests?");
         assert_eq!(turns[0].answer, "Line managers [1].");
-        assert_eq!(turns[0].audit_id, None);
+        assert_eq!(turns[0].answer_id, None);
         assert!(turns[0].created_ms > 0);
         assert!(cat.recent_turns(sb, 10).unwrap().is_empty(), "turns stay in their session");
 
-        // An audit row cannot name another tenant's session.
+        // An answer cannot name another tenant's session.
         let v = serde_json::json!({});
         let e = cat.record_answer(&record(b.id, Some(sa), &[], &v)).unwrap_err();
         assert_eq!(e.fault(), Fault::User, "{e}");
@@ -450,7 +450,7 @@ mod tests {
     }
 
     #[test]
-    fn audit_and_feedback_round_trip() {
+    fn answer_log_and_feedback_round_trip() {
         let (_dir, cat) = catalog();
         let t = cat.create_tenant("acme", "m", 4).unwrap();
         let s = cat.create_session(t.id).unwrap();
@@ -462,7 +462,7 @@ mod tests {
         assert!(second > first);
         cat.add_turn(s, "And for contractors?", "What is the travel insurance limit for contractors?", "£2,000", Some(first))
             .unwrap();
-        assert_eq!(cat.recent_turns(s, 1).unwrap()[0].audit_id, Some(first));
+        assert_eq!(cat.recent_turns(s, 1).unwrap()[0].answer_id, Some(first));
 
         let up = cat.add_feedback(first, Rating::Up, None).unwrap();
         let down = cat.add_feedback(first, "Down".parse().unwrap(), Some("wrong office")).unwrap();
@@ -481,7 +481,7 @@ mod tests {
         assert_eq!(row.feedback.len(), 2);
         assert_eq!((row.feedback[0].rating, row.feedback[0].comment.as_deref()), (Rating::Up, None));
         assert_eq!((row.feedback[1].rating, row.feedback[1].comment.as_deref()), (Rating::Down, Some("wrong office")));
-        assert_eq!(row.feedback[1].audit_id, first);
+        assert_eq!(row.feedback[1].answer_id, first);
 
         let json = serde_json::to_value(&row).unwrap();
         assert_eq!(json["chunk_ids"], serde_json::json!([7, u64::from(u32::MAX) + 3]));
@@ -541,5 +541,8 @@ mod tests {
         assert_eq!(entries[0].feedback.len(), 1);
         let s = entries[0].session.unwrap();
         assert_eq!(cat.recent_turns(s, 5).unwrap().len(), 1);
+        // Schema 1 without the answer log's table migrates to 2 all the same.
+        let version: String = cat.conn().query_row("SELECT value FROM meta WHERE key = 'schema_version'", [], |r| r.get(0)).unwrap();
+        assert_eq!(version, "2");
     }
 }

@@ -263,7 +263,7 @@ impl Requests {
             3 => serde_json::json!("x".repeat(100_000)),
             4 => serde_json::json!([1, "two", null]),
             5 => serde_json::json!({ "nested": { "deeper": [] } }),
-            6 => serde_json::json!("\u{0}\u{202e}\u{1F600}'; DROP TABLE audit;--"),
+            6 => serde_json::json!("\u{0}\u{202e}\u{1F600}'; DROP TABLE answers;--"),
             7 => serde_json::json!(u64::MAX),
             _ => serde_json::json!(""),
         }
