@@ -708,12 +708,7 @@ impl Answerer {
         answer.answer = parsed.text.clone();
 
         if answer.quoted.is_none() && matches!(not_answered, Some(quote::NotAnswered::NoWords | quote::NotAnswered::RestatedQuestion)) {
-            answer.refused = true;
-            answer.refusal = Some(Refusal::NoAnswerWritten);
-            answer.answer = NO_ANSWER_WRITTEN.to_string();
-            answer.citations.clear();
-            answer.invalid_citations.clear();
-            answer.closest = sources;
+            answer.withhold(Refusal::NoAnswerWritten, NO_ANSWER_WRITTEN, sources);
         } else if answer.quoted.is_none() && not_answered == Some(quote::NotAnswered::Declined) {
             answer.refused = true;
             answer.refusal = Some(Refusal::PassagesDoNotAnswer);
@@ -732,29 +727,35 @@ impl Answerer {
             let unsupported = !answer.sentences.iter().any(|s| s.supported);
             if unsupported && !answer.sentences.is_empty() && answer.quoted.is_none() && quotable.is_none() {
                 held.inner.token(&format!("{}{NO_SUPPORTED_ANSWER}", if held.open { "\n\n" } else { "" }));
-                answer.refused = true;
-                answer.refusal = Some(Refusal::Unsupported);
-                answer.answer = NO_SUPPORTED_ANSWER.to_string();
-                answer.citations.clear();
-                answer.invalid_citations.clear();
-                answer.closest = sources;
-                answer.timings.support_ms = t.elapsed().as_secs_f64() * 1e3;
-                answer.timings.total_ms = started.elapsed().as_secs_f64() * 1e3 + answer.timings.retrieve_ms;
-                return Ok(answer);
-            }
-            if let Some((id, unit)) = quotable.filter(|_| answer.quoted.is_none() && unsupported) {
-                let (with_quote, quoted) = quote::quote(Some(&parsed), &unit, id, quote::NotAnswered::Unsupported, &generation.text);
-                held.inner.token(&format!("\n\n{}", last_sentence(&with_quote)));
-                (parsed, answer.quoted) = (with_quote, Some(quoted));
-                answer.citations = citations(&parsed, &sources);
-                answer.answer = parsed.text.clone();
-                answer.sentences = self.checked(standalone, &parsed, &sources).await?;
+                answer.withhold(Refusal::Unsupported, NO_SUPPORTED_ANSWER, sources);
+            } else {
+                if let Some((id, unit)) = quotable.filter(|_| answer.quoted.is_none() && unsupported) {
+                    let (with_quote, quoted) = quote::quote(Some(&parsed), &unit, id, quote::NotAnswered::Unsupported, &generation.text);
+                    held.inner.token(&format!("\n\n{}", last_sentence(&with_quote)));
+                    (parsed, answer.quoted) = (with_quote, Some(quoted));
+                    answer.citations = citations(&parsed, &sources);
+                    answer.answer = parsed.text.clone();
+                    answer.sentences = self.checked(standalone, &parsed, &sources).await?;
+                }
+                answer.sources = sources;
             }
             answer.timings.support_ms = t.elapsed().as_secs_f64() * 1e3;
-            answer.sources = sources;
         }
         answer.timings.total_ms = started.elapsed().as_secs_f64() * 1e3 + answer.timings.retrieve_ms;
         Ok(answer)
+    }
+}
+
+impl Answer {
+    /// Makes this answer the refusal `refusal` saying `text`, with no citations and `closest` as
+    /// the passages it had; its sentences, if any, stay as they were judged.
+    fn withhold(&mut self, refusal: Refusal, text: &str, closest: Vec<Source>) {
+        self.refused = true;
+        self.refusal = Some(refusal);
+        self.answer = text.to_string();
+        self.citations.clear();
+        self.invalid_citations.clear();
+        self.closest = closest;
     }
 }
 
