@@ -197,8 +197,10 @@ pub struct AnswerSection {
     pub passages: usize,
     /// Most characters of one passage in the prompt.
     pub passage_chars: usize,
-    /// How sentences are checked against their citations: `similarity` (embedding cosine) or
-    /// `llm` (the generator's yes/no logits).
+    /// How sentences are checked against their citations: `grounded` (figures, names and
+    /// negations found in the cited passage; the default), `similarity` (embedding cosine), `llm`
+    /// (the generator's yes/no logits) or `off`. A reply none of whose sentences passes, with no
+    /// passage sentence to quote, is withheld.
     #[serde(deserialize_with = "parsed")]
     pub support: SupportMethod,
     /// Below this a sentence is flagged unsupported (in the chosen method's score).
