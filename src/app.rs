@@ -47,7 +47,8 @@ fn llm_kernels() -> String {
     #[cfg(target_feature = "avx2")]
     {
         let tiles = candle_core::quantized::avx::Q0Kernel::detect().name();
-        format!("quantised weights in memory; prompt tiles {tiles} (Q4_0, Q5_0, Q8_0, Q4_K, Q6_K); AVX2 dot products for one row")
+        let one_row = crate::generate::kernels::one_row_kernel();
+        format!("quantised weights in memory; prompt tiles {tiles} (Q4_0, Q5_0, Q8_0, Q4_K, Q6_K); one row: {one_row}")
     }
     #[cfg(not(target_feature = "avx2"))]
     {

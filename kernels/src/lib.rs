@@ -1,6 +1,7 @@
 //! ragbox's CPU kernels for quantised encoder inference: int8 dense layers, the encoders'
 //! attention in one pass, and the element-wise work around them (GELU, the masked softmax,
-//! SwiGLU's gate) vectorised.
+//! SwiGLU's gate) vectorised; and for the local LLM, one row of activations times GGML's
+//! 32-element weight blocks (`ggml`: decoding), which candle hands over through its matmul hook.
 //!
 //! A separate crate for one reason: ragbox's tuned dev profile (the one tests and the README's
 //! first command build) compiles every dependency at opt-level 3 and ragbox itself at 0 to keep
@@ -25,6 +26,7 @@
 
 mod attention;
 mod gelu;
+pub mod ggml;
 mod int8;
 mod softmax;
 mod swiglu;

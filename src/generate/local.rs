@@ -80,6 +80,7 @@ impl GgufGenerator {
             return Err(Error::Invalid(format!("{} is not a folder; refusing to let the model id reach the hub", dir.display())));
         }
         check_architecture(&options.file)?;
+        super::kernels::install();
         if options.dequantize {
             // Read by candle's QMatMul when each weight is loaded (per thread, on first use), so
             // it must be set before the load starts; it affects only quantised weights.

@@ -19,6 +19,7 @@ mod claude;
 #[cfg_attr(not(feature = "llm"), path = "local_off.rs")]
 mod local;
 mod fallback;
+pub mod kernels;
 mod openai;
 pub mod rerank;
 

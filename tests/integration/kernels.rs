@@ -109,6 +109,44 @@ mod tiles {
         }
     }
 
+    /// `ragbox_kernels::ggml::gemv` (decoding's one row, through candle's matmul hook) gives
+    /// candle's AVX-512 VNNI one-row tile's results bit for bit: the same integer sums per lane
+    /// and the same float steps, so the LLM's greedy answers cannot change with it.
+    fn gemv_matches_the_tile<W: GgmlType<VecDotType = BlockQ8_0> + Q0Block>(format: ragbox_kernels::ggml::BlockFormat, k: usize, n: usize) {
+        if !ragbox_kernels::ggml::gemv_available() {
+            return;
+        }
+        let lhs: Vec<BlockQ8_0> = blocks(&values(k), 1);
+        let rhs: Vec<W> = blocks(&values(n * k), n);
+        let mut tile = vec![f32::NAN; n];
+        // SAFETY: the CPU has AVX-512 VNNI (gemv_available); sizes as made here.
+        unsafe { matmul_q0(Q0Kernel::Avx512Vnni, 1, k / 32, n, &lhs, &rhs, 0..n, tile.as_mut_ptr()) };
+        let bytes = |p: *const u8, len: usize| unsafe { std::slice::from_raw_parts(p, len) };
+        let mut ours = vec![f32::NAN; n];
+        let done = ragbox_kernels::ggml::gemv(
+            format,
+            k / 32,
+            bytes(lhs.as_ptr() as *const u8, std::mem::size_of_val(&lhs[..])),
+            bytes(rhs.as_ptr() as *const u8, std::mem::size_of_val(&rhs[..])),
+            &mut ours,
+        );
+        assert!(done);
+        for (c, (ours, tile)) in ours.iter().zip(&tile).enumerate() {
+            assert_eq!(ours.to_bits(), tile.to_bits(), "{format:?} column {c}: {ours} vs the tile's {tile}");
+        }
+    }
+
+    #[test]
+    fn the_one_row_kernel_gives_the_vnni_tiles_results_bit_for_bit() {
+        use ragbox_kernels::ggml::BlockFormat;
+        // Fewer rows than one pass, a task's worth and a remainder, the 0.5B model's widths.
+        for (k, n) in [(896, 3), (896, 133), (4864, 70)] {
+            gemv_matches_the_tile::<BlockQ4_0>(BlockFormat::Q4_0, k, n);
+            gemv_matches_the_tile::<BlockQ5_0>(BlockFormat::Q5_0, k, n);
+            gemv_matches_the_tile::<BlockQ8_0>(BlockFormat::Q8_0, k, n);
+        }
+    }
+
     #[test]
     fn the_vnni_panels_match_the_one_row_dot_product() {
         // Rows past the 6-row tile, columns past a 32-column panel and inside one.

@@ -1,0 +1,73 @@
+//! The local LLM's quantised matmuls routed to ragbox's own kernels (`ragbox_kernels::ggml`)
+//! through candle's one hook (`k_quants::set_matmul_hook`, patches/README.md): candle quantises
+//! the activations and hands over the GGML block bytes; products this module has no kernel for
+//! (prompts, the k-quants, a CPU without AVX-512 VNNI) stay with candle.
+
+use candle_core::quantized::k_quants;
+use candle_core::quantized::GgmlDType;
+use ragbox_kernels::ggml::{self, BlockFormat};
+
+/// Installs the hook, once per process (later calls change nothing).
+pub fn install() {
+    k_quants::set_matmul_hook(matmul);
+}
+
+/// What the LLM's one-row products run on this CPU, for `doctor`.
+pub fn one_row_kernel() -> &'static str {
+    if ggml::gemv_available() {
+        "ragbox avx512-vnni (Q4_0, Q5_0, Q8_0), candle's dot products (k-quants)"
+    } else {
+        "candle's dot products"
+    }
+}
+
+/// The hook: one activation row (decoding) against a 32-element format's weights.
+fn matmul(dtype: GgmlDType, (m, k, n): (usize, usize, usize), lhs: &[u8], rhs: &[u8], dst: &mut [f32]) -> bool {
+    let format = match dtype {
+        GgmlDType::Q4_0 => BlockFormat::Q4_0,
+        GgmlDType::Q5_0 => BlockFormat::Q5_0,
+        GgmlDType::Q8_0 => BlockFormat::Q8_0,
+        _ => return false,
+    };
+    if m != 1 || !k.is_multiple_of(ggml::BLOCK) {
+        return false;
+    }
+    ggml::gemv(format, k / ggml::BLOCK, lhs, rhs, &mut dst[..n])
+}
+
+#[cfg(test)]
+mod tests {
+    use candle_core::quantized::k_quants::{BlockQ5_0, BlockQ8_0, GgmlType};
+    use candle_core::quantized::GgmlDType;
+
+    fn bytes<T>(blocks: &[T]) -> &[u8] {
+        // SAFETY: GGML blocks are plain repr(C) data.
+        unsafe { std::slice::from_raw_parts(blocks.as_ptr() as *const u8, std::mem::size_of_val(blocks)) }
+    }
+
+    /// One row of Q5_0 agrees with candle's own per-column dot product (`vec_dot`, which the
+    /// hook never replaces); prompts and the k-quants are left to candle. Bit-for-bit agreement
+    /// with candle's one-row tiles is checked in tests/integration/kernels.rs.
+    #[test]
+    fn the_hook_takes_one_row_of_a_32_element_format_and_agrees_with_candle() {
+        let (k, n) = (896, 200);
+        let values = |count: usize, seed: u32| -> Vec<f32> {
+            (0..count).map(|i| ((i as u32).wrapping_mul(2654435761) ^ seed) % 2001).map(|v| v as f32 / 1000.0 - 1.0).collect()
+        };
+        let mut weights = vec![BlockQ5_0::zeros(); k * n / 32];
+        BlockQ5_0::from_float(&values(k * n, 7), &mut weights);
+        let mut lhs = vec![BlockQ8_0::zeros(); k / 32];
+        BlockQ8_0::from_float(&values(k, 3), &mut lhs);
+        let mut ours = vec![f32::NAN; n];
+        assert!(!super::matmul(GgmlDType::Q5_0, (2, k, n / 2), bytes(&lhs), bytes(&weights), &mut ours), "a prompt stays with candle");
+        assert!(!super::matmul(GgmlDType::Q4K, (1, k, n), bytes(&lhs), bytes(&weights), &mut ours), "k-quants stay with candle");
+        if !super::matmul(GgmlDType::Q5_0, (1, k, n), bytes(&lhs), bytes(&weights), &mut ours) {
+            assert!(!ragbox_kernels::ggml::gemv_available(), "declined on a CPU that runs the kernel");
+            return;
+        }
+        for (c, ours) in ours.iter().enumerate() {
+            let candle = BlockQ5_0::vec_dot(k, &weights[c * k / 32..(c + 1) * k / 32], &lhs);
+            assert!((ours - candle).abs() <= 1e-4 * candle.abs().max(1.0), "column {c}: {ours} vs candle's {candle}");
+        }
+    }
+}
