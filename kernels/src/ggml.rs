@@ -141,6 +141,226 @@ pub fn gemv(format: BlockFormat, k_blocks: usize, activations: &[u8], weights: &
     unreachable!("gemv_available is false off x86_64")
 }
 
+/// A GGML k-quant weight format (256-element blocks, Q8_K activations) this module reads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum KFormat {
+    /// `d`, `dmin` (f16), 12 bytes of 6-bit scales and minimums, 128 bytes of 4-bit codes.
+    Q4K,
+    /// 128 bytes of low 4 bits, 64 of high 2 bits, 16 signed scales, `d` (f16).
+    Q6K,
+}
+
+/// Elements per k-quant block.
+pub const K_BLOCK: usize = 256;
+/// Bytes of one Q8_K activation block (`d` as f32, 256 codes, 16 partial sums as i16).
+pub const Q8_K_BYTES: usize = 292;
+
+impl KFormat {
+    /// Bytes of one weight block.
+    pub const fn bytes(self) -> usize {
+        match self {
+            KFormat::Q4K => 144,
+            KFormat::Q6K => 210,
+        }
+    }
+}
+
+/// [`gemv`] for the k-quants: `dst[r] = Σ_b weight block (r, b) · activation block b`, each row
+/// by GGML's (and candle's) AVX2 dot product, bit for bit, with the next row's block fetched into
+/// the cache while a block is multiplied (without it the dot products wait on memory). Returns
+/// `false`, touching nothing, off x86_64 (AVX2 is ragbox's x86_64 baseline).
+///
+/// # Panics
+/// When the slices' lengths do not match `k_blocks` and `dst.len()`.
+pub fn gemv_k(format: KFormat, k_blocks: usize, activations: &[u8], weights: &[u8], dst: &mut [f32]) -> bool {
+    assert_eq!(activations.len(), k_blocks * Q8_K_BYTES, "activations: {k_blocks} Q8_K blocks");
+    assert_eq!(weights.len(), dst.len() * k_blocks * format.bytes(), "weights: {} rows of {k_blocks} blocks", dst.len());
+    #[cfg(target_arch = "x86_64")]
+    {
+        if !(is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma") && is_x86_feature_detected!("f16c")) {
+            return false;
+        }
+        let row_bytes = k_blocks * format.bytes();
+        dst.par_chunks_mut(TASK_ROWS).zip(weights.par_chunks(TASK_ROWS * row_bytes)).for_each(|(dst, weights)| {
+            for (r, out) in dst.iter_mut().enumerate() {
+                let row = &weights[r * row_bytes..(r + 1) * row_bytes];
+                let next = weights.as_ptr().wrapping_add((r + 1) * row_bytes);
+                // SAFETY: the CPU has AVX2, FMA and F16C (checked above); `row` holds `k_blocks`
+                // blocks and `activations` as many Q8_K blocks (asserted).
+                *out = unsafe {
+                    match format {
+                        KFormat::Q4K => k_row::<0>(row, activations, next),
+                        KFormat::Q6K => k_row::<1>(row, activations, next),
+                    }
+                };
+            }
+        });
+        true
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    false
+}
+
+/// One k-quant row's dot product (`FORMAT` 0: Q4_K, 1: Q6_K), prefetching the row at `next`
+/// (it may lie past the weights: a prefetch never faults).
+///
+/// # Safety
+/// AVX2, FMA, F16C; `row` and `activations` hold the same number of blocks.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn k_row<const FORMAT: u8>(row: &[u8], activations: &[u8], next: *const u8) -> f32 {
+    let format = [KFormat::Q4K, KFormat::Q6K][FORMAT as usize];
+    let block_bytes = format.bytes();
+    let lines = block_bytes.div_ceil(64);
+    let mut state = if FORMAT == 0 { KSums::q4k() } else { KSums::q6k() };
+    for (b, (x, y)) in row.chunks_exact(block_bytes).zip(activations.chunks_exact(Q8_K_BYTES)).enumerate() {
+        for line in 0..lines {
+            _mm_prefetch::<_MM_HINT_T0>(next.wrapping_add(b * block_bytes + line * 64) as *const i8);
+        }
+        if FORMAT == 0 {
+            state.q4k_block(x, y);
+        } else {
+            state.q6k_block(x, y);
+        }
+    }
+    state.total()
+}
+
+/// The running sums of one k-quant row, kept as candle's `vec_dot_q4k_q8k` and
+/// `vec_dot_q6k_q8k` keep them (ports of ggml's AVX2 code), so the result is theirs bit for bit.
+#[cfg(target_arch = "x86_64")]
+struct KSums {
+    acc: __m256,
+    acc_m: __m128,
+}
+
+#[cfg(target_arch = "x86_64")]
+impl KSums {
+    #[inline(always)]
+    unsafe fn q4k() -> KSums {
+        KSums { acc: _mm256_setzero_ps(), acc_m: _mm_setzero_ps() }
+    }
+
+    #[inline(always)]
+    unsafe fn q6k() -> KSums {
+        KSums::q4k()
+    }
+
+    /// A Q4_K block `x` times a Q8_K block `y`.
+    #[inline(always)]
+    unsafe fn q4k_block(&mut self, x: &[u8], y: &[u8]) {
+        const KMASK1: u32 = 0x3f3f3f3f;
+        const KMASK2: u32 = 0x0f0f0f0f;
+        const KMASK3: u32 = 0x03030303;
+        let m4 = _mm256_set1_epi8(0xF);
+        let yd = f32::from_le_bytes([y[0], y[1], y[2], y[3]]);
+        let d = yd * half_at(x, 0);
+        let dmin = -yd * half_at(x, 2);
+        let word = |i: usize| u32::from_le_bytes([x[4 + 4 * i], x[5 + 4 * i], x[6 + 4 * i], x[7 + 4 * i]]);
+        let mut utmp = [word(0), word(1), word(2), 0];
+        utmp[3] = ((utmp[2] >> 4) & KMASK2) | (((utmp[1] >> 6) & KMASK3) << 4);
+        let uaux = utmp[1] & KMASK1;
+        utmp[1] = (utmp[2] & KMASK2) | (((utmp[0] >> 6) & KMASK3) << 4);
+        utmp[2] = uaux;
+        utmp[0] &= KMASK1;
+        let mins_and_scales = _mm256_cvtepu8_epi16(_mm_set_epi32(utmp[3] as i32, utmp[2] as i32, utmp[1] as i32, utmp[0] as i32));
+        let q8sums = _mm256_loadu_si256(y.as_ptr().add(260) as *const __m256i);
+        let q8s = _mm_hadd_epi16(_mm256_extracti128_si256(q8sums, 0), _mm256_extracti128_si256(q8sums, 1));
+        let prod = _mm_madd_epi16(_mm256_extracti128_si256(mins_and_scales, 1), q8s);
+        self.acc_m = _mm_fmadd_ps(_mm_set1_ps(dmin), _mm_cvtepi32_ps(prod), self.acc_m);
+        let sc128 = _mm256_extracti128_si256(mins_and_scales, 0);
+        let scales = _mm256_insertf128_si256(_mm256_castsi128_si256(sc128), sc128, 1);
+        let mut sumi = _mm256_setzero_si256();
+        let q4 = x.as_ptr().add(16);
+        let q8 = y.as_ptr().add(4);
+        for j in 0..4 {
+            let scale_l = _mm256_shuffle_epi8(scales, scale_shuffle_k4(2 * j));
+            let scale_h = _mm256_shuffle_epi8(scales, scale_shuffle_k4(2 * j + 1));
+            let q4bits = _mm256_loadu_si256(q4.add(32 * j) as *const __m256i);
+            let q4l = _mm256_and_si256(q4bits, m4);
+            let q4h = _mm256_and_si256(_mm256_srli_epi16(q4bits, 4), m4);
+            let q8l = _mm256_loadu_si256(q8.add(64 * j) as *const __m256i);
+            let p16l = _mm256_madd_epi16(scale_l, _mm256_maddubs_epi16(q4l, q8l));
+            sumi = _mm256_add_epi32(sumi, p16l);
+            let q8h = _mm256_loadu_si256(q8.add(64 * j + 32) as *const __m256i);
+            let p16h = _mm256_madd_epi16(scale_h, _mm256_maddubs_epi16(q4h, q8h));
+            sumi = _mm256_add_epi32(sumi, p16h);
+        }
+        self.acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi), self.acc);
+    }
+
+    /// A Q6_K block `x` times a Q8_K block `y`.
+    #[inline(always)]
+    unsafe fn q6k_block(&mut self, x: &[u8], y: &[u8]) {
+        let m4 = _mm256_set1_epi8(0xF);
+        let m2 = _mm256_set1_epi8(3);
+        let m32s = _mm256_set1_epi8(32);
+        let yd = f32::from_le_bytes([y[0], y[1], y[2], y[3]]);
+        let d = yd * half_at(x, 208);
+        let scales = _mm_loadu_si128(x.as_ptr().add(192) as *const __m128i);
+        let mut sumi = _mm256_setzero_si256();
+        for j in 0..2 {
+            let is = j * 4;
+            let scale = |i: usize| _mm256_cvtepi8_epi16(_mm_shuffle_epi8(scales, scale_shuffle(is + i)));
+            let q4bits1 = _mm256_loadu_si256(x.as_ptr().add(64 * j) as *const __m256i);
+            let q4bits2 = _mm256_loadu_si256(x.as_ptr().add(64 * j + 32) as *const __m256i);
+            let q4bits_h = _mm256_loadu_si256(x.as_ptr().add(128 + 32 * j) as *const __m256i);
+            let q4h_0 = _mm256_slli_epi16(_mm256_and_si256(q4bits_h, m2), 4);
+            let q4h_1 = _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(q4bits_h, 2), m2), 4);
+            let q4h_2 = _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(q4bits_h, 4), m2), 4);
+            let q4h_3 = _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(q4bits_h, 6), m2), 4);
+            let q4_0 = _mm256_or_si256(_mm256_and_si256(q4bits1, m4), q4h_0);
+            let q4_1 = _mm256_or_si256(_mm256_and_si256(q4bits2, m4), q4h_1);
+            let q4_2 = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(q4bits1, 4), m4), q4h_2);
+            let q4_3 = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(q4bits2, 4), m4), q4h_3);
+            let q8 = |i: usize| _mm256_loadu_si256(y.as_ptr().add(4 + 128 * j + 32 * i) as *const __m256i);
+            let (q8_0, q8_1, q8_2, q8_3) = (q8(0), q8(1), q8(2), q8(3));
+            let p16_0 = _mm256_sub_epi16(_mm256_maddubs_epi16(q4_0, q8_0), _mm256_maddubs_epi16(m32s, q8_0));
+            let p16_1 = _mm256_sub_epi16(_mm256_maddubs_epi16(q4_1, q8_1), _mm256_maddubs_epi16(m32s, q8_1));
+            let p16_2 = _mm256_sub_epi16(_mm256_maddubs_epi16(q4_2, q8_2), _mm256_maddubs_epi16(m32s, q8_2));
+            let p16_3 = _mm256_sub_epi16(_mm256_maddubs_epi16(q4_3, q8_3), _mm256_maddubs_epi16(m32s, q8_3));
+            let p16_0 = _mm256_madd_epi16(scale(0), p16_0);
+            let p16_1 = _mm256_madd_epi16(scale(1), p16_1);
+            let p16_2 = _mm256_madd_epi16(scale(2), p16_2);
+            let p16_3 = _mm256_madd_epi16(scale(3), p16_3);
+            sumi = _mm256_add_epi32(sumi, _mm256_add_epi32(p16_0, p16_1));
+            sumi = _mm256_add_epi32(sumi, _mm256_add_epi32(p16_2, p16_3));
+        }
+        self.acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi), self.acc);
+    }
+
+    /// The row's result, summed in candle's order (Q6_K's `acc_m` stays zero and adds nothing).
+    #[inline(always)]
+    unsafe fn total(self) -> f32 {
+        let acc_m = _mm_add_ps(self.acc_m, _mm_movehl_ps(self.acc_m, self.acc_m));
+        let acc_m = _mm_add_ss(acc_m, _mm_movehdup_ps(acc_m));
+        hsum(self.acc) + _mm_cvtss_f32(acc_m)
+    }
+}
+
+/// The f16 at byte `at` of a block, as f32.
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+unsafe fn half_at(block: &[u8], at: usize) -> f32 {
+    f16_to_f32(&block[at..])
+}
+
+/// Q6_K's shuffle that spreads scale `i`'s two bytes over a 128-bit lane (ggml's `get_scale_shuffle`).
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+unsafe fn scale_shuffle(i: usize) -> __m128i {
+    let v = (2 * i) as i8;
+    _mm_set_epi8(v + 1, v + 1, v + 1, v + 1, v + 1, v + 1, v + 1, v + 1, v, v, v, v, v, v, v, v)
+}
+
+/// Q4_K's shuffle that repeats 16-bit scale `i` over a register (ggml's `get_scale_shuffle_k4`).
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+unsafe fn scale_shuffle_k4(i: usize) -> __m256i {
+    let pair = (((2 * i + 1) as i16) << 8) | (2 * i) as i16;
+    _mm256_set1_epi16(pair)
+}
+
 /// One activation block as the loop reads it: its codes and the offset term that seeds each
 /// weight block's sum (`-offset · Σ a` over each lane's four codes).
 #[cfg(target_arch = "x86_64")]
@@ -330,6 +550,104 @@ mod tests {
                         })
                         .sum();
                     assert!((f64::from(*got) - want).abs() <= 1e-4 * want.abs().max(1.0), "{format:?} {k_blocks}x{rows} row {r}: {got} vs {want}");
+                }
+            }
+        }
+    }
+
+    /// Random Q8_K activation blocks (codes in [-127, 127], their partial sums filled in).
+    fn q8k_blocks(count: usize, seed: u64) -> Vec<u8> {
+        let noise = values(count * K_BLOCK, seed);
+        let mut out = Vec::new();
+        for (b, codes) in noise.chunks_exact(K_BLOCK).enumerate() {
+            out.extend_from_slice(&(0.01 + b as f32 * 0.003).to_le_bytes());
+            let codes: Vec<i8> = codes.iter().map(|v| (v * 127.0) as i8).collect();
+            out.extend(codes.iter().map(|&c| c as u8));
+            for sixteen in codes.chunks(16) {
+                out.extend_from_slice(&sixteen.iter().map(|&c| i16::from(c)).sum::<i16>().to_le_bytes());
+            }
+        }
+        out
+    }
+
+    /// Random k-quant weight blocks: random bytes with the f16 scales in [0.5, 1.5).
+    fn k_quant_blocks(format: KFormat, count: usize, seed: u64) -> Vec<u8> {
+        let noise = values(count * format.bytes(), seed);
+        let mut out: Vec<u8> = noise.iter().map(|v| ((v + 1.0) * 127.99) as u8).collect();
+        for block in out.chunks_exact_mut(format.bytes()) {
+            let at: &[usize] = if format == KFormat::Q4K { &[0, 2] } else { &[208] };
+            for &at in at {
+                let scale = half_bits(1.0 + (f32::from(block[at + 1]) / 255.0 - 0.5));
+                block[at..at + 2].copy_from_slice(&scale.to_le_bytes());
+            }
+        }
+        out
+    }
+
+    /// GGML's plain dequantisation of a k-quant block (`dequantize_row_q4_K`, `_q6_K`).
+    fn k_values(format: KFormat, x: &[u8]) -> Vec<f64> {
+        let mut y = vec![0f64; K_BLOCK];
+        match format {
+            KFormat::Q4K => {
+                let (d, dmin) = (f64::from(half_value(&x[0..])), f64::from(half_value(&x[2..])));
+                let q = &x[4..16];
+                let scale_min = |j: usize| -> (f64, f64) {
+                    if j < 4 {
+                        (f64::from(q[j] & 63), f64::from(q[j + 4] & 63))
+                    } else {
+                        (f64::from((q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4)), f64::from((q[j + 4] >> 4) | ((q[j] >> 6) << 4)))
+                    }
+                };
+                for j in 0..4 {
+                    let ((s1, m1), (s2, m2)) = (scale_min(2 * j), scale_min(2 * j + 1));
+                    for l in 0..32 {
+                        let code = x[16 + 32 * j + l];
+                        y[64 * j + l] = d * s1 * f64::from(code & 0xF) - dmin * m1;
+                        y[64 * j + 32 + l] = d * s2 * f64::from(code >> 4) - dmin * m2;
+                    }
+                }
+            }
+            KFormat::Q6K => {
+                let d = f64::from(half_value(&x[208..]));
+                for n in 0..2 {
+                    let (ql, qh, sc) = (&x[64 * n..], &x[128 + 32 * n..], &x[192 + 8 * n..]);
+                    for l in 0..32 {
+                        let is = l / 16;
+                        let code = |low: u8, shift: u32| f64::from(i32::from(low | (((qh[l] >> shift) & 3) << 4)) - 32);
+                        let scale = |i: usize| d * f64::from(sc[i] as i8);
+                        y[128 * n + l] = scale(is) * code(ql[l] & 0xF, 0);
+                        y[128 * n + l + 32] = scale(is + 2) * code(ql[l + 32] & 0xF, 2);
+                        y[128 * n + l + 64] = scale(is + 4) * code(ql[l] >> 4, 4);
+                        y[128 * n + l + 96] = scale(is + 6) * code(ql[l + 32] >> 4, 6);
+                    }
+                }
+            }
+        }
+        y
+    }
+
+    #[test]
+    fn k_quant_rows_match_ggmls_plain_dequantisation() {
+        for format in [KFormat::Q4K, KFormat::Q6K] {
+            for (k_blocks, rows) in [(1, 1), (3, 70), (19, 9)] {
+                let weights = k_quant_blocks(format, k_blocks * rows, 5 + rows as u64);
+                let activations = q8k_blocks(k_blocks, 9 + k_blocks as u64);
+                let mut got = vec![f32::NAN; rows];
+                if !gemv_k(format, k_blocks, &activations, &weights, &mut got) {
+                    return;
+                }
+                for (r, got) in got.iter().enumerate() {
+                    let (mut want, mut scale) = (0f64, 0f64);
+                    for b in 0..k_blocks {
+                        let w = k_values(format, &weights[(r * k_blocks + b) * format.bytes()..][..format.bytes()]);
+                        let a = &activations[b * Q8_K_BYTES..][..Q8_K_BYTES];
+                        let ad = f64::from(f32::from_le_bytes([a[0], a[1], a[2], a[3]]));
+                        for (i, w) in w.iter().enumerate() {
+                            want += w * ad * f64::from(a[4 + i] as i8);
+                            scale += (w * ad * f64::from(a[4 + i] as i8)).abs();
+                        }
+                    }
+                    assert!((f64::from(*got) - want).abs() <= 1e-5 * scale.max(1.0), "{format:?} {k_blocks}x{rows} row {r}: {got} vs {want}");
                 }
             }
         }

@@ -1,11 +1,12 @@
 //! The local LLM's quantised matmuls routed to ragbox's own kernels (`ragbox_kernels::ggml`)
 //! through candle's one hook (`k_quants::set_matmul_hook`, patches/README.md): candle quantises
-//! the activations and hands over the GGML block bytes; products this module has no kernel for
-//! (prompts, the k-quants, a CPU without AVX-512 VNNI) stay with candle.
+//! the activations and hands over the GGML block bytes. Decoding's one row runs on our kernels
+//! (the 32-element formats where the CPU has AVX-512 VNNI, the k-quants Q4_K and Q6_K on AVX2);
+//! prompts, and the 32-element formats on other CPUs, stay with candle's tiles.
 
 use candle_core::quantized::k_quants;
 use candle_core::quantized::GgmlDType;
-use ragbox_kernels::ggml::{self, BlockFormat};
+use ragbox_kernels::ggml::{self, BlockFormat, KFormat};
 
 /// Installs the hook, once per process (later calls change nothing).
 pub fn install() {
@@ -15,24 +16,28 @@ pub fn install() {
 /// What the LLM's one-row products run on this CPU, for `doctor`.
 pub fn one_row_kernel() -> &'static str {
     if ggml::gemv_available() {
-        "ragbox avx512-vnni (Q4_0, Q5_0, Q8_0), candle's dot products (k-quants)"
+        "ragbox avx512-vnni (Q4_0, Q5_0, Q8_0), ragbox avx2 with prefetch (Q4_K, Q6_K)"
     } else {
-        "candle's dot products"
+        "candle's tiles (Q4_0, Q5_0, Q8_0), ragbox avx2 with prefetch (Q4_K, Q6_K)"
     }
 }
 
-/// The hook: one activation row (decoding) against a 32-element format's weights.
+/// The hook: one activation row (decoding) against Q4_0, Q5_0 or Q8_0 weights (`ggml::gemv`,
+/// AVX-512 VNNI) or Q4_K or Q6_K weights (`ggml::gemv_k`, AVX2).
 fn matmul(dtype: GgmlDType, (m, k, n): (usize, usize, usize), lhs: &[u8], rhs: &[u8], dst: &mut [f32]) -> bool {
-    let format = match dtype {
-        GgmlDType::Q4_0 => BlockFormat::Q4_0,
-        GgmlDType::Q5_0 => BlockFormat::Q5_0,
-        GgmlDType::Q8_0 => BlockFormat::Q8_0,
-        _ => return false,
-    };
-    if m != 1 || !k.is_multiple_of(ggml::BLOCK) {
+    if m != 1 || !k.is_multiple_of(dtype.block_size()) {
         return false;
     }
-    ggml::gemv(format, k / ggml::BLOCK, lhs, rhs, &mut dst[..n])
+    let k_blocks = k / dtype.block_size();
+    let dst = &mut dst[..n];
+    match dtype {
+        GgmlDType::Q4_0 => ggml::gemv(BlockFormat::Q4_0, k_blocks, lhs, rhs, dst),
+        GgmlDType::Q5_0 => ggml::gemv(BlockFormat::Q5_0, k_blocks, lhs, rhs, dst),
+        GgmlDType::Q8_0 => ggml::gemv(BlockFormat::Q8_0, k_blocks, lhs, rhs, dst),
+        GgmlDType::Q4K => ggml::gemv_k(KFormat::Q4K, k_blocks, lhs, rhs, dst),
+        GgmlDType::Q6K => ggml::gemv_k(KFormat::Q6K, k_blocks, lhs, rhs, dst),
+        _ => false,
+    }
 }
 
 #[cfg(test)]
@@ -46,8 +51,8 @@ mod tests {
     }
 
     /// One row of Q5_0 agrees with candle's own per-column dot product (`vec_dot`, which the
-    /// hook never replaces); prompts and the k-quants are left to candle. Bit-for-bit agreement
-    /// with candle's one-row tiles is checked in tests/integration/kernels.rs.
+    /// hook never replaces); prompts are left to candle. Bit-for-bit agreement with candle's
+    /// one-row tiles and dot products is checked in tests/integration/kernels.rs.
     #[test]
     fn the_hook_takes_one_row_of_a_32_element_format_and_agrees_with_candle() {
         let (k, n) = (896, 200);
@@ -60,7 +65,6 @@ mod tests {
         BlockQ8_0::from_float(&values(k, 3), &mut lhs);
         let mut ours = vec![f32::NAN; n];
         assert!(!super::matmul(GgmlDType::Q5_0, (2, k, n / 2), bytes(&lhs), bytes(&weights), &mut ours), "a prompt stays with candle");
-        assert!(!super::matmul(GgmlDType::Q4K, (1, k, n), bytes(&lhs), bytes(&weights), &mut ours), "k-quants stay with candle");
         if !super::matmul(GgmlDType::Q5_0, (1, k, n), bytes(&lhs), bytes(&weights), &mut ours) {
             assert!(!ragbox_kernels::ggml::gemv_available(), "declined on a CPU that runs the kernel");
             return;

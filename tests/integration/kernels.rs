@@ -136,6 +136,37 @@ mod tiles {
         }
     }
 
+    /// `ragbox_kernels::ggml::gemv_k` gives candle's `vec_dot` (ggml's AVX2 k-quant dot
+    /// product, which it ports) bit for bit.
+    fn gemv_k_matches_vec_dot<W: GgmlType<VecDotType = BlockQ8K>>(format: ragbox_kernels::ggml::KFormat, k: usize, n: usize) {
+        let lhs: Vec<BlockQ8K> = blocks(&values(k), 1);
+        let rhs: Vec<W> = blocks(&values(n * k), n);
+        let kb = k / 256;
+        let bytes = |p: *const u8, len: usize| unsafe { std::slice::from_raw_parts(p, len) };
+        let mut ours = vec![f32::NAN; n];
+        let done = ragbox_kernels::ggml::gemv_k(
+            format,
+            kb,
+            bytes(lhs.as_ptr() as *const u8, std::mem::size_of_val(&lhs[..])),
+            bytes(rhs.as_ptr() as *const u8, std::mem::size_of_val(&rhs[..])),
+            &mut ours,
+        );
+        assert!(done, "AVX2 is the build's baseline");
+        for (c, ours) in ours.iter().enumerate() {
+            let candle = W::vec_dot(k, &rhs[c * kb..(c + 1) * kb], &lhs);
+            assert_eq!(ours.to_bits(), candle.to_bits(), "{format:?} column {c}: {ours} vs candle's {candle}");
+        }
+    }
+
+    #[test]
+    fn the_k_quant_one_row_kernel_gives_candles_dot_products_bit_for_bit() {
+        use ragbox_kernels::ggml::KFormat;
+        for (k, n) in [(256, 1), (4864, 133), (1536, 70)] {
+            gemv_k_matches_vec_dot::<BlockQ4K>(KFormat::Q4K, k, n);
+            gemv_k_matches_vec_dot::<BlockQ6K>(KFormat::Q6K, k, n);
+        }
+    }
+
     #[test]
     fn the_one_row_kernel_gives_the_vnni_tiles_results_bit_for_bit() {
         use ragbox_kernels::ggml::BlockFormat;
