@@ -88,19 +88,44 @@ impl BlockFormat {
     }
 }
 
-/// Whether this CPU runs [`gemv`].
-pub fn gemv_available() -> bool {
-    #[cfg(target_arch = "x86_64")]
-    {
-        is_x86_feature_detected!("avx512f")
-            && is_x86_feature_detected!("avx512bw")
-            && is_x86_feature_detected!("avx512vl")
-            && is_x86_feature_detected!("avx512vnni")
-            && is_x86_feature_detected!("f16c")
-            && is_x86_feature_detected!("fma")
+/// The instructions [`gemv`] runs on: AVX-512 VNNI (one `vpdpbusd` per block and row) where the
+/// CPU has it, AVX2 (`maddubs` and `madd`, ragbox's x86_64 baseline) elsewhere. Both make the
+/// same integer sums per lane, so their results are the same bit for bit.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum GemvKernel {
+    Avx512Vnni,
+    Avx2,
+}
+
+impl GemvKernel {
+    /// The best kernel this CPU runs, or `None` off x86_64 or without AVX2.
+    pub fn detect() -> Option<GemvKernel> {
+        GemvKernel::available().into_iter().next()
     }
-    #[cfg(not(target_arch = "x86_64"))]
-    false
+
+    /// Every kernel this CPU runs, best first.
+    pub fn available() -> Vec<GemvKernel> {
+        #[cfg(target_arch = "x86_64")]
+        {
+            let base = is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma") && is_x86_feature_detected!("f16c");
+            let vnni = base
+                && is_x86_feature_detected!("avx512f")
+                && is_x86_feature_detected!("avx512bw")
+                && is_x86_feature_detected!("avx512vl")
+                && is_x86_feature_detected!("avx512vnni");
+            [(GemvKernel::Avx512Vnni, vnni), (GemvKernel::Avx2, base)].into_iter().filter(|(_, ok)| *ok).map(|(k, _)| k).collect()
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        Vec::new()
+    }
+
+    /// For `ragbox doctor`.
+    pub fn name(self) -> &'static str {
+        match self {
+            GemvKernel::Avx512Vnni => "ragbox avx512-vnni",
+            GemvKernel::Avx2 => "ragbox avx2",
+        }
+    }
 }
 
 /// Weight rows per parallel task: small enough that a 896-row matrix still feeds two cores,
@@ -109,36 +134,49 @@ const TASK_ROWS: usize = 64;
 
 /// `dst[r] = Σ_b weight block (r, b) · activation block b` for `dst.len()` weight rows of
 /// `k_blocks` blocks each (`weights`: the rows' blocks one after another, as a GGUF tensor
-/// holds them; `activations`: `k_blocks` Q8_0 blocks). Returns `false`, touching nothing, where
-/// the CPU lacks AVX-512 VNNI.
+/// holds them; `activations`: `k_blocks` Q8_0 blocks, codes in [-127, 127] as GGML's quantiser
+/// makes them), on the best kernel this CPU runs.
+/// Returns `false`, touching nothing, where it runs none (off x86_64).
 ///
 /// # Panics
 /// When the slices' lengths do not match `k_blocks` and `dst.len()`.
 pub fn gemv(format: BlockFormat, k_blocks: usize, activations: &[u8], weights: &[u8], dst: &mut [f32]) -> bool {
+    match GemvKernel::detect() {
+        Some(kernel) => {
+            gemv_with(kernel, format, k_blocks, activations, weights, dst);
+            true
+        }
+        None => false,
+    }
+}
+
+/// [`gemv`] on a given kernel (tests and benchmarks compare them).
+///
+/// # Panics
+/// As [`gemv`], and when this CPU does not run `kernel` ([`GemvKernel::available`]).
+#[doc(hidden)]
+pub fn gemv_with(kernel: GemvKernel, format: BlockFormat, k_blocks: usize, activations: &[u8], weights: &[u8], dst: &mut [f32]) {
     assert_eq!(activations.len(), k_blocks * Q8_0_BYTES, "activations: {k_blocks} Q8_0 blocks");
     assert_eq!(weights.len(), dst.len() * k_blocks * format.bytes(), "weights: {} rows of {k_blocks} blocks", dst.len());
-    if !gemv_available() {
-        return false;
-    }
+    assert!(GemvKernel::available().contains(&kernel), "this CPU does not run {kernel:?}");
     #[cfg(target_arch = "x86_64")]
     {
-        // SAFETY: the CPU has the instructions (checked above); lengths as asserted.
-        let prepared = unsafe { Prepared::new(format, k_blocks, activations) };
+        let prepared = Prepared::new(kernel, format, k_blocks, activations);
         let row_bytes = k_blocks * format.bytes();
         dst.par_chunks_mut(TASK_ROWS).zip(weights.par_chunks(TASK_ROWS * row_bytes)).for_each(|(dst, weights)| {
-            // SAFETY: as above; `weights` holds `dst.len()` rows.
+            // SAFETY: the CPU runs `kernel` (asserted); `weights` holds `dst.len()` rows.
             unsafe {
-                match format {
-                    BlockFormat::Q4_0 => rows::<0>(&prepared, weights, dst),
-                    BlockFormat::Q5_0 => rows::<1>(&prepared, weights, dst),
-                    BlockFormat::Q8_0 => rows::<2>(&prepared, weights, dst),
+                match (kernel, format) {
+                    (GemvKernel::Avx512Vnni, BlockFormat::Q4_0) => rows::<VNNI, 0>(&prepared, weights, dst),
+                    (GemvKernel::Avx512Vnni, BlockFormat::Q5_0) => rows::<VNNI, 1>(&prepared, weights, dst),
+                    (GemvKernel::Avx512Vnni, BlockFormat::Q8_0) => rows::<VNNI, 2>(&prepared, weights, dst),
+                    (GemvKernel::Avx2, BlockFormat::Q4_0) => rows::<AVX2, 0>(&prepared, weights, dst),
+                    (GemvKernel::Avx2, BlockFormat::Q5_0) => rows::<AVX2, 1>(&prepared, weights, dst),
+                    (GemvKernel::Avx2, BlockFormat::Q8_0) => rows::<AVX2, 2>(&prepared, weights, dst),
                 }
             }
         });
-        true
     }
-    #[cfg(not(target_arch = "x86_64"))]
-    unreachable!("gemv_available is false off x86_64")
 }
 
 /// A GGML k-quant weight format (256-element blocks, Q8_K activations) this module reads.
@@ -379,21 +417,24 @@ struct Prepared {
 
 #[cfg(target_arch = "x86_64")]
 impl Prepared {
-    /// # Safety
-    /// AVX-512 VNNI ([`gemv_available`]); `activations` holds `k_blocks` Q8_0 blocks.
-    #[target_feature(enable = "avx2,avx512f,avx512bw,avx512vl,avx512vnni,f16c")]
-    unsafe fn new(format: BlockFormat, k_blocks: usize, activations: &[u8]) -> Prepared {
-        let offset = _mm256_set1_epi8(format.offset() as u8 as i8);
+    /// Each activation block's codes, scale and seed: `-offset · (the lane's four codes' sum)`,
+    /// which turns the unsigned codes' sum into the weights' (zero for Q8_0 on AVX2, whose
+    /// signed weights go through `sign` instead).
+    fn new(kernel: GemvKernel, format: BlockFormat, k_blocks: usize, activations: &[u8]) -> Prepared {
+        let offset = if kernel == GemvKernel::Avx2 && format == BlockFormat::Q8_0 { 0 } else { format.offset() };
         let mut blocks = Vec::with_capacity(k_blocks);
         let mut scales = Vec::with_capacity(k_blocks);
         for block in activations.chunks_exact(Q8_0_BYTES) {
-            let codes = _mm256_loadu_si256(block.as_ptr().add(2) as *const __m256i);
-            let seed = _mm256_sub_epi32(_mm256_setzero_si256(), _mm256_dpbusd_epi32(_mm256_setzero_si256(), offset, codes));
             let mut prepared = ActivationBlock { codes: [0; BLOCK], seed: [0; 8] };
-            _mm256_storeu_si256(prepared.codes.as_mut_ptr() as *mut __m256i, codes);
-            _mm256_storeu_si256(prepared.seed.as_mut_ptr() as *mut __m256i, seed);
+            for (code, &byte) in prepared.codes.iter_mut().zip(&block[2..]) {
+                *code = byte as i8;
+            }
+            for (seed, four) in prepared.seed.iter_mut().zip(prepared.codes.chunks_exact(4)) {
+                *seed = -offset * four.iter().map(|&c| i32::from(c)).sum::<i32>();
+            }
             blocks.push(prepared);
-            scales.push(f16_to_f32(block));
+            // SAFETY: the block has its two scale bytes; F16C is part of every kernel here.
+            scales.push(unsafe { f16_to_f32(block) });
         }
         Prepared { blocks, scales }
     }
@@ -410,72 +451,125 @@ unsafe fn f16_to_f32(block: &[u8]) -> f32 {
 /// Columns one pass of the inner loop keeps in flight.
 const COLUMNS: usize = 4;
 
-/// `dst.len()` rows of `weights` against the prepared activations; `FORMAT` 0, 1, 2 for Q4_0,
-/// Q5_0, Q8_0 (a const so each format's loop is compiled on its own).
+/// [`rows`]'s kernels, as consts.
+const VNNI: u8 = 0;
+const AVX2: u8 = 1;
+
+/// `dst.len()` rows of `weights` against the prepared activations, `COLUMNS` at a time, on
+/// kernel `KERNEL` ([`VNNI`], [`AVX2`]); `FORMAT` 0, 1, 2 for Q4_0, Q5_0, Q8_0 (consts so that
+/// each loop is compiled on its own).
 ///
 /// # Safety
-/// AVX-512 VNNI; `weights` holds `dst.len()` rows of `prepared.blocks.len()` blocks.
+/// The CPU runs the kernel; `weights` holds `dst.len()` rows of `prepared.blocks.len()` blocks.
 #[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2,fma,avx512f,avx512bw,avx512vl,avx512vnni,f16c")]
-unsafe fn rows<const FORMAT: u8>(prepared: &Prepared, weights: &[u8], dst: &mut [f32]) {
-    let format = [BlockFormat::Q4_0, BlockFormat::Q5_0, BlockFormat::Q8_0][FORMAT as usize];
-    let block_bytes = format.bytes();
-    let k_blocks = prepared.blocks.len();
-    let row_bytes = k_blocks * block_bytes;
+unsafe fn rows<const KERNEL: u8, const FORMAT: u8>(prepared: &Prepared, weights: &[u8], dst: &mut [f32]) {
+    let row_bytes = prepared.blocks.len() * [18usize, 22, 34][FORMAT as usize];
+    let pass = |row: usize, out: &mut [f32]| {
+        let first = weights.as_ptr().add(row * row_bytes);
+        match (KERNEL, out.len()) {
+            (VNNI, COLUMNS) => out.copy_from_slice(&columns_vnni::<FORMAT, COLUMNS>(prepared, first, row_bytes)),
+            (VNNI, _) => out[0] = columns_vnni::<FORMAT, 1>(prepared, first, row_bytes)[0],
+            (_, COLUMNS) => out.copy_from_slice(&columns_avx2::<FORMAT, COLUMNS>(prepared, first, row_bytes)),
+            _ => out[0] = columns_avx2::<FORMAT, 1>(prepared, first, row_bytes)[0],
+        }
+    };
     let mut row = 0;
     while row + COLUMNS <= dst.len() {
-        let sums = columns::<FORMAT, COLUMNS>(prepared, weights.as_ptr().add(row * row_bytes), row_bytes);
-        dst[row..row + COLUMNS].copy_from_slice(&sums);
+        pass(row, &mut dst[row..row + COLUMNS]);
         row += COLUMNS;
     }
     while row < dst.len() {
-        dst[row] = columns::<FORMAT, 1>(prepared, weights.as_ptr().add(row * row_bytes), row_bytes)[0];
+        pass(row, &mut dst[row..row + 1]);
         row += 1;
     }
 }
 
-/// `N` consecutive weight rows (starting at `first`, `row_bytes` apart) against the activations.
+/// The loop both kernels share: `N` consecutive weight rows (from `first`, `row_bytes` apart)
+/// against the activations, each block's integer sums by `$dot(seed, block, codes)`, and the
+/// next pass's rows prefetched while this one runs (a row is a few hundred bytes, too short a
+/// stream for the hardware's prefetcher to run ahead of: without it the loop waited on memory
+/// half the time).
+macro_rules! columns_loop {
+    ($prepared:ident, $first:ident, $row_bytes:ident, $format:ident, $n:ident, $dot:expr) => {{
+        let block_bytes = [18usize, 22, 34][$format as usize];
+        let mut acc = [_mm256_setzero_ps(); $n];
+        let pass = $n * $row_bytes;
+        let lines = pass.div_ceil($prepared.blocks.len()).div_ceil(64);
+        let next = $first.wrapping_add(pass);
+        for (b, (a, &ad)) in $prepared.blocks.iter().zip(&$prepared.scales).enumerate() {
+            for line in 0..lines {
+                _mm_prefetch::<_MM_HINT_T0>(next.wrapping_add((b * lines + line) * 64) as *const i8);
+            }
+            let codes = _mm256_load_si256(a.codes.as_ptr() as *const __m256i);
+            let seed = _mm256_load_si256(a.seed.as_ptr() as *const __m256i);
+            for (j, acc) in acc.iter_mut().enumerate() {
+                let block = $first.add(j * $row_bytes + b * block_bytes);
+                let wd = _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(i32::from(std::ptr::read_unaligned(block as *const u16)))));
+                let dot = $dot(seed, block, codes);
+                *acc = _mm256_fmadd_ps(_mm256_set1_ps(ad * wd), _mm256_cvtepi32_ps(dot), *acc);
+            }
+        }
+        let mut out = [0f32; $n];
+        for (o, acc) in out.iter_mut().zip(acc) {
+            *o = hsum(acc);
+        }
+        out
+    }};
+}
+
+/// `N` rows on AVX-512 VNNI: the weights' unsigned codes (Q8_0's shifted by 128 with an xor) times
+/// the signed activations in one `vpdpbusd` seeded with the offset term; Q5_0's fifth bits are a
+/// masked add.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma,avx512f,avx512bw,avx512vl,avx512vnni,f16c")]
-#[inline]
-unsafe fn columns<const FORMAT: u8, const N: usize>(prepared: &Prepared, first: *const u8, row_bytes: usize) -> [f32; N] {
-    let block_bytes = [18usize, 22, 34][FORMAT as usize];
+unsafe fn columns_vnni<const FORMAT: u8, const N: usize>(prepared: &Prepared, first: *const u8, row_bytes: usize) -> [f32; N] {
     let low4 = _mm256_set1_epi8(0x0F);
     let sixteen = _mm256_set1_epi8(16);
     let flip = _mm256_set1_epi8(-128);
-    let mut acc = [_mm256_setzero_ps(); N];
-    // The next pass's rows, fetched while this one runs: a row is a few hundred bytes, too short
-    // a stream for the hardware's prefetcher to run ahead of (it doubled the time from memory).
-    let pass = N * row_bytes;
-    let lines = pass.div_ceil(prepared.blocks.len()).div_ceil(64);
-    let next = first.wrapping_add(pass);
-    for (b, (a, &ad)) in prepared.blocks.iter().zip(&prepared.scales).enumerate() {
-        for line in 0..lines {
-            _mm_prefetch::<_MM_HINT_T0>(next.wrapping_add((b * lines + line) * 64) as *const i8);
-        }
-        let codes = _mm256_load_si256(a.codes.as_ptr() as *const __m256i);
-        let seed = _mm256_load_si256(a.seed.as_ptr() as *const __m256i);
-        for (j, acc) in acc.iter_mut().enumerate() {
-            let block = first.add(j * row_bytes + b * block_bytes);
-            let w = match FORMAT {
-                0 => nibbles(block.add(2), low4),
-                1 => {
-                    let high = _cvtu32_mask32(std::ptr::read_unaligned(block.add(2) as *const u32));
-                    let w = nibbles(block.add(6), low4);
-                    _mm256_mask_add_epi8(w, high, w, sixteen)
-                }
-                _ => _mm256_xor_si256(_mm256_loadu_si256(block.add(2) as *const __m256i), flip),
-            };
-            let wd = _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(i32::from(std::ptr::read_unaligned(block as *const u16)))));
-            let dot = _mm256_dpbusd_epi32(seed, w, codes);
-            *acc = _mm256_fmadd_ps(_mm256_set1_ps(ad * wd), _mm256_cvtepi32_ps(dot), *acc);
-        }
-    }
-    let mut out = [0f32; N];
-    for (o, acc) in out.iter_mut().zip(acc) {
-        *o = hsum(acc);
-    }
-    out
+    columns_loop!(prepared, first, row_bytes, FORMAT, N, |seed, block: *const u8, codes| {
+        let w = match FORMAT {
+            0 => nibbles(block.add(2), low4),
+            1 => {
+                let high = _cvtu32_mask32(std::ptr::read_unaligned(block.add(2) as *const u32));
+                let w = nibbles(block.add(6), low4);
+                _mm256_mask_add_epi8(w, high, w, sixteen)
+            }
+            _ => _mm256_xor_si256(_mm256_loadu_si256(block.add(2) as *const __m256i), flip),
+        };
+        _mm256_dpbusd_epi32(seed, w, codes)
+    })
+}
+
+/// `N` rows on AVX2: `maddubs` (unsigned codes × signed activations in pairs, which cannot
+/// saturate for 4- and 5-bit codes) and `madd` with ones make the lanes' sums of four; Q8_0's
+/// signed weights take candle's `sign` trick (|w| × a with w's sign) and no seed, which, like
+/// candle's and ggml's AVX2 code, needs Q8_0 codes in [-127, 127] (GGML's quantiser never writes
+/// -128).
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn columns_avx2<const FORMAT: u8, const N: usize>(prepared: &Prepared, first: *const u8, row_bytes: usize) -> [f32; N] {
+    let low4 = _mm256_set1_epi8(0x0F);
+    let sixteen = _mm256_set1_epi8(16);
+    let ones = _mm256_set1_epi16(1);
+    // Byte i of the 32-bit `qh` picked into byte i (ggml's `bytes_from_bits_32`).
+    let spread = _mm256_set_epi64x(0x0303030303030303, 0x0202020202020202, 0x0101010101010101, 0);
+    let bit = _mm256_set1_epi64x(0x7fbfdfeff7fbfdfe);
+    columns_loop!(prepared, first, row_bytes, FORMAT, N, |seed, block: *const u8, codes| {
+        let pairs = match FORMAT {
+            0 => _mm256_maddubs_epi16(nibbles(block.add(2), low4), codes),
+            1 => {
+                let qh = std::ptr::read_unaligned(block.add(2) as *const u32) as i32;
+                let set = _mm256_cmpeq_epi8(_mm256_or_si256(_mm256_shuffle_epi8(_mm256_set1_epi32(qh), spread), bit), _mm256_set1_epi64x(-1));
+                let w = _mm256_or_si256(nibbles(block.add(6), low4), _mm256_and_si256(set, sixteen));
+                _mm256_maddubs_epi16(w, codes)
+            }
+            _ => {
+                let w = _mm256_loadu_si256(block.add(2) as *const __m256i);
+                _mm256_maddubs_epi16(_mm256_sign_epi8(w, w), _mm256_sign_epi8(codes, w))
+            }
+        };
+        _mm256_add_epi32(seed, _mm256_madd_epi16(pairs, ones))
+    })
 }
 
 /// 16 bytes of 4-bit codes as 32 bytes: low nibbles first, then high ones (GGML's order).
@@ -504,13 +598,18 @@ mod tests {
     use crate::testing::values;
 
     /// Random blocks of `format` (random codes, scales in [0.5, 1.5) as f16 bytes).
+    /// (Q8_0 codes in [-127, 127], as GGML's quantiser makes them: -128 never occurs.)
     fn blocks(format: BlockFormat, count: usize, seed: u64) -> Vec<u8> {
         let noise = values(count * format.bytes(), seed);
         let mut out = Vec::with_capacity(count * format.bytes());
         for block in noise.chunks_exact(format.bytes()) {
             let scale = half_bits(1.0 + block[0] * 0.5);
             out.extend_from_slice(&scale.to_le_bytes());
-            out.extend(block[2..].iter().map(|v| ((v + 1.0) * 127.99) as u8));
+            if format == BlockFormat::Q8_0 {
+                out.extend(block[2..].iter().map(|v| (v * 127.0) as i8 as u8));
+            } else {
+                out.extend(block[2..].iter().map(|v| ((v + 1.0) * 127.99) as u8));
+            }
         }
         out
     }
@@ -529,28 +628,50 @@ mod tests {
     }
 
     #[test]
-    fn one_row_products_match_a_plain_loop_in_every_format() {
-        if !gemv_available() {
-            eprintln!("skipped: this CPU has no AVX-512 VNNI");
-            return;
-        }
-        for format in [BlockFormat::Q4_0, BlockFormat::Q5_0, BlockFormat::Q8_0] {
-            for (k_blocks, rows) in [(1, 1), (3, 7), (28, 133), (5, 64 * 3 + 5)] {
-                let weights = blocks(format, k_blocks * rows, 7 + rows as u64);
-                let activations = blocks(BlockFormat::Q8_0, k_blocks, 11 + k_blocks as u64);
-                let mut got = vec![f32::NAN; rows];
-                assert!(gemv(format, k_blocks, &activations, &weights, &mut got));
-                for (r, got) in got.iter().enumerate() {
-                    let want: f64 = (0..k_blocks)
-                        .map(|b| {
-                            let w = &weights[(r * k_blocks + b) * format.bytes()..][..format.bytes()];
-                            let a = &activations[b * Q8_0_BYTES..][..Q8_0_BYTES];
-                            let dot: i32 = format.decode(w).iter().zip(BlockFormat::Q8_0.decode(a)).map(|(w, a)| w * a).sum();
-                            f64::from(half_value(w)) * f64::from(half_value(a)) * f64::from(dot)
-                        })
-                        .sum();
-                    assert!((f64::from(*got) - want).abs() <= 1e-4 * want.abs().max(1.0), "{format:?} {k_blocks}x{rows} row {r}: {got} vs {want}");
+    fn one_row_products_match_a_plain_loop_in_every_format_on_every_kernel() {
+        let kernels = GemvKernel::available();
+        #[cfg(target_arch = "x86_64")]
+        assert!(kernels.contains(&GemvKernel::Avx2), "AVX2 is the build's baseline");
+        for kernel in kernels {
+            for format in [BlockFormat::Q4_0, BlockFormat::Q5_0, BlockFormat::Q8_0] {
+                for (k_blocks, rows) in [(1, 1), (3, 7), (28, 133), (5, 64 * 3 + 5)] {
+                    let weights = blocks(format, k_blocks * rows, 7 + rows as u64);
+                    let activations = blocks(BlockFormat::Q8_0, k_blocks, 11 + k_blocks as u64);
+                    let mut got = vec![f32::NAN; rows];
+                    gemv_with(kernel, format, k_blocks, &activations, &weights, &mut got);
+                    for (r, got) in got.iter().enumerate() {
+                        let want: f64 = (0..k_blocks)
+                            .map(|b| {
+                                let w = &weights[(r * k_blocks + b) * format.bytes()..][..format.bytes()];
+                                let a = &activations[b * Q8_0_BYTES..][..Q8_0_BYTES];
+                                let dot: i32 = format.decode(w).iter().zip(BlockFormat::Q8_0.decode(a)).map(|(w, a)| w * a).sum();
+                                f64::from(half_value(w)) * f64::from(half_value(a)) * f64::from(dot)
+                            })
+                            .sum();
+                        assert!((f64::from(*got) - want).abs() <= 1e-4 * want.abs().max(1.0), "{kernel:?} {format:?} {k_blocks}x{rows} row {r}: {got} vs {want}");
+                    }
                 }
+            }
+        }
+    }
+
+    #[test]
+    fn the_kernels_agree_bit_for_bit() {
+        let kernels = GemvKernel::available();
+        for format in [BlockFormat::Q4_0, BlockFormat::Q5_0, BlockFormat::Q8_0] {
+            let (k_blocks, rows) = (28, 150);
+            let weights = blocks(format, k_blocks * rows, 21);
+            let activations = blocks(BlockFormat::Q8_0, k_blocks, 22);
+            let results: Vec<Vec<u32>> = kernels
+                .iter()
+                .map(|&kernel| {
+                    let mut got = vec![f32::NAN; rows];
+                    gemv_with(kernel, format, k_blocks, &activations, &weights, &mut got);
+                    got.iter().map(|v| v.to_bits()).collect()
+                })
+                .collect();
+            for (kernel, result) in kernels.iter().zip(&results).skip(1) {
+                assert_eq!(result, &results[0], "{format:?}: {kernel:?} against {:?}", kernels[0]);
             }
         }
     }
@@ -655,9 +776,6 @@ mod tests {
 
     #[test]
     fn a_row_of_zero_activations_gives_zero() {
-        if !gemv_available() {
-            return;
-        }
         let weights = blocks(BlockFormat::Q5_0, 4 * 9, 3);
         let mut activations = vec![0u8; 4 * Q8_0_BYTES];
         for block in activations.chunks_exact_mut(Q8_0_BYTES) {

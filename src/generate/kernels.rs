@@ -1,8 +1,8 @@
 //! The local LLM's quantised matmuls routed to ragbox's own kernels (`ragbox_kernels::ggml`)
 //! through candle's one hook (`k_quants::set_matmul_hook`, patches/README.md): candle quantises
-//! the activations and hands over the GGML block bytes. Decoding's one row runs on our kernels
-//! (the 32-element formats where the CPU has AVX-512 VNNI, the k-quants Q4_K and Q6_K on AVX2);
-//! prompts, and the 32-element formats on other CPUs, stay with candle's tiles.
+//! the activations and hands over the GGML block bytes. Decoding's one row (Q4_0, Q5_0, Q8_0,
+//! Q4_K, Q6_K) runs on our kernels; prompts stay with candle's tiles (for now: issue 34 moves
+//! them through the same hook).
 
 use candle_core::quantized::k_quants;
 use candle_core::quantized::GgmlDType;
@@ -14,16 +14,15 @@ pub fn install() {
 }
 
 /// What the LLM's one-row products run on this CPU, for `doctor`.
-pub fn one_row_kernel() -> &'static str {
-    if ggml::gemv_available() {
-        "ragbox avx512-vnni (Q4_0, Q5_0, Q8_0), ragbox avx2 with prefetch (Q4_K, Q6_K)"
-    } else {
-        "candle's tiles (Q4_0, Q5_0, Q8_0), ragbox avx2 with prefetch (Q4_K, Q6_K)"
+pub fn one_row_kernel() -> String {
+    match ggml::GemvKernel::detect() {
+        Some(kernel) => format!("{} (Q4_0, Q5_0, Q8_0), ragbox avx2 (Q4_K, Q6_K), next rows prefetched", kernel.name()),
+        None => "candle's dot products".to_string(),
     }
 }
 
-/// The hook: one activation row (decoding) against Q4_0, Q5_0 or Q8_0 weights (`ggml::gemv`,
-/// AVX-512 VNNI) or Q4_K or Q6_K weights (`ggml::gemv_k`, AVX2).
+/// The hook: one activation row (decoding) against Q4_0, Q5_0 or Q8_0 weights (`ggml::gemv`) or
+/// Q4_K or Q6_K weights (`ggml::gemv_k`).
 fn matmul(dtype: GgmlDType, (m, k, n): (usize, usize, usize), lhs: &[u8], rhs: &[u8], dst: &mut [f32]) -> bool {
     if m != 1 || !k.is_multiple_of(dtype.block_size()) {
         return false;
@@ -66,7 +65,7 @@ mod tests {
         let mut ours = vec![f32::NAN; n];
         assert!(!super::matmul(GgmlDType::Q5_0, (2, k, n / 2), bytes(&lhs), bytes(&weights), &mut ours), "a prompt stays with candle");
         if !super::matmul(GgmlDType::Q5_0, (1, k, n), bytes(&lhs), bytes(&weights), &mut ours) {
-            assert!(!ragbox_kernels::ggml::gemv_available(), "declined on a CPU that runs the kernel");
+            assert!(ragbox_kernels::ggml::GemvKernel::detect().is_none(), "declined on a CPU that runs the kernel");
             return;
         }
         for (c, ours) in ours.iter().enumerate() {

@@ -109,30 +109,29 @@ mod tiles {
         }
     }
 
-    /// `ragbox_kernels::ggml::gemv` (decoding's one row, through candle's matmul hook) gives
-    /// candle's AVX-512 VNNI one-row tile's results bit for bit: the same integer sums per lane
-    /// and the same float steps, so the LLM's greedy answers cannot change with it.
+    /// `ragbox_kernels::ggml::gemv` (decoding's one row, through candle's matmul hook), on each
+    /// of its kernels this CPU runs, gives each of candle's one-row tiles' results bit for bit:
+    /// the same integer sums per lane and the same float steps, so the LLM's greedy answers
+    /// cannot change with it.
     fn gemv_matches_the_tile<W: GgmlType<VecDotType = BlockQ8_0> + Q0Block>(format: ragbox_kernels::ggml::BlockFormat, k: usize, n: usize) {
-        if !ragbox_kernels::ggml::gemv_available() {
-            return;
-        }
+        use ragbox_kernels::ggml::{gemv_with, GemvKernel};
         let lhs: Vec<BlockQ8_0> = blocks(&values(k), 1);
         let rhs: Vec<W> = blocks(&values(n * k), n);
-        let mut tile = vec![f32::NAN; n];
-        // SAFETY: the CPU has AVX-512 VNNI (gemv_available); sizes as made here.
-        unsafe { matmul_q0(Q0Kernel::Avx512Vnni, 1, k / 32, n, &lhs, &rhs, 0..n, tile.as_mut_ptr()) };
         let bytes = |p: *const u8, len: usize| unsafe { std::slice::from_raw_parts(p, len) };
-        let mut ours = vec![f32::NAN; n];
-        let done = ragbox_kernels::ggml::gemv(
-            format,
-            k / 32,
-            bytes(lhs.as_ptr() as *const u8, std::mem::size_of_val(&lhs[..])),
-            bytes(rhs.as_ptr() as *const u8, std::mem::size_of_val(&rhs[..])),
-            &mut ours,
-        );
-        assert!(done);
-        for (c, (ours, tile)) in ours.iter().zip(&tile).enumerate() {
-            assert_eq!(ours.to_bits(), tile.to_bits(), "{format:?} column {c}: {ours} vs the tile's {tile}");
+        let lhs_bytes = bytes(lhs.as_ptr() as *const u8, std::mem::size_of_val(&lhs[..]));
+        let rhs_bytes = bytes(rhs.as_ptr() as *const u8, std::mem::size_of_val(&rhs[..]));
+        assert!(GemvKernel::available().contains(&GemvKernel::Avx2), "AVX2 is the build's baseline");
+        for tile_kernel in Q0Kernel::available() {
+            let mut tile = vec![f32::NAN; n];
+            // SAFETY: the CPU runs `tile_kernel` (available); sizes as made here.
+            unsafe { matmul_q0(tile_kernel, 1, k / 32, n, &lhs, &rhs, 0..n, tile.as_mut_ptr()) };
+            for kernel in GemvKernel::available() {
+                let mut ours = vec![f32::NAN; n];
+                gemv_with(kernel, format, k / 32, lhs_bytes, rhs_bytes, &mut ours);
+                for (c, (ours, tile)) in ours.iter().zip(&tile).enumerate() {
+                    assert_eq!(ours.to_bits(), tile.to_bits(), "{format:?} column {c}: {kernel:?} {ours} vs {tile_kernel:?} tile's {tile}");
+                }
+            }
         }
     }
 
