@@ -264,6 +264,272 @@ unsafe fn k_row<const FORMAT: u8>(row: &[u8], activations: &[u8], next: *const u
     state.total()
 }
 
+/// Rows from which [`gemm_k`] pays for repacking the weights (the panels are made once per call
+/// and serve every row; below this, candle's tiles).
+pub const GEMM_K_MIN_ROWS: usize = 32;
+
+/// Columns per panel of [`gemm_k`]: two 16-lane registers.
+const PANEL: usize = 32;
+
+/// Activation rows per register tile of [`gemm_k`]: 4 rows × 2 halves of integer sums and as
+/// many float sums, 2 weight registers and a broadcast (23 of the 32 registers).
+const TILE_ROWS: usize = 4;
+
+/// Many rows of activations (a prompt) against k-quant weights, on AVX-512 VNNI: `dst[r·n + c] =
+/// Σ_b weight block (c, b) · activation block (r, b)` for `m` activation rows of `k_blocks` Q8_K
+/// blocks and `n = dst.len() / m` weight rows. Each task repacks 32 weight rows into panels in
+/// the order the register tile reads them (per sub-block: steps of 4 inputs × 32 columns of
+/// unsigned codes, with each column's sub-block scale and offset as floats) and runs every
+/// activation row against them: a sub-block's products are `vpdpbusd`s, its scale and its offset
+/// (Q4_K's minimum, Q6_K's −32) are applied in floats with the activations' sub-block sums.
+/// The sums round differently from candle's tiles (one float step per sub-block instead of one
+/// per block): ~1e-6 relative. Returns `false`, touching nothing, where the CPU lacks AVX-512
+/// VNNI or `m < GEMM_K_MIN_ROWS`.
+///
+/// # Panics
+/// When the slices' lengths do not match `m`, `k_blocks` and `dst.len()`.
+pub fn gemm_k(format: KFormat, m: usize, k_blocks: usize, activations: &[u8], weights: &[u8], dst: &mut [f32]) -> bool {
+    assert_eq!(activations.len(), m * k_blocks * Q8_K_BYTES, "activations: {m} rows of {k_blocks} Q8_K blocks");
+    let n = dst.len() / m.max(1);
+    assert_eq!(dst.len(), m * n, "dst: {m} rows");
+    assert_eq!(weights.len(), n * k_blocks * format.bytes(), "weights: {n} rows of {k_blocks} blocks");
+    if m < GEMM_K_MIN_ROWS || GemvKernel::detect() != Some(GemvKernel::Avx512Vnni) {
+        return false;
+    }
+    #[cfg(target_arch = "x86_64")]
+    {
+        let rows = KRows::new(format, m, k_blocks, activations);
+        let out = SendPtr(dst.as_mut_ptr());
+        let row_bytes = k_blocks * format.bytes();
+        (0..n.div_ceil(PANEL)).into_par_iter().for_each(|panel| {
+            let cols = panel * PANEL..((panel + 1) * PANEL).min(n);
+            let packed = KPanel::new(format, k_blocks, &weights[cols.start * row_bytes..cols.end * row_bytes]);
+            // SAFETY: the CPU has AVX-512 VNNI (checked above); this task alone writes columns
+            // `cols` of `dst`, which holds `m × n` values.
+            unsafe { k_panel(&packed, &rows, cols, n, out.get()) };
+        });
+        true
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    unreachable!("GemvKernel::detect is None off x86_64")
+}
+
+/// A pointer the parallel tasks share; each writes only its own columns.
+#[derive(Clone, Copy)]
+struct SendPtr(*mut f32);
+// SAFETY: the tasks write disjoint cells (their columns) and the caller waits for all of them.
+unsafe impl Send for SendPtr {}
+unsafe impl Sync for SendPtr {}
+
+impl SendPtr {
+    fn get(self) -> *mut f32 {
+        self.0
+    }
+}
+
+/// The prompt's Q8_K rows as [`k_panel`] reads them: codes where they lie, and per row and block
+/// the scale and each sub-block's sum times the scale (the offset's weight).
+#[cfg(target_arch = "x86_64")]
+struct KRows<'a> {
+    activations: &'a [u8],
+    k_blocks: usize,
+    /// Elements per sub-block: 32 (Q4_K) or 16 (Q6_K).
+    sub: usize,
+    /// `[row][block]`: the block's scale.
+    scale: Vec<f32>,
+    /// `[row][block][sub-block]`: scale × sum of the sub-block's codes.
+    scaled_sums: Vec<f32>,
+}
+
+#[cfg(target_arch = "x86_64")]
+impl<'a> KRows<'a> {
+    fn new(format: KFormat, m: usize, k_blocks: usize, activations: &'a [u8]) -> KRows<'a> {
+        let sub = if format == KFormat::Q4K { 32 } else { 16 };
+        let subs = K_BLOCK / sub;
+        let mut scale = Vec::with_capacity(m * k_blocks);
+        let mut scaled_sums = Vec::with_capacity(m * k_blocks * subs);
+        for block in activations.chunks_exact(Q8_K_BYTES) {
+            let d = f32::from_le_bytes([block[0], block[1], block[2], block[3]]);
+            scale.push(d);
+            let bsum = |i: usize| i32::from(i16::from_le_bytes([block[260 + 2 * i], block[261 + 2 * i]]));
+            for s in 0..subs {
+                let sum = if sub == 32 { bsum(2 * s) + bsum(2 * s + 1) } else { bsum(s) };
+                scaled_sums.push(d * sum as f32);
+            }
+        }
+        KRows { activations, k_blocks, sub, scale, scaled_sums }
+    }
+}
+
+/// 32 weight rows of one k-quant tensor, repacked for [`k_panel`]: per block and sub-block, the
+/// unsigned codes in steps of 4 inputs × 32 columns (128 bytes a step), and each column's
+/// sub-block scale and offset as floats (`value = scale · code − offset`).
+#[cfg(target_arch = "x86_64")]
+struct KPanel {
+    codes: Vec<u8>,
+    scales: Vec<f32>,
+    offsets: Vec<f32>,
+}
+
+#[cfg(target_arch = "x86_64")]
+impl KPanel {
+    /// `weights`: up to 32 rows of `k_blocks` blocks (missing columns are zeros).
+    fn new(format: KFormat, k_blocks: usize, weights: &[u8]) -> KPanel {
+        let sub = if format == KFormat::Q4K { 32 } else { 16 };
+        let subs = K_BLOCK / sub;
+        let mut codes = vec![0u8; k_blocks * K_BLOCK * PANEL];
+        let mut scales = vec![0f32; k_blocks * subs * PANEL];
+        let mut offsets = vec![0f32; k_blocks * subs * PANEL];
+        let row_bytes = k_blocks * format.bytes();
+        for (c, row) in weights.chunks_exact(row_bytes).enumerate() {
+            for (b, block) in row.chunks_exact(format.bytes()).enumerate() {
+                let (values, sc, off) = k_block_codes(format, block);
+                for (e, &q) in values.iter().enumerate() {
+                    // Element e is input (e % 4) of step e / 4 of the block.
+                    codes[((b * K_BLOCK + e) / 4 * PANEL + c) * 4 + e % 4] = q;
+                }
+                for s in 0..subs {
+                    scales[(b * subs + s) * PANEL + c] = sc[s];
+                    offsets[(b * subs + s) * PANEL + c] = off[s];
+                }
+            }
+        }
+        KPanel { codes, scales, offsets }
+    }
+}
+
+/// A k-quant block's 256 unsigned codes and, per sub-block, its scale and offset in floats:
+/// Q4_K `d·sc_s · q − dmin·m_s` (8 sub-blocks of 32), Q6_K `d·sc_s · q − 32·d·sc_s` (16 of 16).
+#[cfg(target_arch = "x86_64")]
+fn k_block_codes(format: KFormat, x: &[u8]) -> ([u8; K_BLOCK], [f32; 16], [f32; 16]) {
+    let mut codes = [0u8; K_BLOCK];
+    let mut scales = [0f32; 16];
+    let mut offsets = [0f32; 16];
+    // SAFETY: the blocks hold their f16 scales at these offsets; F16C is in the AVX-512 kernel's
+    // feature set (checked by `gemm_k`).
+    let half = |at: usize| unsafe { half_at(x, at) };
+    match format {
+        KFormat::Q4K => {
+            let (d, dmin) = (half(0), half(2));
+            let q = &x[4..16];
+            let scale_min = |j: usize| -> (u8, u8) {
+                if j < 4 {
+                    (q[j] & 63, q[j + 4] & 63)
+                } else {
+                    ((q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4), (q[j + 4] >> 4) | ((q[j] >> 6) << 4))
+                }
+            };
+            for s in 0..8 {
+                let (sc, m) = scale_min(s);
+                scales[s] = d * f32::from(sc);
+                offsets[s] = dmin * f32::from(m);
+            }
+            for j in 0..4 {
+                for l in 0..32 {
+                    let byte = x[16 + 32 * j + l];
+                    codes[64 * j + l] = byte & 0xF;
+                    codes[64 * j + 32 + l] = byte >> 4;
+                }
+            }
+        }
+        KFormat::Q6K => {
+            let d = half(208);
+            for s in 0..16 {
+                scales[s] = d * f32::from(x[192 + s] as i8);
+                offsets[s] = 32.0 * scales[s];
+            }
+            for n in 0..2 {
+                let (ql, qh) = (&x[64 * n..], &x[128 + 32 * n..]);
+                for l in 0..32 {
+                    codes[128 * n + l] = (ql[l] & 0xF) | ((qh[l] & 3) << 4);
+                    codes[128 * n + l + 32] = (ql[l + 32] & 0xF) | (((qh[l] >> 2) & 3) << 4);
+                    codes[128 * n + l + 64] = (ql[l] >> 4) | (((qh[l] >> 4) & 3) << 4);
+                    codes[128 * n + l + 96] = (ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4);
+                }
+            }
+        }
+    }
+    (codes, scales, offsets)
+}
+
+/// Every activation row against one panel, `TILE_ROWS` rows at a time, into columns `cols` of
+/// the `n`-wide `dst`.
+///
+/// # Safety
+/// AVX-512 VNNI; `dst` holds `rows.scale.len() / rows.k_blocks` rows of `n`, columns `cols` this
+/// caller's alone.
+#[cfg(target_arch = "x86_64")]
+unsafe fn k_panel(panel: &KPanel, rows: &KRows, cols: std::ops::Range<usize>, n: usize, dst: *mut f32) {
+    let m = rows.scale.len() / rows.k_blocks;
+    let mut row = 0;
+    while row < m {
+        let count = (m - row).min(TILE_ROWS);
+        let sums = match count {
+            4 => k_tile::<4>(panel, rows, row),
+            3 => pad(k_tile::<3>(panel, rows, row)),
+            2 => pad(k_tile::<2>(panel, rows, row)),
+            _ => pad(k_tile::<1>(panel, rows, row)),
+        };
+        for (i, sums) in sums.iter().take(count).enumerate() {
+            for (j, c) in cols.clone().enumerate() {
+                *dst.add((row + i) * n + c) = sums[j];
+            }
+        }
+        row += count;
+    }
+}
+
+/// A smaller tile's rows in a `TILE_ROWS` array.
+fn pad<const R: usize>(sums: [[f32; PANEL]; R]) -> [[f32; PANEL]; TILE_ROWS] {
+    let mut out = [[0f32; PANEL]; TILE_ROWS];
+    out[..R].copy_from_slice(&sums);
+    out
+}
+
+/// `R` activation rows from `row0` against the panel's 32 columns.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma,avx512f,avx512bw,avx512vl,avx512vnni")]
+unsafe fn k_tile<const R: usize>(panel: &KPanel, rows: &KRows, row0: usize) -> [[f32; PANEL]; R] {
+    let sub = rows.sub;
+    let subs = K_BLOCK / sub;
+    let steps = sub / 4;
+    let mut acc = [[_mm512_setzero_ps(); 2]; R];
+    for b in 0..rows.k_blocks {
+        let block = |i: usize| rows.activations.as_ptr().add(((row0 + i) * rows.k_blocks + b) * Q8_K_BYTES + 4);
+        for s in 0..subs {
+            let mut int = [[_mm512_setzero_si512(); 2]; R];
+            let codes = panel.codes.as_ptr().add((b * K_BLOCK + s * sub) * PANEL);
+            for t in 0..steps {
+                let w0 = _mm512_loadu_si512(codes.add(t * 4 * PANEL) as *const _);
+                let w1 = _mm512_loadu_si512(codes.add(t * 4 * PANEL + 64) as *const _);
+                for (i, int) in int.iter_mut().enumerate() {
+                    let a = _mm512_set1_epi32(std::ptr::read_unaligned(block(i).add(s * sub + 4 * t) as *const i32));
+                    int[0] = _mm512_dpbusd_epi32(int[0], w0, a);
+                    int[1] = _mm512_dpbusd_epi32(int[1], w1, a);
+                }
+            }
+            let at = (b * subs + s) * PANEL;
+            let scale = [_mm512_loadu_ps(panel.scales.as_ptr().add(at)), _mm512_loadu_ps(panel.scales.as_ptr().add(at + 16))];
+            let offset = [_mm512_loadu_ps(panel.offsets.as_ptr().add(at)), _mm512_loadu_ps(panel.offsets.as_ptr().add(at + 16))];
+            for (i, (acc, int)) in acc.iter_mut().zip(&int).enumerate() {
+                let r = (row0 + i) * rows.k_blocks + b;
+                let d = _mm512_set1_ps(rows.scale[r]);
+                let sum = _mm512_set1_ps(rows.scaled_sums[r * subs + s]);
+                for h in 0..2 {
+                    acc[h] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(int[h]), _mm512_mul_ps(scale[h], d), acc[h]);
+                    acc[h] = _mm512_fnmadd_ps(offset[h], sum, acc[h]);
+                }
+            }
+        }
+    }
+    let mut out = [[0f32; PANEL]; R];
+    for (out, acc) in out.iter_mut().zip(&acc) {
+        _mm512_storeu_ps(out.as_mut_ptr(), acc[0]);
+        _mm512_storeu_ps(out.as_mut_ptr().add(16), acc[1]);
+    }
+    out
+}
+
 /// The running sums of one k-quant row, kept as candle's `vec_dot_q4k_q8k` and
 /// `vec_dot_q6k_q8k` keep them (ports of ggml's AVX2 code), so the result is theirs bit for bit.
 #[cfg(target_arch = "x86_64")]
@@ -772,6 +1038,40 @@ mod tests {
                 }
             }
         }
+    }
+
+    #[test]
+    fn prompt_rows_of_k_quants_match_ggmls_plain_dequantisation() {
+        if GemvKernel::detect() != Some(GemvKernel::Avx512Vnni) {
+            eprintln!("skipped: gemm_k needs AVX-512 VNNI");
+            return;
+        }
+        for format in [KFormat::Q4K, KFormat::Q6K] {
+            for (m, k_blocks, n) in [(32, 1, 1), (37, 3, 70), (33, 2, 32)] {
+                let weights = k_quant_blocks(format, k_blocks * n, 5 + n as u64);
+                let activations = q8k_blocks(m * k_blocks, 9 + m as u64);
+                let mut got = vec![f32::NAN; m * n];
+                assert!(gemm_k(format, m, k_blocks, &activations, &weights, &mut got));
+                for r in 0..m {
+                    for c in 0..n {
+                        let (mut want, mut scale) = (0f64, 0f64);
+                        for b in 0..k_blocks {
+                            let w = k_values(format, &weights[(c * k_blocks + b) * format.bytes()..][..format.bytes()]);
+                            let a = &activations[(r * k_blocks + b) * Q8_K_BYTES..][..Q8_K_BYTES];
+                            let ad = f64::from(f32::from_le_bytes([a[0], a[1], a[2], a[3]]));
+                            for (i, w) in w.iter().enumerate() {
+                                want += w * ad * f64::from(a[4 + i] as i8);
+                                scale += (w * ad * f64::from(a[4 + i] as i8)).abs();
+                            }
+                        }
+                        let got = got[r * n + c];
+                        assert!((f64::from(got) - want).abs() <= 1e-5 * scale.max(1.0), "{format:?} {m}x{k_blocks}x{n} [{r}, {c}]: {got} vs {want}");
+                    }
+                }
+            }
+        }
+        let mut few = vec![0f32; 31];
+        assert!(!gemm_k(KFormat::Q4K, 31, 1, &q8k_blocks(31, 1), &k_quant_blocks(KFormat::Q4K, 1, 2), &mut few), "fewer rows stay with candle");
     }
 
     #[test]

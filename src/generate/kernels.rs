@@ -1,8 +1,9 @@
 //! The local LLM's quantised matmuls routed to ragbox's own kernels (`ragbox_kernels::ggml`)
 //! through candle's one hook (`k_quants::set_matmul_hook`, patches/README.md): candle quantises
 //! the activations and hands over the GGML block bytes. Decoding's one row (Q4_0, Q5_0, Q8_0,
-//! Q4_K, Q6_K) runs on our kernels; prompts stay with candle's tiles (for now: issue 34 moves
-//! them through the same hook).
+//! Q4_K, Q6_K) runs on our kernels, and so do a prompt's rows against the k-quants where the CPU
+//! has AVX-512 VNNI; the other prompt products stay with candle's tiles and panels (issue 34
+//! moves them through the same hook).
 
 use candle_core::quantized::k_quants;
 use candle_core::quantized::GgmlDType;
@@ -21,13 +22,33 @@ pub fn one_row_kernel() -> String {
     }
 }
 
+/// What a prompt's rows against Q4_K and Q6_K weights run on this CPU, for `doctor`.
+pub fn prompt_k_quant_kernel() -> &'static str {
+    match ggml::GemvKernel::detect() {
+        Some(ggml::GemvKernel::Avx512Vnni) => "ragbox avx512-vnni panels",
+        _ => "candle's tiles",
+    }
+}
+
 /// The hook: one activation row (decoding) against Q4_0, Q5_0 or Q8_0 weights (`ggml::gemv`) or
-/// Q4_K or Q6_K weights (`ggml::gemv_k`).
+/// Q4_K or Q6_K weights (`ggml::gemv_k`); a prompt's rows against Q4_K or Q6_K weights
+/// (`ggml::gemm_k`, AVX-512 VNNI).
 fn matmul(dtype: GgmlDType, (m, k, n): (usize, usize, usize), lhs: &[u8], rhs: &[u8], dst: &mut [f32]) -> bool {
-    if m != 1 || !k.is_multiple_of(dtype.block_size()) {
+    if !k.is_multiple_of(dtype.block_size()) {
         return false;
     }
     let k_blocks = k / dtype.block_size();
+    if m >= ggml::GEMM_K_MIN_ROWS {
+        let dst = &mut dst[..m * n];
+        return match dtype {
+            GgmlDType::Q4K => ggml::gemm_k(KFormat::Q4K, m, k_blocks, lhs, rhs, dst),
+            GgmlDType::Q6K => ggml::gemm_k(KFormat::Q6K, m, k_blocks, lhs, rhs, dst),
+            _ => false,
+        };
+    }
+    if m != 1 {
+        return false;
+    }
     let dst = &mut dst[..n];
     match dtype {
         GgmlDType::Q4_0 => ggml::gemv(BlockFormat::Q4_0, k_blocks, lhs, rhs, dst),

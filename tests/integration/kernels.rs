@@ -157,6 +157,45 @@ mod tiles {
         }
     }
 
+    /// `ragbox_kernels::ggml::gemm_k` (a prompt's rows against k-quant weights) against candle's
+    /// per-cell dot product, within float rounding (it sums per sub-block, candle per block).
+    fn gemm_k_matches_vec_dot<W: GgmlType<VecDotType = BlockQ8K>>(format: ragbox_kernels::ggml::KFormat, m: usize, k: usize, n: usize) {
+        let lhs: Vec<BlockQ8K> = blocks(&values(m * k), m);
+        let rhs: Vec<W> = blocks(&values(n * k), n);
+        let kb = k / 256;
+        let bytes = |p: *const u8, len: usize| unsafe { std::slice::from_raw_parts(p, len) };
+        let mut ours = vec![f32::NAN; m * n];
+        let done = ragbox_kernels::ggml::gemm_k(
+            format,
+            m,
+            kb,
+            bytes(lhs.as_ptr() as *const u8, std::mem::size_of_val(&lhs[..])),
+            bytes(rhs.as_ptr() as *const u8, std::mem::size_of_val(&rhs[..])),
+            &mut ours,
+        );
+        if !done {
+            assert_ne!(ragbox_kernels::ggml::GemvKernel::detect(), Some(ragbox_kernels::ggml::GemvKernel::Avx512Vnni), "declined on a CPU that runs it");
+            return;
+        }
+        for r in 0..m {
+            for c in 0..n {
+                let want = W::vec_dot(k, &rhs[c * kb..(c + 1) * kb], &lhs[r * kb..(r + 1) * kb]);
+                let got = ours[r * n + c];
+                assert!((got - want).abs() <= 1e-4 * want.abs().max(1.0), "{format:?} [{r}, {c}]: {got} vs candle's {want}");
+            }
+        }
+    }
+
+    #[test]
+    fn the_k_quant_prompt_kernel_matches_candles_dot_products() {
+        use ragbox_kernels::ggml::KFormat;
+        // A tile's rows and a remainder; a whole panel and a part of one.
+        for (m, k, n) in [(33, 1024, 40), (64, 256, 32)] {
+            gemm_k_matches_vec_dot::<BlockQ4K>(KFormat::Q4K, m, k, n);
+            gemm_k_matches_vec_dot::<BlockQ6K>(KFormat::Q6K, m, k, n);
+        }
+    }
+
     #[test]
     fn the_k_quant_one_row_kernel_gives_candles_dot_products_bit_for_bit() {
         use ragbox_kernels::ggml::KFormat;
