@@ -1,5 +1,7 @@
-//! One row of activations times a weight matrix in GGML's 32-element block formats (Q4_0,
-//! Q5_0, Q8_0): the LLM's decoding step, which reads every weight once per new token.
+//! The local LLM's products on GGML weight blocks, as the GGUF file holds them: one row of
+//! activations (the decoding step, which reads every weight once per new token) against the
+//! 32-element formats (Q4_0, Q5_0, Q8_0: [`gemv`]) and the k-quants (Q4_K, Q6_K: [`gemv_k`]), and
+//! a prompt's rows against the k-quants ([`gemm_k`]). The 32-element formats are described first.
 //!
 //! The weights stay in the GGUF file's own block bytes (`d` as f16, then the codes); the
 //! activations come as GGML Q8_0 blocks (34 bytes: `d` as f16, 32 signed codes), quantised by
@@ -8,17 +10,21 @@
 //! weights are the unsigned side (Q4_0's and Q5_0's codes are unsigned before their offset of 8
 //! or 16; Q8_0's are shifted by 128 with one xor), so the offset becomes `-offset · Σa`, one
 //! value per *activation* block, computed once per call and shared by every column. A block's
-//! product is then one `vpdpbusd` seeded with that sum, a conversion and an FMA; Q5_0's fifth bits
-//! are one masked add (AVX-512 BW) instead of a shuffle, a compare and two logic ops.
+//! product is then one `vpdpbusd` seeded with that sum (or `maddubs` and `madd` on AVX2), a
+//! conversion and an FMA; Q5_0's fifth bits are one masked add (AVX-512 BW) instead of a shuffle,
+//! a compare and two logic ops. What made the difference, though, is the prefetch: each pass
+//! fetches the next pass's rows, which are too short a stream (a few hundred bytes) for the
+//! hardware's prefetcher; without it every kernel here waited on memory half the time.
 //!
 //! Exact where it matters: each block's integer sums per lane are the ones candle's tiles make
 //! (`Σ a·w` over the same four products), and the float steps (`fma(d_a · d_w, sum, acc)` per
-//! block, then the same horizontal add) come in the same order, so the results are bit for bit
-//! those of candle's one-row tiles (tests check against a plain loop; the integration tests against
-//! candle's kernels).
+//! block, then the same horizontal add) come in the same order, so the one-row results are bit
+//! for bit those of candle's one-row tiles and `vec_dot` (tests check against a plain loop; the
+//! integration tests against candle's kernels), and the LLM's greedy answers do not change.
+//! [`gemm_k`] sums in another order (per sub-block) and says so.
 //!
-//! Only CPUs with AVX-512 VNNI take it ([`gemv`] returns `false` elsewhere and the caller's own
-//! kernel runs).
+//! Dispatch is here: [`GemvKernel::detect`] picks AVX-512 VNNI or AVX2 once per call; off x86_64
+//! every function returns `false` and the caller's own kernel runs.
 
 #[cfg(target_arch = "x86_64")]
 use std::arch::x86_64::*;

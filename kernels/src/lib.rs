@@ -1,7 +1,8 @@
 //! ragbox's CPU kernels for quantised encoder inference: int8 dense layers, the encoders'
 //! attention in one pass, and the element-wise work around them (GELU, the masked softmax,
-//! SwiGLU's gate) vectorised; and for the local LLM, one row of activations times GGML's
-//! 32-element weight blocks (`ggml`: decoding), which candle hands over through its matmul hook.
+//! SwiGLU's gate) vectorised; and for the local LLM, products on GGML's weight blocks (`ggml`:
+//! decoding's one row in every format the models use, a prompt's rows against the k-quants),
+//! which candle hands over through its matmul hook.
 //!
 //! A separate crate for one reason: ragbox's tuned dev profile (the one tests and the README's
 //! first command build) compiles every dependency at opt-level 3 and ragbox itself at 0 to keep
