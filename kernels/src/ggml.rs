@@ -270,6 +270,144 @@ unsafe fn k_row<const FORMAT: u8>(row: &[u8], activations: &[u8], next: *const u
     state.total()
 }
 
+/// Many rows of activations (a prompt) against a 32-element format's weights, on AVX-512 VNNI:
+/// `dst[r·n + c] = Σ_b weight block (c, b) · activation block (r, b)` for `m` rows of `k_blocks`
+/// Q8_0 blocks and `n = dst.len() / m` weight rows. Each task repacks 32 weight rows into panels
+/// of unsigned codes in the order the register tile reads them (per block: 8 steps of 4 inputs ×
+/// 32 columns, the columns' scales as a vector) and runs every row against them in 6 × 32 tiles:
+/// per block and row 16 `vpdpbusd` seeded with the row's offset term, then one conversion, one
+/// multiply and one FMA per 16 columns. Each block's integer sum is exact and the float steps
+/// are those of candle's panels (patches/README.md, candle item 6), whose results these are bit
+/// for bit. Returns `false`, touching nothing, where the CPU lacks AVX-512 VNNI or
+/// `m < GEMM_K_MIN_ROWS` (repacking every weight costs more than a few rows save).
+///
+/// # Panics
+/// When the slices' lengths do not match `m`, `k_blocks` and `dst.len()`.
+pub fn gemm(format: BlockFormat, m: usize, k_blocks: usize, activations: &[u8], weights: &[u8], dst: &mut [f32]) -> bool {
+    assert_eq!(activations.len(), m * k_blocks * Q8_0_BYTES, "activations: {m} rows of {k_blocks} Q8_0 blocks");
+    let n = dst.len() / m.max(1);
+    assert_eq!(dst.len(), m * n, "dst: {m} rows");
+    assert_eq!(weights.len(), n * k_blocks * format.bytes(), "weights: {n} rows of {k_blocks} blocks");
+    if m < GEMM_K_MIN_ROWS || GemvKernel::detect() != Some(GemvKernel::Avx512Vnni) {
+        return false;
+    }
+    #[cfg(target_arch = "x86_64")]
+    {
+        let rows = Prepared::new(GemvKernel::Avx512Vnni, format, m * k_blocks, activations);
+        let out = SendPtr(dst.as_mut_ptr());
+        let row_bytes = k_blocks * format.bytes();
+        (0..n.div_ceil(PANEL)).into_par_iter().for_each(|panel| {
+            let cols = panel * PANEL..((panel + 1) * PANEL).min(n);
+            let packed = Q0Panel::new(format, k_blocks, &weights[cols.start * row_bytes..cols.end * row_bytes]);
+            // SAFETY: the CPU has AVX-512 VNNI (checked above); this task alone writes columns
+            // `cols` of `dst`, which holds `m × n` values.
+            unsafe { q0_panel(&packed, &rows, m, k_blocks, cols, n, out.get()) };
+        });
+        true
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    unreachable!("GemvKernel::detect is None off x86_64")
+}
+
+/// 32 weight rows of a 32-element format repacked for [`q0_panel`]: per block, 8 steps of 4
+/// inputs × 32 columns of unsigned codes (two 64-byte registers a step), and the columns' scales.
+#[cfg(target_arch = "x86_64")]
+struct Q0Panel {
+    codes: Vec<u8>,
+    scales: Vec<f32>,
+}
+
+#[cfg(target_arch = "x86_64")]
+impl Q0Panel {
+    /// `weights`: up to 32 rows of `k_blocks` blocks (missing columns are zeros).
+    fn new(format: BlockFormat, k_blocks: usize, weights: &[u8]) -> Q0Panel {
+        let mut codes = vec![0u8; k_blocks * BLOCK * PANEL];
+        let mut scales = vec![0f32; k_blocks * PANEL];
+        let row_bytes = k_blocks * format.bytes();
+        let offset = format.offset();
+        for (c, row) in weights.chunks_exact(row_bytes).enumerate() {
+            for (b, block) in row.chunks_exact(format.bytes()).enumerate() {
+                for (e, value) in format.decode(block).iter().enumerate() {
+                    codes[((b * BLOCK + e) / 4 * PANEL + c) * 4 + e % 4] = (value + offset) as u8;
+                }
+                // SAFETY: the block starts with its f16 scale; F16C is part of the kernel.
+                scales[b * PANEL + c] = unsafe { f16_to_f32(block) };
+            }
+        }
+        Q0Panel { codes, scales }
+    }
+}
+
+/// Every activation row against one [`Q0Panel`], 6 rows at a time, into columns `cols` of the
+/// `n`-wide `dst`.
+///
+/// # Safety
+/// AVX-512 VNNI; `rows` holds `m × k_blocks` blocks; `dst` holds `m` rows of `n`, columns `cols`
+/// this caller's alone.
+#[cfg(target_arch = "x86_64")]
+unsafe fn q0_panel(panel: &Q0Panel, rows: &Prepared, m: usize, k_blocks: usize, cols: std::ops::Range<usize>, n: usize, dst: *mut f32) {
+    let mut row = 0;
+    while row < m {
+        let count = (m - row).min(6);
+        let sums = match count {
+            6 => q0_tile::<6>(panel, rows, k_blocks, row),
+            _ => {
+                let mut out = [[0f32; PANEL]; 6];
+                for i in 0..count {
+                    out[i] = q0_tile::<1>(panel, rows, k_blocks, row + i)[0];
+                }
+                out
+            }
+        };
+        for (i, sums) in sums.iter().take(count).enumerate() {
+            for (j, c) in cols.clone().enumerate() {
+                *dst.add((row + i) * n + c) = sums[j];
+            }
+        }
+        row += count;
+    }
+}
+
+/// `R` rows from `row0` against the panel's 32 columns (candle's `panel_tile`, with the offset
+/// term seeded per row instead of per column: the same integer sums).
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma,avx512f,avx512bw,avx512vl,avx512vnni")]
+unsafe fn q0_tile<const R: usize>(panel: &Q0Panel, rows: &Prepared, k_blocks: usize, row0: usize) -> [[f32; PANEL]; R] {
+    let mut acc = [[_mm512_setzero_ps(); 2]; R];
+    let w = panel.codes.as_ptr();
+    for b in 0..k_blocks {
+        let mut sums = [[_mm512_setzero_si512(); 2]; R];
+        for (i, sums) in sums.iter_mut().enumerate() {
+            // The lanes' seeds together: a panel's lane sums a column's whole block.
+            let seed: i32 = rows.blocks.get_unchecked((row0 + i) * k_blocks + b).seed.iter().sum();
+            *sums = [_mm512_set1_epi32(seed); 2];
+        }
+        for s in 0..8 {
+            let w0 = _mm512_loadu_si512(w.add((b * 8 + s) * 128) as *const _);
+            let w1 = _mm512_loadu_si512(w.add((b * 8 + s) * 128 + 64) as *const _);
+            for (i, sums) in sums.iter_mut().enumerate() {
+                let a = rows.blocks.get_unchecked((row0 + i) * k_blocks + b).codes.as_ptr();
+                let x = _mm512_set1_epi32(std::ptr::read_unaligned(a.add(4 * s) as *const i32));
+                sums[0] = _mm512_dpbusd_epi32(sums[0], w0, x);
+                sums[1] = _mm512_dpbusd_epi32(sums[1], w1, x);
+            }
+        }
+        let d = [_mm512_loadu_ps(panel.scales.as_ptr().add(b * PANEL)), _mm512_loadu_ps(panel.scales.as_ptr().add(b * PANEL + 16))];
+        for (i, (acc, sums)) in acc.iter_mut().zip(&sums).enumerate() {
+            let da = _mm512_set1_ps(*rows.scales.get_unchecked((row0 + i) * k_blocks + b));
+            for h in 0..2 {
+                acc[h] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sums[h]), _mm512_mul_ps(da, d[h]), acc[h]);
+            }
+        }
+    }
+    let mut out = [[0f32; PANEL]; R];
+    for (out, acc) in out.iter_mut().zip(&acc) {
+        _mm512_storeu_ps(out.as_mut_ptr(), acc[0]);
+        _mm512_storeu_ps(out.as_mut_ptr().add(16), acc[1]);
+    }
+    out
+}
+
 /// Rows from which [`gemm_k`] pays for repacking the weights (the panels are made once per call
 /// and serve every row; below this, candle's tiles).
 pub const GEMM_K_MIN_ROWS: usize = 32;
@@ -1041,6 +1179,37 @@ mod tests {
                         }
                     }
                     assert!((f64::from(*got) - want).abs() <= 1e-5 * scale.max(1.0), "{format:?} {k_blocks}x{rows} row {r}: {got} vs {want}");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn prompt_rows_of_32_element_formats_match_a_plain_loop() {
+        if GemvKernel::detect() != Some(GemvKernel::Avx512Vnni) {
+            eprintln!("skipped: gemm needs AVX-512 VNNI");
+            return;
+        }
+        for format in [BlockFormat::Q4_0, BlockFormat::Q5_0, BlockFormat::Q8_0] {
+            for (m, k_blocks, n) in [(32, 1, 1), (37, 3, 70), (38, 28, 32)] {
+                let weights = blocks(format, k_blocks * n, 3 + n as u64);
+                let activations = blocks(BlockFormat::Q8_0, m * k_blocks, 4 + m as u64);
+                let mut got = vec![f32::NAN; m * n];
+                assert!(gemm(format, m, k_blocks, &activations, &weights, &mut got));
+                for r in 0..m {
+                    for c in 0..n {
+                        let terms: Vec<f64> = (0..k_blocks)
+                            .map(|b| {
+                                let w = &weights[(c * k_blocks + b) * format.bytes()..][..format.bytes()];
+                                let a = &activations[(r * k_blocks + b) * Q8_0_BYTES..][..Q8_0_BYTES];
+                                let dot: i32 = format.decode(w).iter().zip(BlockFormat::Q8_0.decode(a)).map(|(w, a)| w * a).sum();
+                                f64::from(half_value(w)) * f64::from(half_value(a)) * f64::from(dot)
+                            })
+                            .collect();
+                        let (want, scale) = (terms.iter().sum::<f64>(), terms.iter().map(|t| t.abs()).sum::<f64>());
+                        let got = got[r * n + c];
+                        assert!((f64::from(got) - want).abs() <= 1e-6 * scale.max(1.0), "{format:?} {m}x{k_blocks}x{n} [{r}, {c}]: {got} vs {want}");
+                    }
                 }
             }
         }

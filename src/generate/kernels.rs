@@ -41,6 +41,9 @@ fn matmul(dtype: GgmlDType, (m, k, n): (usize, usize, usize), lhs: &[u8], rhs: &
     if m >= ggml::GEMM_K_MIN_ROWS {
         let dst = &mut dst[..m * n];
         return match dtype {
+            GgmlDType::Q4_0 => ggml::gemm(BlockFormat::Q4_0, m, k_blocks, lhs, rhs, dst),
+            GgmlDType::Q5_0 => ggml::gemm(BlockFormat::Q5_0, m, k_blocks, lhs, rhs, dst),
+            GgmlDType::Q8_0 => ggml::gemm(BlockFormat::Q8_0, m, k_blocks, lhs, rhs, dst),
             GgmlDType::Q4K => ggml::gemm_k(KFormat::Q4K, m, k_blocks, lhs, rhs, dst),
             GgmlDType::Q6K => ggml::gemm_k(KFormat::Q6K, m, k_blocks, lhs, rhs, dst),
             _ => false,

@@ -216,6 +216,47 @@ mod tiles {
         }
     }
 
+    /// `ragbox_kernels::ggml::gemm` (a prompt's rows, through the hook) gives candle's AVX-512
+    /// VNNI panels' results bit for bit: each block's exact integer sum and the same float steps.
+    fn gemm_matches_the_panels<W: GgmlType<VecDotType = BlockQ8_0> + Q0Block>(format: ragbox_kernels::ggml::BlockFormat, m: usize, k: usize, n: usize) {
+        if !Q0Kernel::available().contains(&Q0Kernel::Avx512Vnni) {
+            return;
+        }
+        let lhs: Vec<BlockQ8_0> = blocks(&values(m * k), m);
+        let rhs: Vec<W> = blocks(&values(n * k), n);
+        let kb = k / 32;
+        let shifted = ShiftedRows::new(&lhs);
+        let mut panels = vec![f32::NAN; m * n];
+        for first in (0..n).step_by(PANEL_COLS) {
+            // SAFETY: the CPU has AVX-512 VNNI (checked above); sizes as made here.
+            unsafe { matmul_q0_panels(m, kb, n, &shifted, &rhs, first..(first + PANEL_COLS).min(n), panels.as_mut_ptr()) };
+        }
+        let bytes = |p: *const u8, len: usize| unsafe { std::slice::from_raw_parts(p, len) };
+        let mut ours = vec![f32::NAN; m * n];
+        let done = ragbox_kernels::ggml::gemm(
+            format,
+            m,
+            kb,
+            bytes(lhs.as_ptr() as *const u8, std::mem::size_of_val(&lhs[..])),
+            bytes(rhs.as_ptr() as *const u8, std::mem::size_of_val(&rhs[..])),
+            &mut ours,
+        );
+        assert!(done, "the CPU has AVX-512 VNNI");
+        for (i, (ours, theirs)) in ours.iter().zip(&panels).enumerate() {
+            assert_eq!(ours.to_bits(), theirs.to_bits(), "{format:?} [{}, {}]: {ours} vs the panels' {theirs}", i / n, i % n);
+        }
+    }
+
+    #[test]
+    fn the_prompt_kernel_gives_candles_vnni_panels_results_bit_for_bit() {
+        use ragbox_kernels::ggml::BlockFormat;
+        for (m, n) in [(32, 70), (45, 32)] {
+            gemm_matches_the_panels::<BlockQ4_0>(BlockFormat::Q4_0, m, 896, n);
+            gemm_matches_the_panels::<BlockQ5_0>(BlockFormat::Q5_0, m, 896, n);
+            gemm_matches_the_panels::<BlockQ8_0>(BlockFormat::Q8_0, m, 896, n);
+        }
+    }
+
     #[test]
     fn the_vnni_panels_match_the_one_row_dot_product() {
         // Rows past the 6-row tile, columns past a 32-column panel and inside one.
