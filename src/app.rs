@@ -44,17 +44,7 @@ pub struct App {
 /// The quantised LLM's matmul kernels on this CPU, for prompts and for decoding's one row (each
 /// chosen at run time).
 fn llm_kernels() -> String {
-    #[cfg(target_feature = "avx2")]
-    {
-        let tiles = candle_core::quantized::avx::Q0Kernel::detect().name();
-        let one_row = crate::generate::kernels::one_row_kernel();
-        let prompt_k = crate::generate::kernels::prompt_k_quant_kernel();
-        format!("quantised weights in memory; prompts: candle's {tiles} tiles (Q4_0, Q5_0, Q8_0), {prompt_k} (Q4_K, Q6_K); one row: {one_row}")
-    }
-    #[cfg(not(target_feature = "avx2"))]
-    {
-        "quantised weights in memory; scalar dot products (no avx2 at build time: slow)".to_string()
-    }
+    crate::generate::kernels::describe()
 }
 
 /// Everything `doctor` reports.

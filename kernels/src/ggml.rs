@@ -279,7 +279,7 @@ unsafe fn k_row<const FORMAT: u8>(row: &[u8], activations: &[u8], next: *const u
 /// multiply and one FMA per 16 columns. Each block's integer sum is exact and the float steps
 /// are those of candle's panels (patches/README.md, candle item 6), whose results these are bit
 /// for bit. Returns `false`, touching nothing, where the CPU lacks AVX-512 VNNI or
-/// `m < GEMM_K_MIN_ROWS` (repacking every weight costs more than a few rows save).
+/// `m < GEMM_MIN_ROWS` (repacking every weight costs more than a few rows save).
 ///
 /// # Panics
 /// When the slices' lengths do not match `m`, `k_blocks` and `dst.len()`.
@@ -288,7 +288,7 @@ pub fn gemm(format: BlockFormat, m: usize, k_blocks: usize, activations: &[u8], 
     let n = dst.len() / m.max(1);
     assert_eq!(dst.len(), m * n, "dst: {m} rows");
     assert_eq!(weights.len(), n * k_blocks * format.bytes(), "weights: {n} rows of {k_blocks} blocks");
-    if m < GEMM_K_MIN_ROWS || GemvKernel::detect() != Some(GemvKernel::Avx512Vnni) {
+    if m < GEMM_MIN_ROWS || GemvKernel::detect() != Some(GemvKernel::Avx512Vnni) {
         return false;
     }
     #[cfg(target_arch = "x86_64")]
@@ -408,9 +408,9 @@ unsafe fn q0_tile<const R: usize>(panel: &Q0Panel, rows: &Prepared, k_blocks: us
     out
 }
 
-/// Rows from which [`gemm_k`] pays for repacking the weights (the panels are made once per call
+/// Rows from which [`gemm`] and [`gemm_k`] pay for repacking the weights (the panels are made once per call
 /// and serve every row; below this, candle's tiles).
-pub const GEMM_K_MIN_ROWS: usize = 32;
+pub const GEMM_MIN_ROWS: usize = 32;
 
 /// Columns per panel of [`gemm_k`]: two 16-lane registers.
 const PANEL: usize = 32;
@@ -428,7 +428,7 @@ const TILE_ROWS: usize = 4;
 /// (Q4_K's minimum, Q6_K's −32) are applied in floats with the activations' sub-block sums.
 /// The sums round differently from candle's tiles (one float step per sub-block instead of one
 /// per block): ~1e-6 relative. Returns `false`, touching nothing, where the CPU lacks AVX-512
-/// VNNI or `m < GEMM_K_MIN_ROWS`.
+/// VNNI or `m < GEMM_MIN_ROWS`.
 ///
 /// # Panics
 /// When the slices' lengths do not match `m`, `k_blocks` and `dst.len()`.
@@ -437,7 +437,7 @@ pub fn gemm_k(format: KFormat, m: usize, k_blocks: usize, activations: &[u8], we
     let n = dst.len() / m.max(1);
     assert_eq!(dst.len(), m * n, "dst: {m} rows");
     assert_eq!(weights.len(), n * k_blocks * format.bytes(), "weights: {n} rows of {k_blocks} blocks");
-    if m < GEMM_K_MIN_ROWS || GemvKernel::detect() != Some(GemvKernel::Avx512Vnni) {
+    if m < GEMM_MIN_ROWS || GemvKernel::detect() != Some(GemvKernel::Avx512Vnni) {
         return false;
     }
     #[cfg(target_arch = "x86_64")]

@@ -1,9 +1,9 @@
 //! The local LLM's quantised matmuls routed to ragbox's own kernels (`ragbox_kernels::ggml`)
 //! through candle's one hook (`k_quants::set_matmul_hook`, patches/README.md): candle quantises
 //! the activations and hands over the GGML block bytes. Decoding's one row (Q4_0, Q5_0, Q8_0,
-//! Q4_K, Q6_K) runs on our kernels, and so do a prompt's rows against the k-quants where the CPU
-//! has AVX-512 VNNI; the other prompt products stay with candle's tiles and panels (issue 34
-//! moves them through the same hook).
+//! Q4_K, Q6_K) runs on our kernels, and so do a prompt's rows where the CPU has AVX-512 VNNI;
+//! 2-31 rows (several sequences decoding together) and prompts on other CPUs stay with candle's
+//! tiles (patches/README.md, items 3-5: the part of the patch still to move).
 
 use candle_core::quantized::k_quants;
 use candle_core::quantized::GgmlDType;
@@ -14,31 +14,32 @@ pub fn install() {
     k_quants::set_matmul_hook(matmul);
 }
 
-/// What the LLM's one-row products run on this CPU, for `doctor`.
-pub fn one_row_kernel() -> String {
-    match ggml::GemvKernel::detect() {
+/// What the LLM's products run on on this CPU, for `doctor`: prompts, then decoding's one row.
+pub fn describe() -> String {
+    #[cfg(target_feature = "avx2")]
+    let tiles = format!("candle's {} tiles", candle_core::quantized::avx::Q0Kernel::detect().name());
+    #[cfg(not(target_feature = "avx2"))]
+    let tiles = "candle's scalar loops".to_string();
+    let prompts = match ggml::GemvKernel::detect() {
+        Some(ggml::GemvKernel::Avx512Vnni) => format!("ragbox avx512-vnni panels from {} rows, {tiles} below", ggml::GEMM_MIN_ROWS),
+        _ => tiles,
+    };
+    let one_row = match ggml::GemvKernel::detect() {
         Some(kernel) => format!("{} (Q4_0, Q5_0, Q8_0), ragbox avx2 (Q4_K, Q6_K), next rows prefetched", kernel.name()),
         None => "candle's dot products".to_string(),
-    }
-}
-
-/// What a prompt's rows against Q4_K and Q6_K weights run on this CPU, for `doctor`.
-pub fn prompt_k_quant_kernel() -> &'static str {
-    match ggml::GemvKernel::detect() {
-        Some(ggml::GemvKernel::Avx512Vnni) => "ragbox avx512-vnni panels",
-        _ => "candle's tiles",
-    }
+    };
+    format!("quantised weights in memory; prompts: {prompts}; one row: {one_row}")
 }
 
 /// The hook: one activation row (decoding) against Q4_0, Q5_0 or Q8_0 weights (`ggml::gemv`) or
-/// Q4_K or Q6_K weights (`ggml::gemv_k`); a prompt's rows against Q4_K or Q6_K weights
-/// (`ggml::gemm_k`, AVX-512 VNNI).
+/// Q4_K or Q6_K weights (`ggml::gemv_k`); a prompt's rows against any of them (`ggml::gemm`,
+/// `ggml::gemm_k`: AVX-512 VNNI, 32 rows or more).
 fn matmul(dtype: GgmlDType, (m, k, n): (usize, usize, usize), lhs: &[u8], rhs: &[u8], dst: &mut [f32]) -> bool {
     if !k.is_multiple_of(dtype.block_size()) {
         return false;
     }
     let k_blocks = k / dtype.block_size();
-    if m >= ggml::GEMM_K_MIN_ROWS {
+    if m >= ggml::GEMM_MIN_ROWS {
         let dst = &mut dst[..m * n];
         return match dtype {
             GgmlDType::Q4_0 => ggml::gemm(BlockFormat::Q4_0, m, k_blocks, lhs, rhs, dst),
