@@ -7,8 +7,12 @@
 //!
 //! ```text
 //! cargo build --offline --example decode_step
-//! RAYON_NUM_THREADS=2 target/debug/examples/decode_step
+//! RAYON_NUM_THREADS=2 target/debug/examples/decode_step [--steps 60] [--rows 1]
 //! ```
+//!
+//! `--rows N` (N ≥ 32) times a prompt's products instead: N rows against every layer's weights
+//! (the output table, which a prompt applies to its last row alone, left out), on candle's
+//! `QMatMul`, on `ggml::gemm` and `gemm_k` (AVX-512 VNNI) and through the hook.
 //!
 //! The weights are random (about 420 MB of them); only the shapes and formats are the model's.
 
@@ -18,7 +22,7 @@ use std::time::Instant;
 use candle_core::quantized::k_quants::{BlockQ8K, BlockQ8_0, GgmlType};
 use candle_core::quantized::{GgmlDType, QMatMul, QTensor};
 use candle_core::{Device, Module, Tensor};
-use ragbox_kernels::ggml::{gemv_k, gemv_with, BlockFormat, GemvKernel, KFormat};
+use ragbox_kernels::ggml::{gemm, gemm_k, gemv_k, gemv_with, BlockFormat, GemvKernel, KFormat};
 
 /// A weight matrix of `n` rows of `k` inputs, quantised by candle.
 struct Weights {
@@ -63,10 +67,12 @@ enum Path {
     Hook,
 }
 
-fn product(path: Path, w: &Weights, x: &Tensor, x_values: &[f32], dst: &mut Vec<f32>) {
-    let x_values = &x_values[..w.k];
+/// The rows `x_values` (each `INPUTS` wide; the first `w.k` of each used; `x` holds them as
+/// contiguous tensors of 896 and of `INPUTS` columns) times `w`, into `dst`.
+fn product(path: Path, w: &Weights, x: &[Tensor; 2], x_values: &[f32], dst: &mut Vec<f32>) {
+    let rows = x_values.len() / INPUTS;
     if let Path::Ragbox(kernel) = path {
-        dst.resize(w.n, 0.0);
+        dst.resize(rows * w.n, 0.0);
         let data = w.tensor.data().expect("the weights' bytes");
         let format = match w.dtype {
             GgmlDType::Q4_0 => Some(BlockFormat::Q4_0),
@@ -75,9 +81,15 @@ fn product(path: Path, w: &Weights, x: &Tensor, x_values: &[f32], dst: &mut Vec<
             _ => None,
         };
         if let Some(format) = format {
-            let mut lhs = vec![BlockQ8_0::zeros(); w.k / 32];
-            BlockQ8_0::from_float(x_values, &mut lhs);
-            gemv_with(kernel, format, w.k / 32, bytes(&lhs), &data, dst);
+            let mut lhs = vec![BlockQ8_0::zeros(); rows * w.k / 32];
+            for (row, blocks) in x_values.chunks(INPUTS).zip(lhs.chunks_mut(w.k / 32)) {
+                BlockQ8_0::from_float(&row[..w.k], blocks);
+            }
+            if rows == 1 {
+                gemv_with(kernel, format, w.k / 32, bytes(&lhs), &data, dst);
+            } else {
+                assert!(gemm(format, rows, w.k / 32, bytes(&lhs), &data, dst), "gemm runs on AVX-512 VNNI only");
+            }
             return;
         }
         let format = match w.dtype {
@@ -85,14 +97,23 @@ fn product(path: Path, w: &Weights, x: &Tensor, x_values: &[f32], dst: &mut Vec<
             GgmlDType::Q6K => KFormat::Q6K,
             other => panic!("no ragbox kernel for {other:?}"),
         };
-        let mut lhs = vec![BlockQ8K::zeros(); w.k / 256];
-        BlockQ8K::from_float(x_values, &mut lhs);
-        assert!(gemv_k(format, w.k / 256, bytes(&lhs), &data, dst));
+        let mut lhs = vec![BlockQ8K::zeros(); rows * w.k / 256];
+        for (row, blocks) in x_values.chunks(INPUTS).zip(lhs.chunks_mut(w.k / 256)) {
+            BlockQ8K::from_float(&row[..w.k], blocks);
+        }
+        if rows == 1 {
+            assert!(gemv_k(format, w.k / 256, bytes(&lhs), &data, dst));
+        } else {
+            assert!(gemm_k(format, rows, w.k / 256, bytes(&lhs), &data, dst), "gemm_k runs on AVX-512 VNNI only");
+        }
         return;
     }
-    let x = x.narrow(1, 0, w.k).expect("the row's inputs");
-    *dst = w.matmul.forward(&x).expect("candle's matmul").flatten_all().expect("flat").to_vec1().expect("values");
+    let x = &x[usize::from(w.k == INPUTS)];
+    *dst = w.matmul.forward(x).expect("candle's matmul").flatten_all().expect("flat").to_vec1().expect("values");
 }
+
+/// The widest input of the model's matrices (`ffn_down`'s).
+const INPUTS: usize = 4864;
 
 struct Model {
     q: Vec<Weights>,
@@ -107,7 +128,7 @@ struct Model {
 }
 
 /// One step: (32-element formats, k-quants, output) in seconds, and the output's values.
-fn step(model: &Model, path: Path, x: &Tensor, xv: &[f32], dst: &mut Vec<f32>) -> [f64; 3] {
+fn step(model: &Model, path: Path, x: &[Tensor; 2], xv: &[f32], dst: &mut Vec<f32>) -> [f64; 3] {
     let t0 = Instant::now();
     for l in 0..model.q.len() {
         product(path, &model.q[l], x, xv, dst);
@@ -123,14 +144,19 @@ fn step(model: &Model, path: Path, x: &Tensor, xv: &[f32], dst: &mut Vec<f32>) -
         product(path, &model.down4[l], x, xv, dst);
     }
     let t2 = Instant::now();
-    product(path, &model.output, x, xv, dst);
+    if xv.len() == INPUTS {
+        // The output table is applied to the last row alone (a prompt's logits are the last token's).
+        product(path, &model.output, x, xv, dst);
+    }
     let t3 = Instant::now();
     [(t1 - t0).as_secs_f64(), (t2 - t1).as_secs_f64(), (t3 - t2).as_secs_f64()]
 }
 
 fn main() {
     let args: Vec<String> = std::env::args().collect();
-    let steps: usize = args.iter().position(|a| a == "--steps").and_then(|i| args.get(i + 1)).and_then(|s| s.parse().ok()).unwrap_or(60);
+    let flag = |name: &str, default: usize| -> usize { args.iter().position(|a| a == name).and_then(|i| args.get(i + 1)).and_then(|s| s.parse().ok()).unwrap_or(default) };
+    let steps = flag("--steps", 60);
+    let rows = flag("--rows", 1);
     let mut seed = 0x9e37_79b9_7f4a_7c15u64;
     let layers = 24;
     eprintln!("making random weights of the 0.5B model's shapes ...");
@@ -145,13 +171,22 @@ fn main() {
         down4: (0..layers / 2).map(|_| weights(GgmlDType::Q4K, 4864, 896, &mut seed)).collect(),
         output: weights(GgmlDType::Q8_0, 896, 151_936, &mut seed),
     };
-    let xv = values(4864, &mut seed);
-    let x = Tensor::from_vec(xv.clone(), (1, 4864), &Device::Cpu).expect("a tensor");
+    let xv = values(rows * INPUTS, &mut seed);
+    let wide = Tensor::from_vec(xv.clone(), (rows, INPUTS), &Device::Cpu).expect("a tensor");
+    let x = [wide.narrow(1, 0, 896).and_then(|t| t.contiguous()).expect("the first 896 inputs"), wide];
     let mut paths = vec![Path::Candle];
-    paths.extend(GemvKernel::available().into_iter().map(Path::Ragbox));
+    if rows == 1 {
+        paths.extend(GemvKernel::available().into_iter().map(Path::Ragbox));
+    } else if GemvKernel::detect() == Some(GemvKernel::Avx512Vnni) {
+        paths.push(Path::Ragbox(GemvKernel::Avx512Vnni));
+    }
     paths.push(Path::Hook);
     let mut reference = Vec::new();
-    println!("| path ({} rayon threads) | 32-element formats, ms | k-quants, ms | output, ms | step, ms | output bit-identical |", rayon::current_num_threads());
+    println!(
+        "| path ({} rayon threads, {rows} row{}) | 32-element formats, ms | k-quants, ms | output, ms | step, ms | last product against candle's |",
+        rayon::current_num_threads(),
+        if rows == 1 { "" } else { "s" }
+    );
     println!("|---|---|---|---|---|---|");
     for path in paths {
         if path == Path::Hook {
@@ -172,12 +207,14 @@ fn main() {
             "(reference)".to_string()
         } else {
             let same = dst.iter().zip(&reference).filter(|(a, b)| a.to_bits() == b.to_bits()).count();
-            format!("{same}/{}", dst.len())
+            let worst = dst.iter().zip(&reference).map(|(a, b)| (a - b).abs() / b.abs().max(1.0)).fold(0f32, f32::max);
+            format!("{same}/{} bit-identical, worst relative difference {worst:.1e}", dst.len())
         };
         let ms = |t: f64| t / steps as f64 * 1e3;
         let name = match path {
-            Path::Candle => "candle's QMatMul (patched: one-row tiles, vec_dot)".to_string(),
-            Path::Ragbox(kernel) => format!("{} (k-quants: ragbox avx2), called directly", kernel.name()),
+            Path::Candle => "candle's QMatMul (one row: upstream's vec_dot; rows: patch items 3-5's tiles)".to_string(),
+            Path::Ragbox(kernel) if rows == 1 => format!("{} (k-quants: ragbox avx2), called directly", kernel.name()),
+            Path::Ragbox(_) => "ragbox gemm and gemm_k (avx512-vnni), called directly (the activations quantised here, at opt-level 0)".to_string(),
             Path::Hook => "candle's QMatMul through ragbox's hook (what `ragbox ask` runs)".to_string(),
         };
         println!("| {name} | {:.2} | {:.2} | {:.2} | {:.2} | {same} |", ms(total[0]), ms(total[1]), ms(total[2]), ms(total.iter().sum()));
