@@ -35,10 +35,16 @@ pub fn describe() -> String {
 /// Q4_K or Q6_K weights (`ggml::gemv_k`); a prompt's rows against any of them (`ggml::gemm`,
 /// `ggml::gemm_k`: AVX-512 VNNI, 32 rows or more).
 fn matmul(dtype: GgmlDType, (m, k, n): (usize, usize, usize), lhs: &[u8], rhs: &[u8], dst: &mut [f32]) -> bool {
-    if !k.is_multiple_of(dtype.block_size()) {
+    // Operands of another size than the shape says (nothing candle makes) stay with candle,
+    // rather than reaching the kernels' assertions.
+    if !k.is_multiple_of(dtype.block_size()) || dst.len() < m * n {
         return false;
     }
     let k_blocks = k / dtype.block_size();
+    let activation_bytes = if matches!(dtype, GgmlDType::Q4K | GgmlDType::Q6K) { ggml::Q8_K_BYTES } else { ggml::Q8_0_BYTES };
+    if lhs.len() != m * k_blocks * activation_bytes || rhs.len() != n * k_blocks * dtype.type_size() {
+        return false;
+    }
     if m >= ggml::GEMM_MIN_ROWS {
         let dst = &mut dst[..m * n];
         return match dtype {
@@ -75,8 +81,9 @@ mod tests {
     }
 
     /// One row of Q5_0 agrees with candle's own per-column dot product (`vec_dot`, which the
-    /// hook never replaces); prompts are left to candle. Bit-for-bit agreement with candle's
-    /// one-row tiles and dot products is checked in tests/integration/kernels.rs.
+    /// hook never replaces); 2 rows (fewer than a prompt's 32) and operands of the wrong size are
+    /// left to candle. Bit-for-bit agreement with candle's one-row tiles and dot products is
+    /// checked in tests/integration/kernels.rs.
     #[test]
     fn the_hook_takes_one_row_of_a_32_element_format_and_agrees_with_candle() {
         let (k, n) = (896, 200);
@@ -88,7 +95,8 @@ mod tests {
         let mut lhs = vec![BlockQ8_0::zeros(); k / 32];
         BlockQ8_0::from_float(&values(k, 3), &mut lhs);
         let mut ours = vec![f32::NAN; n];
-        assert!(!super::matmul(GgmlDType::Q5_0, (2, k, n / 2), bytes(&lhs), bytes(&weights), &mut ours), "a prompt stays with candle");
+        assert!(!super::matmul(GgmlDType::Q5_0, (2, k, n / 2), bytes(&lhs), bytes(&weights), &mut ours), "two rows stay with candle");
+        assert!(!super::matmul(GgmlDType::Q5_0, (1, k, n + 1), bytes(&lhs), bytes(&weights), &mut vec![0.0; n + 1]), "too few weights stay with candle");
         if !super::matmul(GgmlDType::Q5_0, (1, k, n), bytes(&lhs), bytes(&weights), &mut ours) {
             assert!(ragbox_kernels::ggml::GemvKernel::detect().is_none(), "declined on a CPU that runs the kernel");
             return;
