@@ -133,23 +133,16 @@ mod tiles {
         }
     }
 
-    /// `ragbox_kernels::ggml::gemm_k` (a prompt's rows against k-quant weights) against candle's
-    /// per-cell dot product, within float rounding (it sums per sub-block, candle per block).
-    fn gemm_k_matches_vec_dot<W: GgmlType<VecDotType = BlockQ8K>>(format: ragbox_kernels::ggml::KFormat, m: usize, k: usize, n: usize) {
-        let lhs: Vec<BlockQ8K> = blocks(&values(m * k), m);
+    /// A prompt kernel of `ragbox_kernels::ggml` (`run(m, k_blocks, activations, weights, dst)`,
+    /// which says whether it ran) against candle's per-cell dot product, within float rounding.
+    fn prompt_matches_vec_dot<W: GgmlType>(m: usize, k: usize, n: usize, run: impl Fn(usize, usize, &[u8], &[u8], &mut [f32]) -> bool) {
+        let lhs: Vec<W::VecDotType> = blocks(&values(m * k), m);
         let rhs: Vec<W> = blocks(&values(n * k), n);
-        let kb = k / 256;
+        let kb = k / W::BLCK_SIZE;
         let bytes = |p: *const u8, len: usize| unsafe { std::slice::from_raw_parts(p, len) };
         let mut ours = vec![f32::NAN; m * n];
-        let done = ragbox_kernels::ggml::gemm_k(
-            format,
-            m,
-            kb,
-            bytes(lhs.as_ptr() as *const u8, std::mem::size_of_val(&lhs[..])),
-            bytes(rhs.as_ptr() as *const u8, std::mem::size_of_val(&rhs[..])),
-            &mut ours,
-        );
-        if !done {
+        let lhs_bytes = bytes(lhs.as_ptr() as *const u8, std::mem::size_of_val(&lhs[..]));
+        if !run(m, kb, lhs_bytes, bytes(rhs.as_ptr() as *const u8, std::mem::size_of_val(&rhs[..])), &mut ours) {
             assert_ne!(ragbox_kernels::ggml::GemvKernel::detect(), Some(ragbox_kernels::ggml::GemvKernel::Avx512Vnni), "declined on a CPU that runs it");
             return;
         }
@@ -157,9 +150,14 @@ mod tiles {
             for c in 0..n {
                 let want = W::vec_dot(k, &rhs[c * kb..(c + 1) * kb], &lhs[r * kb..(r + 1) * kb]);
                 let got = ours[r * n + c];
-                assert!((got - want).abs() <= 1e-4 * want.abs().max(1.0), "{format:?} [{r}, {c}]: {got} vs candle's {want}");
+                assert!((got - want).abs() <= 1e-4 * want.abs().max(1.0), "{:?} [{r}, {c}]: {got} vs candle's {want}", W::DTYPE);
             }
         }
+    }
+
+    /// `gemm_k` (a prompt's rows against k-quant weights) sums per sub-block, candle per block.
+    fn gemm_k_matches_vec_dot<W: GgmlType<VecDotType = BlockQ8K>>(format: ragbox_kernels::ggml::KFormat, m: usize, k: usize, n: usize) {
+        prompt_matches_vec_dot::<W>(m, k, n, |m, kb, a, w, dst| ragbox_kernels::ggml::gemm_k(format, m, kb, a, w, dst));
     }
 
     #[test]
@@ -192,35 +190,11 @@ mod tiles {
         }
     }
 
-    /// `ragbox_kernels::ggml::gemm` (a prompt's rows, through the hook) against candle's per-cell
-    /// dot product. (Until this stop candle's own AVX-512 VNNI panels did this product, and this
-    /// test checked `gemm` against them bit for bit, at commit 0b2915d; the panels have left the
-    /// patch since.)
+    /// `gemm` (a prompt's rows of a 32-element format). Until this stop candle's own AVX-512 VNNI
+    /// panels did this product, and this test checked `gemm` against them bit for bit, at commit
+    /// 0b2915d; the panels have left the patch since.
     fn gemm_matches_vec_dot<W: GgmlType<VecDotType = BlockQ8_0>>(format: ragbox_kernels::ggml::BlockFormat, m: usize, k: usize, n: usize) {
-        let lhs: Vec<BlockQ8_0> = blocks(&values(m * k), m);
-        let rhs: Vec<W> = blocks(&values(n * k), n);
-        let kb = k / 32;
-        let bytes = |p: *const u8, len: usize| unsafe { std::slice::from_raw_parts(p, len) };
-        let mut ours = vec![f32::NAN; m * n];
-        let done = ragbox_kernels::ggml::gemm(
-            format,
-            m,
-            kb,
-            bytes(lhs.as_ptr() as *const u8, std::mem::size_of_val(&lhs[..])),
-            bytes(rhs.as_ptr() as *const u8, std::mem::size_of_val(&rhs[..])),
-            &mut ours,
-        );
-        if !done {
-            assert_ne!(ragbox_kernels::ggml::GemvKernel::detect(), Some(ragbox_kernels::ggml::GemvKernel::Avx512Vnni), "declined on a CPU that runs it");
-            return;
-        }
-        for r in 0..m {
-            for c in 0..n {
-                let want = W::vec_dot(k, &rhs[c * kb..(c + 1) * kb], &lhs[r * kb..(r + 1) * kb]);
-                let got = ours[r * n + c];
-                assert!((got - want).abs() <= 1e-4 * want.abs().max(1.0), "{format:?} [{r}, {c}]: {got} vs candle's {want}");
-            }
-        }
+        prompt_matches_vec_dot::<W>(m, k, n, |m, kb, a, w, dst| ragbox_kernels::ggml::gemm(format, m, kb, a, w, dst));
     }
 
     #[test]
