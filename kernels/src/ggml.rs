@@ -324,18 +324,44 @@ impl Q0Panel {
         let mut codes = vec![0u8; k_blocks * BLOCK * PANEL];
         let mut scales = vec![0f32; k_blocks * PANEL];
         let row_bytes = k_blocks * format.bytes();
-        let offset = format.offset();
         for (c, row) in weights.chunks_exact(row_bytes).enumerate() {
             for (b, block) in row.chunks_exact(format.bytes()).enumerate() {
-                for (e, value) in format.decode(block).iter().enumerate() {
-                    codes[((b * BLOCK + e) / 4 * PANEL + c) * 4 + e % 4] = (value + offset) as u8;
+                // SAFETY: `gemm` runs only where the CPU has AVX-512 VNNI (and so BW and VL);
+                // the block holds `format.bytes()` bytes, starting with its f16 scale.
+                let (unsigned, scale) = unsafe { (unsigned_codes(format, block.as_ptr()), f16_to_f32(block)) };
+                // Inputs 4s..4s+4 of the block are step s of column c.
+                for (s, four) in unsigned.chunks_exact(4).enumerate() {
+                    let at = ((b * BLOCK / 4 + s) * PANEL + c) * 4;
+                    codes[at..at + 4].copy_from_slice(four);
                 }
-                // SAFETY: the block starts with its f16 scale; F16C is part of the kernel.
-                scales[b * PANEL + c] = unsafe { f16_to_f32(block) };
+                scales[b * PANEL + c] = scale;
             }
         }
         Q0Panel { codes, scales }
     }
+}
+
+/// A 32-element block's codes as the unsigned bytes `value + offset` (what `columns_vnni`
+/// multiplies), decoded with the same instructions.
+///
+/// # Safety
+/// AVX-512 BW and VL; `block` points at a whole block of `format`.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,avx512f,avx512bw,avx512vl")]
+unsafe fn unsigned_codes(format: BlockFormat, block: *const u8) -> [u8; BLOCK] {
+    let low4 = _mm256_set1_epi8(0x0F);
+    let w = match format {
+        BlockFormat::Q4_0 => nibbles(block.add(2), low4),
+        BlockFormat::Q5_0 => {
+            let high = _cvtu32_mask32(std::ptr::read_unaligned(block.add(2) as *const u32));
+            let w = nibbles(block.add(6), low4);
+            _mm256_mask_add_epi8(w, high, w, _mm256_set1_epi8(16))
+        }
+        BlockFormat::Q8_0 => _mm256_xor_si256(_mm256_loadu_si256(block.add(2) as *const __m256i), _mm256_set1_epi8(-128)),
+    };
+    let mut out = [0u8; BLOCK];
+    _mm256_storeu_si256(out.as_mut_ptr() as *mut __m256i, w);
+    out
 }
 
 /// Every activation row against one [`Q0Panel`], 6 rows at a time, into columns `cols` of the
