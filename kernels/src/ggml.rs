@@ -23,7 +23,7 @@
 //! integration tests against candle's kernels), and the LLM's greedy answers do not change.
 //! [`gemm_k`] sums in another order (per sub-block) and says so.
 //!
-//! Dispatch is here: [`GemvKernel::detect`] picks AVX-512 VNNI or AVX2 once per call; off x86_64
+//! Dispatch is here: [`GemvKernel::detect`] picks AVX-512 VNNI or AVX2 once per process; off x86_64
 //! every function returns `false` and the caller's own kernel runs.
 
 #[cfg(target_arch = "x86_64")]
@@ -105,8 +105,19 @@ pub enum GemvKernel {
 
 impl GemvKernel {
     /// The best kernel this CPU runs, or `None` off x86_64 or without AVX2.
+    /// (Looked up once per process: every product of every decoding step asks.)
     pub fn detect() -> Option<GemvKernel> {
-        GemvKernel::available().into_iter().next()
+        static BEST: std::sync::OnceLock<Option<GemvKernel>> = std::sync::OnceLock::new();
+        *BEST.get_or_init(|| GemvKernel::available().into_iter().next())
+    }
+
+    /// Whether this CPU runs `self` (without the list [`GemvKernel::available`] allocates).
+    fn runs_here(self) -> bool {
+        match GemvKernel::detect() {
+            Some(GemvKernel::Avx512Vnni) => true,
+            Some(GemvKernel::Avx2) => self == GemvKernel::Avx2,
+            None => false,
+        }
     }
 
     /// Every kernel this CPU runs, best first.
@@ -164,7 +175,7 @@ pub fn gemv(format: BlockFormat, k_blocks: usize, activations: &[u8], weights: &
 pub fn gemv_with(kernel: GemvKernel, format: BlockFormat, k_blocks: usize, activations: &[u8], weights: &[u8], dst: &mut [f32]) {
     assert_eq!(activations.len(), k_blocks * Q8_0_BYTES, "activations: {k_blocks} Q8_0 blocks");
     assert_eq!(weights.len(), dst.len() * k_blocks * format.bytes(), "weights: {} rows of {k_blocks} blocks", dst.len());
-    assert!(GemvKernel::available().contains(&kernel), "this CPU does not run {kernel:?}");
+    assert!(kernel.runs_here(), "this CPU does not run {kernel:?}");
     #[cfg(target_arch = "x86_64")]
     {
         let prepared = Prepared::new(kernel, format, k_blocks, activations);
@@ -221,7 +232,8 @@ pub fn gemv_k(format: KFormat, k_blocks: usize, activations: &[u8], weights: &[u
     assert_eq!(weights.len(), dst.len() * k_blocks * format.bytes(), "weights: {} rows of {k_blocks} blocks", dst.len());
     #[cfg(target_arch = "x86_64")]
     {
-        if !(is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma") && is_x86_feature_detected!("f16c")) {
+        // AVX2, FMA and F16C: the base every `GemvKernel` needs.
+        if GemvKernel::detect().is_none() {
             return false;
         }
         let row_bytes = k_blocks * format.bytes();
