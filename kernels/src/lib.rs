@@ -2,7 +2,8 @@
 //! attention in one pass, and the element-wise work around them (GELU, the masked softmax,
 //! SwiGLU's gate) vectorised; and for the local LLM, products on GGML's weight blocks (`ggml`:
 //! decoding's one row in every format the models use, a prompt's rows against the k-quants),
-//! which candle hands over through its matmul hook.
+//! which candle hands over through its matmul hook; and the OCR recognizer's best class per
+//! time step (`best_per_row`).
 //!
 //! A separate crate for one reason: ragbox's tuned dev profile (the one tests and the README's
 //! first command build) compiles every dependency at opt-level 3 and ragbox itself at 0 to keep
@@ -25,6 +26,7 @@
 //! assert!((y[3] - 7.0).abs() < 0.05 && (y[4] + 1.0).abs() < 0.02);
 //! ```
 
+mod argmax;
 mod attention;
 mod gelu;
 pub mod ggml;
@@ -50,6 +52,7 @@ mod testing {
     }
 }
 
+pub use argmax::best_per_row;
 pub use attention::attention;
 pub use int8::{profile_parts, Activation, Int8Linear, Kernel};
 pub use swiglu::swiglu;

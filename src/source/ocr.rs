@@ -15,14 +15,14 @@
 //!
 //! May import `types` and `error` only (through `source`); the models' files are found and
 //! verified by the caller (`App::ocr`, from the manifest's `ocr` model). Settings were chosen on
-//! half of 38 real PDF pages rendered at 200 dpi and reported on the other half (docs/EVAL.md).
+//! 49 real PDF pages rendered at 200 dpi and reported on 20 others (docs/EVAL.md, docs/BENCHMARKS.md).
 
 use std::fmt;
 use std::path::Path;
 use std::sync::Arc;
 
 use image::imageops::FilterType;
-use image::{DynamicImage, RgbImage};
+use image::DynamicImage;
 use rten::{Model, RunOptions, ThreadPool};
 use rten_tensor::prelude::*;
 use rten_tensor::NdTensor;
@@ -118,13 +118,17 @@ impl Default for OcrOptions {
     fn default() -> Self {
         OcrOptions {
             det_max_side: 1280,
+            // Line crops squeezed to 0.8 of their width: 0.8x the recognizer's work (most of a
+            // page's time). Chosen on 49 pages as the fastest setting whose character error rate
+            // rises by at most 0.5 points on every document (detector side 960-1280, squeeze
+            // 0.7-1.0; docs/BENCHMARKS.md has the sweep); 0.7 breaks tables (5.9%).
+            rec_x_scale: 0.8,
             det_thresh: 0.3,
             box_thresh: 0.5,
             unclip_ratio: 2.0,
             max_boxes: 2000,
             rec_max_width: 2400,
             rec_min_width: 0,
-            rec_x_scale: 1.0,
             rec_batch: 8,
             min_line_confidence: 0.5,
             max_pixels: 50_000_000,
@@ -235,13 +239,22 @@ impl OcrEngine {
             return Ok(OcrPage::default());
         }
         let t0 = std::time::Instant::now();
-        let rgb = image.to_rgb8();
-        let boxes = self.detect(&rgb)?;
+        // Grey pages (most scans) stay grey: resizing one channel gives what resizing three
+        // equal ones would, at a third of the work; anything else is read as RGB.
+        let converted;
+        let page: &DynamicImage = match image {
+            DynamicImage::ImageLuma8(_) | DynamicImage::ImageRgb8(_) => image,
+            _ => {
+                converted = DynamicImage::ImageRgb8(image.to_rgb8());
+                &converted
+            }
+        };
+        let boxes = self.detect(page)?;
         let t1 = t0.elapsed();
         if boxes.is_empty() {
             return Ok(OcrPage::default());
         }
-        let recognised = self.recognize(&rgb, &boxes)?;
+        let recognised = self.recognize(page, &boxes)?;
         tracing::debug!(
             "ocr: detect {:.2}s ({} boxes), recognize {:.2}s",
             t1.as_secs_f64(),
@@ -282,30 +295,26 @@ impl OcrEngine {
         Ok(OcrPage { lines: ordered, text, confidence })
     }
 
-    /// Runs the detector; returns boxes in page pixel coordinates.
-    fn detect(&self, rgb: &RgbImage) -> Result<Vec<[u32; 4]>, OcrError> {
-        let (w, h) = rgb.dimensions();
+    /// Runs the detector on a grey or RGB page; returns boxes in page pixel coordinates.
+    fn detect(&self, page: &DynamicImage) -> Result<Vec<[u32; 4]>, OcrError> {
+        let (w, h) = (page.width(), page.height());
         let (dw, dh) = det_input_size(w, h, self.opts.det_max_side);
+        // DynamicImage's own methods, not imageops' generic functions: those would be compiled
+        // into ragbox, unoptimised in dev builds (5-10x slower), these come built with `image`.
         let resized;
-        let src: &RgbImage = if (dw, dh) == (w, h) {
-            rgb
+        let src: &DynamicImage = if (dw, dh) == (w, h) {
+            page
         } else if dw <= w && dh <= h {
-            resized = image::imageops::thumbnail(rgb, dw, dh);
+            resized = page.thumbnail_exact(dw, dh);
             &resized
         } else {
-            resized = image::imageops::resize(rgb, dw, dh, FilterType::Triangle);
+            resized = page.resize_exact(dw, dh, FilterType::Triangle);
             &resized
         };
         let mean = [0.485f32, 0.456, 0.406];
         let std = [0.229f32, 0.224, 0.225];
         let (dwu, dhu) = (dw as usize, dh as usize);
-        let mut data = vec![0f32; 3 * dwu * dhu];
-        let plane = dwu * dhu;
-        for (i, p) in src.pixels().enumerate() {
-            for c in 0..3 {
-                data[c * plane + i] = (p.0[c] as f32 / 255.0 - mean[c]) / std[c];
-            }
-        }
+        let data = planes(src, |c, v| (v as f32 / 255.0 - mean[c]) / std[c]);
         let input = NdTensor::from_data([1, 3, dhu, dwu], data);
         let out = self
             .detector
@@ -335,12 +344,12 @@ impl OcrEngine {
     }
 
     /// Recognises the text in each box; returns (text, confidence) per box.
-    fn recognize(&self, rgb: &RgbImage, boxes: &[[u32; 4]]) -> Result<Vec<(String, f32)>, OcrError> {
-        // Prepare crops resized to height 48 (grayscale is enough for the
-        // model's input, but it expects 3 channels; keep RGB).
+    fn recognize(&self, page: &DynamicImage, boxes: &[[u32; 4]]) -> Result<Vec<(String, f32)>, OcrError> {
+        // Crops resized to height 48, in the page's own format (grey or RGB); the model takes
+        // three channels, filled from one when the page is grey.
         struct Crop {
             idx: usize,
-            img: RgbImage,
+            img: DynamicImage,
         }
         let mut crops: Vec<Crop> = Vec::with_capacity(boxes.len());
         let med_h = median(boxes.iter().map(|b| (b[3] - b[1]) as f32).collect());
@@ -349,17 +358,17 @@ impl OcrEngine {
             if cw == 0 || ch == 0 {
                 continue;
             }
-            let mut crop = image::imageops::crop_imm(rgb, b[0], b[1], cw, ch).to_image();
+            let mut crop = page.crop_imm(b[0], b[1], cw, ch);
             if ch as f32 >= 1.5 * cw as f32 && ch as f32 > 2.0 * med_h {
                 // Vertical text (much taller than the page's typical line):
                 // rotate so it reads left to right. Short tall boxes are
                 // single glyphs ("1", "i") and stay upright.
-                crop = image::imageops::rotate270(&crop);
+                crop = crop.rotate270();
             }
-            let (cw, ch) = crop.dimensions();
+            let (cw, ch) = (crop.width(), crop.height());
             let xs = if self.opts.rec_x_scale.is_finite() { self.opts.rec_x_scale.clamp(0.25, 4.0) } else { 1.0 };
             let tw = ((REC_HEIGHT as f32 * xs * cw as f32 / ch as f32).round() as u32).clamp(8, self.opts.rec_max_width.max(8));
-            let img = image::imageops::resize(&crop, tw, REC_HEIGHT, FilterType::Triangle);
+            let img = crop.resize_exact(tw, REC_HEIGHT, FilterType::Triangle);
             crops.push(Crop { idx, img });
         }
         crops.sort_by_key(|c| c.img.width());
@@ -372,10 +381,11 @@ impl OcrEngine {
             let n = chunk.len();
             let mut data = vec![0f32; n * 3 * hh * bw];
             for (bi, c) in chunk.iter().enumerate() {
-                for (x, y, p) in c.img.enumerate_pixels() {
-                    let (x, y) = (x as usize, y as usize);
-                    for ch in 0..3 {
-                        data[((bi * 3 + ch) * hh + y) * bw + x] = p.0[ch] as f32 / 127.5 - 1.0;
+                let line = planes(&c.img, |_, v| v as f32 / 127.5 - 1.0);
+                let cw = c.img.width() as usize;
+                for (plane, out) in line.chunks_exact(hh * cw).zip(data[bi * 3 * hh * bw..].chunks_exact_mut(hh * bw)) {
+                    for (row, out_row) in plane.chunks_exact(cw).zip(out.chunks_exact_mut(bw)) {
+                        out_row[..cw].copy_from_slice(row);
                     }
                 }
             }
@@ -396,7 +406,7 @@ impl OcrEngine {
             let flat = probs.to_vec();
             for (bi, c) in chunk.iter().enumerate() {
                 let steps = &flat[bi * t * k..(bi + 1) * t * k];
-                let (ids, confs) = argmax_steps(steps, t, k);
+                let (ids, confs) = ragbox_kernels::best_per_row(steps, k);
                 results[c.idx] = ctc_greedy_decode(&ids, &confs, &self.classes);
             }
         }
@@ -413,32 +423,33 @@ pub fn det_input_size(w: u32, h: u32, max_side: u32) -> (u32, u32) {
     (r(w), r(h))
 }
 
-/// Argmax over classes per time step; returns (class ids, probabilities).
-/// If the rows are not probabilities (logits), the softmax probability of
-/// the winner is computed.
-fn argmax_steps(steps: &[f32], t: usize, k: usize) -> (Vec<usize>, Vec<f32>) {
-    let mut ids = Vec::with_capacity(t);
-    let mut confs = Vec::with_capacity(t);
-    for row in steps.chunks_exact(k).take(t) {
-        let (mut best, mut bv, mut sum) = (0usize, f32::NEG_INFINITY, 0f32);
-        for (i, &v) in row.iter().enumerate() {
-            sum += v;
-            if v > bv {
-                bv = v;
-                best = i;
-            }
+/// An 8-bit grey or RGB image as three planes of `f(channel, value)`, channel-major (the
+/// models' NCHW input); a grey image fills all three from its one channel. Each channel's 256
+/// values are computed once: the loop is a table lookup, cheap even unoptimised.
+fn planes(img: &DynamicImage, f: impl Fn(usize, u8) -> f32) -> Vec<f32> {
+    let table: [[f32; 256]; 3] = std::array::from_fn(|c| std::array::from_fn(|v| f(c, v as u8)));
+    let owned;
+    let (raw, step): (&[u8], usize) = match img {
+        DynamicImage::ImageLuma8(g) => (g.as_raw(), 1),
+        DynamicImage::ImageRgb8(rgb) => (rgb.as_raw(), 3),
+        other => {
+            owned = other.to_rgb8();
+            (owned.as_raw(), 3)
         }
-        let is_prob = bv <= 1.0001 && (sum - 1.0).abs() < 0.01;
-        let p = if is_prob {
-            bv
-        } else {
-            let z: f32 = row.iter().map(|&v| (v - bv).exp()).sum();
-            1.0 / z
-        };
-        ids.push(best);
-        confs.push(if p.is_finite() { p } else { 0.0 });
+    };
+    let plane = raw.len() / step;
+    let mut out = vec![0f32; 3 * plane];
+    let dst: &mut [f32] = &mut out;
+    // Plain index loops on slices: no iterator calls left behind in an unoptimised build.
+    for c in 0..3 {
+        let (table, offset) = (&table[c], if step == 1 { 0 } else { c });
+        let mut i = 0;
+        while i < plane {
+            dst[c * plane + i] = table[raw[i * step + offset] as usize];
+            i += 1;
+        }
     }
-    (ids, confs)
+    out
 }
 
 /// CTC greedy decoding: merge repeated classes, drop blanks (class 0).
@@ -765,15 +776,6 @@ mod tests {
         assert_eq!(ctc_greedy_decode(&[0, 0], &[0.9, 0.9], &classes()), (String::new(), 0.0));
         let (t, _) = ctc_greedy_decode(&[99, 1], &[0.9, 0.9], &classes());
         assert_eq!(t, "a");
-    }
-
-    #[test]
-    fn argmax_handles_logits() {
-        let (ids, p) = argmax_steps(&[0.1, 0.7, 0.2, 2.0, 0.0, 0.0], 2, 3);
-        assert_eq!(ids, vec![1, 0]);
-        assert!((p[0] - 0.7).abs() < 1e-6);
-        let expect = 1.0 / (1.0 + 2.0 * (-2.0f32).exp());
-        assert!((p[1] - expect).abs() < 1e-5);
     }
 
     #[test]
