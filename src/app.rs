@@ -33,6 +33,9 @@ pub struct App {
     /// Generators loaded so far, by model: one load per process, shared by answers, rewrites,
     /// support checks and the LLM reranker.
     generators: std::sync::Mutex<std::collections::HashMap<String, Arc<dyn Generator>>>,
+    /// Held while a local generator loads: a second caller (an answer arriving while
+    /// [`App::preload_generator`]'s thread loads) waits for that load instead of starting another.
+    generator_load: std::sync::Mutex<()>,
     /// Embedders and rerankers loaded so far, by model: a long-running process (the server)
     /// verifies and loads each once, not per request.
     embedders: std::sync::Mutex<std::collections::HashMap<String, Arc<dyn Embedder>>>,
@@ -109,6 +112,7 @@ impl App {
             models,
             device,
             generators: Default::default(),
+            generator_load: Default::default(),
             embedders: Default::default(),
             rerankers: Default::default(),
             ocr: Default::default(),
@@ -285,7 +289,12 @@ impl App {
             return Ok(Arc::new(ClaudeGenerator::new(options)?));
         }
         let spec = self.models.manifest().get(name.unwrap_or(&g.model))?;
-        if let Some(loaded) = self.generators.lock().ok().and_then(|m| m.get(&spec.name).cloned()) {
+        let loaded = || self.generators.lock().ok().and_then(|m| m.get(&spec.name).cloned());
+        if let Some(loaded) = loaded() {
+            return Ok(loaded);
+        }
+        let _one_load_at_a_time = self.generator_load.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        if let Some(loaded) = loaded() {
             return Ok(loaded);
         }
         if spec.role != crate::types::ModelRole::Generate {
@@ -308,6 +317,29 @@ impl App {
             m.insert(spec.name.clone(), generator.clone());
         }
         Ok(generator)
+    }
+
+    /// Starts loading the local generator `name` (or the configured one) on a thread of its own,
+    /// so that its load (2-5 s for the 0.5B model on 2 cores) overlaps what comes before its
+    /// first use, retrieval; the answer's own [`App::generator`] call then waits for this load
+    /// rather than starting another. Nothing happens when it is loaded or the backend is remote.
+    /// A load that fails is reported by that later call, which tries again.
+    pub fn preload_generator(self: &Arc<Self>, name: Option<&str>) {
+        let remote = name.is_none() && self.config.generate.backend != GenerateBackend::Local;
+        let Ok(spec) = self.models.manifest().get(name.unwrap_or(&self.config.generate.model)) else { return };
+        let loaded = self.generators.lock().map(|m| m.contains_key(&spec.name)).unwrap_or(true);
+        if remote || loaded {
+            return;
+        }
+        let (app, name) = (self.clone(), spec.name.clone());
+        let started = std::thread::Builder::new().name("llm-preload".into()).spawn(move || {
+            if let Err(e) = app.generator(Some(&name)) {
+                tracing::debug!("preloading {name}: {e}");
+            }
+        });
+        if let Err(e) = started {
+            tracing::debug!("preloading the generator: no thread ({e})");
+        }
     }
 
     /// The `llm` contextualiser: on the inference server when `generate.backend = "openai"`,

@@ -100,7 +100,8 @@ impl Service {
     }
 
     /// Answers `question` from `tenant`, streaming tokens into `sink`; writes the answer's answer
-    /// log row and audit event. A question with no good source is refused without loading the LLM.
+    /// log row and audit event. A question with no good source is refused without waiting for the
+    /// LLM (whose load starts beside retrieval, [`App::preload_generator`]).
     pub fn ask(&self, caller: &Caller, tenant: &str, question: &str, o: &AskOptions, sink: &mut (dyn TokenSink + Send)) -> Result<Asked> {
         if question.trim().is_empty() {
             return Err(Error::Invalid("the question is empty; type what you want to know".into()));
@@ -125,6 +126,8 @@ impl Service {
     ) -> Result<Asked> {
         let passages = self.app.config.answer.passages;
         let top_k = self.app.retrieve_options().top_k.max(passages);
+        // The LLM loads while retrieval runs; a refusal does not wait for it.
+        self.app.preload_generator(o.llm.as_deref());
         let (retriever, note) = self.retriever(tenant, None, !o.no_rerank, Some(top_k))?;
         let mut warnings = Vec::new();
         let result = (|| -> Result<(Retrieval, Answer)> {

@@ -131,7 +131,7 @@ pub struct Health {
 
 /// The shared service: one per process, behind an [`Arc`] in the server.
 pub struct Service {
-    app: App,
+    app: Arc<App>,
     store: Store,
     jobs: documents::Jobs,
     /// One writer per tenant inside this process (the store's lock file covers other processes).
@@ -143,7 +143,7 @@ impl Service {
     pub fn open(config: Config) -> Result<Service> {
         let app = App::new(config)?;
         let store = app.store()?;
-        Ok(Service { app, store, jobs: documents::Jobs::default(), writers: Mutex::default() })
+        Ok(Service { app: Arc::new(app), store, jobs: documents::Jobs::default(), writers: Mutex::default() })
     }
 
     /// The configuration in force.
