@@ -180,6 +180,9 @@ pub struct AnswerTimings {
     pub retrieve_ms: f64,
     /// Rewriting a follow-up question.
     pub rewrite_ms: f64,
+    /// Waiting, after retrieval, for the LLM to be ready: the rest of its load when this answer
+    /// started it (a first question in a fresh process), else ~0.
+    pub model_wait_ms: f64,
     /// Building the prompt: the focused passages' sentences embedded and scored.
     pub focus_ms: f64,
     /// From the generation request to the first token.

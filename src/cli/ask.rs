@@ -127,12 +127,15 @@ pub(super) fn print_after(answer: &Answer) {
     let t = &answer.timings;
     match &answer.model {
         Some(m) => println!(
-            "answer {} · {m}{} · first token {:.1} s{} · {:.1} tokens/s · total {:.1} s",
+            "answer {} · {m}{} · {}first token {:.1} s{} · {:.1} tokens/s · total {:.1} s",
             answer.answer_id.unwrap_or_default(),
             match answer.written_by.as_deref() {
                 Some(w) if w != "local" => format!(" ({w})"),
                 _ => String::new(),
             },
+            // A fresh process loads the model beside retrieval; what was left of that load is
+            // part of the wait, so it is shown rather than hidden in "total".
+            if t.model_wait_ms >= 100.0 { format!("model loading {:.1} s · ", t.model_wait_ms / 1e3) } else { String::new() },
             t.first_token_ms / 1e3,
             if answer.second_try { " (asked again: the first reply had no words outside brackets)" } else { "" },
             t.tokens_per_second,

@@ -139,10 +139,15 @@ impl Service {
                 sink.token(&a.answer);
                 a
             } else {
+                let waited = std::time::Instant::now();
                 let generator = self.generator(o.llm.as_deref(), &mut warnings)?;
+                let model_wait_ms = waited.elapsed().as_secs_f64() * 1e3;
                 let support = self.app.support_checker(retriever.embedder().cloned(), &generator)?;
                 let answerer = Answerer::new(generator, support, options).with_focus_of(&retriever);
-                block_on(answerer.answer(question, standalone, &retrieval, sink))?
+                let mut answer = block_on(answerer.answer(question, standalone, &retrieval, sink))?;
+                answer.timings.model_wait_ms = model_wait_ms;
+                answer.timings.total_ms += model_wait_ms;
+                answer
             };
             Ok((retrieval, answer))
         })();

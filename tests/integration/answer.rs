@@ -56,6 +56,9 @@ fn ask_answers_with_checked_citations_then_takes_feedback() {
     assert!(sentences.iter().all(|s| s["supported"].is_boolean() && s["citations"].is_array()));
     let t = &a["timings"];
     assert!(t["first_token_ms"].as_f64().unwrap() > 0.0 && t["completion_tokens"].as_u64().unwrap() > 0, "{t}");
+    // The LLM loaded beside retrieval in this fresh process: what was left of its load is counted.
+    let ms = |k: &str| t[k].as_f64().unwrap_or_else(|| panic!("timings.{k}: {t}"));
+    assert!(ms("total_ms") >= ms("retrieve_ms") + ms("model_wait_ms") + ms("first_token_ms"), "{t}");
 
     // The audit row exists; feedback on it is stored; an unknown id is a user error.
     let id = a["answer_id"].as_i64().expect("an answer id");
