@@ -296,13 +296,9 @@ unsafe fn k_row<const FORMAT: u8>(row: &[u8], activations: &[u8], next: *const u
 /// # Panics
 /// When the slices' lengths do not match `m`, `k_blocks` and `dst.len()`.
 pub fn gemm(format: BlockFormat, m: usize, k_blocks: usize, activations: &[u8], weights: &[u8], dst: &mut [f32]) -> bool {
-    assert_eq!(activations.len(), m * k_blocks * Q8_0_BYTES, "activations: {m} rows of {k_blocks} Q8_0 blocks");
-    let n = dst.len() / m.max(1);
-    assert_eq!(dst.len(), m * n, "dst: {m} rows");
-    assert_eq!(weights.len(), n * k_blocks * format.bytes(), "weights: {n} rows of {k_blocks} blocks");
-    if m < GEMM_MIN_ROWS || GemvKernel::detect() != Some(GemvKernel::Avx512Vnni) {
+    let Some(n) = panel_columns(m, k_blocks, (activations, Q8_0_BYTES), (weights, format.bytes()), dst) else {
         return false;
-    }
+    };
     #[cfg(target_arch = "x86_64")]
     {
         let rows = Prepared::new(GemvKernel::Avx512Vnni, format, m * k_blocks, activations);
@@ -450,6 +446,18 @@ unsafe fn q0_tile<const R: usize>(panel: &Q0Panel, rows: &Prepared, k_blocks: us
 /// and serve every row; below this, candle's tiles).
 pub const GEMM_MIN_ROWS: usize = 32;
 
+/// The checks [`gemm`] and [`gemm_k`] share: the slices' lengths against `m` rows of `k_blocks`
+/// activation blocks (`activations`, bytes a block) and the weight rows (`weights`, bytes a
+/// block) that `dst` implies, panicking on a mismatch; then `Some(n)`, the weight rows, when the
+/// panels take the product (at least [`GEMM_MIN_ROWS`] rows on AVX-512 VNNI), else `None`.
+fn panel_columns(m: usize, k_blocks: usize, activations: (&[u8], usize), weights: (&[u8], usize), dst: &[f32]) -> Option<usize> {
+    assert_eq!(activations.0.len(), m * k_blocks * activations.1, "activations: {m} rows of {k_blocks} blocks");
+    let n = dst.len() / m.max(1);
+    assert_eq!(dst.len(), m * n, "dst: {m} rows");
+    assert_eq!(weights.0.len(), n * k_blocks * weights.1, "weights: {n} rows of {k_blocks} blocks");
+    (m >= GEMM_MIN_ROWS && GemvKernel::detect() == Some(GemvKernel::Avx512Vnni)).then_some(n)
+}
+
 /// Columns per panel of [`gemm_k`]: two 16-lane registers.
 const PANEL: usize = 32;
 
@@ -471,13 +479,9 @@ const TILE_ROWS: usize = 4;
 /// # Panics
 /// When the slices' lengths do not match `m`, `k_blocks` and `dst.len()`.
 pub fn gemm_k(format: KFormat, m: usize, k_blocks: usize, activations: &[u8], weights: &[u8], dst: &mut [f32]) -> bool {
-    assert_eq!(activations.len(), m * k_blocks * Q8_K_BYTES, "activations: {m} rows of {k_blocks} Q8_K blocks");
-    let n = dst.len() / m.max(1);
-    assert_eq!(dst.len(), m * n, "dst: {m} rows");
-    assert_eq!(weights.len(), n * k_blocks * format.bytes(), "weights: {n} rows of {k_blocks} blocks");
-    if m < GEMM_MIN_ROWS || GemvKernel::detect() != Some(GemvKernel::Avx512Vnni) {
+    let Some(n) = panel_columns(m, k_blocks, (activations, Q8_K_BYTES), (weights, format.bytes()), dst) else {
         return false;
-    }
+    };
     #[cfg(target_arch = "x86_64")]
     {
         let rows = KRows::new(format, m, k_blocks, activations);
