@@ -596,6 +596,22 @@ impl Answerer {
         self.with_focus(retriever.embedder().cloned(), retriever.reranker().cloned())
     }
 
+    /// What [`Answerer::answer`] would give the generator, without asking it: an answer with no
+    /// text whose sources are the prompt's passages, each with the text the generator would read
+    /// (`eval --qa --prompts-only`: where the evidence stops, measured without a model). A refused
+    /// retrieval gives the refusal, as `answer` does.
+    pub fn unasked(&self, question: &str, standalone: &str, retrieval: &Retrieval) -> Result<Answer> {
+        if retrieval.refused || retrieval.hits.is_empty() {
+            return Ok(refuse(question, standalone, retrieval, &self.options, self.support.method()));
+        }
+        let mut answer = blank(question, standalone, retrieval, self.support.method());
+        let t = Instant::now();
+        answer.sources = prompt_for(standalone, retrieval, &self.options, self.focus.as_ref())?.sources;
+        answer.timings.focus_ms = t.elapsed().as_secs_f64() * 1e3;
+        answer.timings.total_ms = answer.timings.focus_ms + answer.timings.retrieve_ms;
+        Ok(answer)
+    }
+
     /// The generator.
     pub fn generator(&self) -> &Arc<dyn Generator> {
         &self.generator

@@ -57,6 +57,11 @@ pub struct EvalArgs {
     /// system-context, direct.
     #[arg(long)]
     pub prompt: Option<String>,
+    /// With --qa: build each question's prompt and ask no model; report where the evidence
+    /// stopped (retrieval, the passages given, their budget, the focus) and how much passage text
+    /// the model would read. Minutes instead of an hour; writes no report.
+    #[arg(long, requires = "qa")]
+    pub prompts_only: bool,
     /// The qrels split to evaluate.
     #[arg(long, default_value = "test")]
     pub split: String,
@@ -442,6 +447,7 @@ fn run_qa(g: &GlobalArgs, app: &ragbox::app::App, args: &EvalArgs) -> anyhow::Re
                 answer: answer.clone(),
                 support,
             },
+            prompts_only: args.prompts_only,
         };
         reports.push(qa_run(&plan, embedder.clone(), generator.clone(), reranker.clone(), &mut |msg| {
             if !quiet {
@@ -455,16 +461,25 @@ fn run_qa(g: &GlobalArgs, app: &ragbox::app::App, args: &EvalArgs) -> anyhow::Re
     if g.json {
         print_json(&serde_json::json!({ "split": args.split, "collections": reports, "all": all }))?;
     } else {
-        for r in reports.iter().flat_map(|r| &r.rows) {
-            println!("- [{}] {} → {}", r.collection, r.question, r.answer.replace('\n', " "));
+        if !args.prompts_only {
+            for r in reports.iter().flat_map(|r| &r.rows) {
+                println!("- [{}] {} → {}", r.collection, r.question, r.answer.replace('\n', " "));
+            }
+            print!("{}{rows}", markdown_header());
         }
-        print!("{}{rows}", markdown_header());
         for r in reports.iter().chain(&all) {
             let lost: Vec<String> = r.evidence_lost.iter().map(|(stage, n)| format!("{stage} {n}")).collect();
-            println!("{}: evidence of {} answerable questions: {}", r.collection, r.answerable, lost.join(", "));
+            println!(
+                "{}: evidence of {} answerable questions: {}; read of retrieved {:.1}%, passage text read p50 {:.0} characters",
+                r.collection,
+                r.answerable,
+                lost.join(", "),
+                r.evidence_shown_of_retrieved * 100.0,
+                r.read_chars_p50
+            );
         }
     }
-    if !args.no_report {
+    if !args.no_report && !args.prompts_only {
         use std::io::Write;
         let mut f = std::fs::OpenOptions::new().create(true).append(true).open(&args.report)?;
         writeln!(f, "\n<!-- eval --qa ({} half) on {}: `{command}` -->\n{}{rows}", args.split, machine(), markdown_header())?;

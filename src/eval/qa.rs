@@ -59,6 +59,9 @@ pub struct QaPlan {
     pub split: Option<String>,
     /// The documents they are about, and the settings they are asked with.
     pub setup: QaSetup,
+    /// Build each question's prompt and ask no model: the rows say where the evidence stopped
+    /// and what the model would have read, in the time retrieval and the focus take.
+    pub prompts_only: bool,
 }
 
 /// The documents a question-answering evaluation asks over and how it asks: the part of the plan
@@ -145,6 +148,9 @@ pub struct QaRow {
     pub copied_share: f64,
     /// The answer stopped at the token cap.
     pub hit_token_cap: bool,
+    /// What the model read of each passage given (the focused sentences, or the whole passage),
+    /// or of the closest material when it declined.
+    pub read: Vec<String>,
     /// Tokens of the prompt (0 when no model was called).
     pub prompt_tokens: usize,
     /// Milliseconds to the first token (0 when no model was called).
@@ -206,6 +212,9 @@ pub struct QaReport {
     pub focus: usize,
     /// Median prompt tokens of the answers the model wrote.
     pub prompt_tokens_p50: f64,
+    /// Median characters of passage text the model read (of every question not refused by
+    /// retrieval): what the focus and the budget give it.
+    pub read_chars_p50: f64,
     /// Answerable questions asked.
     pub answerable: usize,
     /// Of those, refused (by the floor or the model): misses.
@@ -401,6 +410,10 @@ pub(crate) fn score(collection: &str, q: &QaQuestion, retrieval: &Retrieval, a: 
         },
         copied_share: if a.refused { 0.0 } else { copied_share(&answer_words, &passages, COPY_RUN) },
         hit_token_cap: a.hit_token_cap,
+        read: {
+            let read = if a.sources.is_empty() { &a.closest } else { &a.sources };
+            read.iter().map(|s| s.shown.clone().unwrap_or_else(|| s.text.clone())).filter(|t| !t.is_empty()).collect()
+        },
         prompt_tokens: a.timings.prompt_tokens,
         first_token_ms: a.timings.first_token_ms,
         total_ms,
@@ -422,7 +435,11 @@ pub fn run(
     for (i, q) in questions.iter().enumerate() {
         let t = std::time::Instant::now();
         let retrieval = retriever.retrieve(&q.question)?;
-        let a = block_on(answerer.answer(&q.question, &q.question, &retrieval, &mut Discard))?;
+        let a = if plan.prompts_only {
+            answerer.unasked(&q.question, &q.question, &retrieval)?
+        } else {
+            block_on(answerer.answer(&q.question, &q.question, &retrieval, &mut Discard))?
+        };
         let row = score(&plan.collection, q, &retrieval, &a, plan.setup.answer.passages, t.elapsed().as_secs_f64() * 1e3);
         progress(&format!(
             "{}/{} {}: F1 {:.2}, evidence {}, {:.1} s",
@@ -459,6 +476,12 @@ pub(crate) fn summarise(collection: &str, model: &str, options: &AnswerOptions, 
     ttft.sort_by(f64::total_cmp);
     total.sort_by(f64::total_cmp);
     prompt_tokens.sort_by(f64::total_cmp);
+    let mut read_chars: Vec<f64> = rows
+        .iter()
+        .filter(|r| r.refusal != Some(Refusal::NoGoodSource))
+        .map(|r| r.read.iter().map(|t| t.chars().count()).sum::<usize>() as f64)
+        .collect();
+    read_chars.sort_by(f64::total_cmp);
     let unanswerable = rows.len() - n;
     let retrieved = answerable
         .iter()
@@ -477,6 +500,7 @@ pub(crate) fn summarise(collection: &str, model: &str, options: &AnswerOptions, 
         max_tokens: options.max_tokens,
         focus: options.focus,
         prompt_tokens_p50: percentile(&prompt_tokens, 50.0),
+        read_chars_p50: percentile(&read_chars, 50.0),
         answerable: n,
         answerable_refused: answerable.iter().filter(|r| r.refusal.is_some()).count(),
         quoted: rows.iter().filter(|r| r.quoted.is_some()).count(),

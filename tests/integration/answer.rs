@@ -330,3 +330,71 @@ fn a_gguf_file_that_is_no_chat_model_is_refused_with_the_fix() {
     assert!(err.contains("generate.model"), "the error says what to do: {err}");
     assert!(err.contains(&file.display().to_string()), "the error names the file: {err}");
 }
+
+/// `eval --qa --prompts-only`: each question's prompt is built and no model is asked; every row
+/// says where its evidence stopped, and that stage agrees with what the model would have read.
+#[test]
+fn eval_prompts_only_reports_where_the_evidence_stopped_without_asking_the_model() {
+    use ragbox::eval::qa::words;
+    let tmp = tempfile::tempdir().unwrap();
+    let all = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/eval/qa/sample-corpus.jsonl")).unwrap();
+    let picked: Vec<&str> = ["What's the hotel cap in London?", "What should I do if I lose my laptop?", "How many days of annual leave do I get?"]
+        .iter()
+        .map(|q| all.lines().find(|l| l.contains(&format!("\"question\": \"{q}\""))).unwrap_or_else(|| panic!("{q} is in the set")))
+        .collect();
+    let questions = tmp.path().join("three.jsonl");
+    std::fs::write(&questions, picked.join("\n")).unwrap();
+    let corpus = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/corpus");
+    let report = tmp.path().join("EVAL.md");
+    let mut cmd = ragbox(&tmp.path().join("data"));
+    cmd.args(["--json", "eval", "--prompts-only", "--split", "dev", "--qa"]).arg(&questions).arg("--corpus").arg(&corpus);
+    cmd.arg("--scratch").arg(tmp.path().join("scratch")).arg("--report").arg(&report);
+    let (code, out, err) = run(&mut cmd);
+    assert_eq!(code, 0, "{err}");
+    let v: serde_json::Value = serde_json::from_str(out.trim()).unwrap_or_else(|e| panic!("{out}: {e}"));
+    let c = &v["collections"][0];
+    let rows = c["rows"].as_array().unwrap();
+    assert_eq!(rows.len(), 3, "{c:#}");
+    assert!(!report.exists(), "a prompts-only run writes no report");
+    let evidence = |q: &str| -> Vec<String> {
+        let line: serde_json::Value = serde_json::from_str(picked.iter().find(|l| l.contains(q)).unwrap()).unwrap();
+        line["evidence"].as_str().map(words).unwrap_or_default()
+    };
+    let holds = |text: &str, ev: &[String]| words(text).windows(ev.len()).any(|w| w == ev);
+    let mut shown = 0;
+    for r in rows {
+        let q = r["question"].as_str().unwrap();
+        // No model was asked.
+        assert_eq!((r["answer"].as_str(), r["prompt_tokens"].as_u64(), r["first_token_ms"].as_f64()), (Some(""), Some(0), Some(0.0)), "{r:#}");
+        let read: Vec<&str> = r["read"].as_array().unwrap().iter().map(|t| t.as_str().unwrap()).collect();
+        let stage = r["evidence_stage"].as_str().unwrap();
+        if r["answerable"] == false {
+            assert_eq!(stage, "none", "{r:#}");
+            continue;
+        }
+        let ev = evidence(q);
+        match stage {
+            "shown" => {
+                shown += 1;
+                assert!(read.iter().any(|t| holds(t, &ev)), "{q}: shown, so a passage read holds {ev:?}: {read:#?}");
+            }
+            "dropped_by_focus" | "cut_by_budget" | "below_passages" | "not_retrieved" => {
+                assert!(!read.iter().any(|t| holds(t, &ev)), "{q}: {stage}, yet read: {read:#?}")
+            }
+            other => assert_eq!(other, "refused", "{r:#}"),
+        }
+        if stage != "refused" {
+            assert!(!read.is_empty() && read.iter().all(|t| !t.is_empty()), "{r:#}");
+        }
+    }
+    assert!(shown >= 1, "the London row reaches the prompt: {rows:#?}");
+    assert!(c["read_chars_p50"].as_f64().unwrap() > 0.0, "{c:#}");
+    // The human form names the figure the focus is tuned on.
+    let mut cmd = ragbox(&tmp.path().join("data"));
+    cmd.args(["eval", "--prompts-only", "--split", "dev", "--qa"]).arg(&questions).arg("--corpus").arg(&corpus);
+    cmd.arg("--scratch").arg(tmp.path().join("scratch")).arg("--report").arg(&report);
+    let (code, out, err) = run(&mut cmd);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("read of retrieved") && out.contains("passage text read p50"), "{out}");
+    assert!(!out.contains(" → "), "no answers are listed: {out}");
+}
