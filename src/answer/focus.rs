@@ -118,6 +118,11 @@ pub struct Unit {
 }
 
 impl Unit {
+    /// A sentence that asks (ends with a question mark, closing quotes and brackets aside).
+    pub fn is_question(&self) -> bool {
+        self.text.trim_end_matches(['"', '\'', '”', '’', ')', ']', '*', '_', ' ']).ends_with('?')
+    }
+
     /// The unit as the prompt shows it and the embedder reads it: a table row after its header.
     pub fn shown(&self) -> String {
         if self.header.is_empty() {
@@ -200,7 +205,11 @@ pub fn units(text: &str) -> Vec<Unit> {
     out
 }
 
-/// The unit that scored best against the question, over all passages.
+/// The unit that scored best against the question, over all passages. A passage's own question
+/// ("Can I have Tk events handled while waiting for I/O?", a FAQ's heading written as a
+/// sentence) matches the question asked best and answers nothing: the unit after it, its
+/// answer, stands in for it at its score; a question with no answer after it is passed over.
+/// So the sentence quoted in place of a reply is never a question.
 #[derive(Debug, Clone, PartialEq)]
 pub struct BestUnit {
     /// Index of its passage in the passages focused.
@@ -245,9 +254,10 @@ pub fn focus(scorer: &FocusScorer, question: &str, passages: &[&str], keep: usiz
         }
     }
     scored.sort_by(|a, b| b.0.total_cmp(&a.0).then(a.1.cmp(&b.1)).then(a.2.cmp(&b.2)));
-    let best = scored.first().map(|&(score, p, u)| BestUnit {
+    let answer_to = |p: usize, u: usize| if per[p][u].is_question() { per[p].get(u + 1).filter(|n| !n.is_question()) } else { Some(&per[p][u]) };
+    let best = scored.iter().find_map(|&(score, p, u)| Some((score, p, answer_to(p, u)?))).map(|(score, p, unit)| BestUnit {
         passage: p,
-        unit: per[p][u].clone(),
+        unit: unit.clone(),
         score,
         by_cross_encoder: matches!(scorer, FocusScorer::Reranker(_)),
     });
@@ -327,6 +337,26 @@ mod tests {
         assert_eq!(got.shown, vec![Some("Receipts are kept for 7 years.".to_string())]);
         let best = got.best.unwrap();
         assert_eq!((best.passage, best.unit.text.as_str(), best.score, best.by_cross_encoder), (0, "Receipts are kept for 7 years.", 3.0, true));
+    }
+
+    #[test]
+    fn the_best_unit_is_never_a_question() {
+        let scorer = FocusScorer::Reranker(Arc::new(WordOverlap { cheap: true }));
+        // The passage's own question shares the most words with the one asked.
+        let faq = "Can I have Tk events handled while waiting for I/O? On platforms other than Windows, yes, and you don't need threads.";
+        let got = focus(&scorer, "can Tk events be handled while waiting for I/O without threads", &[faq], 2).unwrap();
+        let best = got.best.unwrap();
+        assert_eq!(best.unit.text, "On platforms other than Windows, yes, and you don't need threads.");
+        // At the question's score: the cross-encoder found the passage's question and answer.
+        assert_eq!(best.score, 8.0);
+        // The question is still read by the model: only the quote leaves it out.
+        assert!(got.shown[0].as_deref().unwrap().starts_with("Can I have Tk events"), "{:?}", got.shown);
+        assert!(Unit { text: "He asked: “is it free?”".into(), header: String::new() }.is_question());
+        assert!(!Unit { text: "Why? Because it is.".into(), header: String::new() }.is_question());
+        // A question with a question after it is passed over; nothing but questions: nothing to quote.
+        let got = focus(&scorer, "why how tk", &["Why Tk? How? Tk is a toolkit."], 3).unwrap();
+        assert_eq!(got.best.unwrap().unit.text, "Tk is a toolkit.");
+        assert!(focus(&scorer, "why", &["Why? How?"], 2).unwrap().best.is_none());
     }
 
     #[test]
