@@ -365,6 +365,29 @@ pub fn refuse(
     answer
 }
 
+/// What [`Answerer::answer`] would give the generator for `standalone`, without asking it (nor
+/// loading it): an answer with no text whose sources are the prompt's passages, each with the
+/// text the generator would read (`eval --qa --prompts-only`: where the evidence stops, measured
+/// without a model). A refused retrieval gives the refusal, as `answer` does.
+pub fn unasked(
+    question: &str,
+    standalone: &str,
+    retrieval: &Retrieval,
+    options: &AnswerOptions,
+    focus: Option<&FocusScorer>,
+    support_method: SupportMethod,
+) -> Result<Answer> {
+    if retrieval.refused || retrieval.hits.is_empty() {
+        return Ok(refuse(question, standalone, retrieval, options, support_method));
+    }
+    let mut answer = blank(question, standalone, retrieval, support_method);
+    let t = Instant::now();
+    answer.sources = prompt_for(standalone, retrieval, options, focus)?.sources;
+    answer.timings.focus_ms = t.elapsed().as_secs_f64() * 1e3;
+    answer.timings.total_ms = answer.timings.focus_ms + answer.timings.retrieve_ms;
+    Ok(answer)
+}
+
 /// How a question's standalone form was made.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
@@ -594,22 +617,6 @@ impl Answerer {
     /// passages as retrieval did.
     pub fn with_focus_of(self, retriever: &crate::retrieve::Retriever<'_>) -> Answerer {
         self.with_focus(retriever.embedder().cloned(), retriever.reranker().cloned())
-    }
-
-    /// What [`Answerer::answer`] would give the generator, without asking it: an answer with no
-    /// text whose sources are the prompt's passages, each with the text the generator would read
-    /// (`eval --qa --prompts-only`: where the evidence stops, measured without a model). A refused
-    /// retrieval gives the refusal, as `answer` does.
-    pub fn unasked(&self, question: &str, standalone: &str, retrieval: &Retrieval) -> Result<Answer> {
-        if retrieval.refused || retrieval.hits.is_empty() {
-            return Ok(refuse(question, standalone, retrieval, &self.options, self.support.method()));
-        }
-        let mut answer = blank(question, standalone, retrieval, self.support.method());
-        let t = Instant::now();
-        answer.sources = prompt_for(standalone, retrieval, &self.options, self.focus.as_ref())?.sources;
-        answer.timings.focus_ms = t.elapsed().as_secs_f64() * 1e3;
-        answer.timings.total_ms = answer.timings.focus_ms + answer.timings.retrieve_ms;
-        Ok(answer)
     }
 
     /// The generator.

@@ -237,9 +237,21 @@ struct AnswerStack {
 }
 
 fn answer_stack(app: &ragbox::app::App, args: &EvalArgs) -> anyhow::Result<AnswerStack> {
+    let RetrievalStack { embedder, reranker, retrieve } = retrieval_stack(app, args)?;
+    let generator = app.generator(args.llm.as_deref())?;
+    Ok(AnswerStack { embedder, generator, reranker, retrieve })
+}
+
+/// [`AnswerStack`] without the generator: what `eval --qa --prompts-only` loads.
+struct RetrievalStack {
+    embedder: std::sync::Arc<dyn ragbox::embed::Embedder>,
+    reranker: Option<std::sync::Arc<dyn ragbox::rerank::Reranker>>,
+    retrieve: ragbox::retrieve::RetrieveOptions,
+}
+
+fn retrieval_stack(app: &ragbox::app::App, args: &EvalArgs) -> anyhow::Result<RetrievalStack> {
     let model = app.config.embed.model.clone();
     let embedder = app.embedder(Some(&model))?;
-    let generator = app.generator(args.llm.as_deref())?;
     let reranker = match &args.reranker {
         Some(name) => app.reranker_named(name)?,
         None => app.reranker()?,
@@ -247,7 +259,7 @@ fn answer_stack(app: &ragbox::app::App, args: &EvalArgs) -> anyhow::Result<Answe
     let mut retrieve = app.retrieve_options();
     let scorer = reranker.as_ref().map_or(model.clone(), |r| r.model_id().to_string());
     retrieve.floor = app.config.retrieve.floors.get(&scorer).copied();
-    Ok(AnswerStack { embedder, generator, reranker, retrieve })
+    Ok(RetrievalStack { embedder, reranker, retrieve })
 }
 
 /// `eval --answers`: the default configuration's retrieval, the configured generator.
@@ -427,7 +439,9 @@ fn run_qa(g: &GlobalArgs, app: &ragbox::app::App, args: &EvalArgs) -> anyhow::Re
         anyhow::bail!("give one --corpus DIR per --qa FILE, in the same order ({} --qa, {} --corpus)", args.qa.len(), args.corpus.len());
     }
     let split = question_half(&args.split)?;
-    let AnswerStack { embedder, generator, reranker, retrieve } = answer_stack(app, args)?;
+    let RetrievalStack { embedder, reranker, retrieve } = retrieval_stack(app, args)?;
+    // A prompts-only run asks no model, so none is loaded (its files need not be there).
+    let generator = if args.prompts_only { None } else { Some(app.generator(args.llm.as_deref())?) };
     let answer = eval_answer_options(app, args)?;
     let support = app.config.answer.support;
     let quiet = g.quiet;

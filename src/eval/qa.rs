@@ -16,7 +16,8 @@ use serde::{Deserialize, Serialize};
 
 use crate::answer::cite::strip_markers;
 use crate::answer::support::{SupportChecker, SupportMethod};
-use crate::answer::{Answer, AnswerOptions, Answerer, Refusal};
+use crate::answer::focus::FocusScorer;
+use crate::answer::{unasked, Answer, AnswerOptions, Answerer, Refusal};
 use crate::embed::Embedder;
 use crate::error::{Error, Result};
 use crate::eval::answers::checked_citations;
@@ -82,8 +83,21 @@ pub struct QaSetup {
 }
 
 impl QaSetup {
-    /// Ingests the documents into `store` (incremental), then the answer path over their tenant:
-    /// its retriever, and an answerer that focuses with the models retrieval ranks with.
+    /// Ingests the documents into `store` (incremental), then their tenant's retriever.
+    pub fn retriever<'s>(
+        &self,
+        store: &'s Store,
+        embedder: &Arc<dyn Embedder>,
+        reranker: Option<Arc<dyn Reranker>>,
+        progress: Progress<'_>,
+    ) -> Result<Retriever<'s>> {
+        progress(&format!("ingest {} into tenant {}", self.corpus.display(), self.ingest.tenant));
+        ingest(store, embedder, &self.corpus, &self.ingest, &mut |_| {})?;
+        let tenant = store.catalog().require_tenant(&self.ingest.tenant)?;
+        Retriever::new(store, &tenant, Some(embedder.clone()), reranker, self.retrieve.clone())
+    }
+
+    /// [`QaSetup::retriever`], and an answerer that focuses with the models retrieval ranks with.
     pub fn answer_path<'s>(
         &self,
         store: &'s Store,
@@ -92,10 +106,7 @@ impl QaSetup {
         reranker: Option<Arc<dyn Reranker>>,
         progress: Progress<'_>,
     ) -> Result<(Retriever<'s>, Answerer)> {
-        progress(&format!("ingest {} into tenant {}", self.corpus.display(), self.ingest.tenant));
-        ingest(store, embedder, &self.corpus, &self.ingest, &mut |_| {})?;
-        let tenant = store.catalog().require_tenant(&self.ingest.tenant)?;
-        let retriever = Retriever::new(store, &tenant, Some(embedder.clone()), reranker, self.retrieve.clone())?;
+        let retriever = self.retriever(store, embedder, reranker, progress)?;
         let checker = SupportChecker::new(self.support, embedder.clone(), generator);
         let answerer = Answerer::new(generator.clone(), checker, self.answer.clone()).with_focus_of(&retriever);
         Ok((retriever, answerer))
@@ -420,25 +431,33 @@ pub(crate) fn score(collection: &str, q: &QaQuestion, retrieval: &Retrieval, a: 
     }
 }
 
-/// Runs the plan with `embedder` (the index's model), `generator` and an optional reranker.
+/// Runs the plan with `embedder` (the index's model), `generator` and an optional reranker. A
+/// plan with `prompts_only` needs no generator (none is loaded or asked).
 pub fn run(
     plan: &QaPlan,
     embedder: Arc<dyn Embedder>,
-    generator: Arc<dyn Generator>,
+    generator: Option<Arc<dyn Generator>>,
     reranker: Option<Arc<dyn Reranker>>,
     progress: Progress<'_>,
 ) -> Result<QaReport> {
     let questions = load(&plan.questions, plan.split.as_deref())?;
     let store = Store::open(&plan.setup.scratch, VectorOptions::default())?;
-    let (retriever, answerer) = plan.setup.answer_path(&store, &embedder, &generator, reranker, progress)?;
+    let (retriever, answerer) = match generator.as_ref().filter(|_| !plan.prompts_only) {
+        Some(generator) => {
+            let (retriever, answerer) = plan.setup.answer_path(&store, &embedder, generator, reranker, progress)?;
+            (retriever, Some(answerer))
+        }
+        None if plan.prompts_only => (plan.setup.retriever(&store, &embedder, reranker, progress)?, None),
+        None => return Err(Error::Invalid("answering needs a generator (only --prompts-only runs without one)".into())),
+    };
+    let focus = FocusScorer::choose(plan.setup.answer.focus_by, retriever.embedder().cloned(), retriever.reranker().cloned());
     let mut rows = Vec::new();
     for (i, q) in questions.iter().enumerate() {
         let t = std::time::Instant::now();
         let retrieval = retriever.retrieve(&q.question)?;
-        let a = if plan.prompts_only {
-            answerer.unasked(&q.question, &q.question, &retrieval)?
-        } else {
-            block_on(answerer.answer(&q.question, &q.question, &retrieval, &mut Discard))?
+        let a = match &answerer {
+            Some(answerer) => block_on(answerer.answer(&q.question, &q.question, &retrieval, &mut Discard))?,
+            None => unasked(&q.question, &q.question, &retrieval, &plan.setup.answer, focus.as_ref(), plan.setup.support)?,
         };
         let row = score(&plan.collection, q, &retrieval, &a, plan.setup.answer.passages, t.elapsed().as_secs_f64() * 1e3);
         progress(&format!(
@@ -452,7 +471,11 @@ pub fn run(
         ));
         rows.push(row);
     }
-    Ok(summarise(&plan.collection, generator.model_id(), &plan.setup.answer, rows))
+    let model = match (&generator, plan.prompts_only) {
+        (Some(g), false) => g.model_id().to_string(),
+        _ => "none (prompts only)".to_string(),
+    };
+    Ok(summarise(&plan.collection, &model, &plan.setup.answer, rows))
 }
 
 /// One report over several collections' reports: every question counted once.

