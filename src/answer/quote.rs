@@ -1,8 +1,10 @@
 //! The quoted answer: when the model's reply is not an answer (it said the passages do not
 //! answer, wrote no words, or only restated the question) and the passage sentence the
-//! cross-encoder scores best against the question clears `answer.quote_floor`, that sentence is
-//! quoted, cited to its passage, instead of a refusal or an empty restatement; when the reply
-//! is an answer but no passage it cites supports any of its sentences, the quote follows them.
+//! cross-encoder scores best against the question clears `answer.quote_floor` (never a question:
+//! a passage's own question gives way to the sentence after it, [`super::focus::BestUnit`]), that
+//! sentence is quoted, cited to its passage, instead of a refusal or an empty restatement; when
+//! the reply is an answer but no passage it cites supports any of its sentences, the quote
+//! follows them.
 //!
 //! Imports `answer::focus` (the best-scored unit) and `answer::follow_up` (content words).
 //!

@@ -85,7 +85,7 @@ pub(super) fn print_after(answer: &Answer) {
     }
     if let Some(q) = &answer.quoted {
         println!(
-            "(a quote: {}, so the passage sentence the cross-encoder scores best against the question is quoted, logit {:.1})",
+            "(a quote: {}, so the passage sentence the cross-encoder scores best against the question is quoted, logit {:.1}; a passage's own question gives way to the sentence after it)",
             q.because.describe(),
             q.score
         );

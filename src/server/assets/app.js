@@ -228,7 +228,7 @@ class AnswerView {
       body.append(text);
       if (a.quoted) {
         const why = { declined: 'the model said the passages do not answer', no_words: 'the model wrote no words', restated_question: 'the model only restated the question', unsupported: "no passage it cites supports the model's answer" }[a.quoted.because] || 'the model wrote no answer';
-        body.append(h('p', { class: 'quote-note muted' }, `A quote: ${why}, so the passage sentence that scores best against the question is shown as written.`));
+        body.append(h('p', { class: 'quote-note muted' }, `A quote: ${why}, so the passage sentence that scores best against the question is shown as written (a passage's own question gives way to the sentence after it).`));
       }
       const flagged = sentences.filter((s) => !s.supported && s.reason);
       if (flagged.length) {
