@@ -257,10 +257,18 @@ pub struct Answer {
 }
 
 impl Answer {
-    /// The chunk ids served: the passages given, or the closest material when refused.
+    /// The passages served: those given to the generator, or the closest material when refused.
+    pub fn served(&self) -> &[Source] {
+        if self.sources.is_empty() {
+            &self.closest
+        } else {
+            &self.sources
+        }
+    }
+
+    /// The chunk ids of [`Answer::served`].
     pub fn served_chunks(&self) -> Vec<ChunkId> {
-        let list = if self.sources.is_empty() { &self.closest } else { &self.sources };
-        list.iter().map(|s| s.chunk).collect()
+        self.served().iter().map(|s| s.chunk).collect()
     }
 }
 

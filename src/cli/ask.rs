@@ -1,7 +1,8 @@
 //! `ragbox ask "q"`: one grounded answer. Retrieves (the LLM loading beside it), refuses without
 //! waiting for the LLM when nothing clears the floor, else streams the answer, then its sources,
-//! removed citations and the sentences its sources do not support (amber on a terminal). `--json`: one object. Every ask
-//! writes an answer log row; its id is what `ragbox feedback` takes.
+//! removed citations and the sentences its sources do not support (amber on a terminal).
+//! `--json`: one object. Every ask writes an answer log row; its id is what `ragbox feedback`
+//! takes.
 
 use std::io::{IsTerminal, Write};
 

@@ -461,7 +461,6 @@ fn run_qa(g: &GlobalArgs, app: &ragbox::app::App, args: &EvalArgs) -> anyhow::Re
                 answer: answer.clone(),
                 support,
             },
-            prompts_only: args.prompts_only,
         };
         reports.push(qa_run(&plan, embedder.clone(), generator.clone(), reranker.clone(), &mut |msg| {
             if !quiet {

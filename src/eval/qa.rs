@@ -60,9 +60,6 @@ pub struct QaPlan {
     pub split: Option<String>,
     /// The documents they are about, and the settings they are asked with.
     pub setup: QaSetup,
-    /// Build each question's prompt and ask no model: the rows say where the evidence stopped
-    /// and what the model would have read, in the time retrieval and the focus take.
-    pub prompts_only: bool,
 }
 
 /// The documents a question-answering evaluation asks over and how it asks: the part of the plan
@@ -97,7 +94,14 @@ impl QaSetup {
         Retriever::new(store, &tenant, Some(embedder.clone()), reranker, self.retrieve.clone())
     }
 
-    /// [`QaSetup::retriever`], and an answerer that focuses with the models retrieval ranks with.
+    /// An answerer over `retriever` that writes with `generator` and focuses with the models
+    /// retrieval ranks with.
+    pub fn answerer(&self, retriever: &Retriever<'_>, embedder: &Arc<dyn Embedder>, generator: &Arc<dyn Generator>) -> Answerer {
+        let checker = SupportChecker::new(self.support, embedder.clone(), generator);
+        Answerer::new(generator.clone(), checker, self.answer.clone()).with_focus_of(retriever)
+    }
+
+    /// [`QaSetup::retriever`] and [`QaSetup::answerer`].
     pub fn answer_path<'s>(
         &self,
         store: &'s Store,
@@ -107,8 +111,7 @@ impl QaSetup {
         progress: Progress<'_>,
     ) -> Result<(Retriever<'s>, Answerer)> {
         let retriever = self.retriever(store, embedder, reranker, progress)?;
-        let checker = SupportChecker::new(self.support, embedder.clone(), generator);
-        let answerer = Answerer::new(generator.clone(), checker, self.answer.clone()).with_focus_of(&retriever);
+        let answerer = self.answerer(&retriever, embedder, generator);
         Ok((retriever, answerer))
     }
 }
@@ -366,8 +369,7 @@ fn evidence_stage(evidence: &[String], retrieval: &Retrieval, a: &Answer, passag
         return EvidenceStage::BelowPassages;
     }
     // The model declined: its passages are the closest material.
-    let read = if a.sources.is_empty() { &a.closest } else { &a.sources };
-    let given: Vec<&crate::answer::Source> = read.iter().filter(|s| holds(&s.text, evidence)).collect();
+    let given: Vec<&crate::answer::Source> = a.served().iter().filter(|s| holds(&s.text, evidence)).collect();
     if given.is_empty() {
         return EvidenceStage::CutByBudget;
     }
@@ -421,18 +423,16 @@ pub(crate) fn score(collection: &str, q: &QaQuestion, retrieval: &Retrieval, a: 
         },
         copied_share: if a.refused { 0.0 } else { copied_share(&answer_words, &passages, COPY_RUN) },
         hit_token_cap: a.hit_token_cap,
-        read: {
-            let read = if a.sources.is_empty() { &a.closest } else { &a.sources };
-            read.iter().map(|s| s.shown.clone().unwrap_or_else(|| s.text.clone())).filter(|t| !t.is_empty()).collect()
-        },
+        read: a.served().iter().map(|s| s.shown.clone().unwrap_or_else(|| s.text.clone())).filter(|t| !t.is_empty()).collect(),
         prompt_tokens: a.timings.prompt_tokens,
         first_token_ms: a.timings.first_token_ms,
         total_ms,
     }
 }
 
-/// Runs the plan with `embedder` (the index's model), `generator` and an optional reranker. A
-/// plan with `prompts_only` needs no generator (none is loaded or asked).
+/// Runs the plan with `embedder` (the index's model), `generator` and an optional reranker.
+/// Without a generator each question's prompt is built and no model is asked: the rows say where
+/// the evidence stopped and what the model would have read (`eval --qa --prompts-only`).
 pub fn run(
     plan: &QaPlan,
     embedder: Arc<dyn Embedder>,
@@ -442,14 +442,8 @@ pub fn run(
 ) -> Result<QaReport> {
     let questions = load(&plan.questions, plan.split.as_deref())?;
     let store = Store::open(&plan.setup.scratch, VectorOptions::default())?;
-    let (retriever, answerer) = match generator.as_ref().filter(|_| !plan.prompts_only) {
-        Some(generator) => {
-            let (retriever, answerer) = plan.setup.answer_path(&store, &embedder, generator, reranker, progress)?;
-            (retriever, Some(answerer))
-        }
-        None if plan.prompts_only => (plan.setup.retriever(&store, &embedder, reranker, progress)?, None),
-        None => return Err(Error::Invalid("answering needs a generator (only --prompts-only runs without one)".into())),
-    };
+    let retriever = plan.setup.retriever(&store, &embedder, reranker, progress)?;
+    let answerer = generator.as_ref().map(|g| plan.setup.answerer(&retriever, &embedder, g));
     let focus = FocusScorer::choose(plan.setup.answer.focus_by, retriever.embedder().cloned(), retriever.reranker().cloned());
     let mut rows = Vec::new();
     for (i, q) in questions.iter().enumerate() {
@@ -471,10 +465,7 @@ pub fn run(
         ));
         rows.push(row);
     }
-    let model = match (&generator, plan.prompts_only) {
-        (Some(g), false) => g.model_id().to_string(),
-        _ => "none (prompts only)".to_string(),
-    };
+    let model = generator.as_ref().map_or_else(|| "none (prompts only)".to_string(), |g| g.model_id().to_string());
     Ok(summarise(&plan.collection, &model, &plan.setup.answer, rows))
 }
 
