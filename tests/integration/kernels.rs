@@ -208,6 +208,53 @@ mod tiles {
         }
     }
 
+    /// TEMPORARY (issue 34's move): ragbox's ported tiles against candle's patched tiles.
+    #[test]
+    fn ragbox_tiles_give_candles_tiles_results_bit_for_bit() {
+        use ragbox_kernels::ggml::{tiles_k_with, tiles_with, BlockFormat, KFormat, TileKernel};
+        let bytes = |p: *const u8, len: usize| unsafe { std::slice::from_raw_parts(p, len) };
+        let ours = |k: Q0Kernel| match k {
+            Q0Kernel::Avx512Vnni => TileKernel::Avx512Vnni,
+            Q0Kernel::AvxVnni => TileKernel::AvxVnni,
+            Q0Kernel::Avx2 => TileKernel::Avx2,
+        };
+        fn run_q0<W: GgmlType<VecDotType = BlockQ8_0> + Q0Block>(format: BlockFormat, m: usize, n: usize, ours: &dyn Fn(Q0Kernel) -> TileKernel, bytes: &dyn Fn(*const u8, usize) -> &'static [u8]) {
+            let k = 896;
+            let lhs: Vec<BlockQ8_0> = blocks(&values(m * k), m);
+            let rhs: Vec<W> = blocks(&values(n * k), n);
+            for kernel in Q0Kernel::available() {
+                let mut theirs = vec![f32::NAN; m * n];
+                unsafe { matmul_q0(kernel, m, k / 32, n, &lhs, &rhs, 0..n, theirs.as_mut_ptr()) };
+                let mut got = vec![f32::NAN; m * n];
+                tiles_with(ours(kernel), format, m, k / 32, bytes(lhs.as_ptr() as *const u8, std::mem::size_of_val(&lhs[..])), bytes(rhs.as_ptr() as *const u8, std::mem::size_of_val(&rhs[..])), &mut got);
+                for (i, (g, t)) in got.iter().zip(&theirs).enumerate() {
+                    assert_eq!(g.to_bits(), t.to_bits(), "{format:?} {kernel:?} cell {i}: {g} vs {t}");
+                }
+            }
+        }
+        fn run_k<W: GgmlType<VecDotType = BlockQ8K> + KBlock>(format: KFormat, m: usize, n: usize, ours: &dyn Fn(Q0Kernel) -> TileKernel, bytes: &dyn Fn(*const u8, usize) -> &'static [u8]) {
+            let k = 1024;
+            let lhs: Vec<BlockQ8K> = blocks(&values(m * k), m);
+            let rhs: Vec<W> = blocks(&values(n * k), n);
+            for kernel in Q0Kernel::available() {
+                let mut theirs = vec![f32::NAN; m * n];
+                unsafe { matmul_k(kernel, m, k / 256, n, &lhs, &rhs, 0..n, theirs.as_mut_ptr()) };
+                let mut got = vec![f32::NAN; m * n];
+                tiles_k_with(ours(kernel), format, m, k / 256, bytes(lhs.as_ptr() as *const u8, std::mem::size_of_val(&lhs[..])), bytes(rhs.as_ptr() as *const u8, std::mem::size_of_val(&rhs[..])), &mut got);
+                for (i, (g, t)) in got.iter().zip(&theirs).enumerate() {
+                    assert_eq!(g.to_bits(), t.to_bits(), "{format:?} {kernel:?} cell {i}: {g} vs {t}");
+                }
+            }
+        }
+        for (m, n) in [(9, 11), (4, 12), (2, 5), (31, 50), (70, 43)] {
+            run_q0::<BlockQ4_0>(BlockFormat::Q4_0, m, n, &ours, &bytes);
+            run_q0::<BlockQ5_0>(BlockFormat::Q5_0, m, n, &ours, &bytes);
+            run_q0::<BlockQ8_0>(BlockFormat::Q8_0, m, n, &ours, &bytes);
+            run_k::<BlockQ4K>(KFormat::Q4K, m, n, &ours, &bytes);
+            run_k::<BlockQ6K>(KFormat::Q6K, m, n, &ours, &bytes);
+        }
+    }
+
     #[test]
     fn every_tile_kernel_this_cpu_runs_matches_the_one_row_dot_product() {
         // Rows and columns that fill the 8 x 3, 8 x 2, 4 x 3 and 4 x 2 tiles and leave remainders.

@@ -24,12 +24,18 @@
 //! [`gemm_k`] sums in another order (per sub-block) and says so.
 //!
 //! Dispatch is here: [`GemvKernel::detect`] picks AVX-512 VNNI or AVX2 once per process; off x86_64
-//! every function returns `false` and the caller's own kernel runs.
+//! every function returns `false` and the caller's own kernel runs. What the one-row kernels and
+//! the panels leave (2-31 rows, and a prompt on a CPU without AVX-512 VNNI) runs on the register
+//! tiles of [`tiles`] ([`TileKernel::detect`] picks theirs).
 
 #[cfg(target_arch = "x86_64")]
 use std::arch::x86_64::*;
 
 use rayon::prelude::*;
+
+mod tiles;
+
+pub use tiles::{tiles, tiles_k, tiles_k_with, tiles_with, TileKernel};
 
 /// A GGML weight block format this module reads.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -443,7 +449,7 @@ unsafe fn q0_tile<const R: usize>(panel: &Q0Panel, rows: &Prepared, k_blocks: us
 }
 
 /// Rows from which [`gemm`] and [`gemm_k`] pay for repacking the weights (the panels are made once per call
-/// and serve every row; below this, candle's tiles).
+/// and serve every row; below this, the register tiles of [`tiles`] and [`tiles_k`]).
 pub const GEMM_MIN_ROWS: usize = 32;
 
 /// The checks [`gemm`] and [`gemm_k`] share: the slices' lengths against `m` rows of `k_blocks`
@@ -1051,7 +1057,7 @@ mod tests {
 
     /// Random blocks of `format` (random codes, scales in [0.5, 1.5) as f16 bytes).
     /// (Q8_0 codes in [-127, 127], as GGML's quantiser makes them: -128 never occurs.)
-    fn blocks(format: BlockFormat, count: usize, seed: u64) -> Vec<u8> {
+    pub(super) fn blocks(format: BlockFormat, count: usize, seed: u64) -> Vec<u8> {
         let noise = values(count * format.bytes(), seed);
         let mut out = Vec::with_capacity(count * format.bytes());
         for block in noise.chunks_exact(format.bytes()) {
@@ -1129,7 +1135,7 @@ mod tests {
     }
 
     /// Random Q8_K activation blocks (codes in [-127, 127], their partial sums filled in).
-    fn q8k_blocks(count: usize, seed: u64) -> Vec<u8> {
+    pub(super) fn q8k_blocks(count: usize, seed: u64) -> Vec<u8> {
         let noise = values(count * K_BLOCK, seed);
         let mut out = Vec::new();
         for (b, codes) in noise.chunks_exact(K_BLOCK).enumerate() {
@@ -1144,7 +1150,7 @@ mod tests {
     }
 
     /// Random k-quant weight blocks: random bytes with the f16 scales in [0.5, 1.5).
-    fn k_quant_blocks(format: KFormat, count: usize, seed: u64) -> Vec<u8> {
+    pub(super) fn k_quant_blocks(format: KFormat, count: usize, seed: u64) -> Vec<u8> {
         let noise = values(count * format.bytes(), seed);
         let mut out: Vec<u8> = noise.iter().map(|v| ((v + 1.0) * 127.99) as u8).collect();
         for block in out.chunks_exact_mut(format.bytes()) {
@@ -1158,7 +1164,7 @@ mod tests {
     }
 
     /// GGML's plain dequantisation of a k-quant block (`dequantize_row_q4_K`, `_q6_K`).
-    fn k_values(format: KFormat, x: &[u8]) -> Vec<f64> {
+    pub(super) fn k_values(format: KFormat, x: &[u8]) -> Vec<f64> {
         let mut y = vec![0f64; K_BLOCK];
         match format {
             KFormat::Q4K => {
