@@ -10,9 +10,10 @@
 //! RAYON_NUM_THREADS=2 target/debug/examples/decode_step [--steps 60] [--rows 1]
 //! ```
 //!
-//! `--rows N` (N ≥ 32) times a prompt's products instead: N rows against every layer's weights
-//! (the output table, which a prompt applies to its last row alone, left out), on candle's
-//! `QMatMul`, on `ggml::gemm` and `gemm_k` (AVX-512 VNNI) and through the hook.
+//! `--rows N` times a prompt's products instead: N rows against every layer's weights (the output
+//! table, which a prompt applies to its last row alone, left out), on candle's `QMatMul`, on
+//! `ggml::gemm` and `gemm_k` (N ≥ 32, AVX-512 VNNI) or on each `ggml::tiles` kernel this CPU runs
+//! (fewer rows, or any CPU), and through the hook.
 //!
 //! The weights are random (about 420 MB of them); only the shapes and formats are the model's.
 
@@ -22,7 +23,7 @@ use std::time::Instant;
 use candle_core::quantized::k_quants::{BlockQ8K, BlockQ8_0, GgmlType};
 use candle_core::quantized::{GgmlDType, QMatMul, QTensor};
 use candle_core::{Device, Module, Tensor};
-use ragbox_kernels::ggml::{gemm, gemm_k, gemv_k, gemv_with, BlockFormat, GemvKernel, KFormat};
+use ragbox_kernels::ggml::{gemm, gemm_k, gemv_k, gemv_with, tiles_k_with, tiles_with, BlockFormat, GemvKernel, KFormat, TileKernel};
 
 /// A weight matrix of `n` rows of `k` inputs, quantised by candle.
 struct Weights {
@@ -63,6 +64,8 @@ enum Path {
     Candle,
     /// `ragbox_kernels::ggml` called directly, on one kernel.
     Ragbox(GemvKernel),
+    /// `ragbox_kernels::ggml::tiles` and `tiles_k` called directly, on one kernel.
+    Tiles(TileKernel),
     /// candle's `QMatMul` with ragbox's hook installed (what `ragbox ask` runs).
     Hook,
 }
@@ -71,6 +74,34 @@ enum Path {
 /// contiguous tensors of 896 and of `INPUTS` columns) times `w`, into `dst`.
 fn product(path: Path, w: &Weights, x: &[Tensor; 2], x_values: &[f32], dst: &mut Vec<f32>) {
     let rows = x_values.len() / INPUTS;
+    if let Path::Tiles(kernel) = path {
+        dst.resize(rows * w.n, 0.0);
+        let data = w.tensor.data().expect("the weights' bytes");
+        match w.dtype {
+            GgmlDType::Q4K | GgmlDType::Q6K => {
+                let format = if w.dtype == GgmlDType::Q4K { KFormat::Q4K } else { KFormat::Q6K };
+                let mut lhs = vec![BlockQ8K::zeros(); rows * w.k / 256];
+                for (row, blocks) in x_values.chunks(INPUTS).zip(lhs.chunks_mut(w.k / 256)) {
+                    BlockQ8K::from_float(&row[..w.k], blocks);
+                }
+                tiles_k_with(kernel, format, rows, w.k / 256, bytes(&lhs), &data, dst);
+            }
+            dtype => {
+                let format = match dtype {
+                    GgmlDType::Q4_0 => BlockFormat::Q4_0,
+                    GgmlDType::Q5_0 => BlockFormat::Q5_0,
+                    GgmlDType::Q8_0 => BlockFormat::Q8_0,
+                    other => panic!("no ragbox kernel for {other:?}"),
+                };
+                let mut lhs = vec![BlockQ8_0::zeros(); rows * w.k / 32];
+                for (row, blocks) in x_values.chunks(INPUTS).zip(lhs.chunks_mut(w.k / 32)) {
+                    BlockQ8_0::from_float(&row[..w.k], blocks);
+                }
+                tiles_with(kernel, format, rows, w.k / 32, bytes(&lhs), &data, dst);
+            }
+        }
+        return;
+    }
     if let Path::Ragbox(kernel) = path {
         dst.resize(rows * w.n, 0.0);
         let data = w.tensor.data().expect("the weights' bytes");
@@ -177,8 +208,11 @@ fn main() {
     let mut paths = vec![Path::Candle];
     if rows == 1 {
         paths.extend(GemvKernel::available().into_iter().map(Path::Ragbox));
-    } else if GemvKernel::detect() == Some(GemvKernel::Avx512Vnni) {
-        paths.push(Path::Ragbox(GemvKernel::Avx512Vnni));
+    } else {
+        if rows >= ragbox_kernels::ggml::GEMM_MIN_ROWS && GemvKernel::detect() == Some(GemvKernel::Avx512Vnni) {
+            paths.push(Path::Ragbox(GemvKernel::Avx512Vnni));
+        }
+        paths.extend(TileKernel::available().into_iter().map(Path::Tiles));
     }
     paths.push(Path::Hook);
     let mut reference = Vec::new();
@@ -212,9 +246,10 @@ fn main() {
         };
         let ms = |t: f64| t / steps as f64 * 1e3;
         let name = match path {
-            Path::Candle => "candle's QMatMul (one row: upstream's vec_dot; rows: patch items 3-5's tiles)".to_string(),
+            Path::Candle => "candle's QMatMul without the hook (upstream's vec_dot per row and column)".to_string(),
             Path::Ragbox(kernel) if rows == 1 => format!("{} (k-quants: ragbox avx2), called directly", kernel.name()),
             Path::Ragbox(_) => "ragbox gemm and gemm_k (avx512-vnni), called directly (the activations quantised here, at opt-level 0)".to_string(),
+            Path::Tiles(kernel) => format!("{}, called directly (the activations quantised here, at opt-level 0)", kernel.name()),
             Path::Hook => "candle's QMatMul through ragbox's hook (what `ragbox ask` runs)".to_string(),
         };
         println!("| {name} | {:.2} | {:.2} | {:.2} | {:.2} | {same} |", ms(total[0]), ms(total[1]), ms(total[2]), ms(total.iter().sum()));

@@ -1,9 +1,9 @@
 //! ragbox's CPU kernels for quantised encoder inference: int8 dense layers, the encoders'
 //! attention in one pass, and the element-wise work around them (GELU, the masked softmax,
 //! SwiGLU's gate) vectorised; and for the local LLM, products on GGML's weight blocks (`ggml`:
-//! decoding's one row in every format the models use, a prompt's rows against the k-quants),
-//! which candle hands over through its matmul hook; and the OCR recognizer's best class per
-//! time step (`best_per_row`).
+//! every product of the formats the models use, one row, a few or a prompt's), which candle
+//! hands over through its matmul hook; and the OCR recognizer's best class per time step
+//! (`best_per_row`).
 //!
 //! A separate crate for one reason: ragbox's tuned dev profile (the one tests and the README's
 //! first command build) compiles every dependency at opt-level 3 and ragbox itself at 0 to keep

@@ -1,7 +1,8 @@
 //! The local LLM's products on GGML weight blocks, as the GGUF file holds them: one row of
 //! activations (the decoding step, which reads every weight once per new token) against the
-//! 32-element formats (Q4_0, Q5_0, Q8_0: [`gemv`]) and the k-quants (Q4_K, Q6_K: [`gemv_k`]), and
-//! a prompt's rows against the k-quants ([`gemm_k`]). The 32-element formats are described first.
+//! 32-element formats (Q4_0, Q5_0, Q8_0: [`gemv`]) and the k-quants (Q4_K, Q6_K: [`gemv_k`]), a
+//! prompt's rows on AVX-512 VNNI panels ([`gemm`], [`gemm_k`]), and everything else on register
+//! tiles ([`tiles`], [`tiles_k`]). The 32-element formats are described first.
 //!
 //! The weights stay in the GGUF file's own block bytes (`d` as f16, then the codes); the
 //! activations come as GGML Q8_0 blocks (34 bytes: `d` as f16, 32 signed codes), quantised by
@@ -16,12 +17,12 @@
 //! fetches the next pass's rows, which are too short a stream (a few hundred bytes) for the
 //! hardware's prefetcher; without it every kernel here waited on memory half the time.
 //!
-//! Exact where it matters: each block's integer sums per lane are the ones candle's tiles make
-//! (`Σ a·w` over the same four products), and the float steps (`fma(d_a · d_w, sum, acc)` per
-//! block, then the same horizontal add) come in the same order, so the one-row results are bit
-//! for bit those of candle's one-row tiles and `vec_dot` (tests check against a plain loop; the
-//! integration tests against candle's kernels), and the LLM's greedy answers do not change.
-//! [`gemm_k`] sums in another order (per sub-block) and says so.
+//! Exact where it matters: each block's integer sums per lane are the ones candle's AVX2 dot
+//! products and the tiles make (`Σ a·w` over the same four products), and the float steps
+//! (`fma(d_a · d_w, sum, acc)` per block, then the same horizontal add) come in the same order, so
+//! the one-row results are bit for bit those of the tiles and of candle's `vec_dot` (tests check
+//! against a plain loop; the integration tests against candle's kernels), and the LLM's greedy
+//! answers do not change. [`gemm_k`] sums in another order (per sub-block) and says so.
 //!
 //! Dispatch is here: [`GemvKernel::detect`] picks AVX-512 VNNI or AVX2 once per process; off x86_64
 //! every function returns `false` and the caller's own kernel runs. What the one-row kernels and
@@ -478,7 +479,7 @@ const TILE_ROWS: usize = 4;
 /// unsigned codes, with each column's sub-block scale and offset as floats) and runs every
 /// activation row against them: a sub-block's products are `vpdpbusd`s, its scale and its offset
 /// (Q4_K's minimum, Q6_K's −32) are applied in floats with the activations' sub-block sums.
-/// The sums round differently from candle's tiles (one float step per sub-block instead of one
+/// The sums round differently from the k-quant tiles (one float step per sub-block instead of one
 /// per block): ~1e-6 relative. Returns `false`, touching nothing, where the CPU lacks AVX-512
 /// VNNI or `m < GEMM_MIN_ROWS`.
 ///
