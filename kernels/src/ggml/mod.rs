@@ -746,20 +746,11 @@ impl KSums {
     /// A Q4_K block `x` times a Q8_K block `y`.
     #[inline(always)]
     unsafe fn q4k_block(&mut self, x: &[u8], y: &[u8]) {
-        const KMASK1: u32 = 0x3f3f3f3f;
-        const KMASK2: u32 = 0x0f0f0f0f;
-        const KMASK3: u32 = 0x03030303;
         let m4 = _mm256_set1_epi8(0xF);
         let yd = f32::from_le_bytes([y[0], y[1], y[2], y[3]]);
         let d = yd * half_at(x, 0);
         let dmin = -yd * half_at(x, 2);
-        let word = |i: usize| u32::from_le_bytes([x[4 + 4 * i], x[5 + 4 * i], x[6 + 4 * i], x[7 + 4 * i]]);
-        let mut utmp = [word(0), word(1), word(2), 0];
-        utmp[3] = ((utmp[2] >> 4) & KMASK2) | (((utmp[1] >> 6) & KMASK3) << 4);
-        let uaux = utmp[1] & KMASK1;
-        utmp[1] = (utmp[2] & KMASK2) | (((utmp[0] >> 6) & KMASK3) << 4);
-        utmp[2] = uaux;
-        utmp[0] &= KMASK1;
+        let utmp = q4k_scales_and_mins(x);
         let mins_and_scales = _mm256_cvtepu8_epi16(_mm_set_epi32(utmp[3] as i32, utmp[2] as i32, utmp[1] as i32, utmp[0] as i32));
         let q8sums = _mm256_loadu_si256(y.as_ptr().add(260) as *const __m256i);
         let q8s = _mm_hadd_epi16(_mm256_extracti128_si256(q8sums, 0), _mm256_extracti128_si256(q8sums, 1));
@@ -789,8 +780,6 @@ impl KSums {
     /// A Q6_K block `x` times a Q8_K block `y`.
     #[inline(always)]
     unsafe fn q6k_block(&mut self, x: &[u8], y: &[u8]) {
-        let m4 = _mm256_set1_epi8(0xF);
-        let m2 = _mm256_set1_epi8(3);
         let m32s = _mm256_set1_epi8(32);
         let yd = f32::from_le_bytes([y[0], y[1], y[2], y[3]]);
         let d = yd * half_at(x, 208);
@@ -799,17 +788,7 @@ impl KSums {
         for j in 0..2 {
             let is = j * 4;
             let scale = |i: usize| _mm256_cvtepi8_epi16(_mm_shuffle_epi8(scales, scale_shuffle(is + i)));
-            let q4bits1 = _mm256_loadu_si256(x.as_ptr().add(64 * j) as *const __m256i);
-            let q4bits2 = _mm256_loadu_si256(x.as_ptr().add(64 * j + 32) as *const __m256i);
-            let q4bits_h = _mm256_loadu_si256(x.as_ptr().add(128 + 32 * j) as *const __m256i);
-            let q4h_0 = _mm256_slli_epi16(_mm256_and_si256(q4bits_h, m2), 4);
-            let q4h_1 = _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(q4bits_h, 2), m2), 4);
-            let q4h_2 = _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(q4bits_h, 4), m2), 4);
-            let q4h_3 = _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(q4bits_h, 6), m2), 4);
-            let q4_0 = _mm256_or_si256(_mm256_and_si256(q4bits1, m4), q4h_0);
-            let q4_1 = _mm256_or_si256(_mm256_and_si256(q4bits2, m4), q4h_1);
-            let q4_2 = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(q4bits1, 4), m4), q4h_2);
-            let q4_3 = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(q4bits2, 4), m4), q4h_3);
+            let [q4_0, q4_1, q4_2, q4_3] = q6k_codes(x, j);
             let q8 = |i: usize| _mm256_loadu_si256(y.as_ptr().add(4 + 128 * j + 32 * i) as *const __m256i);
             let (q8_0, q8_1, q8_2, q8_3) = (q8(0), q8(1), q8(2), q8(3));
             let p16_0 = _mm256_sub_epi16(_mm256_maddubs_epi16(q4_0, q8_0), _mm256_maddubs_epi16(m32s, q8_0));
@@ -833,6 +812,45 @@ impl KSums {
         let acc_m = _mm_add_ss(acc_m, _mm_movehdup_ps(acc_m));
         hsum(self.acc) + _mm_cvtss_f32(acc_m)
     }
+}
+
+/// Half `j` (0 or 1) of a Q6_K block's 6-bit codes (0..=63, standing for `q − 32`) as four
+/// 32-byte registers, in ggml's order (`ql`'s low nibbles of bytes 0-31, of 32-63, then their high
+/// nibbles, each with its two bits of `qh`).
+///
+/// # Safety
+/// AVX2; `x` is a whole Q6_K block.
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+unsafe fn q6k_codes(x: &[u8], j: usize) -> [__m256i; 4] {
+    let (m4, m2) = (_mm256_set1_epi8(0xF), _mm256_set1_epi8(3));
+    let lo1 = _mm256_loadu_si256(x.as_ptr().add(64 * j) as *const __m256i);
+    let lo2 = _mm256_loadu_si256(x.as_ptr().add(64 * j + 32) as *const __m256i);
+    let hi = _mm256_loadu_si256(x.as_ptr().add(128 + 32 * j) as *const __m256i);
+    let high = |shift: i32| _mm256_slli_epi16(_mm256_and_si256(_mm256_srl_epi16(hi, _mm_cvtsi32_si128(shift)), m2), 4);
+    [
+        _mm256_or_si256(_mm256_and_si256(lo1, m4), high(0)),
+        _mm256_or_si256(_mm256_and_si256(lo2, m4), high(2)),
+        _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(lo1, 4), m4), high(4)),
+        _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(lo2, 4), m4), high(6)),
+    ]
+}
+
+/// A Q4_K block's twelve bytes of 6-bit scales and minimums unpacked as ggml does (`utmp`): the
+/// eight scales in bytes 0..8, the eight minimums in bytes 8..16 (little-endian words).
+#[inline(always)]
+fn q4k_scales_and_mins(x: &[u8]) -> [u32; 4] {
+    const KMASK1: u32 = 0x3f3f3f3f;
+    const KMASK2: u32 = 0x0f0f0f0f;
+    const KMASK3: u32 = 0x03030303;
+    let word = |i: usize| u32::from_le_bytes([x[4 + 4 * i], x[5 + 4 * i], x[6 + 4 * i], x[7 + 4 * i]]);
+    let mut utmp = [word(0), word(1), word(2), 0];
+    utmp[3] = ((utmp[2] >> 4) & KMASK2) | (((utmp[1] >> 6) & KMASK3) << 4);
+    let uaux = utmp[1] & KMASK1;
+    utmp[1] = (utmp[2] & KMASK2) | (((utmp[0] >> 6) & KMASK3) << 4);
+    utmp[2] = uaux;
+    utmp[0] &= KMASK1;
+    utmp
 }
 
 /// The f16 at byte `at` of a block, as f32.
@@ -1165,7 +1183,7 @@ mod tests {
     }
 
     /// GGML's plain dequantisation of a k-quant block (`dequantize_row_q4_K`, `_q6_K`).
-    pub(super) fn k_values(format: KFormat, x: &[u8]) -> Vec<f64> {
+    fn k_values(format: KFormat, x: &[u8]) -> Vec<f64> {
         let mut y = vec![0f64; K_BLOCK];
         match format {
             KFormat::Q4K => {
@@ -1206,6 +1224,22 @@ mod tests {
         y
     }
 
+    /// Cell `[r, c]` of a k-quant product by GGML's plain dequantisation, in f64, and the sum of
+    /// its terms' magnitudes (the scale a float result's rounding is measured against).
+    pub(super) fn k_reference(format: KFormat, k_blocks: usize, activations: &[u8], weights: &[u8], r: usize, c: usize) -> (f64, f64) {
+        let (mut want, mut scale) = (0f64, 0f64);
+        for b in 0..k_blocks {
+            let w = k_values(format, &weights[(c * k_blocks + b) * format.bytes()..][..format.bytes()]);
+            let a = &activations[(r * k_blocks + b) * Q8_K_BYTES..][..Q8_K_BYTES];
+            let ad = f64::from(f32::from_le_bytes([a[0], a[1], a[2], a[3]]));
+            for (i, w) in w.iter().enumerate() {
+                want += w * ad * f64::from(a[4 + i] as i8);
+                scale += (w * ad * f64::from(a[4 + i] as i8)).abs();
+            }
+        }
+        (want, scale)
+    }
+
     #[test]
     fn k_quant_rows_match_ggmls_plain_dequantisation() {
         for format in [KFormat::Q4K, KFormat::Q6K] {
@@ -1217,16 +1251,7 @@ mod tests {
                     return;
                 }
                 for (r, got) in got.iter().enumerate() {
-                    let (mut want, mut scale) = (0f64, 0f64);
-                    for b in 0..k_blocks {
-                        let w = k_values(format, &weights[(r * k_blocks + b) * format.bytes()..][..format.bytes()]);
-                        let a = &activations[b * Q8_K_BYTES..][..Q8_K_BYTES];
-                        let ad = f64::from(f32::from_le_bytes([a[0], a[1], a[2], a[3]]));
-                        for (i, w) in w.iter().enumerate() {
-                            want += w * ad * f64::from(a[4 + i] as i8);
-                            scale += (w * ad * f64::from(a[4 + i] as i8)).abs();
-                        }
-                    }
+                    let (want, scale) = k_reference(format, k_blocks, &activations, &weights, 0, r);
                     assert!((f64::from(*got) - want).abs() <= 1e-5 * scale.max(1.0), "{format:?} {k_blocks}x{rows} row {r}: {got} vs {want}");
                 }
             }
@@ -1278,16 +1303,7 @@ mod tests {
                 assert!(gemm_k(format, m, k_blocks, &activations, &weights, &mut got));
                 for r in 0..m {
                     for c in 0..n {
-                        let (mut want, mut scale) = (0f64, 0f64);
-                        for b in 0..k_blocks {
-                            let w = k_values(format, &weights[(c * k_blocks + b) * format.bytes()..][..format.bytes()]);
-                            let a = &activations[(r * k_blocks + b) * Q8_K_BYTES..][..Q8_K_BYTES];
-                            let ad = f64::from(f32::from_le_bytes([a[0], a[1], a[2], a[3]]));
-                            for (i, w) in w.iter().enumerate() {
-                                want += w * ad * f64::from(a[4 + i] as i8);
-                                scale += (w * ad * f64::from(a[4 + i] as i8)).abs();
-                            }
-                        }
+                        let (want, scale) = k_reference(format, k_blocks, &activations, &weights, r, c);
                         let got = got[r * n + c];
                         assert!((f64::from(got) - want).abs() <= 1e-5 * scale.max(1.0), "{format:?} {m}x{k_blocks}x{n} [{r}, {c}]: {got} vs {want}");
                     }

@@ -30,7 +30,7 @@ use std::arch::x86_64::*;
 use rayon::prelude::*;
 
 #[cfg(target_arch = "x86_64")]
-use super::{f16_to_f32, hsum, nibbles, scale_shuffle, scale_shuffle_k4};
+use super::{f16_to_f32, hsum, nibbles, q4k_scales_and_mins, q6k_codes, scale_shuffle, scale_shuffle_k4};
 use super::{BlockFormat, KFormat, SendPtr, Q8_0_BYTES, Q8_K_BYTES};
 
 /// Weight rows per parallel task: 24 rows of the 0.5B model's widest matrices (4,864 inputs of
@@ -364,19 +364,9 @@ unsafe fn decode_k<const FORMAT: u8>(block: *const u8) -> KDecoded {
     if FORMAT == 0 {
         // Codes 0..=15 with a 6-bit scale and a 6-bit minimum per 32 elements: `w = d·scale·q −
         // dmin·min`, so the offset is `−dmin · Σ min_s · (the activations' sum over sub-block s)`.
-        const KMASK1: u32 = 0x3f3f3f3f;
-        const KMASK2: u32 = 0x0f0f0f0f;
-        const KMASK3: u32 = 0x03030303;
-        let word = |i: usize| u32::from_le_bytes([x[4 + 4 * i], x[5 + 4 * i], x[6 + 4 * i], x[7 + 4 * i]]);
-        let mut utmp = [word(0), word(1), word(2), 0];
-        utmp[3] = ((utmp[2] >> 4) & KMASK2) | (((utmp[1] >> 6) & KMASK3) << 4);
-        let uaux = utmp[1] & KMASK1;
-        utmp[1] = (utmp[2] & KMASK2) | (((utmp[0] >> 6) & KMASK3) << 4);
-        utmp[2] = uaux;
-        utmp[0] &= KMASK1;
         // Bytes 0..8: the eight scales; 8..16: the eight minimums.
         let mut bytes = [0u8; 16];
-        for (out, word) in bytes.chunks_exact_mut(4).zip(utmp) {
+        for (out, word) in bytes.chunks_exact_mut(4).zip(q4k_scales_and_mins(x)) {
             out.copy_from_slice(&word.to_le_bytes());
         }
         let sc128 = _mm256_extracti128_si256(_mm256_cvtepu8_epi16(_mm_loadu_si128(bytes.as_ptr() as *const __m128i)), 0);
@@ -403,20 +393,9 @@ unsafe fn decode_k<const FORMAT: u8>(block: *const u8) -> KDecoded {
     } else {
         // Codes 0..=63 standing for `q − 32`, with a signed 8-bit scale per 16 elements, so the
         // offset is `−32·d · Σ scale_k · (the activations' sum over group k)`.
-        let m2 = _mm256_set1_epi8(3);
         let scales128 = _mm_loadu_si128(x.as_ptr().add(192) as *const __m128i);
         for j in 0..2 {
-            let lo1 = _mm256_loadu_si256(x.as_ptr().add(64 * j) as *const __m256i);
-            let lo2 = _mm256_loadu_si256(x.as_ptr().add(64 * j + 32) as *const __m256i);
-            let hi = _mm256_loadu_si256(x.as_ptr().add(128 + 32 * j) as *const __m256i);
-            let h0 = _mm256_slli_epi16(_mm256_and_si256(hi, m2), 4);
-            let h1 = _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hi, 2), m2), 4);
-            let h2 = _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hi, 4), m2), 4);
-            let h3 = _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hi, 6), m2), 4);
-            q[4 * j] = _mm256_or_si256(_mm256_and_si256(lo1, m4), h0);
-            q[4 * j + 1] = _mm256_or_si256(_mm256_and_si256(lo2, m4), h1);
-            q[4 * j + 2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(lo1, 4), m4), h2);
-            q[4 * j + 3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(lo2, 4), m4), h3);
+            q[4 * j..4 * j + 4].copy_from_slice(&q6k_codes(x, j));
             for k in 0..4 {
                 let is = 4 * j + k;
                 scales[is] = _mm256_cvtepi8_epi16(_mm_shuffle_epi8(scales128, scale_shuffle(is)));
@@ -486,7 +465,7 @@ k_tiles!(k_avx2, k_tile_avx2, "avx2,fma,f16c", dpwssd_avx2, 4, 2);
 
 #[cfg(test)]
 mod tests {
-    use super::super::tests::{blocks, k_quant_blocks, k_values, q8k_blocks};
+    use super::super::tests::{blocks, k_quant_blocks, k_reference, q8k_blocks};
     use super::*;
 
     /// Every tile kernel this CPU runs gives the one-row kernel's results ([`super::super::gemv_with`],
@@ -531,16 +510,7 @@ mod tests {
                     tiles_k_with(kernel, format, m, k_blocks, &activations, &weights, &mut got);
                     for r in 0..m {
                         for c in 0..n {
-                            let (mut want, mut scale) = (0f64, 0f64);
-                            for b in 0..k_blocks {
-                                let w = k_values(format, &weights[(c * k_blocks + b) * format.bytes()..][..format.bytes()]);
-                                let a = &activations[(r * k_blocks + b) * Q8_K_BYTES..][..Q8_K_BYTES];
-                                let ad = f64::from(f32::from_le_bytes([a[0], a[1], a[2], a[3]]));
-                                for (i, w) in w.iter().enumerate() {
-                                    want += w * ad * f64::from(a[4 + i] as i8);
-                                    scale += (w * ad * f64::from(a[4 + i] as i8)).abs();
-                                }
-                            }
+                            let (want, scale) = k_reference(format, k_blocks, &activations, &weights, r, c);
                             let g = got[r * n + c];
                             assert!((f64::from(g) - want).abs() <= 1e-5 * scale.max(1.0), "{format:?} {kernel:?} [{r}, {c}]: {g} vs {want}");
                         }
