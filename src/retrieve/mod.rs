@@ -24,7 +24,7 @@ use serde::Serialize;
 use crate::embed::Embedder;
 use crate::error::{Error, Result};
 use crate::rerank::Reranker;
-use crate::store::{ChunkRow, Store, TenantReader, TenantRow};
+use crate::store::{Catalog, ChunkRow, Store, TenantReader, TenantRow};
 use crate::types::{cosine, indexed_text, ChunkId, TextKind};
 
 use fusion::{maximal_marginal_relevance, reciprocal_rank_fusion, RankedList};
@@ -217,7 +217,7 @@ pub struct Retrieval {
 
 /// Searches one tenant.
 pub struct Retriever<'s> {
-    store: &'s Store,
+    catalog: &'s Catalog,
     reader: TenantReader,
     embedder: Option<Arc<dyn Embedder>>,
     reranker: Option<Arc<dyn Reranker>>,
@@ -238,10 +238,21 @@ impl<'s> Retriever<'s> {
         reranker: Option<Arc<dyn Reranker>>,
         options: RetrieveOptions,
     ) -> Result<Retriever<'s>> {
+        Retriever::over(store.catalog(), store.reader(tenant)?, embedder, reranker, options)
+    }
+
+    /// Searches a tenant already open for reading, its chunks resolved through `catalog` (what
+    /// [`Retriever::new`] does with the store's; unit tests pass in-memory ones).
+    pub fn over(
+        catalog: &'s Catalog,
+        reader: TenantReader,
+        embedder: Option<Arc<dyn Embedder>>,
+        reranker: Option<Arc<dyn Reranker>>,
+        options: RetrieveOptions,
+    ) -> Result<Retriever<'s>> {
         if options.dense_candidates == 0 && options.lexical_candidates == 0 {
             return Err(Error::Invalid("both candidate lists are switched off; set dense or lexical candidates above 0".into()));
         }
-        let reader = store.reader(tenant)?;
         match &embedder {
             Some(e) => {
                 let meta = reader.vector.meta();
@@ -265,7 +276,7 @@ impl<'s> Retriever<'s> {
             }
             None => {}
         }
-        Ok(Retriever { store, reader, embedder, reranker, options })
+        Ok(Retriever { catalog, reader, embedder, reranker, options })
     }
 
     /// The open tenant.
@@ -450,7 +461,7 @@ impl<'s> Retriever<'s> {
     /// Catalog rows of `ids` that belong to this tenant.
     fn resolve(&self, ids: impl Iterator<Item = ChunkId>) -> Result<HashMap<ChunkId, ChunkRow>> {
         let ids: Vec<ChunkId> = ids.collect();
-        Ok(self.store.catalog().chunks(self.reader.tenant.id, &ids)?.into_iter().map(|r| (r.id, r)).collect())
+        Ok(self.catalog.chunks(self.reader.tenant.id, &ids)?.into_iter().map(|r| (r.id, r)).collect())
     }
 
     /// Reorders the head of the candidate list (the reranked part, or `rerank_depth` fused
@@ -532,5 +543,73 @@ impl<'s> Retriever<'s> {
         let rank = hits.len() + 1;
         candidate.outcome = Outcome::Kept { rank };
         hits.push(Hit { rank, children: vec![row.id], chunk: row, section: None, score, evidence });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::in_memory;
+    use crate::testing::HashEmbedder;
+
+    const TRAVEL: &[&str] = &["Employees book economy flights for trips under six hours.", "Hotel stays in London are capped at 210 pounds a night."];
+    const SECURITY: &[&str] = &["Passwords have at least fourteen characters.", "Report a lost laptop to the service desk within one hour."];
+
+    /// A tenant in memory (catalog, vectors, BM25: no files), embedded by the hash embedder.
+    fn reader(catalog: &Catalog, model: &str) -> TenantReader {
+        let embed = |t: &str| HashEmbedder::default().embed_one(t, TextKind::Passage).unwrap().vector;
+        in_memory::tenant(catalog, "acme", (model, 16), &embed, &[("travel.txt", TRAVEL), ("security.txt", SECURITY)]).unwrap()
+    }
+
+    fn embedder() -> Option<Arc<dyn Embedder>> {
+        Some(Arc::new(HashEmbedder::default()))
+    }
+
+    #[test]
+    fn both_lists_find_the_passage_and_resolve_it_through_the_catalog() {
+        let catalog = Catalog::in_memory().unwrap();
+        let r = Retriever::over(&catalog, reader(&catalog, "hash-16"), embedder(), None, RetrieveOptions::default()).unwrap();
+        let got = r.retrieve("lost laptop").unwrap();
+        assert!(!got.refused);
+        let best = &got.hits[0];
+        assert_eq!(best.chunk.path, std::path::Path::new("security.txt"));
+        assert!(best.chunk.text.contains("lost laptop"), "{:?}", best.chunk.text);
+        let candidate = got.candidates.iter().find(|c| c.chunk == best.chunk.id).expect("the hit is a candidate");
+        assert!(candidate.dense.is_some() && candidate.lexical.is_some(), "both lists had it: {candidate:?}");
+        assert_eq!(got.candidates.len(), 4, "the dense list holds every chunk of so small a tenant: {:?}", got.candidates);
+    }
+
+    #[test]
+    fn with_the_dense_list_off_bm25_alone_answers() {
+        let catalog = Catalog::in_memory().unwrap();
+        let options = RetrieveOptions { dense_candidates: 0, ..RetrieveOptions::default() };
+        let r = Retriever::over(&catalog, reader(&catalog, "hash-16"), None, None, options).unwrap();
+        let got = r.retrieve("how many characters must a password have").unwrap();
+        assert!(got.hits[0].chunk.text.starts_with("Passwords"), "{:?}", got.hits[0].chunk.text);
+        assert!(got.candidates.iter().all(|c| c.dense.is_none()));
+    }
+
+    #[test]
+    fn the_floor_refuses_when_no_candidate_reaches_it() {
+        let open = |floor: Option<f32>| {
+            let catalog = Catalog::in_memory().unwrap();
+            let options = RetrieveOptions { floor, ..RetrieveOptions::default() };
+            Retriever::over(&catalog, reader(&catalog, "hash-16"), embedder(), None, options).unwrap().retrieve("London hotel cap").unwrap()
+        };
+        let best = open(None).best_evidence.expect("a similarity");
+        assert!(!open(Some(best - 0.01)).refused);
+        let refused = open(Some(best + 0.01));
+        assert!(refused.refused);
+        assert!(!refused.hits.is_empty(), "a refusal still shows the closest material");
+    }
+
+    #[test]
+    fn a_query_embedder_other_than_the_index_model_says_how_to_fix_it() {
+        let catalog = Catalog::in_memory().unwrap();
+        let e = Retriever::over(&catalog, reader(&catalog, "other-model"), embedder(), None, RetrieveOptions::default()).err().expect("refused");
+        assert!(e.to_string().contains("ragbox reembed --tenant acme --model hash-16"), "{e}");
+        let both_off = RetrieveOptions { dense_candidates: 0, lexical_candidates: 0, ..RetrieveOptions::default() };
+        let catalog = Catalog::in_memory().unwrap();
+        assert!(Retriever::over(&catalog, reader(&catalog, "hash-16"), None, None, both_off).is_err());
     }
 }

@@ -317,7 +317,7 @@ impl Catalog {
             std::fs::create_dir_all(dir).map_err(Error::path(dir))?;
         }
         let size = std::fs::metadata(path).map(|m| m.len()).unwrap_or(0);
-        let mut conn = Connection::open(path)?;
+        let conn = Connection::open(path)?;
         // Before anything reads: another process creating or writing the catalog makes this one
         // wait rather than fail with "database is locked" (the quick check below reads it all).
         conn.busy_timeout(BUSY_TIMEOUT)?;
@@ -329,6 +329,19 @@ impl Catalog {
         }
         conn.pragma_update(None, "journal_mode", "WAL")?;
         conn.pragma_update(None, "synchronous", "FULL")?;
+        Self::prepared(conn, path)
+    }
+
+    /// A catalog held in memory (SQLite's `:memory:`), for unit tests of what sits above the store:
+    /// the same schema and queries as a file's, gone when dropped.
+    #[cfg(any(test, feature = "testing"))]
+    pub fn in_memory() -> Result<Catalog> {
+        Self::prepared(Connection::open_in_memory()?, Path::new(":memory:"))
+    }
+
+    /// `conn` with foreign keys on, migrated and given the current schema (`path` names it in
+    /// errors).
+    fn prepared(mut conn: Connection, path: &Path) -> Result<Catalog> {
         conn.pragma_update(None, "foreign_keys", "ON")?;
         // Before the tables are made: those renamed since an older schema would otherwise be made
         // afresh, empty, beside the old ones.

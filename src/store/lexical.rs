@@ -3,6 +3,10 @@
 //!
 //! The catalog generation an index reflects is kept in tantivy's commit payload, so it changes
 //! atomically with the index's own commit.
+//!
+//! What a reader needs of it is the [`LexicalSearch`] trait. The index lives in a folder (tantivy's
+//! memory-mapped directory) or, for unit tests of what sits above the store, in memory
+//! ([`LexicalIndex::in_memory`], tantivy's RAM directory): the same BM25 either way.
 
 use std::path::Path;
 
@@ -48,6 +52,18 @@ fn err(what: String) -> impl FnOnce(tantivy::TantivyError) -> Error {
     move |e| Error::Index { what, source: Box::new(e) }
 }
 
+/// BM25 search over one commit of a tenant's lexical index, as a reader uses it.
+pub trait LexicalSearch: Send + Sync {
+    /// The `k` best chunks for a free-text query, best first.
+    fn search(&self, query: &str, k: usize) -> Result<Vec<LexicalHit>>;
+    /// Chunks in this commit.
+    fn len(&self) -> usize;
+    /// Whether this commit holds no chunks.
+    fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
 /// A tenant's lexical index.
 pub struct LexicalIndex {
     index: Index,
@@ -66,6 +82,14 @@ impl LexicalIndex {
         })?;
         let index = Index::open_or_create(mmap, schema).map_err(err(format!("opening lexical index {dir:?}")))?;
         Ok(LexicalIndex { index, fields })
+    }
+
+    /// An empty index held in memory (tantivy's RAM directory), for unit tests: the same schema,
+    /// tokenizer and BM25 as a folder's.
+    #[cfg(any(test, feature = "testing"))]
+    pub fn in_memory() -> LexicalIndex {
+        let (schema, fields) = schema();
+        LexicalIndex { index: Index::create_in_ram(schema), fields }
     }
 
     /// The catalog generation of the last commit (0 for a new index).
@@ -224,9 +248,39 @@ impl LexicalSearcher {
     }
 }
 
+impl LexicalSearch for LexicalSearcher {
+    fn search(&self, query: &str, k: usize) -> Result<Vec<LexicalHit>> {
+        LexicalSearcher::search(self, query, k)
+    }
+    fn len(&self) -> usize {
+        LexicalSearcher::len(self)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The in-memory index ranks as the folder's does.
+    #[test]
+    fn an_index_in_memory_ranks_as_one_in_a_folder() {
+        let dir = tempfile::tempdir().unwrap();
+        let texts = ["Travel policy: book economy flights.", "Flights over six hours may be premium economy.", "Passwords have 14 characters."];
+        let searchers: Vec<LexicalSearcher> = [LexicalIndex::open_or_create(dir.path()).unwrap(), LexicalIndex::in_memory()]
+            .iter()
+            .map(|ix| {
+                let mut w = ix.writer().unwrap();
+                for (i, t) in texts.iter().enumerate() {
+                    w.add(ChunkId(i as u64 + 1), DocId(i as u64 + 1), t).unwrap();
+                }
+                w.commit(1).unwrap();
+                ix.searcher().unwrap()
+            })
+            .collect();
+        let (folder, memory): (&dyn LexicalSearch, &dyn LexicalSearch) = (&searchers[0], &searchers[1]);
+        assert_eq!(folder.len(), memory.len());
+        assert_eq!(folder.search("economy flight", 5).unwrap(), memory.search("economy flight", 5).unwrap());
+    }
 
     #[test]
     fn add_search_replace_and_generation() {

@@ -44,8 +44,10 @@ pub use conversation::{AnswerRecord, AnswerRow, FeedbackRow, Rating, TurnRow};
 pub use events::{BrokenLink, ChainReport, EventFilter, EventRecord, EventRow};
 pub use keys::{KeyRole, KeyRow, KEY_PREFIX};
 pub use layout::{check_tenant_name, Layout, DEFAULT_TENANT, TENANTS_DIR};
-pub use lexical::{LexicalHit, LexicalIndex, LexicalSearcher};
-pub use vector::{Quantization, VectorHit, VectorIndex, VectorMeta, VectorOptions};
+pub use lexical::{LexicalHit, LexicalIndex, LexicalSearch, LexicalSearcher};
+#[cfg(any(test, feature = "testing"))]
+pub use vector::MemoryVectors;
+pub use vector::{Quantization, VectorHit, VectorIndex, VectorMeta, VectorOptions, VectorSearch};
 
 use crate::error::{Error, Result};
 use crate::types::ChunkId;
@@ -216,7 +218,7 @@ impl Store {
         let tenant = &self.catalog.require_tenant(&tenant.name)?;
         let vector = self.view_vector(tenant)?;
         let lexical = LexicalIndex::open_or_create(&self.layout.lexical(&tenant.name))?.searcher()?;
-        Ok(TenantReader { tenant: tenant.clone(), vector, lexical, repair })
+        Ok(TenantReader { tenant: tenant.clone(), vector: Box::new(vector), lexical: Box::new(lexical), repair })
     }
 
     /// Maps the tenant's vector index read-only. A writer's save replaces the index file and then
@@ -560,24 +562,30 @@ impl TenantWriter<'_> {
     }
 }
 
-/// A tenant open for searching: its vector index mapped, its lexical index at the last commit.
+/// A tenant open for searching: its vector index mapped, its lexical index at the last commit
+/// ([`Store::reader`]; unit tests may assemble one from in-memory indexes).
 pub struct TenantReader {
     /// The tenant.
     pub tenant: TenantRow,
     /// Dense search.
-    pub vector: VectorIndex,
+    pub vector: Box<dyn VectorSearch>,
     /// BM25 search.
-    pub lexical: LexicalSearcher,
+    pub lexical: Box<dyn LexicalSearch>,
     /// What opening it repaired.
     pub repair: Repair,
 }
 
+/// A tenant held in memory, for unit tests of what sits above the store (no files): documents
+/// committed to an in-memory catalog and indexed in [`MemoryVectors`] and an in-memory
+/// [`LexicalIndex`], as a [`TenantWriter`] commits them.
 #[cfg(test)]
-mod tests {
+pub(crate) mod in_memory {
     use super::*;
     use crate::types::{Block, BlockKind, Chunk, ChunkRole, Lines, ParsedDocument, Span};
 
-    fn doc_write(path: &str, paragraphs: &[&str]) -> (DocumentWrite, Vec<String>) {
+    /// A plain-text document of `paragraphs`, each one child chunk, as an ingest writes it; and
+    /// the chunks' texts.
+    pub(crate) fn doc_write(path: &str, paragraphs: &[&str]) -> (DocumentWrite, Vec<String>) {
         let text = paragraphs.join("\n\n");
         let mut blocks = Vec::new();
         let mut chunks = Vec::new();
@@ -609,6 +617,34 @@ mod tests {
         };
         (w, texts)
     }
+
+    /// Tenant `name` of `catalog` holding `docs` (path, paragraphs), its vectors from `embed`
+    /// (`model`, `dims` wide), open for reading.
+    pub(crate) fn tenant(catalog: &Catalog, name: &str, (model, dims): (&str, usize), embed: &dyn Fn(&str) -> Vec<f32>, docs: &[(&str, &[&str])]) -> Result<TenantReader> {
+        let mut tenant = catalog.create_tenant(name, model, dims)?;
+        let mut batch = CommitBatch::default();
+        for (path, paragraphs) in docs {
+            batch.documents.push(doc_write(path, paragraphs).0);
+        }
+        let changes = catalog.commit(&tenant, &batch)?;
+        tenant.generation = changes.generation;
+        let vectors: Vec<(ChunkId, Vec<f32>)> = changes.added.iter().map(|e| (e.id, embed(&e.text))).collect();
+        let mut vector = MemoryVectors::new(model, dims);
+        vector.add(&vectors.iter().map(|(id, v)| (*id, v.as_slice())).collect::<Vec<_>>())?;
+        let lexical = LexicalIndex::in_memory();
+        let mut w = lexical.writer()?;
+        for e in &changes.added {
+            w.add(e.id, e.doc, &e.text)?;
+        }
+        w.commit(changes.generation)?;
+        Ok(TenantReader { tenant, vector: Box::new(vector), lexical: Box::new(lexical.searcher()?), repair: Repair::default() })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::in_memory::doc_write;
+    use super::*;
 
     fn fake_vector(text: &str) -> Vec<f32> {
         let mut v = vec![0.01f32; 8];

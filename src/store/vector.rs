@@ -7,6 +7,10 @@
 //! rename, so a reader keeps a consistent (older) snapshot until it reopens.
 //!
 //! Search is exact below [`VectorOptions::exact_below`] vectors and HNSW above.
+//!
+//! What a reader needs of an index is the [`VectorSearch`] trait: the usearch file implements it,
+//! and so, for unit tests of what sits above the store, does [`MemoryVectors`] (exact cosine over
+//! vectors held in memory, no file).
 
 use std::path::{Path, PathBuf};
 
@@ -81,6 +85,23 @@ pub struct VectorMeta {
 
 /// One scored hit: chunk id and cosine similarity (1 is identical).
 pub type VectorHit = (ChunkId, f32);
+
+/// Dense search over one tenant's vectors, as a reader uses it.
+pub trait VectorSearch: Send + Sync {
+    /// What built the index and which generation it reflects.
+    fn meta(&self) -> &VectorMeta;
+    /// Vectors held.
+    fn len(&self) -> usize;
+    /// Whether it holds no vectors.
+    fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+    /// The `k` nearest chunks to `query`, best first, with cosine similarity; a query of another
+    /// width than the index's is [`Error::IndexMismatch`].
+    fn search(&self, query: &[f32], k: usize) -> Result<Vec<VectorHit>>;
+    /// The stored vectors of `ids`, in input order (`None` where absent).
+    fn vectors(&self, ids: &[ChunkId]) -> Result<Vec<Option<Vec<f32>>>>;
+}
 
 /// A vector index, open for reading (mapped) or writing (in memory).
 pub struct VectorIndex {
@@ -235,13 +256,7 @@ impl VectorIndex {
 
     /// The `k` nearest chunks to `query`, best first, with cosine similarity.
     pub fn search(&self, query: &[f32], k: usize) -> Result<Vec<VectorHit>> {
-        if query.len() != self.meta.dims {
-            return Err(Error::IndexMismatch {
-                path: PathBuf::from(&self.meta.model),
-                found: format!("a {}-dim query", query.len()),
-                expected: format!("{} dims ({})", self.meta.dims, self.meta.model),
-            });
-        }
+        check_query(&self.meta, query)?;
         if self.index.size() == 0 || k == 0 {
             return Ok(Vec::new());
         }
@@ -287,6 +302,94 @@ impl VectorIndex {
     }
 }
 
+impl VectorSearch for VectorIndex {
+    fn meta(&self) -> &VectorMeta {
+        VectorIndex::meta(self)
+    }
+    fn len(&self) -> usize {
+        VectorIndex::len(self)
+    }
+    fn search(&self, query: &[f32], k: usize) -> Result<Vec<VectorHit>> {
+        VectorIndex::search(self, query, k)
+    }
+    fn vectors(&self, ids: &[ChunkId]) -> Result<Vec<Option<Vec<f32>>>> {
+        VectorIndex::vectors(self, ids)
+    }
+}
+
+/// A query of the index's width, or [`Error::IndexMismatch`].
+fn check_query(meta: &VectorMeta, query: &[f32]) -> Result<()> {
+    if query.len() == meta.dims {
+        return Ok(());
+    }
+    Err(Error::IndexMismatch {
+        path: PathBuf::from(&meta.model),
+        found: format!("a {}-dim query", query.len()),
+        expected: format!("{} dims ({})", meta.dims, meta.model),
+    })
+}
+
+/// Vectors held in memory and searched exactly (cosine): a [`VectorSearch`] for unit tests of
+/// what sits above the store, with no file and no usearch.
+#[cfg(any(test, feature = "testing"))]
+pub struct MemoryVectors {
+    meta: VectorMeta,
+    rows: Vec<(ChunkId, Vec<f32>)>,
+}
+
+#[cfg(any(test, feature = "testing"))]
+impl MemoryVectors {
+    /// An empty index for `model` with `dims` dimensions.
+    pub fn new(model: &str, dims: usize) -> MemoryVectors {
+        let meta = VectorMeta {
+            generation: 0,
+            model: model.to_string(),
+            dims,
+            metric: "cos".into(),
+            quantization: Quantization::F32,
+            count: 0,
+            file_bytes: 0,
+        };
+        MemoryVectors { meta, rows: Vec::new() }
+    }
+
+    /// Adds vectors (replacing any with the same id), as [`VectorIndex::add`].
+    pub fn add(&mut self, items: &[(ChunkId, &[f32])]) -> Result<()> {
+        for (id, v) in items {
+            if v.len() != self.meta.dims {
+                return Err(Error::Bug(format!("vector of {} dims for a {}-dim index (chunk {})", v.len(), self.meta.dims, id.0)));
+            }
+            self.rows.retain(|(have, _)| have != id);
+            self.rows.push((*id, v.to_vec()));
+        }
+        self.meta.count = self.rows.len();
+        Ok(())
+    }
+}
+
+#[cfg(any(test, feature = "testing"))]
+impl VectorSearch for MemoryVectors {
+    fn meta(&self) -> &VectorMeta {
+        &self.meta
+    }
+    fn len(&self) -> usize {
+        self.rows.len()
+    }
+    fn search(&self, query: &[f32], k: usize) -> Result<Vec<VectorHit>> {
+        check_query(&self.meta, query)?;
+        let norm = |v: &[f32]| v.iter().map(|x| x * x).sum::<f32>().sqrt().max(1e-12);
+        let q = norm(query);
+        let mut hits: Vec<VectorHit> =
+            self.rows.iter().map(|(id, v)| (*id, v.iter().zip(query).map(|(a, b)| a * b).sum::<f32>() / (norm(v) * q))).collect();
+        hits.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0 .0.cmp(&b.0 .0)));
+        hits.truncate(k);
+        Ok(hits)
+    }
+    fn vectors(&self, ids: &[ChunkId]) -> Result<Vec<Option<Vec<f32>>>> {
+        Ok(ids.iter().map(|id| self.rows.iter().find(|(have, _)| have == id).map(|(_, v)| v.clone())).collect())
+    }
+}
+
 fn path_str(p: &Path) -> Result<&str> {
     p.to_str().ok_or_else(|| Error::Invalid(format!("data folder path {p:?} is not valid UTF-8")))
 }
@@ -298,6 +401,26 @@ mod tests {
     fn unit(v: &[f32]) -> Vec<f32> {
         let n = v.iter().map(|x| x * x).sum::<f32>().sqrt();
         v.iter().map(|x| x / n).collect()
+    }
+
+    /// The in-memory stand-in answers as the usearch index does: the same order and similarities
+    /// (exact search below `exact_below`), the same stored vectors, the same width check.
+    #[test]
+    fn memory_vectors_answer_as_the_usearch_index_does() {
+        let mut real = VectorIndex::create("m", 4, VectorOptions::default()).unwrap();
+        let mut memory = MemoryVectors::new("m", 4);
+        let vectors: Vec<Vec<f32>> = (0..12u32).map(|i| unit(&[1.0 + i as f32, (i % 3) as f32, (i % 5) as f32 - 2.0, 0.5])).collect();
+        let items: Vec<(ChunkId, &[f32])> = vectors.iter().enumerate().map(|(i, v)| (ChunkId(i as u64 + 1), v.as_slice())).collect();
+        real.add(&items).unwrap();
+        memory.add(&items).unwrap();
+        let (real, memory): (&dyn VectorSearch, &dyn VectorSearch) = (&real, &memory);
+        assert_eq!(real.len(), memory.len());
+        let query = unit(&[2.0, 1.0, -1.0, 0.5]);
+        let (a, b) = (real.search(&query, 5).unwrap(), memory.search(&query, 5).unwrap());
+        assert_eq!(a.iter().map(|h| h.0).collect::<Vec<_>>(), b.iter().map(|h| h.0).collect::<Vec<_>>());
+        assert!(a.iter().zip(&b).all(|(x, y)| (x.1 - y.1).abs() < 1e-5), "{a:?} vs {b:?}");
+        assert_eq!(real.vectors(&[ChunkId(3), ChunkId(99)]).unwrap(), memory.vectors(&[ChunkId(3), ChunkId(99)]).unwrap());
+        assert!(matches!(memory.search(&[1.0], 1), Err(Error::IndexMismatch { .. })));
     }
 
     #[test]
