@@ -288,14 +288,14 @@ fn annotate(store: &Store, writer: &dyn Contextualizer, doc: &ParsedDocument, ch
     let children: Vec<usize> = (0..chunks.len()).filter(|&i| chunks[i].chunk.role == ChunkRole::Child).collect();
     let keys: Vec<TextHash> =
         children.iter().map(|&i| annotation_key(writer.id(), &doc.text, &doc.text[chunks[i].chunk.span.range()])).collect();
-    let cached = store.catalog().cached_annotations(&keys)?;
+    let cached = store.catalog().annotations().cached(&keys)?;
     let missing: Vec<usize> = (0..children.len()).filter(|&k| !cached.contains_key(&keys[k])).collect();
     let mut written: HashMap<TextHash, String> = HashMap::new();
     if !missing.is_empty() {
         let spans: Vec<Range<usize>> = missing.iter().map(|&k| chunks[children[k]].chunk.span.range()).collect();
         let contexts = writer.contexts(&doc.title, &doc.text, &spans)?;
         let rows: Vec<(TextHash, String)> = missing.iter().zip(contexts).map(|(&k, c)| (keys[k], c)).collect();
-        store.catalog().put_annotations(writer.id(), &rows)?;
+        store.catalog().annotations().put(writer.id(), &rows)?;
         written.extend(rows);
     }
     for (k, &i) in children.iter().enumerate() {

@@ -246,3 +246,13 @@ mod tests {
         assert_eq!(cosine(&[0.0, 0.0], &[1.0, 1.0]), 0.0);
     }
 }
+
+/// sha256 of an embedded text: the embedding cache's key (with the model id), and the
+/// annotation cache's.
+pub type TextHash = [u8; 32];
+
+/// The sha256 of `text`.
+pub fn text_hash(text: &str) -> TextHash {
+    use sha2::Digest;
+    sha2::Sha256::digest(text.as_bytes()).into()
+}

@@ -165,7 +165,7 @@ impl Service {
         answer.timings.total_ms += rewrite_ms;
         let chunks = answer.served_chunks();
         let timings = serde_json::to_value(&answer.timings).map_err(|e| Error::Bug(format!("timings to JSON: {e}")))?;
-        let id = self.store.catalog().record_answer(&AnswerRecord {
+        let id = self.store.catalog().answers().record(&AnswerRecord {
             tenant: tenant.id,
             session,
             question,
@@ -219,7 +219,7 @@ impl Service {
         let tenant = self.tenant(caller, tenant)?;
         let catalog = self.store.catalog();
         let id = match session {
-            Some(id) => match catalog.session_tenant(id)? {
+            Some(id) => match catalog.sessions().tenant_of(id)? {
                 Some(t) if t == tenant.id => id,
                 Some(_) if caller.is_local() => {
                     return Err(Error::Invalid(format!("session {id} belongs to another tenant; start a new chat without --session")))
@@ -230,7 +230,7 @@ impl Service {
                 _ => return Err(Error::NotFound(format!("no session {id} in this tenant"))),
             },
             None => {
-                let id = catalog.create_session(tenant.id)?;
+                let id = catalog.sessions().create(tenant.id)?;
                 let detail = serde_json::json!({ "session": id });
                 self.audit(caller, EventRecord { tenant: &tenant.name, action: "session_create", detail: &detail, ..EventRecord::default() })?;
                 id
@@ -242,19 +242,19 @@ impl Service {
     /// A session's turns, oldest first (the session must be the tenant's).
     pub fn session_turns(&self, caller: &Caller, tenant: &str, session: i64) -> Result<Vec<crate::store::TurnRow>> {
         let (_, id) = self.open_session(caller, tenant, Some(session))?;
-        self.store.catalog().recent_turns(id, usize::MAX >> 1)
+        self.store.catalog().sessions().recent_turns(id, usize::MAX >> 1)
     }
 
     /// A tenant's sessions, newest first: (id, created ms, turns).
     pub fn sessions(&self, caller: &Caller, tenant: &str, limit: usize) -> Result<Vec<(i64, i64, usize)>> {
         let tenant = self.tenant(caller, tenant)?;
-        self.store.catalog().sessions(tenant.id, limit)
+        self.store.catalog().sessions().list(tenant.id, limit)
     }
 
     /// Resolves `question` against `session`'s earlier turns: a follow-up that refers back is
     /// rewritten (by the generator when it is needed), a self-contained one is kept as it is.
     pub fn resolve(&self, session: i64, question: &str, llm: Option<&str>) -> Result<Standalone> {
-        let rows = self.store.catalog().recent_turns(session, 8)?;
+        let rows = self.store.catalog().sessions().recent_turns(session, 8)?;
         let prior: Vec<PriorTurn> =
             rows.iter().map(|t| PriorTurn { question: &t.question, standalone: &t.standalone, answer: &t.answer }).collect();
         self.resolve_with(&prior, question, llm)
@@ -290,7 +290,7 @@ impl Service {
         let resolved = self.resolve(session, question, o.llm.as_deref())?;
         on_resolved(&resolved);
         let asked = self.answer(caller, tenant, question, &resolved.question, resolved.rewrite_ms, Some(session), o, "chat", sink)?;
-        let turn = self.store.catalog().add_turn(session, question, &resolved.question, &asked.answer.answer, asked.answer.answer_id)?;
+        let turn = self.store.catalog().sessions().add_turn(session, question, &resolved.question, &asked.answer.answer, asked.answer.answer_id)?;
         Ok((ChatTurn { session, turn, follow_up: resolved, answer: asked.answer.clone() }, asked))
     }
 

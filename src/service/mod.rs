@@ -234,7 +234,7 @@ impl Service {
             }
             _ => record,
         };
-        self.store.catalog().append_event(&EventRecord { key_id: caller.key_id, key_name: &caller.name, ..record })
+        self.store.catalog().audit().append(&EventRecord { key_id: caller.key_id, key_name: &caller.name, ..record })
     }
 
     /// Writes the audit event of an operation that ended in `result`: outcome "ok" with
@@ -275,7 +275,7 @@ impl Service {
     /// Records a failed authentication (no key, an unknown or revoked key) from `address`.
     pub fn record_failed_auth(&self, address: &str, tenant: &str, reason: &str) -> Result<i64> {
         let detail = serde_json::json!({ "address": address, "reason": reason });
-        self.store.catalog().append_event(&EventRecord {
+        self.store.catalog().audit().append(&EventRecord {
             tenant,
             action: "auth_failed",
             outcome: "denied",
@@ -286,13 +286,13 @@ impl Service {
 
     /// The key a presented secret belongs to, if it is active.
     pub fn authenticate(&self, secret: &str) -> Result<Option<KeyRow>> {
-        self.store.catalog().authenticate(secret)
+        self.store.catalog().keys().authenticate(secret)
     }
 
     /// Makes a key (admin); the secret is returned once and never stored.
     pub fn create_key(&self, caller: &Caller, name: &str, tenant: Option<&str>, role: KeyRole) -> Result<(KeyRow, String)> {
         caller.require(KeyRole::Admin, "creating keys")?;
-        let (row, secret) = self.store.catalog().create_key(name, tenant, role)?;
+        let (row, secret) = self.store.catalog().keys().create(name, tenant, role)?;
         let detail = serde_json::json!({ "key": row.id, "name": row.name, "role": row.role });
         self.audit(caller, EventRecord { tenant: tenant.unwrap_or(""), action: "key_create", detail: &detail, ..EventRecord::default() })?;
         Ok((row, secret))
@@ -301,13 +301,13 @@ impl Service {
     /// Every key (admin).
     pub fn keys(&self, caller: &Caller) -> Result<Vec<KeyRow>> {
         caller.require(KeyRole::Admin, "listing keys")?;
-        self.store.catalog().keys()
+        self.store.catalog().keys().list()
     }
 
     /// Revokes a key (admin).
     pub fn revoke_key(&self, caller: &Caller, id: i64) -> Result<KeyRow> {
         caller.require(KeyRole::Admin, "revoking keys")?;
-        let row = self.store.catalog().revoke_key(id).map_err(|e| match e {
+        let row = self.store.catalog().keys().revoke(id).map_err(|e| match e {
             Error::Invalid(m) if !caller.is_local() => Error::NotFound(m),
             e => e,
         })?;
@@ -322,13 +322,13 @@ impl Service {
     /// Audit rows (admin keys and the command line only).
     pub fn audit_events(&self, caller: &Caller, filter: &EventFilter) -> Result<Vec<EventRow>> {
         caller.require(KeyRole::Admin, "reading the audit log")?;
-        self.store.catalog().events(filter)
+        self.store.catalog().audit().list(filter)
     }
 
     /// Walks the audit chain (admin).
     pub fn verify_audit(&self, caller: &Caller) -> Result<ChainReport> {
         caller.require(KeyRole::Admin, "verifying the audit log")?;
-        self.store.catalog().verify_events()
+        self.store.catalog().audit().verify()
     }
 
     /// A consistent online copy of the data folder into `dest` (admin), audited as `backup` with
@@ -344,13 +344,13 @@ impl Service {
     pub fn feedback(&self, caller: &Caller, tenant: Option<&str>, answer_id: i64, rating: Rating, comment: Option<&str>) -> Result<i64> {
         let not_found = || Error::NotFound(format!("no answer {answer_id} in this tenant"));
         if !caller.is_local() || tenant.is_some() {
-            let entry = self.store.catalog().answer_entry(answer_id)?.ok_or_else(not_found)?;
+            let entry = self.store.catalog().answers().get(answer_id)?.ok_or_else(not_found)?;
             if !caller.reaches(&entry.tenant) || tenant.is_some_and(|t| t != entry.tenant) {
                 return Err(not_found());
             }
         }
-        let id = self.store.catalog().add_feedback(answer_id, rating, comment)?;
-        let answer_tenant = self.store.catalog().answer_entry(answer_id)?.map(|e| e.tenant).unwrap_or_default();
+        let id = self.store.catalog().answers().add_feedback(answer_id, rating, comment)?;
+        let answer_tenant = self.store.catalog().answers().get(answer_id)?.map(|e| e.tenant).unwrap_or_default();
         let detail = serde_json::json!({ "answer_id": answer_id, "rating": rating, "feedback_id": id });
         self.audit(caller, EventRecord { tenant: &answer_tenant, action: "feedback", question: comment.unwrap_or(""), detail: &detail, ..EventRecord::default() })?;
         Ok(id)

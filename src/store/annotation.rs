@@ -6,13 +6,23 @@ use std::collections::HashMap;
 
 use rusqlite::{params, OptionalExtension};
 
-use super::catalog::{Catalog, TextHash};
+use super::connection::Shared;
 use crate::error::Result;
+use crate::types::TextHash;
 
-impl Catalog {
+/// The annotation cache of a catalog ([`super::Catalog::annotations`]).
+pub struct Annotations<'c> {
+    conn: &'c Shared,
+}
+
+impl<'c> Annotations<'c> {
+    pub(super) fn new(conn: &'c Shared) -> Annotations<'c> {
+        Annotations { conn }
+    }
+
     /// The cached contexts for those of `keys` that have one.
-    pub fn cached_annotations(&self, keys: &[TextHash]) -> Result<HashMap<TextHash, String>> {
-        let conn = self.conn();
+    pub fn cached(&self, keys: &[TextHash]) -> Result<HashMap<TextHash, String>> {
+        let conn = self.conn.lock();
         let mut st = conn.prepare_cached("SELECT context FROM annotations WHERE key = ?1")?;
         let mut out = HashMap::new();
         for k in keys {
@@ -24,8 +34,8 @@ impl Catalog {
     }
 
     /// Caches contexts written by `contextualizer` (existing entries are kept).
-    pub fn put_annotations(&self, contextualizer: &str, rows: &[(TextHash, String)]) -> Result<()> {
-        let mut conn = self.conn();
+    pub fn put(&self, contextualizer: &str, rows: &[(TextHash, String)]) -> Result<()> {
+        let mut conn = self.conn.lock();
         let tx = conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
         {
             let mut put =
@@ -41,7 +51,7 @@ impl Catalog {
 
 #[cfg(test)]
 mod tests {
-    use super::*;
+    use crate::store::Catalog;
 
     #[test]
     fn annotations_round_trip_and_survive_a_reopen() {
@@ -49,12 +59,12 @@ mod tests {
         let path = dir.path().join("catalog.sqlite");
         let c = Catalog::open(&path).unwrap();
         let (a, b) = ([1u8; 32], [2u8; 32]);
-        assert!(c.cached_annotations(&[a, b]).unwrap().is_empty());
-        c.put_annotations("llm-context-v1:x", &[(a, "From the travel policy.".into())]).unwrap();
-        c.put_annotations("llm-context-v1:x", &[(a, "ignored: first write wins".into())]).unwrap();
+        assert!(c.annotations().cached(&[a, b]).unwrap().is_empty());
+        c.annotations().put("llm-context-v1:x", &[(a, "From the travel policy.".into())]).unwrap();
+        c.annotations().put("llm-context-v1:x", &[(a, "ignored: first write wins".into())]).unwrap();
         drop(c);
         let c = Catalog::open(&path).unwrap();
-        let got = c.cached_annotations(&[a, b]).unwrap();
+        let got = c.annotations().cached(&[a, b]).unwrap();
         assert_eq!(got.len(), 1);
         assert_eq!(got[&a], "From the travel policy.");
     }

@@ -406,9 +406,9 @@ mod tests {
         let version: String =
             restored.catalog().conn().query_row("SELECT value FROM meta WHERE key = 'schema_version'", [], |r| r.get(0)).unwrap();
         assert_eq!(version, "2");
-        let answer = restored.catalog().answer_entry(V1_ANSWER).unwrap().expect("the answer came through the restore");
+        let answer = restored.catalog().answers().get(V1_ANSWER).unwrap().expect("the answer came through the restore");
         assert_eq!(answer.feedback.len(), 1);
-        assert_eq!(restored.catalog().recent_turns(7, 5).unwrap()[0].answer_id, Some(V1_ANSWER));
-        assert!(restored.catalog().verify_events().unwrap().broken.is_none());
+        assert_eq!(restored.catalog().sessions().recent_turns(7, 5).unwrap()[0].answer_id, Some(V1_ANSWER));
+        assert!(restored.catalog().audit().verify().unwrap().broken.is_none());
     }
 }

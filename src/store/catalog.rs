@@ -7,13 +7,18 @@
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
-use std::sync::{Mutex, MutexGuard};
+use std::sync::MutexGuard;
 
 use rusqlite::{params, Connection, OptionalExtension};
 use serde::Serialize;
 
 use crate::error::{Error, Result};
-use crate::types::{indexed_text, Chunk, ChunkId, ChunkRole, DocId, Lines, ParsedDocument, Span};
+use super::annotation::Annotations;
+use super::connection::Shared;
+use super::conversation::{Answers, Sessions};
+use super::events::Audit;
+use super::keys::Keys;
+use crate::types::{indexed_text, text_hash, Chunk, ChunkId, ChunkRole, DocId, Lines, ParsedDocument, Span, TextHash};
 
 /// Catalogs up to this size are integrity-checked on open (about 0.1 s per 64 MiB).
 pub const QUICK_CHECK_BYTES: u64 = 64 << 20;
@@ -91,14 +96,6 @@ fn migrate(conn: &mut Connection, path: &Path) -> Result<()> {
     Ok(())
 }
 
-/// sha256 of an embedded text: the embedding cache's key (with the model id).
-pub type TextHash = [u8; 32];
-
-/// The sha256 of `text`.
-pub fn text_hash(text: &str) -> TextHash {
-    use sha2::Digest;
-    sha2::Sha256::digest(text.as_bytes()).into()
-}
 
 /// A tenant as the catalog knows it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -270,9 +267,11 @@ pub struct ChunkRow {
     pub text: String,
 }
 
-/// The catalog. One connection behind a mutex: writes are serialised anyway, and reads are short.
+/// The catalog: tenants, documents, chunks and the embedding cache here, and through its handles
+/// ([`Catalog::keys`], [`Catalog::sessions`], [`Catalog::answers`], [`Catalog::audit`],
+/// [`Catalog::annotations`]) the rest of the file's tables, all over one connection.
 pub struct Catalog {
-    conn: Mutex<Connection>,
+    conn: Shared,
     path: PathBuf,
 }
 
@@ -356,7 +355,7 @@ impl Catalog {
         if version != SCHEMA_VERSION.to_string() {
             return Err(schema_mismatch(path, &version));
         }
-        Ok(Catalog { conn: Mutex::new(conn), path: path.to_path_buf() })
+        Ok(Catalog { conn: Shared::new(conn), path: path.to_path_buf() })
     }
 
     /// The catalog file.
@@ -365,8 +364,32 @@ impl Catalog {
     }
 
     pub(super) fn conn(&self) -> MutexGuard<'_, Connection> {
-        // A panic while holding the lock leaves SQLite itself consistent (transactions roll back).
-        self.conn.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+        self.conn.lock()
+    }
+
+    /// The API keys.
+    pub fn keys(&self) -> Keys<'_> {
+        Keys::new(&self.conn)
+    }
+
+    /// The conversations: sessions and their turns.
+    pub fn sessions(&self) -> Sessions<'_> {
+        Sessions::new(&self.conn)
+    }
+
+    /// The answer log, with its feedback.
+    pub fn answers(&self) -> Answers<'_> {
+        Answers::new(&self.conn)
+    }
+
+    /// The hash-chained audit events.
+    pub fn audit(&self) -> Audit<'_> {
+        Audit::new(&self.conn)
+    }
+
+    /// The annotation cache.
+    pub fn annotations(&self) -> Annotations<'_> {
+        Annotations::new(&self.conn)
     }
 
     /// All tenants, by name.

@@ -11,9 +11,9 @@
 //! let dir = tempfile::tempdir()?;
 //! let catalog = Catalog::open(&dir.path().join("catalog.sqlite"))?;
 //! let tenant = catalog.create_tenant("acme", "fake", 16)?;
-//! let session = catalog.create_session(tenant.id)?;
+//! let session = catalog.sessions().create(tenant.id)?;
 //! let timings = serde_json::json!({ "total_ms": 12.5 });
-//! let answer = catalog.record_answer(&AnswerRecord {
+//! let answer = catalog.answers().record(&AnswerRecord {
 //!     tenant: tenant.id,
 //!     session: Some(session),
 //!     question: "Who approves travel?",
@@ -24,20 +24,20 @@
 //!     answer: "I could not find this in the documents.",
 //!     timings: &timings,
 //! })?;
-//! catalog.add_turn(session, "Who approves travel?", "Who approves travel?", "I could not find this.", Some(answer))?;
-//! catalog.add_feedback(answer, "down".parse::<Rating>()?, Some("it is in the handbook"))?;
-//! assert_eq!(catalog.answer_entry(answer)?.map(|a| a.feedback.len()), Some(1));
+//! catalog.sessions().add_turn(session, "Who approves travel?", "Who approves travel?", "I could not find this.", Some(answer))?;
+//! catalog.answers().add_feedback(answer, "down".parse::<Rating>()?, Some("it is in the handbook"))?;
+//! assert_eq!(catalog.answers().get(answer)?.map(|a| a.feedback.len()), Some(1));
 //! # Ok::<(), ragbox::Error>(())
 //! ```
 
 use rusqlite::{params, OptionalExtension, TransactionBehavior};
 use serde::Serialize;
 
-use super::catalog::Catalog;
+use super::connection::Shared;
 use crate::error::{Error, Result};
 use crate::types::ChunkId;
 
-/// One answer as the answer log records it, written by [`Catalog::record_answer`].
+/// One answer as the answer log records it, written by [`Answers::record`].
 #[derive(Debug, Clone, Copy, Serialize)]
 pub struct AnswerRecord<'a> {
     /// Tenant row id.
@@ -215,10 +215,19 @@ fn turn_from_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<TurnRow> {
     })
 }
 
-impl Catalog {
+/// The conversations of a catalog: sessions and their turns ([`super::Catalog::sessions`]).
+pub struct Sessions<'c> {
+    conn: &'c Shared,
+}
+
+impl<'c> Sessions<'c> {
+    pub(super) fn new(conn: &'c Shared) -> Sessions<'c> {
+        Sessions { conn }
+    }
+
     /// Starts a session of `tenant`; returns its id.
-    pub fn create_session(&self, tenant: i64) -> Result<i64> {
-        let mut conn = self.conn();
+    pub fn create(&self, tenant: i64) -> Result<i64> {
+        let mut conn = self.conn.lock();
         let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
         let known: bool = tx.query_row("SELECT EXISTS (SELECT 1 FROM tenants WHERE id = ?1)", [tenant], |r| r.get(0))?;
         if !known {
@@ -232,14 +241,14 @@ impl Catalog {
 
     /// The tenant a session belongs to; `None` when there is no such session. Callers check it
     /// against the tenant asking before they use the session's turns.
-    pub fn session_tenant(&self, session: i64) -> Result<Option<i64>> {
-        let conn = self.conn();
+    pub fn tenant_of(&self, session: i64) -> Result<Option<i64>> {
+        let conn = self.conn.lock();
         Ok(conn.query_row("SELECT tenant_id FROM sessions WHERE id = ?1", [session], |r| r.get(0)).optional()?)
     }
 
     /// A tenant's sessions, newest first: (id, created ms, turns).
-    pub fn sessions(&self, tenant: i64, limit: usize) -> Result<Vec<(i64, i64, usize)>> {
-        let conn = self.conn();
+    pub fn list(&self, tenant: i64, limit: usize) -> Result<Vec<(i64, i64, usize)>> {
+        let conn = self.conn.lock();
         let mut st = conn.prepare_cached(
             "SELECT s.id, s.created_ms, (SELECT COUNT(*) FROM turns t WHERE t.session_id = s.id)
              FROM sessions s WHERE s.tenant_id = ?1 ORDER BY s.id DESC LIMIT ?2",
@@ -252,7 +261,7 @@ impl Catalog {
 
     /// The last `limit` turns of a session, oldest first.
     pub fn recent_turns(&self, session: i64, limit: usize) -> Result<Vec<TurnRow>> {
-        let conn = self.conn();
+        let conn = self.conn.lock();
         let mut st = conn.prepare_cached(
             "SELECT id, session_id, question, standalone, answer, answer_id, created_ms
              FROM turns WHERE session_id = ?1 ORDER BY id DESC LIMIT ?2",
@@ -264,7 +273,7 @@ impl Catalog {
 
     /// Appends a turn to a session; returns its id. An unknown session is a user error.
     pub fn add_turn(&self, session: i64, question: &str, standalone: &str, answer: &str, answer_id: Option<i64>) -> Result<i64> {
-        let mut conn = self.conn();
+        let mut conn = self.conn.lock();
         // IMMEDIATE for the reason given in `Catalog::commit`: this reads, then writes.
         let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
         let known: bool = tx.query_row("SELECT EXISTS (SELECT 1 FROM sessions WHERE id = ?1)", [session], |r| r.get(0))?;
@@ -279,13 +288,24 @@ impl Catalog {
         tx.commit()?;
         Ok(id)
     }
+}
+
+/// The answer log of a catalog, with the feedback on each answer ([`super::Catalog::answers`]).
+pub struct Answers<'c> {
+    conn: &'c Shared,
+}
+
+impl<'c> Answers<'c> {
+    pub(super) fn new(conn: &'c Shared) -> Answers<'c> {
+        Answers { conn }
+    }
 
     /// Writes one answer to the answer log; returns its id, the answer id users rate with
     /// `ragbox feedback`. A session of another tenant is refused.
-    pub fn record_answer(&self, record: &AnswerRecord) -> Result<i64> {
+    pub fn record(&self, record: &AnswerRecord) -> Result<i64> {
         let chunk_ids = serde_json::to_string(record.chunk_ids).map_err(|e| Error::Bug(format!("chunk ids to JSON: {e}")))?;
         let timings = serde_json::to_string(record.timings).map_err(|e| Error::Bug(format!("timings to JSON: {e}")))?;
-        let mut conn = self.conn();
+        let mut conn = self.conn.lock();
         let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
         if let Some(session) = record.session {
             let owner: Option<i64> =
@@ -318,15 +338,15 @@ impl Catalog {
     }
 
     /// The answer log's row of answer `id`, with its feedback; `None` when there is none.
-    pub fn answer_entry(&self, id: i64) -> Result<Option<AnswerRow>> {
-        let conn = self.conn();
+    pub fn get(&self, id: i64) -> Result<Option<AnswerRow>> {
+        let conn = self.conn.lock();
         let raw = conn.query_row(&format!("SELECT {ANSWER_COLUMNS} WHERE a.id = ?1"), [id], answer_from_row).optional()?;
         raw.map(|raw| finish_answer(&conn, raw)).transpose()
     }
 
     /// A tenant's last `limit` answers, newest first, each with its feedback.
-    pub fn answer_entries(&self, tenant: i64, limit: usize) -> Result<Vec<AnswerRow>> {
-        let conn = self.conn();
+    pub fn list(&self, tenant: i64, limit: usize) -> Result<Vec<AnswerRow>> {
+        let conn = self.conn.lock();
         let raws = {
             let mut st = conn.prepare(&format!("SELECT {ANSWER_COLUMNS} WHERE a.tenant_id = ?1 ORDER BY a.id DESC LIMIT ?2"))?;
             let rows = st.query_map(params![tenant, sql_limit(limit)], answer_from_row)?;
@@ -337,7 +357,7 @@ impl Catalog {
 
     /// Rates answer `answer_id`; returns the feedback's id. An unknown answer id is a user error.
     pub fn add_feedback(&self, answer_id: i64, rating: Rating, comment: Option<&str>) -> Result<i64> {
-        let mut conn = self.conn();
+        let mut conn = self.conn.lock();
         let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
         let known: bool = tx.query_row("SELECT EXISTS (SELECT 1 FROM answers WHERE id = ?1)", [answer_id], |r| r.get(0))?;
         if !known {
@@ -380,6 +400,7 @@ fn finish_answer(conn: &rusqlite::Connection, (mut row, chunk_ids, timings): Raw
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::store::Catalog;
     use crate::error::Fault;
 
     fn catalog() -> (tempfile::TempDir, Catalog) {
@@ -407,16 +428,16 @@ mod tests {
         let (_dir, cat) = catalog();
         let a = cat.create_tenant("a", "m", 4).unwrap();
         let b = cat.create_tenant("b", "m", 4).unwrap();
-        let sa = cat.create_session(a.id).unwrap();
-        let sb = cat.create_session(b.id).unwrap();
+        let sa = cat.sessions().create(a.id).unwrap();
+        let sb = cat.sessions().create(b.id).unwrap();
         assert_ne!(sa, sb);
-        assert_eq!(cat.session_tenant(sa).unwrap(), Some(a.id));
-        assert_eq!(cat.session_tenant(sb).unwrap(), Some(b.id));
-        assert_eq!(cat.session_tenant(sb + 100).unwrap(), None);
-        assert!(cat.create_session(b.id + 100).is_err(), "no session for a tenant that does not exist");
+        assert_eq!(cat.sessions().tenant_of(sa).unwrap(), Some(a.id));
+        assert_eq!(cat.sessions().tenant_of(sb).unwrap(), Some(b.id));
+        assert_eq!(cat.sessions().tenant_of(sb + 100).unwrap(), None);
+        assert!(cat.sessions().create(b.id + 100).is_err(), "no session for a tenant that does not exist");
 
-        let t = cat.add_turn(sa, "Who approves it?", "Who approves travel requests?", "Line managers [1].", None).unwrap();
-        let turns = cat.recent_turns(sa, 10).unwrap();
+        let t = cat.sessions().add_turn(sa, "Who approves it?", "Who approves travel requests?", "Line managers [1].", None).unwrap();
+        let turns = cat.sessions().recent_turns(sa, 10).unwrap();
         assert_eq!(turns.len(), 1);
         assert_eq!(turns[0].id, t);
         assert_eq!(turns[0].session, sa);
@@ -425,13 +446,13 @@ mod tests {
         assert_eq!(turns[0].answer, "Line managers [1].");
         assert_eq!(turns[0].answer_id, None);
         assert!(turns[0].created_ms > 0);
-        assert!(cat.recent_turns(sb, 10).unwrap().is_empty(), "turns stay in their session");
+        assert!(cat.sessions().recent_turns(sb, 10).unwrap().is_empty(), "turns stay in their session");
 
         // An answer cannot name another tenant's session.
         let v = serde_json::json!({});
-        let e = cat.record_answer(&record(b.id, Some(sa), &[], &v)).unwrap_err();
+        let e = cat.answers().record(&record(b.id, Some(sa), &[], &v)).unwrap_err();
         assert_eq!(e.fault(), Fault::User, "{e}");
-        let e = cat.add_turn(sb + 100, "q", "q", "a", None).unwrap_err();
+        let e = cat.sessions().add_turn(sb + 100, "q", "q", "a", None).unwrap_err();
         assert_eq!(e.fault(), Fault::User, "{e}");
     }
 
@@ -439,11 +460,11 @@ mod tests {
     fn recent_turns_are_the_last_ones_oldest_first() {
         let (_dir, cat) = catalog();
         let t = cat.create_tenant("a", "m", 4).unwrap();
-        let s = cat.create_session(t.id).unwrap();
+        let s = cat.sessions().create(t.id).unwrap();
         for i in 0..5 {
-            cat.add_turn(s, &format!("q{i}"), &format!("s{i}"), &format!("a{i}"), None).unwrap();
+            cat.sessions().add_turn(s, &format!("q{i}"), &format!("s{i}"), &format!("a{i}"), None).unwrap();
         }
-        let questions = |n| cat.recent_turns(s, n).unwrap().into_iter().map(|t| t.question).collect::<Vec<_>>();
+        let questions = |n| cat.sessions().recent_turns(s, n).unwrap().into_iter().map(|t| t.question).collect::<Vec<_>>();
         assert_eq!(questions(3), ["q2", "q3", "q4"]);
         assert_eq!(questions(10), ["q0", "q1", "q2", "q3", "q4"]);
         assert!(questions(0).is_empty());
@@ -453,22 +474,22 @@ mod tests {
     fn answer_log_and_feedback_round_trip() {
         let (_dir, cat) = catalog();
         let t = cat.create_tenant("acme", "m", 4).unwrap();
-        let s = cat.create_session(t.id).unwrap();
+        let s = cat.sessions().create(t.id).unwrap();
         let ids = [ChunkId(7), ChunkId(u64::from(u32::MAX) + 3)];
         let timings = serde_json::json!({ "retrieve_ms": 3.5, "generate_ms": 120.0 });
-        let first = cat.record_answer(&record(t.id, Some(s), &ids, &timings)).unwrap();
+        let first = cat.answers().record(&record(t.id, Some(s), &ids, &timings)).unwrap();
         let refused = AnswerRecord { session: None, model: "", refused: true, chunk_ids: &[], ..record(t.id, None, &[], &timings) };
-        let second = cat.record_answer(&refused).unwrap();
+        let second = cat.answers().record(&refused).unwrap();
         assert!(second > first);
-        cat.add_turn(s, "And for contractors?", "What is the travel insurance limit for contractors?", "£2,000", Some(first))
+        cat.sessions().add_turn(s, "And for contractors?", "What is the travel insurance limit for contractors?", "£2,000", Some(first))
             .unwrap();
-        assert_eq!(cat.recent_turns(s, 1).unwrap()[0].answer_id, Some(first));
+        assert_eq!(cat.sessions().recent_turns(s, 1).unwrap()[0].answer_id, Some(first));
 
-        let up = cat.add_feedback(first, Rating::Up, None).unwrap();
-        let down = cat.add_feedback(first, "Down".parse().unwrap(), Some("wrong office")).unwrap();
+        let up = cat.answers().add_feedback(first, Rating::Up, None).unwrap();
+        let down = cat.answers().add_feedback(first, "Down".parse().unwrap(), Some("wrong office")).unwrap();
         assert!(down > up);
 
-        let row = cat.answer_entry(first).unwrap().unwrap();
+        let row = cat.answers().get(first).unwrap().unwrap();
         assert_eq!(row.id, first);
         assert_eq!(row.tenant, "acme");
         assert_eq!(row.session, Some(s));
@@ -487,19 +508,19 @@ mod tests {
         assert_eq!(json["chunk_ids"], serde_json::json!([7, u64::from(u32::MAX) + 3]));
         assert_eq!(json["feedback"][1]["rating"], "down");
 
-        let entries = cat.answer_entries(t.id, 10).unwrap();
+        let entries = cat.answers().list(t.id, 10).unwrap();
         assert_eq!(entries.iter().map(|e| e.id).collect::<Vec<_>>(), [second, first], "newest first");
         assert!(entries[0].refused && entries[0].model.is_empty() && entries[0].session.is_none());
-        assert_eq!(cat.answer_entries(t.id, 1).unwrap().len(), 1);
+        assert_eq!(cat.answers().list(t.id, 1).unwrap().len(), 1);
         let other = cat.create_tenant("other", "m", 4).unwrap();
-        assert!(cat.answer_entries(other.id, 10).unwrap().is_empty());
-        assert!(cat.answer_entry(second + 1).unwrap().is_none());
+        assert!(cat.answers().list(other.id, 10).unwrap().is_empty());
+        assert!(cat.answers().get(second + 1).unwrap().is_none());
     }
 
     #[test]
     fn feedback_on_an_unknown_answer_is_a_user_error() {
         let (_dir, cat) = catalog();
-        let e = cat.add_feedback(42, Rating::Down, None).unwrap_err();
+        let e = cat.answers().add_feedback(42, Rating::Down, None).unwrap_err();
         assert_eq!(e.fault(), Fault::User);
         let msg = e.to_string();
         assert!(msg.contains("no answer 42") && msg.contains("ragbox ask --json"), "{msg}");
@@ -527,20 +548,20 @@ mod tests {
         let t = {
             let cat = Catalog::open(&path).unwrap();
             let t = cat.require_tenant("old").unwrap();
-            let s = cat.create_session(t.id).unwrap();
-            cat.add_turn(s, "q", "q", "a", None).unwrap();
+            let s = cat.sessions().create(t.id).unwrap();
+            cat.sessions().add_turn(s, "q", "q", "a", None).unwrap();
             let v = serde_json::json!({});
-            let id = cat.record_answer(&record(t.id, Some(s), &[], &v)).unwrap();
-            cat.add_feedback(id, Rating::Up, None).unwrap();
+            let id = cat.answers().record(&record(t.id, Some(s), &[], &v)).unwrap();
+            cat.answers().add_feedback(id, Rating::Up, None).unwrap();
             t
         };
         // Reopening keeps the rows (the DDL is idempotent).
         let cat = Catalog::open(&path).unwrap();
-        let entries = cat.answer_entries(t.id, 10).unwrap();
+        let entries = cat.answers().list(t.id, 10).unwrap();
         assert_eq!(entries.len(), 1);
         assert_eq!(entries[0].feedback.len(), 1);
         let s = entries[0].session.unwrap();
-        assert_eq!(cat.recent_turns(s, 5).unwrap().len(), 1);
+        assert_eq!(cat.sessions().recent_turns(s, 5).unwrap().len(), 1);
         // Schema 1 without the answer log's table migrates to 2 all the same.
         let version: String = cat.conn().query_row("SELECT value FROM meta WHERE key = 'schema_version'", [], |r| r.get(0)).unwrap();
         assert_eq!(version, "2");

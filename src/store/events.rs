@@ -2,7 +2,7 @@
 //! upload, removal, key change, failed authentication).
 //!
 //! Each row stores the sha256 of the previous row's hash followed by its own fields, so changing,
-//! inserting or removing a row breaks the chain from that row on, and [`Catalog::verify_events`]
+//! inserting or removing a row breaks the chain from that row on, and [`Audit::verify`]
 //! names the first row that no longer fits. SQLite triggers refuse `UPDATE` and `DELETE` on the
 //! table, so tampering needs someone who edits the file by hand (and the chain shows it). Rows
 //! are appended under an IMMEDIATE transaction, so two processes sharing a data folder cannot
@@ -12,9 +12,9 @@
 //! use ragbox::store::{Catalog, EventRecord};
 //! let dir = tempfile::tempdir()?;
 //! let catalog = Catalog::open(&dir.path().join("catalog.sqlite"))?;
-//! catalog.append_event(&EventRecord { action: "search", tenant: "acme", question: "travel", ..EventRecord::default() })?;
-//! catalog.append_event(&EventRecord { action: "auth_failed", outcome: "denied", ..EventRecord::default() })?;
-//! let report = catalog.verify_events()?;
+//! catalog.audit().append(&EventRecord { action: "search", tenant: "acme", question: "travel", ..EventRecord::default() })?;
+//! catalog.audit().append(&EventRecord { action: "auth_failed", outcome: "denied", ..EventRecord::default() })?;
+//! let report = catalog.audit().verify()?;
 //! assert_eq!(report.rows, 2);
 //! assert!(report.broken.is_none());
 //! # Ok::<(), ragbox::Error>(())
@@ -23,7 +23,7 @@
 use rusqlite::{params, OptionalExtension, TransactionBehavior};
 use serde::Serialize;
 
-use super::catalog::Catalog;
+use super::connection::Shared;
 use crate::error::{Error, Result};
 use crate::types::ChunkId;
 
@@ -114,7 +114,7 @@ pub struct EventFilter {
     pub limit: usize,
 }
 
-/// What [`Catalog::verify_events`] found.
+/// What [`Audit::verify`] found.
 #[derive(Debug, Clone, Serialize)]
 pub struct ChainReport {
     /// Rows checked.
@@ -196,12 +196,22 @@ fn event_from_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<RawEvent> {
 const EVENT_COLUMNS: &str =
     "id, time_ms, key_id, key_name, tenant, action, question, chunk_ids, model, outcome, detail, prev_hash, hash";
 
-impl Catalog {
+/// The audit events of a catalog: a hash chain, appended to and never changed
+/// ([`super::Catalog::audit`]).
+pub struct Audit<'c> {
+    conn: &'c Shared,
+}
+
+impl<'c> Audit<'c> {
+    pub(super) fn new(conn: &'c Shared) -> Audit<'c> {
+        Audit { conn }
+    }
+
     /// Appends one row to the chain; returns its id.
-    pub fn append_event(&self, e: &EventRecord) -> Result<i64> {
+    pub fn append(&self, e: &EventRecord) -> Result<i64> {
         let chunk_ids = serde_json::to_string(e.chunk_ids).map_err(|x| Error::Bug(format!("chunk ids to JSON: {x}")))?;
         let detail = if e.detail.is_null() { "{}".to_string() } else { e.detail.to_string() };
-        let mut conn = self.conn();
+        let mut conn = self.conn.lock();
         let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
         let last: Option<(i64, String)> =
             tx.query_row("SELECT id, hash FROM events ORDER BY id DESC LIMIT 1", [], |r| Ok((r.get(0)?, r.get(1)?))).optional()?;
@@ -219,8 +229,8 @@ impl Catalog {
     }
 
     /// Rows matching `filter`, oldest first.
-    pub fn events(&self, filter: &EventFilter) -> Result<Vec<EventRow>> {
-        let conn = self.conn();
+    pub fn list(&self, filter: &EventFilter) -> Result<Vec<EventRow>> {
+        let conn = self.conn.lock();
         let limit = if filter.limit == 0 { i64::MAX } else { i64::try_from(filter.limit).unwrap_or(i64::MAX) };
         let mut st = conn.prepare(&format!(
             "SELECT * FROM (SELECT {EVENT_COLUMNS} FROM events
@@ -241,8 +251,8 @@ impl Catalog {
 
     /// Walks the whole chain from the first row: each row must name the previous row's hash and
     /// hash to what it stores.
-    pub fn verify_events(&self) -> Result<ChainReport> {
-        let conn = self.conn();
+    pub fn verify(&self) -> Result<ChainReport> {
+        let conn = self.conn.lock();
         let mut st = conn.prepare(&format!("SELECT {EVENT_COLUMNS} FROM events ORDER BY id"))?;
         let mut rows = st.query([])?;
         let mut prev = GENESIS_HASH.to_string();
@@ -278,6 +288,7 @@ fn short(hash: &str) -> &str {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::store::Catalog;
 
     #[test]
     fn the_chain_verifies_and_tampering_is_named() {
@@ -288,19 +299,19 @@ mod tests {
             let q = format!("question {i}");
             let ids = [ChunkId(i)];
             let e = EventRecord { key_id: Some(1), key_name: "alice", tenant: "acme", action: "ask", question: &q, chunk_ids: &ids, detail: &detail, ..EventRecord::default() };
-            cat.append_event(&e).unwrap();
+            cat.audit().append(&e).unwrap();
         }
-        let ok = cat.verify_events().unwrap();
+        let ok = cat.audit().verify().unwrap();
         assert_eq!(ok.rows, 5);
         assert!(ok.broken.is_none());
-        let rows = cat.events(&EventFilter { tenant: Some("acme".into()), ..Default::default() }).unwrap();
+        let rows = cat.audit().list(&EventFilter { tenant: Some("acme".into()), ..Default::default() }).unwrap();
         assert_eq!(rows.len(), 5);
         assert_eq!(rows[0].prev_hash, GENESIS_HASH);
         assert_eq!(rows[1].prev_hash, rows[0].hash);
         assert_eq!(rows[2].chunk_ids, vec![ChunkId(2)]);
         assert_eq!(rows[0].detail["answer_id"], 3);
-        assert_eq!(cat.events(&EventFilter { limit: 2, ..Default::default() }).unwrap()[0].id, rows[3].id, "the newest, oldest first");
-        assert!(cat.events(&EventFilter { tenant: Some("other".into()), ..Default::default() }).unwrap().is_empty());
+        assert_eq!(cat.audit().list(&EventFilter { limit: 2, ..Default::default() }).unwrap()[0].id, rows[3].id, "the newest, oldest first");
+        assert!(cat.audit().list(&EventFilter { tenant: Some("other".into()), ..Default::default() }).unwrap().is_empty());
 
         // The triggers refuse edits and deletions.
         let conn = cat.conn();
@@ -309,16 +320,16 @@ mod tests {
         // Someone who drops the trigger and edits a row is caught.
         conn.execute_batch("DROP TRIGGER events_no_update; UPDATE events SET question = 'edited' WHERE id = 3;").unwrap();
         drop(conn);
-        let bad = cat.verify_events().unwrap();
+        let bad = cat.audit().verify().unwrap();
         assert_eq!(bad.broken.as_ref().map(|b| b.id), Some(3), "{bad:?}");
         // And deleting a row breaks the link of the one after it.
         let conn = cat.conn();
         conn.execute_batch("DROP TRIGGER events_no_delete; UPDATE events SET question = 'question 2' WHERE id = 3; DELETE FROM events WHERE id = 4;").unwrap();
         drop(conn);
-        let bad = cat.verify_events().unwrap();
+        let bad = cat.audit().verify().unwrap();
         assert_eq!(bad.broken.as_ref().map(|b| b.id), Some(5), "{bad:?}");
         // Ids are never reused, so an append after the deletion still chains from the last row.
-        cat.append_event(&EventRecord { action: "search", ..Default::default() }).unwrap();
-        assert_eq!(cat.events(&EventFilter::default()).unwrap().last().unwrap().id, 6);
+        cat.audit().append(&EventRecord { action: "search", ..Default::default() }).unwrap();
+        assert_eq!(cat.audit().list(&EventFilter::default()).unwrap().last().unwrap().id, 6);
     }
 }

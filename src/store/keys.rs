@@ -9,10 +9,10 @@
 //! use ragbox::store::{Catalog, KeyRole};
 //! let dir = tempfile::tempdir()?;
 //! let catalog = Catalog::open(&dir.path().join("catalog.sqlite"))?;
-//! let (row, secret) = catalog.create_key("alice", Some("acme"), KeyRole::Reader)?;
+//! let (row, secret) = catalog.keys().create("alice", Some("acme"), KeyRole::Reader)?;
 //! assert!(secret.starts_with("rbx_") && secret.len() == 68);
-//! assert_eq!(catalog.authenticate(&secret)?.map(|k| k.id), Some(row.id));
-//! assert!(catalog.authenticate("rbx_0000")?.is_none());
+//! assert_eq!(catalog.keys().authenticate(&secret)?.map(|k| k.id), Some(row.id));
+//! assert!(catalog.keys().authenticate("rbx_0000")?.is_none());
 //! # Ok::<(), ragbox::Error>(())
 //! ```
 
@@ -20,7 +20,7 @@ use rusqlite::{params, OptionalExtension};
 use serde::Serialize;
 use subtle::ConstantTimeEq;
 
-use super::catalog::Catalog;
+use super::connection::Shared;
 use crate::error::{Error, Result};
 
 /// The prefix every key starts with (so a leaked key is recognisable in logs and scanners).
@@ -115,10 +115,19 @@ fn key_from_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<KeyRow> {
 
 const KEY_COLUMNS: &str = "id, name, tenant, role, created_ms, revoked_ms";
 
-impl Catalog {
+/// The API keys of a catalog ([`super::Catalog::keys`]).
+pub struct Keys<'c> {
+    conn: &'c Shared,
+}
+
+impl<'c> Keys<'c> {
+    pub(super) fn new(conn: &'c Shared) -> Keys<'c> {
+        Keys { conn }
+    }
+
     /// Makes a key for `tenant` (`None` only for an admin key: all tenants). Returns its row and
     /// the secret, which is not stored and cannot be shown again.
-    pub fn create_key(&self, name: &str, tenant: Option<&str>, role: KeyRole) -> Result<(KeyRow, String)> {
+    pub fn create(&self, name: &str, tenant: Option<&str>, role: KeyRole) -> Result<(KeyRow, String)> {
         if tenant.is_none() && role != KeyRole::Admin {
             return Err(Error::Invalid(format!("a {role} key needs --tenant; only admin keys reach every tenant")));
         }
@@ -128,7 +137,7 @@ impl Catalog {
         let mut bytes = [0u8; 32];
         getrandom::fill(&mut bytes).map_err(|e| Error::Io(std::io::Error::other(format!("no randomness for a key: {e}"))))?;
         let secret = format!("{KEY_PREFIX}{}", hex::encode(bytes));
-        let conn = self.conn();
+        let conn = self.conn.lock();
         conn.execute(
             "INSERT INTO api_keys (name, tenant, role, sha256, created_ms) VALUES (?1, ?2, ?3, ?4, ?5)",
             params![name, tenant, role.as_str(), key_hash(&secret), now_ms()],
@@ -139,8 +148,8 @@ impl Catalog {
     }
 
     /// Every key, active and revoked, oldest first.
-    pub fn keys(&self) -> Result<Vec<KeyRow>> {
-        let conn = self.conn();
+    pub fn list(&self) -> Result<Vec<KeyRow>> {
+        let conn = self.conn.lock();
         let mut st = conn.prepare(&format!("SELECT {KEY_COLUMNS} FROM api_keys ORDER BY id"))?;
         let rows = st.query_map([], key_from_row)?.collect::<rusqlite::Result<Vec<_>>>()?;
         Ok(rows)
@@ -148,8 +157,8 @@ impl Catalog {
 
     /// Revokes key `id`; returns it. An unknown id is a user error; revoking twice keeps the
     /// first time.
-    pub fn revoke_key(&self, id: i64) -> Result<KeyRow> {
-        let conn = self.conn();
+    pub fn revoke(&self, id: i64) -> Result<KeyRow> {
+        let conn = self.conn.lock();
         conn.execute("UPDATE api_keys SET revoked_ms = COALESCE(revoked_ms, ?2) WHERE id = ?1", params![id, now_ms()])?;
         conn.query_row(&format!("SELECT {KEY_COLUMNS} FROM api_keys WHERE id = ?1"), [id], key_from_row)
             .optional()?
@@ -160,7 +169,7 @@ impl Catalog {
     /// every active key's hash in constant time, without stopping at a match.
     pub fn authenticate(&self, presented: &str) -> Result<Option<KeyRow>> {
         let hash = key_hash(presented);
-        let conn = self.conn();
+        let conn = self.conn.lock();
         let mut st = conn.prepare_cached(&format!("SELECT {KEY_COLUMNS}, sha256 FROM api_keys WHERE revoked_ms IS NULL"))?;
         let rows = st
             .query_map([], |r| Ok((key_from_row(r)?, r.get::<_, String>(6)?)))?
@@ -178,31 +187,32 @@ impl Catalog {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::store::Catalog;
 
     #[test]
     fn keys_are_hashed_scoped_and_revocable() {
         let dir = tempfile::tempdir().unwrap();
         let cat = Catalog::open(&dir.path().join("c.sqlite")).unwrap();
-        let (a, secret_a) = cat.create_key("alice", Some("acme"), KeyRole::Reader).unwrap();
-        let (b, secret_b) = cat.create_key("root", None, KeyRole::Admin).unwrap();
+        let (a, secret_a) = cat.keys().create("alice", Some("acme"), KeyRole::Reader).unwrap();
+        let (b, secret_b) = cat.keys().create("root", None, KeyRole::Admin).unwrap();
         assert_ne!(secret_a, secret_b);
         assert_eq!(secret_a.len(), 4 + 64);
-        assert!(cat.create_key("bob", None, KeyRole::Writer).is_err(), "a writer needs a tenant");
-        assert!(cat.create_key("bob", Some("../x"), KeyRole::Writer).is_err());
+        assert!(cat.keys().create("bob", None, KeyRole::Writer).is_err(), "a writer needs a tenant");
+        assert!(cat.keys().create("bob", Some("../x"), KeyRole::Writer).is_err());
         // Only the hash is stored.
         let conn = cat.conn();
         let stored: String = conn.query_row("SELECT sha256 FROM api_keys WHERE id = ?1", [a.id], |r| r.get(0)).unwrap();
         drop(conn);
         assert_ne!(stored, secret_a);
         assert_eq!(stored, key_hash(&secret_a));
-        assert_eq!(cat.authenticate(&secret_a).unwrap().unwrap().tenant.as_deref(), Some("acme"));
-        assert_eq!(cat.authenticate(&secret_b).unwrap().unwrap().role, KeyRole::Admin);
-        assert!(cat.authenticate(&secret_a[..60]).unwrap().is_none());
-        let revoked = cat.revoke_key(a.id).unwrap();
+        assert_eq!(cat.keys().authenticate(&secret_a).unwrap().unwrap().tenant.as_deref(), Some("acme"));
+        assert_eq!(cat.keys().authenticate(&secret_b).unwrap().unwrap().role, KeyRole::Admin);
+        assert!(cat.keys().authenticate(&secret_a[..60]).unwrap().is_none());
+        let revoked = cat.keys().revoke(a.id).unwrap();
         assert!(revoked.revoked_ms.is_some());
-        assert!(cat.authenticate(&secret_a).unwrap().is_none(), "a revoked key is refused");
-        assert!(cat.revoke_key(999).is_err());
-        assert_eq!(cat.keys().unwrap().len(), 2);
+        assert!(cat.keys().authenticate(&secret_a).unwrap().is_none(), "a revoked key is refused");
+        assert!(cat.keys().revoke(999).is_err());
+        assert_eq!(cat.keys().list().unwrap().len(), 2);
         assert_eq!(b.role, KeyRole::Admin);
     }
 }

@@ -22,6 +22,7 @@
 pub mod annotation;
 pub mod backup;
 pub mod catalog;
+mod connection;
 pub mod conversation;
 pub mod events;
 pub mod keys;
@@ -36,13 +37,15 @@ use std::path::Path;
 
 use serde::Serialize;
 
+pub use annotation::Annotations;
 pub use catalog::{
-    text_hash, Catalog, ChunkRow, CommitBatch, CommitChanges, ContextualChunk, DocumentContent, DocumentRow,
-    DocumentStatus, DocumentWrite, IndexEntry, TenantRow, TextHash,
+    Catalog, ChunkRow, CommitBatch, CommitChanges, ContextualChunk, DocumentContent, DocumentRow, DocumentStatus,
+    DocumentWrite, IndexEntry, TenantRow,
 };
-pub use conversation::{AnswerRecord, AnswerRow, FeedbackRow, Rating, TurnRow};
-pub use events::{BrokenLink, ChainReport, EventFilter, EventRecord, EventRow};
-pub use keys::{KeyRole, KeyRow, KEY_PREFIX};
+pub use conversation::{AnswerRecord, AnswerRow, Answers, FeedbackRow, Rating, Sessions, TurnRow};
+pub use crate::types::{text_hash, TextHash};
+pub use events::{Audit, BrokenLink, ChainReport, EventFilter, EventRecord, EventRow};
+pub use keys::{KeyRole, KeyRow, Keys, KEY_PREFIX};
 pub use layout::{check_tenant_name, Layout, DEFAULT_TENANT, TENANTS_DIR};
 pub use lexical::{LexicalHit, LexicalIndex, LexicalSearch, LexicalSearcher};
 #[cfg(any(test, feature = "testing"))]

@@ -247,11 +247,11 @@ CREATE INDEX IF NOT EXISTS feedback_by_audit ON feedback(audit_id, id);
         let scratch = path.with_extension("scratch.sqlite");
         {
             let cat = Catalog::open(&scratch).unwrap();
-            cat.create_key("ops", None, KeyRole::Admin).unwrap();
+            cat.keys().create("ops", None, KeyRole::Admin).unwrap();
             let detail = serde_json::json!({ "answer_id": V1_ANSWER });
             for action in ["search", "ask", "feedback"] {
                 let e = EventRecord { key_name: "ops", tenant: "t", action, question: "Who approves travel?", detail: &detail, ..EventRecord::default() };
-                cat.append_event(&e).unwrap();
+                cat.audit().append(&e).unwrap();
             }
         }
         let conn = Connection::open(path).unwrap();
@@ -347,7 +347,7 @@ CREATE INDEX IF NOT EXISTS feedback_by_audit ON feedback(audit_id, id);
         assert_eq!(rows_before["events"].len(), 3);
 
         let cat = Catalog::open(&path).unwrap();
-        let chain = cat.verify_events().unwrap();
+        let chain = cat.audit().verify().unwrap();
         {
             let conn = cat.conn();
             let version: String = conn.query_row("SELECT value FROM meta WHERE key = 'schema_version'", [], |r| r.get(0)).unwrap();
@@ -413,18 +413,18 @@ CREATE INDEX IF NOT EXISTS feedback_by_audit ON feedback(audit_id, id);
         }
         // The hash-chained events are whole: same rows, same head, intact.
         assert_eq!((chain.rows, chain.broken.is_none()), (3, true), "{chain:?}");
-        assert_eq!(cat.events(&EventFilter::default()).unwrap()[1].detail["answer_id"], V1_ANSWER);
+        assert_eq!(cat.audit().list(&EventFilter::default()).unwrap()[1].detail["answer_id"], V1_ANSWER);
 
         // The catalog reads and writes the answer log as before.
-        let answer = cat.answer_entry(V1_ANSWER).unwrap().unwrap();
+        let answer = cat.answers().get(V1_ANSWER).unwrap().unwrap();
         assert_eq!((answer.tenant.as_str(), answer.session, answer.answer.as_str()), ("t", Some(7), "Line managers [1]."));
         assert_eq!(answer.feedback.len(), 1);
         assert_eq!((answer.feedback[0].answer_id, answer.feedback[0].rating), (V1_ANSWER, Rating::Down));
-        assert_eq!(cat.recent_turns(7, 5).unwrap()[0].answer_id, Some(V1_ANSWER));
-        cat.add_feedback(V1_ANSWER, Rating::Up, None).unwrap();
+        assert_eq!(cat.sessions().recent_turns(7, 5).unwrap()[0].answer_id, Some(V1_ANSWER));
+        cat.answers().add_feedback(V1_ANSWER, Rating::Up, None).unwrap();
         let v = serde_json::json!({});
         let next = cat
-            .record_answer(&super::super::conversation::AnswerRecord {
+            .answers().record(&super::super::conversation::AnswerRecord {
                 tenant: 1,
                 session: Some(7),
                 question: "q",
@@ -441,8 +441,8 @@ CREATE INDEX IF NOT EXISTS feedback_by_audit ON feedback(audit_id, id);
 
         // Opening again changes nothing.
         let cat = Catalog::open(&path).unwrap();
-        assert_eq!(cat.answer_entry(V1_ANSWER).unwrap().unwrap().feedback.len(), 2);
-        let again = cat.verify_events().unwrap();
+        assert_eq!(cat.answers().get(V1_ANSWER).unwrap().unwrap().feedback.len(), 2);
+        let again = cat.audit().verify().unwrap();
         assert_eq!((again.rows, again.head.as_str()), (chain.rows, chain.head.as_str()));
     }
 

@@ -80,7 +80,7 @@ fn backup_then_restore_into_a_fresh_folder_gives_the_same_results() {
     assert_eq!((t.generation, original.catalog().counts(o.id).unwrap()), (o.generation, store.catalog().counts(t.id).unwrap()));
     // The restored store did not need a repair: its indexes were at the catalog's generation.
     assert!(!store.reader(&t).unwrap().repair.any());
-    assert_eq!(store.catalog().answer_entries(t.id, 1000).unwrap().len(), original.catalog().answer_entries(o.id, 1000).unwrap().len());
+    assert_eq!(store.catalog().answers().list(t.id, 1000).unwrap().len(), original.catalog().answers().list(o.id, 1000).unwrap().len());
 
     // A used folder needs --force; a damaged backup is refused before anything is touched.
     let (code, _, err) = run(ragbox(&fresh).arg("restore").arg(&dest));
