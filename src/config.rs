@@ -13,7 +13,8 @@ use crate::answer::prompt::AnswerPrompt;
 use crate::answer::support::SupportMethod;
 use crate::chunk::ChunkerKind;
 use crate::error::{Error, Result};
-use crate::model::{DeviceChoice, Manifest, Precision};
+pub use crate::model::DeviceChoice;
+use crate::model::{Manifest, Precision};
 use crate::store::Quantization;
 use crate::types::ModelRole;
 

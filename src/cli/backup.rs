@@ -6,7 +6,7 @@ use std::path::PathBuf;
 
 use clap::Args;
 
-use ragbox::store::backup::{restore, BackupManifest};
+use ragbox::service::{restore, BackupManifest};
 
 use super::{print_json, GlobalArgs};
 
@@ -48,7 +48,7 @@ pub fn backup(g: &GlobalArgs, args: BackupArgs) -> anyhow::Result<u8> {
 }
 
 pub fn restore_cmd(g: &GlobalArgs, args: RestoreArgs) -> anyhow::Result<u8> {
-    // Not through App::store(): that would create a catalog in the folder before it is checked.
+    // Not through an open service: opening would create a catalog in the folder before it is checked.
     let data_dir = g.config()?.data_dir;
     let report = restore(&args.src, &data_dir, args.force)?;
     if g.json {

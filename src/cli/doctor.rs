@@ -3,8 +3,7 @@
 use super::{print_json, GlobalArgs};
 
 pub fn run(g: &GlobalArgs) -> anyhow::Result<()> {
-    let app = g.app()?;
-    let report = app.doctor();
+    let report = g.service()?.doctor(&ragbox::service::Caller::local())?;
     if g.json {
         return print_json(&report);
     }

@@ -10,9 +10,7 @@ use std::time::Duration;
 use clap::Args;
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 
-use ragbox::chunk::ChunkerKind;
-use ragbox::ingest::{Change, IngestEvent, IngestReport};
-use ragbox::service::{Caller, Service};
+use ragbox::service::{Caller, Change, ChunkerKind, IngestEvent, IngestOptions, IngestReport, Service};
 
 use super::{print_json, GlobalArgs, EXIT_PARTIAL};
 
@@ -23,7 +21,7 @@ pub struct IngestArgs {
     #[arg(required = true, value_name = "PATH")]
     pub paths: Vec<PathBuf>,
     /// Tenant to write into (created on first use).
-    #[arg(long, default_value = ragbox::store::DEFAULT_TENANT)]
+    #[arg(long, default_value = ragbox::service::DEFAULT_TENANT)]
     pub tenant: String,
     /// Embedding model for a new tenant (an existing tenant keeps its own; `reembed` switches).
     #[arg(long)]
@@ -54,12 +52,7 @@ pub enum ContextKind {
 
 pub fn run(g: &GlobalArgs, args: IngestArgs) -> anyhow::Result<u8> {
     let service = g.service()?;
-    let app = service.app();
-    let mut opts = app.ingest_options(&args.tenant, args.chunker)?;
-    opts.structural_context = args.context != ContextKind::None;
-    if args.context == ContextKind::Llm {
-        opts.contextualizer = Some(app.contextualizer()?);
-    }
+    let opts = service.ingest_options(&args.tenant, args.chunker, args.context != ContextKind::None, args.context == ContextKind::Llm)?;
     // With --watch, changes are watched from before the first pass, so nothing that changes
     // while it runs is missed (it triggers one more incremental pass).
     let watching = if args.watch { Some(Watch::start(&args.paths)?) } else { None };
@@ -79,7 +72,7 @@ fn run_once(
     service: &Service,
     path: &Path,
     model: Option<&str>,
-    opts: &ragbox::ingest::IngestOptions,
+    opts: &IngestOptions,
 ) -> anyhow::Result<IngestReport> {
     let bar = ProgressBar::new(0);
     if g.quiet || g.json || !std::io::stderr().is_terminal() {
@@ -209,7 +202,7 @@ impl Watch {
         service: &Service,
         paths: &[PathBuf],
         model: Option<&str>,
-        opts: &ragbox::ingest::IngestOptions,
+        opts: &IngestOptions,
     ) -> anyhow::Result<()> {
         if !g.quiet {
             eprintln!("watching {} path(s) for changes; Ctrl-C stops", paths.len());

@@ -3,29 +3,23 @@
 
 mod ask;
 mod audit;
-mod bench;
 mod backup;
 mod chat;
 mod doctor;
 mod documents;
-mod embed;
-mod eval;
 mod feedback;
 mod ingest;
 mod keys;
-mod models;
-mod parse;
-mod search;
+pub(crate) mod search;
 pub mod serve;
-mod trace;
+mod tools;
 
 use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand};
 
-use ragbox::app::App;
 use ragbox::config::{Config, Overrides};
-use ragbox::model::DeviceChoice;
+use ragbox::config::DeviceChoice;
 
 /// Options every command honours.
 #[derive(Debug, Clone, Args)]
@@ -90,21 +84,21 @@ pub enum Command {
     /// Rate an answer (up or down) for the feedback loop.
     Feedback(feedback::FeedbackArgs),
     /// Diagnose a query: is the expected text in a chunk, and which stage lost it?
-    Trace(trace::TraceArgs),
+    Trace(tools::trace::TraceArgs),
     /// Retrieval quality and latency on a BEIR-format set, configurations side by side.
-    Eval(eval::EvalArgs),
+    Eval(tools::eval::EvalArgs),
     /// Print embedding vectors of texts.
-    Embed(embed::EmbedArgs),
+    Embed(tools::embed::EmbedArgs),
     /// What the parser makes of files (blocks, pages, metadata), or why it skips them.
-    Parse(parse::ParseArgs),
+    Parse(tools::parse::ParseArgs),
     /// List, verify, import or pull models.
     #[command(subcommand)]
-    Models(models::ModelsCmd),
+    Models(tools::models::ModelsCmd),
     /// Features, device, models and their checksums.
     Doctor,
     /// Measure throughput.
     #[command(subcommand)]
-    Bench(bench::BenchCmd),
+    Bench(tools::bench::BenchCmd),
     /// Serve the HTTP API (keys, streaming answers, audit, back-pressure) until SIGTERM/SIGINT.
     Serve(serve::ServeArgs),
     /// API keys for `serve`: create (shown once), list, revoke.
@@ -129,11 +123,6 @@ impl GlobalArgs {
     pub fn service(&self) -> anyhow::Result<ragbox::service::Service> {
         Ok(ragbox::service::Service::open(self.config()?)?)
     }
-
-    /// Builds the application.
-    pub fn app(&self) -> anyhow::Result<App> {
-        Ok(App::new(self.config()?)?)
-    }
 }
 
 /// Runs the parsed command line; returns the exit code of a completed run.
@@ -147,16 +136,16 @@ pub fn run(cli: Cli) -> anyhow::Result<u8> {
         Command::Backup(args) => backup::backup(g, args),
         Command::Restore(args) => backup::restore_cmd(g, args),
         Command::Search(args) => search::run(g, args),
-        Command::Trace(args) => trace::run(g, args),
+        Command::Trace(args) => tools::trace::run(g, args),
         Command::Ask(args) => ask::run(g, args),
         Command::Chat(args) => chat::run(g, args),
         Command::Feedback(args) => feedback::run(g, args),
-        Command::Eval(args) => eval::run(g, args),
-        Command::Embed(args) => embed::run(g, args).map(|()| 0),
-        Command::Parse(args) => parse::run(g, args),
-        Command::Models(cmd) => models::run(g, cmd).map(|()| 0),
+        Command::Eval(args) => tools::eval::run(g, args),
+        Command::Embed(args) => tools::embed::run(g, args).map(|()| 0),
+        Command::Parse(args) => tools::parse::run(g, args),
+        Command::Models(cmd) => tools::models::run(g, cmd).map(|()| 0),
         Command::Doctor => doctor::run(g).map(|()| 0),
-        Command::Bench(cmd) => bench::run(g, cmd).map(|()| 0),
+        Command::Bench(cmd) => tools::bench::run(g, cmd).map(|()| 0),
         Command::Serve(args) => serve::run(g, args),
         Command::Keys(cmd) => keys::run(g, cmd),
         Command::Audit(args) => audit::run(g, args),

@@ -3,7 +3,7 @@
 
 use clap::Args;
 
-use ragbox::retrieve::{Candidate, Evidence, Hit, Outcome, Retrieval};
+use ragbox::service::{Candidate, Evidence, Hit, Outcome, Retrieval, StageRank};
 use ragbox::service::{Caller, ChunkRow, SearchOptions};
 
 use super::{print_json, GlobalArgs};
@@ -115,7 +115,7 @@ pub(super) fn print_verdict(r: &Retrieval) {
     }
 }
 
-fn stage(s: Option<ragbox::retrieve::StageRank>, digits: usize) -> String {
+fn stage(s: Option<StageRank>, digits: usize) -> String {
     s.map_or("-".into(), |s| format!("#{} {:.*}", s.rank, digits, s.score))
 }
 

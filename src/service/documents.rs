@@ -270,6 +270,18 @@ impl Service {
         self.start_job(caller, tenant, JobKind::Folder, path.to_path_buf())
     }
 
+    /// The ingest settings of `tenant` (the configuration's, with `chunker` if given), with the
+    /// local LLM as contextualiser when `llm_context` (it writes each chunk a context from its
+    /// whole document) and without the structural context when `structural` is false.
+    pub fn ingest_options(&self, tenant: &str, chunker: Option<super::ChunkerKind>, structural: bool, llm_context: bool) -> Result<IngestOptions> {
+        let mut opts = self.app.ingest_options(tenant, chunker)?;
+        opts.structural_context = structural;
+        if llm_context {
+            opts.contextualizer = Some(self.app.contextualizer()?);
+        }
+        Ok(opts)
+    }
+
     /// Ingests `path` (a file or folder this process can read) into `tenant` now, on this thread:
     /// the one write path of `ragbox ingest`, `--watch` and the server's jobs. It holds the
     /// tenant's writer lock, embeds with the model `model` names (else the tenant's own, else the

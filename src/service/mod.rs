@@ -39,8 +39,10 @@ use crate::store::{EventRecord, Store};
 
 pub use crate::answer::{Answer, Refusal, Source, Standalone};
 pub use crate::generate::{Discard, Message, TokenSink};
-pub use crate::ingest::IngestReport;
-pub use crate::retrieve::Retrieval;
+pub use crate::chunk::ChunkerKind;
+pub use crate::ingest::{Change, IngestEvent, IngestOptions, IngestReport};
+pub use crate::store::backup::{restore, BackupManifest};
+pub use crate::retrieve::{Candidate, Evidence, Hit, Outcome, Retrieval, StageRank};
 pub use crate::store::{
     ChainReport, ChunkRow, DocumentRow, DocumentStatus, EventFilter, EventRow, KeyRole, KeyRow, Rating, TenantRow, TurnRow,
     DEFAULT_TENANT,

@@ -8,7 +8,8 @@ use ragbox::model::import::import_models;
 use ragbox::model::pull::{pull_model, DEFAULT_ENDPOINT};
 use ragbox::model::ModelSpec;
 
-use super::{print_json, GlobalArgs};
+use super::app;
+use crate::cli::{print_json, GlobalArgs};
 
 /// Model management.
 #[derive(Debug, Subcommand)]
@@ -41,7 +42,7 @@ pub enum ModelsCmd {
 }
 
 pub fn run(g: &GlobalArgs, cmd: ModelsCmd) -> anyhow::Result<()> {
-    let app = g.app()?;
+    let app = app(g)?;
     let store = &app.models;
     let manifest = store.manifest();
     match cmd {

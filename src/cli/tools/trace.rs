@@ -8,8 +8,9 @@ use serde::Serialize;
 use ragbox::retrieve::{Outcome, Retrieval};
 use ragbox::types::{cosine, ChunkId};
 
-use super::search::{excerpt, location, print_header};
-use super::{print_json, GlobalArgs};
+use crate::cli::search::{excerpt, location, print_header};
+use super::app;
+use crate::cli::{print_json, GlobalArgs};
 
 /// Arguments of `trace`.
 #[derive(Debug, Args)]
@@ -50,7 +51,7 @@ fn normalise(s: &str) -> String {
 pub fn run(g: &GlobalArgs, args: TraceArgs) -> anyhow::Result<u8> {
     let expect = normalise(&args.expect);
     anyhow::ensure!(!expect.is_empty(), "--expect is empty: give a phrase the answer should come from");
-    let app = g.app()?;
+    let app = app(g)?;
     let store = app.store()?;
     let (retriever, note) = app.retriever(&store, &args.tenant, None, !args.no_rerank, app.retrieve_options())?;
     let tenant = &retriever.reader().tenant;

@@ -111,7 +111,7 @@ fn run_inputs(g: &GlobalArgs, path: &Path) -> anyhow::Result<()> {
     let text = std::fs::read_to_string(path).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
     let inputs: Vec<Input> = serde_json::from_str(&text).map_err(|e| anyhow::anyhow!("{}: not a list of {{query, passages}}: {e}", path.display()))?;
     anyhow::ensure!(inputs.len() >= 2, "{}: at least two queries (one warms up)", path.display());
-    let app = g.app()?;
+    let app = crate::cli::tools::app(g)?;
     let start = Instant::now();
     let reranker = app.reranker()?.ok_or_else(|| anyhow::anyhow!("the configured reranker `{}` is not in the models folder", app.config.rerank.model))?;
     let load_s = start.elapsed().as_secs_f64();

@@ -12,7 +12,7 @@ mod vectors;
 
 use clap::Subcommand;
 
-use super::GlobalArgs;
+use crate::cli::GlobalArgs;
 
 /// Benchmarks.
 #[derive(Debug, Subcommand)]

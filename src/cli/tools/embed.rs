@@ -7,7 +7,8 @@ use serde::Serialize;
 
 use ragbox::types::TextKind;
 
-use super::{print_json, GlobalArgs};
+use super::app;
+use crate::cli::{print_json, GlobalArgs};
 
 /// Arguments of `embed`.
 #[derive(Debug, Args)]
@@ -41,7 +42,7 @@ pub fn run(g: &GlobalArgs, args: EmbedArgs) -> anyhow::Result<()> {
     if texts.is_empty() {
         anyhow::bail!(ragbox::Error::Invalid("no text given: pass texts as arguments or lines on standard input".into()));
     }
-    let app = g.app()?;
+    let app = app(g)?;
     let embedder = app.embedder(args.model.as_deref())?;
     let refs: Vec<&str> = texts.iter().map(String::as_str).collect();
     let kind = if args.query { TextKind::Query } else { TextKind::Passage };

@@ -23,9 +23,9 @@ use crate::cli::{print_json, GlobalArgs};
 
 /// The text prompts are cut from: the sample corpus's policies, checked in.
 const CORPUS: &[&str] = &[
-    include_str!("../../../tests/data/corpus/policies/travel-and-expenses.md"),
-    include_str!("../../../tests/data/corpus/policies/information-security-acceptable-use.md"),
-    include_str!("../../../tests/data/corpus/policies/remote-work-and-equipment.md"),
+    include_str!("../../../../tests/data/corpus/policies/travel-and-expenses.md"),
+    include_str!("../../../../tests/data/corpus/policies/information-security-acceptable-use.md"),
+    include_str!("../../../../tests/data/corpus/policies/remote-work-and-equipment.md"),
 ];
 
 /// The generation prompt: an answer that runs past any `--gen-tokens` a bench asks for.
@@ -94,7 +94,7 @@ fn prompt_user(run: usize, text: &str) -> String {
 /// Runs the bench.
 pub fn run(g: &GlobalArgs, args: LlmArgs) -> anyhow::Result<()> {
     anyhow::ensure!(args.runs > 0 && args.prompt_tokens > 0 && args.gen_tokens > 1, "--runs, --prompt-tokens and --gen-tokens must be positive (--gen-tokens at least 2)");
-    let app = g.app()?;
+    let app = crate::cli::tools::app(g)?;
     let started = Instant::now();
     let generator = app.generator(args.model.as_deref().or(Some(&app.config.generate.model)))?;
     let load_s = started.elapsed().as_secs_f64();

@@ -11,7 +11,8 @@ use ragbox::source::guard::{parse_guarded_in, ParseLimits};
 use ragbox::source::ParseContext;
 use ragbox::types::ParsedDocument;
 
-use super::{print_json, GlobalArgs};
+use super::app;
+use crate::cli::{print_json, GlobalArgs};
 
 /// Arguments of `parse`.
 #[derive(Debug, Args)]
@@ -34,7 +35,7 @@ struct Parsed<'a> {
 }
 
 pub fn run(g: &GlobalArgs, args: ParseArgs) -> anyhow::Result<u8> {
-    let app = g.app()?;
+    let app = app(g)?;
     let c = &app.config.ingest;
     let limits = ParseLimits {
         max_file_bytes: c.max_file_bytes,

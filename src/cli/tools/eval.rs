@@ -10,7 +10,8 @@ use ragbox::eval::run::{markdown, run as run_eval, standard_configs, EvalPlan, E
 use ragbox::eval::plot;
 use ragbox::types::ModelRole;
 
-use super::{print_json, GlobalArgs};
+use super::app;
+use crate::cli::{print_json, GlobalArgs};
 
 /// Arguments of `eval`.
 #[derive(Debug, Args)]
@@ -139,7 +140,7 @@ fn machine() -> String {
 }
 
 pub fn run(g: &GlobalArgs, args: EvalArgs) -> anyhow::Result<u8> {
-    let app = g.app()?;
+    let app = app(g)?;
     if let Some(file) = &args.support {
         return run_support(g, &app, &args, file);
     }
