@@ -3,7 +3,7 @@
 use super::{print_json, GlobalArgs};
 
 pub fn run(g: &GlobalArgs) -> anyhow::Result<()> {
-    let report = g.service()?.doctor(&ragbox::service::Caller::local())?;
+    let report = ragbox::service::Service::diagnose(g.config()?)?;
     if g.json {
         return print_json(&report);
     }

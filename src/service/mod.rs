@@ -267,6 +267,12 @@ impl Service {
         self.app.generator_status(false)
     }
 
+    /// The doctor's report for the command line, without opening the data folder's store first:
+    /// a damaged catalog is something the report shows, not a reason to give none.
+    pub fn diagnose(config: Config) -> Result<DoctorReport> {
+        Ok(App::new(config)?.doctor())
+    }
+
     /// `doctor`'s report (build, device, models verified, every tenant's generations and
     /// consistency): admins only.
     pub fn doctor(&self, caller: &Caller) -> Result<DoctorReport> {
