@@ -581,14 +581,14 @@ pub struct TenantReader {
 /// A tenant held in memory, for unit tests of what sits above the store (no files): documents
 /// committed to an in-memory catalog and indexed in [`MemoryVectors`] and an in-memory
 /// [`LexicalIndex`], as a [`TenantWriter`] commits them.
-#[cfg(test)]
-pub(crate) mod in_memory {
+#[cfg(any(test, feature = "testing"))]
+pub mod in_memory {
     use super::*;
     use crate::types::{Block, BlockKind, Chunk, ChunkRole, Lines, ParsedDocument, Span};
 
     /// A plain-text document of `paragraphs`, each one child chunk, as an ingest writes it; and
     /// the chunks' texts.
-    pub(crate) fn doc_write(path: &str, paragraphs: &[&str]) -> (DocumentWrite, Vec<String>) {
+    pub fn doc_write(path: &str, paragraphs: &[&str]) -> (DocumentWrite, Vec<String>) {
         let text = paragraphs.join("\n\n");
         let mut blocks = Vec::new();
         let mut chunks = Vec::new();
@@ -623,7 +623,7 @@ pub(crate) mod in_memory {
 
     /// Tenant `name` of `catalog` holding `docs` (path, paragraphs), its vectors from `embed`
     /// (`model`, `dims` wide), open for reading.
-    pub(crate) fn tenant(catalog: &Catalog, name: &str, (model, dims): (&str, usize), embed: &dyn Fn(&str) -> Vec<f32>, docs: &[(&str, &[&str])]) -> Result<TenantReader> {
+    pub fn tenant(catalog: &Catalog, name: &str, (model, dims): (&str, usize), embed: &dyn Fn(&str) -> Vec<f32>, docs: &[(&str, &[&str])]) -> Result<TenantReader> {
         let mut tenant = catalog.create_tenant(name, model, dims)?;
         let mut batch = CommitBatch::default();
         for (path, paragraphs) in docs {
