@@ -16,6 +16,10 @@
 //! - for e-mail, the number of MIME boundary lines (a million tiny parts would be a million
 //!   parsed parts in memory).
 //!
+//! And one after the parse: the text it made, at most [`ParseLimits::max_text_expansion`] bytes
+//! per byte of the file (above a floor), so that a few kilobytes of repeated cells never become
+//! megabytes of text and hundreds of thousands of chunks to embed.
+//!
 //! Deep nesting is bounded inside the parsers themselves: HTML nested deeper than
 //! [`html::MAX_NESTING`](super::html::MAX_NESTING) is refused as [`SkipReason::OverLimit`], the
 //! PDF reader limits its own object nesting, and markdown, text and code parse iteratively.
@@ -58,7 +62,14 @@ pub struct ParseLimits {
     pub max_inflated_bytes: u64,
     /// Most MIME boundary lines (`--...` at a line start) in an e-mail file.
     pub max_mime_parts: usize,
+    /// Most bytes of text a parse may make per byte of its file (above [`TEXT_FLOOR_BYTES`]): a
+    /// format that repeats by reference (OpenDocument's repeated cells and rows) can make
+    /// megabytes of text, and so hundreds of thousands of chunks to embed, from a few kilobytes.
+    pub max_text_expansion: u64,
 }
+
+/// Text any file may make, whatever its size (its expansion is checked above this).
+pub const TEXT_FLOOR_BYTES: u64 = 1 << 20;
 
 impl Default for ParseLimits {
     fn default() -> Self {
@@ -68,6 +79,7 @@ impl Default for ParseLimits {
             max_line_bytes: 1 << 20,
             max_inflated_bytes: 512 << 20,
             max_mime_parts: 100_000,
+            max_text_expansion: 256,
         }
     }
 }
@@ -143,6 +155,7 @@ pub fn parse_guarded_in(
     context: &ParseContext,
 ) -> Result<ParsedDocument, SkipReason> {
     check_limits(path, &bytes, limits)?;
+    let size = bytes.len() as u64;
     let (tx, rx) = mpsc::sync_channel(1);
     let owned = path.to_path_buf();
     let max = limits.max_file_bytes;
@@ -158,7 +171,7 @@ pub fn parse_guarded_in(
         return Err(SkipReason::Crashed { detail: format!("could not start a parse thread: {e}") });
     }
     match rx.recv_timeout(timeout) {
-        Ok(Ok(result)) => result,
+        Ok(Ok(result)) => result.and_then(|doc| within_text_budget(doc, size, limits)),
         Ok(Err(detail)) => Err(SkipReason::Crashed { detail }),
         Err(mpsc::RecvTimeoutError::Timeout) => {
             tracing::warn!(path = %path.display(), "parse abandoned after {:?}; its thread runs on until it ends", timeout);
@@ -168,6 +181,22 @@ pub fn parse_guarded_in(
             Err(SkipReason::Crashed { detail: "the parse thread ended without a result".into() })
         }
     }
+}
+
+/// `doc` if its text is within [`ParseLimits::max_text_expansion`] bytes per byte of its
+/// `file_bytes`-byte file (or [`TEXT_FLOOR_BYTES`]), else [`SkipReason::OverLimit`].
+fn within_text_budget(doc: ParsedDocument, file_bytes: u64, limits: &ParseLimits) -> Result<ParsedDocument, SkipReason> {
+    let text = doc.text.len() as u64;
+    let budget = file_bytes.saturating_mul(limits.max_text_expansion).max(TEXT_FLOOR_BYTES);
+    if text <= budget {
+        return Ok(doc);
+    }
+    Err(SkipReason::OverLimit {
+        what: format!(
+            "{text} bytes of text from a {file_bytes}-byte file (more than {} per byte: repeated content expanded?)",
+            limits.max_text_expansion
+        ),
+    })
 }
 
 /// Runs `f` (a chunker, say) with its panics caught and turned into [`SkipReason::Crashed`].
@@ -333,6 +362,34 @@ mod tests {
         let r = caught("chunker structural", || -> u32 { panic!("boom") });
         assert_eq!(r, Err(SkipReason::Crashed { detail: "chunker structural: boom".into() }));
         assert!(SkipReason::Crashed { detail: "x".into() }.to_string().contains("bug in ragbox"));
+    }
+
+    /// A spreadsheet of 1.5 KB whose one cell repeats across 16,000 columns and 200 rows (3.2
+    /// million cells) makes megabytes of text: skipped with its reason; the same sheet with
+    /// the cell repeated 20 times parses.
+    #[test]
+    fn repeated_cells_that_expand_past_the_text_budget_are_skipped() {
+        use std::io::Write;
+        let sheet = |columns: usize, rows: usize| {
+            let content = format!(
+                r#"<?xml version="1.0" encoding="UTF-8"?><office:document-content xmlns:office="urn:oasis:names:tc:opendocument:xmlns:office:1.0" xmlns:table="urn:oasis:names:tc:opendocument:xmlns:table:1.0" xmlns:text="urn:oasis:names:tc:opendocument:xmlns:text:1.0"><office:body><office:spreadsheet><table:table table:name="S"><table:table-row table:number-rows-repeated="{rows}"><table:table-cell table:number-columns-repeated="{columns}"><text:p>x</text:p></table:table-cell></table:table-row></table:table></office:spreadsheet></office:body></office:document-content>"#
+            );
+            let mut out = std::io::Cursor::new(Vec::new());
+            let mut w = zip::ZipWriter::new(&mut out);
+            let stored = zip::write::SimpleFileOptions::default().compression_method(zip::CompressionMethod::Stored);
+            w.start_file("mimetype", stored).unwrap();
+            w.write_all(b"application/vnd.oasis.opendocument.spreadsheet").unwrap();
+            w.start_file("content.xml", zip::write::SimpleFileOptions::default()).unwrap();
+            w.write_all(content.as_bytes()).unwrap();
+            w.finish().unwrap();
+            out.into_inner()
+        };
+        let bomb = sheet(16_000, 200);
+        assert!(bomb.len() < 4096, "{} bytes", bomb.len());
+        let r = parse_guarded(Path::new("repeated.ods"), bomb, &limits());
+        assert!(matches!(&r, Err(SkipReason::OverLimit { what }) if what.contains("bytes of text from a")), "{r:?}");
+        let small = parse_guarded(Path::new("repeated.ods"), sheet(20, 2), &limits()).expect("a small repeat parses");
+        assert!(small.text.contains("x"), "{:?}", small.text);
     }
 
     #[test]
