@@ -14,7 +14,7 @@ use crate::allowlist::HostAllowlist;
 use crate::error::{Error, Result};
 use crate::model::batch::BatchLimits;
 use crate::model::Precision;
-use crate::model::store::ModelStatus;
+use crate::model::store::{Check, ModelStatus};
 use crate::model::{device, ModelStore};
 use crate::rerank::{load_reranker, RerankOptions, Reranker};
 use crate::retrieve::{RetrieveOptions, Retriever};
@@ -213,7 +213,7 @@ impl App {
             return Ok(Some(loaded));
         }
         // Absent (some file missing, none corrupt): run without the stage. Corrupt: an error.
-        let status = self.models.status(spec);
+        let status = self.models.status(spec, Check::Stamped);
         let missing = status.files.iter().any(|f| f.state == "missing");
         let corrupt = status.files.iter().any(|f| f.state == "corrupt");
         if missing && !corrupt {
@@ -451,7 +451,7 @@ impl App {
             return Ok(Some(engine.clone()));
         }
         let Some(spec) = self.models.manifest().by_role(crate::types::ModelRole::Ocr).next() else { return Ok(None) };
-        let status = self.models.status(spec);
+        let status = self.models.status(spec, Check::Stamped);
         let missing = status.files.iter().any(|f| f.state == "missing");
         let corrupt = status.files.iter().any(|f| f.state == "corrupt");
         if missing && !corrupt {
@@ -528,7 +528,7 @@ impl App {
 
     /// Features, device, and every model's files verified.
     pub fn doctor(&self) -> DoctorReport {
-        let models: Vec<ModelStatus> = self.models.manifest().models.iter().map(|m| self.models.status(m)).collect();
+        let models: Vec<ModelStatus> = self.models.manifest().models.iter().map(|m| self.models.status(m, Check::Full)).collect();
         let rerank = models.iter().find(|m| m.name == self.config.rerank.model);
         let rerank_status = match rerank {
             Some(m) if m.ready && m.role == "generate" => format!("ready: retrieval reranks with {} (LLM yes/no logits)", m.name),

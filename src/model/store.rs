@@ -2,7 +2,13 @@
 //!
 //! `models/models--ORG--NAME/snapshots/REV/FILE`, with `refs/main` naming `REV`: the layout
 //! hf-hub writes, so the fetch script, `models import` and `models pull` all produce one tree.
-//! Every file is verified (size, then sha256 or git blob id) before it is used.
+//! Every file is verified (size, then sha256 or git blob id) before it is used: in full by `doctor`,
+//! `models` and after every download or import ([`Check::Full`]); on load, in full the first time
+//! and whenever the file's size, modification time or inode have changed since it last passed
+//! ([`Check::Stamped`]: a stamp per pinned checksum under `MODELS/.verified/`). Hashing the 0.5 GB
+//! LLM took 0.35-0.6 s of every load; a file corrupted on disk with its time and inode unchanged
+//! (not a download, an import or an edit: those change them) is then caught by `doctor`, not by
+//! the load.
 
 use std::path::{Path, PathBuf};
 
@@ -18,6 +24,16 @@ pub const PINNED_REVISION: &str = "pinned";
 /// The hub cache folder of a repository: `models--ORG--NAME`.
 pub fn repo_folder(repo: &str) -> String {
     format!("models--{}", repo.replace('/', "--"))
+}
+
+/// How thoroughly a model file is checked against its pin.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Check {
+    /// Every byte hashed, every time.
+    Full,
+    /// Hashed the first time and after any change of the file's size, modification time or
+    /// inode; otherwise the stamp its last full check left stands.
+    Stamped,
 }
 
 /// A models folder and the manifest its files are checked against.
@@ -115,8 +131,32 @@ impl ModelStore {
                 dir: self.dir.clone(),
                 fix: spec.fix_command(),
             })?;
-        verify_file(spec, file, &path)?;
+        self.check_file(spec, file, &path, Check::Stamped)?;
         Ok(path)
+    }
+
+    /// Checks `path` against `file`'s pins as `check` says (see [`Check`]).
+    fn check_file(&self, spec: &ModelSpec, file: &ModelFile, path: &Path, check: Check) -> Result<()> {
+        let stamp = match check {
+            Check::Full => None,
+            Check::Stamped => file.sha256.as_ref().or(file.git_blob_sha1.as_ref()).map(|pin| self.dir.join(".verified").join(pin)),
+        };
+        let seen = stamp.as_ref().and_then(|_| file_identity(path));
+        if let (Some(stamp), Some(seen)) = (&stamp, &seen) {
+            if std::fs::read_to_string(stamp).is_ok_and(|kept| kept == *seen) {
+                return Ok(());
+            }
+        }
+        verify_file(spec, file, path)?;
+        if let (Some(stamp), Some(seen)) = (stamp, seen) {
+            // Best effort: a models folder we may not write to is hashed on every load instead.
+            let _ = stamp.parent().map(std::fs::create_dir_all);
+            let tmp = stamp.with_extension("tmp");
+            if std::fs::write(&tmp, &seen).is_ok() {
+                let _ = std::fs::rename(&tmp, &stamp);
+            }
+        }
+        Ok(())
     }
 
     /// Every file of a model, verified, in manifest order.
@@ -124,8 +164,9 @@ impl ModelStore {
         spec.files.iter().map(|f| self.verified_file(spec, &f.name)).collect()
     }
 
-    /// The state of every file of a model, for `doctor`; never fails.
-    pub fn status(&self, spec: &ModelSpec) -> ModelStatus {
+    /// The state of every file of a model (for `doctor` and `models`: [`Check::Full`]; for a
+    /// load's "missing or corrupt?": [`Check::Stamped`]); never fails.
+    pub fn status(&self, spec: &ModelSpec, check: Check) -> ModelStatus {
         let files: Vec<FileStatus> = spec
             .files
             .iter()
@@ -133,7 +174,7 @@ impl ModelStore {
                 let path = self.locate(spec, f).filter(|p| p.is_file());
                 let (state, detail) = match &path {
                     None => ("missing", None),
-                    Some(p) => match verify_file(spec, f, p) {
+                    Some(p) => match self.check_file(spec, f, p, check) {
                         Ok(()) => ("ok", None),
                         Err(e) => ("corrupt", Some(e.to_string())),
                     },
@@ -150,6 +191,21 @@ impl ModelStore {
             fix: (!ready).then(|| spec.fix_command()),
         }
     }
+}
+
+/// What identifies a file's current contents without reading them: its path, size, modification
+/// time and (on Unix) device and inode, as one line; `None` when they cannot be read.
+fn file_identity(path: &Path) -> Option<String> {
+    let m = std::fs::metadata(path).ok()?;
+    let modified = m.modified().ok()?.duration_since(std::time::UNIX_EPOCH).ok()?.as_nanos();
+    #[cfg(unix)]
+    let node = {
+        use std::os::unix::fs::MetadataExt;
+        format!("{} {}", m.dev(), m.ino())
+    };
+    #[cfg(not(unix))]
+    let node = String::new();
+    Some(format!("{} {} {modified} {node}", path.display(), m.len()))
 }
 
 /// Checks a file against its pins: size first (cheap), then sha256 or the git blob id.
@@ -201,6 +257,40 @@ mod tests {
         let spec = store.manifest().get("all-minilm-l6-v2").unwrap();
         let err = store.verified_file(spec, "model.safetensors").unwrap_err().to_string();
         assert!(err.contains("scripts/fetch-models.sh all-minilm-l6-v2"), "{err}");
-        assert!(!store.status(spec).ready);
+        assert!(!store.status(spec, Check::Full).ready);
+    }
+
+    /// A stamped check hashes the first time and after any change of the file's size or time;
+    /// what it cannot see, a change in place with the time put back, the full check catches.
+    #[test]
+    fn a_stamp_stands_until_the_file_changes_and_the_full_check_always_hashes() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = ModelStore::new(dir.path());
+        let spec = crate::testing::tiny_embed_spec(16);
+        let path = dir.path().join("weights.bin");
+        std::fs::write(&path, b"the pinned bytes").unwrap();
+        let file = ModelFile {
+            name: "weights.bin".into(),
+            repo: None,
+            sha256: Some(crate::model::checksum::sha256_file(&path).unwrap()),
+            size: Some(16),
+            git_blob_sha1: None,
+            pypi: None,
+        };
+        store.check_file(&spec, &file, &path, Check::Stamped).unwrap();
+        let stamp = dir.path().join(".verified").join(file.sha256.as_ref().unwrap());
+        assert!(stamp.is_file(), "a passed check leaves its stamp");
+
+        // Same size, other bytes, a new time: hashed again, refused.
+        let modified = std::fs::metadata(&path).unwrap().modified().unwrap();
+        std::fs::write(&path, b"the pinned byteZ").unwrap();
+        let later = modified + std::time::Duration::from_secs(5);
+        std::fs::File::options().write(true).open(&path).unwrap().set_modified(later).unwrap();
+        assert!(store.check_file(&spec, &file, &path, Check::Stamped).is_err());
+
+        // Changed in place with the old time put back: the stamp stands, the full check refuses.
+        std::fs::File::options().write(true).open(&path).unwrap().set_modified(modified).unwrap();
+        store.check_file(&spec, &file, &path, Check::Stamped).expect("the stamp of the pinned bytes stands");
+        assert!(store.check_file(&spec, &file, &path, Check::Full).is_err());
     }
 }

@@ -120,7 +120,7 @@ fn pull_from_a_hub_endpoint_lands_verified_files_in_hub_layout() {
     let paths = pull_model(&store, spec, &endpoint, false).unwrap();
     assert_eq!(paths.len(), 3);
     assert!(models.path().join("models--ragbox-tests--tiny-ce/refs/main").is_file());
-    assert!(store.status(spec).ready);
+    assert!(store.status(spec, ragbox::model::store::Check::Full).ready);
     // The pulled model works: its logits are the reference ones.
     let reranker = load_reranker(&store, spec, &RerankOptions::default()).unwrap();
     let golden = json_fixture("golden-crossencoder-tiny-random.json");

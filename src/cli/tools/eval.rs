@@ -162,7 +162,7 @@ pub fn run(g: &GlobalArgs, args: EvalArgs) -> anyhow::Result<u8> {
         let manifest = app.models.manifest();
         let mut present: Vec<(Option<usize>, String)> = manifest
             .by_role(ModelRole::Embed)
-            .filter(|m| app.models.status(m).ready)
+            .filter(|m| app.models.status(m, ragbox::model::store::Check::Stamped).ready)
             .map(|m| (m.dims, m.name.clone()))
             .collect();
         present.sort();

@@ -48,7 +48,7 @@ pub fn run(g: &GlobalArgs, cmd: ModelsCmd) -> anyhow::Result<()> {
     match cmd {
         ModelsCmd::List | ModelsCmd::Verify => {
             let verify = matches!(cmd, ModelsCmd::Verify);
-            let statuses: Vec<_> = manifest.models.iter().map(|m| store.status(m)).collect();
+            let statuses: Vec<_> = manifest.models.iter().map(|m| store.status(m, ragbox::model::store::Check::Full)).collect();
             if g.json {
                 print_json(&statuses)?;
             } else {
