@@ -444,7 +444,12 @@ pub fn run(
     let store = Store::open(&plan.setup.scratch, VectorOptions::default())?;
     let retriever = plan.setup.retriever(&store, &embedder, reranker, progress)?;
     let answerer = generator.as_ref().map(|g| plan.setup.answerer(&retriever, &embedder, g));
-    let focus = FocusScorer::choose(plan.setup.answer.focus_by, retriever.embedder().cloned(), retriever.reranker().cloned());
+    // Prompts only: the focus the answerer would have used.
+    let focus = if answerer.is_some() {
+        None
+    } else {
+        FocusScorer::choose(plan.setup.answer.focus_by, retriever.embedder().cloned(), retriever.reranker().cloned())
+    };
     let mut rows = Vec::new();
     for (i, q) in questions.iter().enumerate() {
         let t = std::time::Instant::now();

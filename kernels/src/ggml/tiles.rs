@@ -50,12 +50,21 @@ impl TileKernel {
     /// The best kernel this CPU runs, or `None` off x86_64 or without AVX2, FMA and F16C (looked up
     /// once per process).
     pub fn detect() -> Option<TileKernel> {
-        static BEST: std::sync::OnceLock<Option<TileKernel>> = std::sync::OnceLock::new();
-        *BEST.get_or_init(|| TileKernel::available().into_iter().next())
+        TileKernel::supported().first().copied()
     }
 
     /// Every kernel this CPU runs, best first.
     pub fn available() -> Vec<TileKernel> {
+        TileKernel::supported().to_vec()
+    }
+
+    /// [`TileKernel::available`], looked up once per process (every product of a few rows asks).
+    fn supported() -> &'static [TileKernel] {
+        static SUPPORTED: std::sync::OnceLock<Vec<TileKernel>> = std::sync::OnceLock::new();
+        SUPPORTED.get_or_init(TileKernel::lookup)
+    }
+
+    fn lookup() -> Vec<TileKernel> {
         #[cfg(target_arch = "x86_64")]
         {
             let base = is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma") && is_x86_feature_detected!("f16c");
@@ -166,7 +175,7 @@ struct Product<'a> {
 impl<'a> Product<'a> {
     /// Checks the sizes and the kernel, panicking as [`tiles_with`] says.
     fn new(kernel: TileKernel, m: usize, k_blocks: usize, lhs: (&'a [u8], usize), rhs: (&'a [u8], usize), dst: &'a mut [f32]) -> Product<'a> {
-        assert!(TileKernel::available().contains(&kernel), "this CPU does not run {kernel:?}");
+        assert!(TileKernel::supported().contains(&kernel), "this CPU does not run {kernel:?}");
         assert_eq!(lhs.0.len(), m * k_blocks * lhs.1, "activations: {m} rows of {k_blocks} blocks");
         let n = dst.len() / m.max(1);
         assert_eq!(dst.len(), m * n, "dst: {m} rows");
