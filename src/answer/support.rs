@@ -269,16 +269,18 @@ pub fn ungrounded(question: &str, claim: &str, passages: &[&str]) -> Option<Stri
     None
 }
 
-/// The sentences of a passage for matching: table rows and list items one each, wrapped lines
-/// of a paragraph joined, paragraphs split at `.`, `!`, `?` and `;`.
+/// The sentences of a passage for matching: table rows, headings and list items one each, wrapped
+/// lines of a paragraph or a list item joined, paragraphs split at `.`, `!`, `?` and `;`.
 fn sentences_of(passage: &str) -> Vec<String> {
     let mut blocks: Vec<String> = Vec::new();
     let mut open = false;
     for line in passage.lines().map(str::trim) {
-        let own = line.starts_with('|') || line.starts_with("- ") || line.starts_with("* ") || line.starts_with('#');
-        if line.is_empty() || own {
-            open = false;
-            if own {
+        let item = line.starts_with("- ") || line.starts_with("* ");
+        let single = line.starts_with('|') || line.starts_with('#');
+        if line.is_empty() || item || single {
+            // A list item's wrapped lines continue it; a table row or heading is one line.
+            open = item;
+            if item || single {
                 blocks.push(line.to_string());
             }
             continue;
@@ -295,9 +297,12 @@ fn sentences_of(passage: &str) -> Vec<String> {
     blocks.iter().flat_map(|b| b.split(['.', '!', '?', ';'])).map(str::to_string).collect()
 }
 
-/// Whether `words` hold a negation.
+/// Whether `words` hold a negation ("not only … but" adds, it does not negate).
 fn negates(words: &[String]) -> bool {
-    words.iter().any(|w| NEGATIONS.contains(&w.as_str()) || w.ends_with("n't"))
+    words.iter().enumerate().any(|(i, w)| {
+        let not_only = w == "not" && words.get(i + 1).is_some_and(|next| next == "only") && words[i..].iter().any(|w| w == "but");
+        (NEGATIONS.contains(&w.as_str()) || w.ends_with("n't")) && !not_only
+    })
 }
 
 /// Cosine of each cited claim to the closest sentence of the passages it cites.
@@ -354,6 +359,25 @@ mod tests {
         assert!((scores[0].unwrap() - 1.0).abs() < 1e-5, "{scores:?}");
         assert!(scores[1].unwrap() < 0.5, "{scores:?}");
         assert_eq!(scores[2], None);
+    }
+
+    #[test]
+    fn a_wrapped_list_item_is_one_sentence() {
+        // The item's second line holds its verb: matched alone, it hid the item's "not".
+        let passage = "## 5 Devices\n\n- Security updates are installed automatically; a device that has not received updates for 21 days is\n  blocked from the network until it is updated.\n- Lost devices are reported.";
+        let claim = "If your laptop hasn't had updates for 21 days, it is blocked from the network until it is updated.";
+        assert_eq!(ungrounded("What if my laptop misses updates?", claim, &[passage]), None);
+        let falsified = "A device that has received updates for 21 days is blocked from the network until it is updated.";
+        assert!(ungrounded("What if my laptop misses updates?", falsified, &[passage]).is_some_and(|r| r.contains("leaves out")));
+    }
+
+    #[test]
+    fn not_only_is_no_negation() {
+        let passage = "If you want to handle not only ASCII characters but also all UTF-8 encoded characters while keeping the old C behaviour, use the C.UTF-8 locale on Debian.";
+        let claim = "Use the C.UTF-8 locale on Debian to handle all UTF-8 encoded characters while keeping the old C behaviour.";
+        assert_eq!(ungrounded("Which locale?", claim, &[passage]), None);
+        let negated = "Do not use the C.UTF-8 locale on Debian to handle all UTF-8 encoded characters while keeping the old C behaviour.";
+        assert!(ungrounded("Which locale?", negated, &[passage]).is_some());
     }
 
     #[test]
