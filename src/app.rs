@@ -18,7 +18,6 @@ use crate::model::store::{Check, ModelStatus};
 use crate::model::{device, ModelStore};
 use crate::rerank::{load_reranker, RerankOptions, Reranker};
 use crate::retrieve::{RetrieveOptions, Retriever};
-use crate::answer::support::{SupportChecker, SupportMethod};
 use crate::answer::AnswerOptions;
 use crate::generate::rerank::LlmReranker;
 use crate::generate::{ClaudeGenerator, ClaudeOptions, Fallback, GgufGenerator, Generator, LocalOptions, OpenAiGenerator, OpenAiOptions};
@@ -364,17 +363,6 @@ impl App {
             focus_by: a.focus_by,
             quote_floor: a.quote_floor,
         }
-    }
-
-    /// The configured support check: embedding similarity with the tenant's embedder, or the
-    /// generator's yes/no logits.
-    pub fn support_checker(&self, embedder: Option<Arc<dyn Embedder>>, generator: &Arc<dyn Generator>) -> Result<SupportChecker> {
-        Ok(match (self.config.answer.support, embedder) {
-            (SupportMethod::Llm, _) => SupportChecker::Llm(generator.clone()),
-            (SupportMethod::Off, _) => SupportChecker::Off,
-            (method, Some(e)) => SupportChecker::new(method, e, generator),
-            (method, None) => SupportChecker::new(method, self.embedder(None)?, generator),
-        })
     }
 
     /// Retrieval settings from the configuration (the floor is chosen per scorer, in

@@ -613,6 +613,26 @@ impl Answerer {
         Answerer { generator, support, options, focus: None }
     }
 
+    /// The answer stack over `retriever`, the one way the service and `eval` assemble it: writes
+    /// with `generator`, checks support by `method` with the embedder retrieval ranks with (else
+    /// the one `fallback` loads, asked only when the method needs it and retrieval has none), and
+    /// focuses with the models retrieval ranks with.
+    pub fn over(
+        retriever: &crate::retrieve::Retriever<'_>,
+        generator: Arc<dyn Generator>,
+        method: SupportMethod,
+        options: AnswerOptions,
+        fallback: impl FnOnce() -> Result<Arc<dyn Embedder>>,
+    ) -> Result<Answerer> {
+        let support = match (method, retriever.embedder()) {
+            (SupportMethod::Llm, _) => SupportChecker::Llm(generator.clone()),
+            (SupportMethod::Off, _) => SupportChecker::Off,
+            (method, Some(e)) => SupportChecker::new(method, e.clone(), &generator),
+            (method, None) => SupportChecker::new(method, fallback()?, &generator),
+        };
+        Ok(Answerer::new(generator, support, options).with_focus_of(retriever))
+    }
+
     /// Shows the generator each passage's sentences closest to the question, scored by the
     /// tenant's `embedder` or `reranker` as `AnswerOptions::focus_by` says, instead of whole
     /// passages (`AnswerOptions::focus`).

@@ -193,8 +193,7 @@ pub fn run(
     }
     let tenant = store.catalog().require_tenant(&plan.ingest.tenant)?;
     let retriever = Retriever::new(&store, &tenant, Some(embedder.clone()), reranker, plan.retrieve.clone())?;
-    let checker = SupportChecker::new(plan.support, embedder.clone(), &generator);
-    let answerer = Answerer::new(generator.clone(), checker, plan.answer.clone()).with_focus_of(&retriever);
+    let answerer = Answerer::over(&retriever, generator.clone(), plan.support, plan.answer.clone(), || Ok(embedder.clone()))?;
     let doc_of = |path: &Path| beir::doc_id_for_path(path).unwrap_or_default();
 
     let mut out = AnswerReport {

@@ -15,7 +15,7 @@ use std::sync::Arc;
 use serde::{Deserialize, Serialize};
 
 use crate::answer::cite::strip_markers;
-use crate::answer::support::{SupportChecker, SupportMethod};
+use crate::answer::support::SupportMethod;
 use crate::answer::focus::FocusScorer;
 use crate::answer::{unasked, Answer, AnswerOptions, Answerer, Refusal};
 use crate::embed::Embedder;
@@ -96,9 +96,8 @@ impl QaSetup {
 
     /// An answerer over `retriever` that writes with `generator` and focuses with the models
     /// retrieval ranks with.
-    pub fn answerer(&self, retriever: &Retriever<'_>, embedder: &Arc<dyn Embedder>, generator: &Arc<dyn Generator>) -> Answerer {
-        let checker = SupportChecker::new(self.support, embedder.clone(), generator);
-        Answerer::new(generator.clone(), checker, self.answer.clone()).with_focus_of(retriever)
+    pub fn answerer(&self, retriever: &Retriever<'_>, embedder: &Arc<dyn Embedder>, generator: &Arc<dyn Generator>) -> Result<Answerer> {
+        Answerer::over(retriever, generator.clone(), self.support, self.answer.clone(), || Ok(embedder.clone()))
     }
 
     /// [`QaSetup::retriever`] and [`QaSetup::answerer`].
@@ -111,7 +110,7 @@ impl QaSetup {
         progress: Progress<'_>,
     ) -> Result<(Retriever<'s>, Answerer)> {
         let retriever = self.retriever(store, embedder, reranker, progress)?;
-        let answerer = self.answerer(&retriever, embedder, generator);
+        let answerer = self.answerer(&retriever, embedder, generator)?;
         Ok((retriever, answerer))
     }
 }
@@ -443,7 +442,7 @@ pub fn run(
     let questions = load(&plan.questions, plan.split.as_deref())?;
     let store = Store::open(&plan.setup.scratch, VectorOptions::default())?;
     let retriever = plan.setup.retriever(&store, &embedder, reranker, progress)?;
-    let answerer = generator.as_ref().map(|g| plan.setup.answerer(&retriever, &embedder, g));
+    let answerer = generator.as_ref().map(|g| plan.setup.answerer(&retriever, &embedder, g)).transpose()?;
     // Prompts only: the focus the answerer would have used.
     let focus = if answerer.is_some() {
         None

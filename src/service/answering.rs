@@ -142,8 +142,8 @@ impl Service {
                 let waited = std::time::Instant::now();
                 let generator = self.generator(o.llm.as_deref(), &mut warnings)?;
                 let model_wait_ms = waited.elapsed().as_secs_f64() * 1e3;
-                let support = self.app.support_checker(retriever.embedder().cloned(), &generator)?;
-                let answerer = Answerer::new(generator, support, options).with_focus_of(&retriever);
+                let method = self.app.config.answer.support;
+                let answerer = Answerer::over(&retriever, generator, method, options, || self.app.embedder(None))?;
                 let mut answer = block_on(answerer.answer(question, standalone, &retrieval, sink))?;
                 answer.timings.model_wait_ms = model_wait_ms;
                 answer.timings.total_ms += model_wait_ms;
