@@ -378,6 +378,7 @@ impl App {
             mmr_lambda: (r.mmr_lambda < 1.0).then_some(r.mmr_lambda),
             rerank_depth: r.rerank_depth,
             rerank_weight: r.rerank_weight,
+            statement_bm25_share: r.statement_bm25_share,
             top_k: r.top_k,
             floor: None,
             expand_parents: r.expand_parents,
@@ -529,10 +530,11 @@ impl App {
                 };
                 let floor = r.floors.get(&m.name).map_or("no refusal floor".to_string(), |f| format!("refusal floor {f} on its logit"));
                 format!(
-                    "ready: retrieval reranks the top {} with the cross-encoder, {precision}; order {} x its score + {} x the query's cosine (standardised); {floor}",
+                    "ready: retrieval reranks the top {} with the cross-encoder, {precision}; order {} x its score + {} x the query's cosine (standardised; for a query that is not a question, {} of that vote is BM25's); {floor}",
                     r.rerank_depth,
                     r.rerank_weight,
-                    1.0 - r.rerank_weight
+                    1.0 - r.rerank_weight,
+                    r.statement_bm25_share
                 )
             }
             Some(m) => format!(

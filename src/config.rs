@@ -99,6 +99,9 @@ pub struct RetrieveSection {
     /// Share of the reranker's standardised score in the order of the reranked candidates, the
     /// rest the standardised cosine of the query to each (1: the reranker alone).
     pub rerank_weight: f32,
+    /// For a query that is not a question (a claim, keywords), BM25's share of the first stage's
+    /// vote in that order, the cosine the rest.
+    pub statement_bm25_share: f32,
     /// Passages returned.
     pub top_k: usize,
     /// Merge sibling children into their parent section.
@@ -466,8 +469,8 @@ impl Config {
                 "retrieve: at least one candidate list above 0, top_k at least 1, rrf_k above 0".into(),
             ));
         }
-        if !(0.0..=1.0).contains(&r.mmr_lambda) || !(0.0..=1.0).contains(&r.rerank_weight) || r.dense_weight < 0.0 || r.lexical_weight < 0.0 {
-            return Err(Error::Config("retrieve: mmr_lambda and rerank_weight between 0 and 1, weights not negative".into()));
+        if !(0.0..=1.0).contains(&r.mmr_lambda) || !(0.0..=1.0).contains(&r.rerank_weight) || !(0.0..=1.0).contains(&r.statement_bm25_share) || r.dense_weight < 0.0 || r.lexical_weight < 0.0 {
+            return Err(Error::Config("retrieve: mmr_lambda, rerank_weight and statement_bm25_share between 0 and 1, weights not negative".into()));
         }
         if raw.ingest.child_tokens == 0 || raw.ingest.max_child_tokens < raw.ingest.child_tokens || raw.ingest.commit_chunks == 0 {
             return Err(Error::Config(

@@ -14,6 +14,7 @@
 
 pub mod fusion;
 pub mod order;
+pub mod query;
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -50,6 +51,10 @@ pub struct RetrieveOptions {
     /// cosine)`, each standardised over the reranked candidates (1: the reranker alone; without
     /// vectors the fused score stands in for the cosine).
     pub rerank_weight: f32,
+    /// For a query that is not a question ([`query::is_question`]: a claim, keywords), BM25's
+    /// share of the first stage's vote in that mix: `(1 − s) · z(cosine) + s · z(BM25)` stands
+    /// for the cosine (0: the cosine alone, as for questions).
+    pub statement_bm25_share: f32,
     /// Passages returned.
     pub top_k: usize,
     /// Evidence below this on every candidate means "no good source"; `None`: never refuse.
@@ -69,6 +74,7 @@ impl Default for RetrieveOptions {
             mmr_lambda: None,
             rerank_depth: 50,
             rerank_weight: 1.0,
+            statement_bm25_share: 0.0,
             top_k: 8,
             floor: None,
             expand_parents: true,
@@ -395,10 +401,17 @@ impl<'s> Retriever<'s> {
             // natural questions the fused (RRF) score dragged dense down with a much weaker BM25,
             // and mixed with the cosine the reranked list beats both first stages on SciFact too
             // (docs/EVAL.md, "the mix"). Without vectors, the fused score.
-            let first: Vec<f32> = match scored.iter().map(|&i| candidates[i].similarity).collect::<Option<Vec<f32>>>() {
+            let mut first: Vec<f32> = match scored.iter().map(|&i| candidates[i].similarity).collect::<Option<Vec<f32>>>() {
                 Some(cosines) => cosines,
                 None => scored.iter().map(|&i| candidates[i].fused.score).collect(),
             };
+            // A claim or keywords lean on their exact terms: BM25 votes too (a candidate outside
+            // its list scored below the list's last).
+            if o.statement_bm25_share > 0.0 && o.lexical_candidates > 0 && !query::is_question(query) {
+                let floor = lexical.last().map_or(0.0, |h| h.1);
+                let bm25: Vec<f32> = scored.iter().map(|&i| candidates[i].lexical.map_or(floor, |l| l.score)).collect();
+                first = fusion::combine_standardised(&bm25, &first, o.statement_bm25_share);
+            }
             let combined = fusion::combine_standardised(&scores, &first, o.rerank_weight);
             let mut order: Vec<(usize, f32, f32)> = scored.into_iter().zip(scores).zip(combined).map(|((i, s), c)| (i, s, c)).collect();
             order.sort_by(|a, b| b.2.total_cmp(&a.2).then(b.1.total_cmp(&a.1)));
@@ -601,6 +614,41 @@ mod tests {
         let refused = open(Some(best + 0.01));
         assert!(refused.refused);
         assert!(!refused.hits.is_empty(), "a refusal still shows the closest material");
+    }
+
+    /// Scores every passage the same: the order is then the first stage's vote alone.
+    struct Flat;
+
+    impl Reranker for Flat {
+        fn model_id(&self) -> &str {
+            "flat"
+        }
+        fn score(&self, _query: &str, passages: &[&str]) -> Result<Vec<f32>> {
+            Ok(vec![0.0; passages.len()])
+        }
+    }
+
+    #[test]
+    fn a_statement_lets_bm25_vote_in_the_rerank_order_and_a_question_does_not() {
+        let order_of = |query: &str| {
+            let catalog = Catalog::in_memory().unwrap();
+            let options = RetrieveOptions { rerank_weight: 0.0, statement_bm25_share: 1.0, ..RetrieveOptions::default() };
+            let r = Retriever::over(&catalog, reader(&catalog, "hash-16"), embedder(), Some(Arc::new(Flat)), options).unwrap();
+            let got = r.retrieve(query).unwrap();
+            let mut reranked: Vec<&Candidate> = got.candidates.iter().filter(|c| c.rerank.is_some()).collect();
+            reranked.sort_by_key(|c| c.rerank.unwrap().rank);
+            let last = got.candidates.iter().filter_map(|c| c.lexical.map(|l| l.score)).fold(f32::INFINITY, f32::min);
+            reranked.iter().map(|c| (c.lexical.map_or(last, |l| l.score), c.similarity.unwrap())).collect::<Vec<_>>()
+        };
+        let descending = |xs: Vec<f32>| xs.windows(2).all(|w| w[0] >= w[1]);
+        // Keywords: ordered by BM25 (each candidate outside its list below its last).
+        let statement = order_of("lost laptop service desk hour");
+        assert!(descending(statement.iter().map(|c| c.0).collect()), "{statement:?}");
+        // ... which here is not the cosine's order (else the check above would prove nothing).
+        assert!(!descending(statement.iter().map(|c| c.1).collect()), "{statement:?}");
+        // The same words as a question: ordered by the cosine.
+        let question = order_of("where do I report a lost laptop service desk hour?");
+        assert!(descending(question.iter().map(|c| c.1).collect()), "{question:?}");
     }
 
     #[test]
