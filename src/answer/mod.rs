@@ -888,6 +888,7 @@ mod tests {
             model: "hash-16".into(),
             reranker: None,
             rerank_weight: 1.0,
+            bm25_vote: None,
             evidence: Evidence::Similarity { model: "hash-16".into() },
             floor: Some(0.5),
             best_evidence: Some(if refused { 0.1 } else { 0.9 }),

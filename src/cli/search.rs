@@ -59,7 +59,10 @@ pub fn run(g: &GlobalArgs, args: SearchArgs) -> anyhow::Result<u8> {
 
 /// One line on how the query was run.
 pub(super) fn print_header(r: &Retrieval, note: Option<&str>) {
-    let rerank = r.reranker.as_deref().map_or("no reranker".to_string(), |m| format!("reranked by {m} (weight {})", r.rerank_weight));
+    let rerank = r.reranker.as_deref().map_or("no reranker".to_string(), |m| match r.bm25_vote {
+        None => format!("reranked by {m} (weight {})", r.rerank_weight),
+        Some(share) => format!("reranked by {m} (weight {}; not a question: BM25 {share} of the rest)", r.rerank_weight),
+    });
     println!("tenant {} · {} · {} · {:.0} ms", r.tenant, r.model, rerank, r.timings.total_ms);
     if let Some(n) = note {
         println!("note: {n}");

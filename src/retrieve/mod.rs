@@ -205,6 +205,9 @@ pub struct Retrieval {
     pub reranker: Option<String>,
     /// The reranker's share of the combined order (`RetrieveOptions::rerank_weight`).
     pub rerank_weight: f32,
+    /// BM25's share of the first stage's vote in that order when the query is not a question
+    /// (`RetrieveOptions::statement_bm25_share`); `None`: the cosine alone voted.
+    pub bm25_vote: Option<f32>,
     /// What the floor applies to.
     pub evidence: Evidence,
     /// The floor, if one applies.
@@ -384,6 +387,8 @@ impl<'s> Retriever<'s> {
         timings.resolve_ms = ms(t);
 
         let t = Instant::now();
+        let bm25_vote = (reranking.is_some() && o.statement_bm25_share > 0.0 && !lexical.is_empty() && !query::is_question(query))
+            .then_some(o.statement_bm25_share);
         if let Some(reranker) = reranking {
             let scored: Vec<usize> = (0..candidates.len().min(o.rerank_depth))
                 .filter(|&i| rows.contains_key(&candidates[i].chunk))
@@ -407,10 +412,10 @@ impl<'s> Retriever<'s> {
             };
             // A claim or keywords lean on their exact terms: BM25 votes too (a candidate outside
             // its list scored below the list's last).
-            if o.statement_bm25_share > 0.0 && o.lexical_candidates > 0 && !query::is_question(query) {
+            if let Some(share) = bm25_vote {
                 let floor = lexical.last().map_or(0.0, |h| h.1);
                 let bm25: Vec<f32> = scored.iter().map(|&i| candidates[i].lexical.map_or(floor, |l| l.score)).collect();
-                first = fusion::combine_standardised(&bm25, &first, o.statement_bm25_share);
+                first = fusion::combine_standardised(&bm25, &first, share);
             }
             let combined = fusion::combine_standardised(&scores, &first, o.rerank_weight);
             let mut order: Vec<(usize, f32, f32)> = scored.into_iter().zip(scores).zip(combined).map(|((i, s), c)| (i, s, c)).collect();
@@ -461,6 +466,7 @@ impl<'s> Retriever<'s> {
             model: self.reader.vector.meta().model.clone(),
             reranker: reranking.map(|r| r.model_id().to_string()),
             rerank_weight: o.rerank_weight,
+            bm25_vote,
             evidence,
             floor,
             best_evidence,
@@ -638,6 +644,7 @@ mod tests {
             let mut reranked: Vec<&Candidate> = got.candidates.iter().filter(|c| c.rerank.is_some()).collect();
             reranked.sort_by_key(|c| c.rerank.unwrap().rank);
             let last = got.candidates.iter().filter_map(|c| c.lexical.map(|l| l.score)).fold(f32::INFINITY, f32::min);
+            assert_eq!(got.bm25_vote.is_some(), !query.ends_with('?'), "the retrieval says whether BM25 voted");
             reranked.iter().map(|c| (c.lexical.map_or(last, |l| l.score), c.similarity.unwrap())).collect::<Vec<_>>()
         };
         let descending = |xs: Vec<f32>| xs.windows(2).all(|w| w[0] >= w[1]);
