@@ -78,6 +78,11 @@ impl<'a> Package<'a> {
         Ok(Package { zip })
     }
 
+    /// The members' names, in the container's order.
+    pub fn names(&self) -> Vec<String> {
+        self.zip.file_names().filter_map(|n| n.ok().map(|n| n.into_owned())).collect()
+    }
+
     /// Member `name`'s bytes, or `None` when there is no such member.
     pub fn bytes(&mut self, name: &str) -> Result<Option<Vec<u8>>, SkipReason> {
         let mut member = match self.zip.by_name(name) {

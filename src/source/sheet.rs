@@ -130,11 +130,43 @@ fn is_number(cell: &str) -> bool {
     c.parse::<f64>().is_ok()
 }
 
+/// calamine 0.38 reserves room for as many shared strings as the part's `uniqueCount` declares
+/// before it reads one: a 7 KB workbook declaring 10^13 asked for 240 TB, and a failed allocation
+/// aborts the process, which no `catch_unwind` stops (found by fuzzing, issue 31). A count the
+/// part's own bytes cannot hold (a string takes at least `<si/>`, 5 bytes) is refused here.
+fn check_shared_string_count(package: &mut Package) -> Result<(), SkipReason> {
+    for name in package.names().into_iter().filter(|n| n.to_ascii_lowercase().ends_with("sharedstrings.xml")) {
+        let Some(part) = package.bytes(&name)? else { continue };
+        if let Some(n) = declared_unique_count(&part).filter(|&n| n > part.len() as u64 / 5) {
+            return Err(SkipReason::corrupt(format!("{name} declares {n} shared strings in {} bytes", part.len())));
+        }
+    }
+    Ok(())
+}
+
+/// The `uniqueCount` attribute of the part's `sst` start tag (any namespace prefix, either quote),
+/// as calamine reads it: digits only.
+fn declared_unique_count(part: &[u8]) -> Option<u64> {
+    let at = (0..part.len().saturating_sub(4)).find(|&i| {
+        &part[i + 1..i + 4] == b"sst" && matches!(part[i], b'<' | b':') && matches!(part.get(i + 4), Some(b' ' | b'\t' | b'\r' | b'\n' | b'>' | b'/'))
+    })?;
+    let tag = &part[at..];
+    let tag = &tag[..tag.iter().position(|&b| b == b'>').unwrap_or(tag.len())];
+    let key = tag.windows(11).position(|w| w == b"uniqueCount")?;
+    let rest = &tag[key + 11..];
+    let rest = &rest[rest.iter().position(|b| !b.is_ascii_whitespace())?..];
+    let rest = rest.strip_prefix(b"=")?;
+    let rest = &rest[rest.iter().position(|b| !b.is_ascii_whitespace())?..];
+    let digits = rest.strip_prefix(b"\"").or_else(|| rest.strip_prefix(b"'"))?;
+    let end = digits.iter().position(|b| !b.is_ascii_digit()).unwrap_or(digits.len());
+    std::str::from_utf8(&digits[..end]).ok()?.parse().ok()
+}
+
 /// Reads every sheet of an `.xlsx` by streaming its cells.
 fn read_xlsx(bytes: &[u8], out: &mut TextBuilder, budget: &mut usize) -> Result<usize, SkipReason> {
     // The container checks (encrypted, legacy renamed, not a zip) say more than calamine would,
     // and calamine inflates members without a cap: a zip bomb is refused here, not by it.
-    drop(Package::open(bytes, "Excel")?);
+    check_shared_string_count(&mut Package::open(bytes, "Excel")?)?;
     let cap = package::MAX_MEMBER_BYTES * 2;
     if package::inflated_bytes(bytes, cap) > cap {
         return Err(SkipReason::OverLimit {
@@ -288,6 +320,16 @@ fn delimited(bytes: &[u8], delimiter: u8, budget: &mut usize) -> Result<Vec<Vec<
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_declared_shared_string_count_is_read_as_calamine_reads_it() {
+        let count = |xml: &str| declared_unique_count(xml.as_bytes());
+        assert_eq!(count(r#"<?xml version="1.0"?><sst xmlns="x" count="3" uniqueCount="2"><si><t>a</t></si></sst>"#), Some(2));
+        assert_eq!(count("<x:sst uniqueCount = '10000000000000'>"), Some(10_000_000_000_000));
+        assert_eq!(count(r#"<sst count="3">"#), None);
+        assert_eq!(count(r#"<sstx uniqueCount="9">"#), None);
+        assert_eq!(count(r#"<sst uniqueCount="-1">"#), None);
+    }
     use crate::source::testutil::fixture;
 
     fn texts(out: &TextBuilder) -> Vec<&str> {
