@@ -144,22 +144,43 @@ fn check_shared_string_count(package: &mut Package) -> Result<(), SkipReason> {
     Ok(())
 }
 
-/// The `uniqueCount` attribute of the part's `sst` start tag (any namespace prefix, either quote),
-/// as calamine reads it: digits only.
+/// The largest `uniqueCount` the part's `sst` start tag could give calamine 0.38: the tag found
+/// as calamine finds it (the same quick-xml reader and settings, the first start tag named
+/// `sst`), then every `uniqueCount=` in its raw bytes, quoted or not, read as digits. calamine
+/// parses the attributes with its own lenient reader, so the scan takes any it could see rather
+/// than emulate it (a first version read the tag to its first `>` and missed mutated tags whose
+/// attribute values hold one: found by the fuzz run).
 fn declared_unique_count(part: &[u8]) -> Option<u64> {
-    let at = (0..part.len().saturating_sub(4)).find(|&i| {
-        &part[i + 1..i + 4] == b"sst" && matches!(part[i], b'<' | b':') && matches!(part.get(i + 4), Some(b' ' | b'\t' | b'\r' | b'\n' | b'>' | b'/'))
-    })?;
-    let tag = &part[at..];
-    let tag = &tag[..tag.iter().position(|&b| b == b'>').unwrap_or(tag.len())];
-    let key = tag.windows(11).position(|w| w == b"uniqueCount")?;
-    let rest = &tag[key + 11..];
-    let rest = &rest[rest.iter().position(|b| !b.is_ascii_whitespace())?..];
-    let rest = rest.strip_prefix(b"=")?;
-    let rest = &rest[rest.iter().position(|b| !b.is_ascii_whitespace())?..];
-    let digits = rest.strip_prefix(b"\"").or_else(|| rest.strip_prefix(b"'"))?;
-    let end = digits.iter().position(|b| !b.is_ascii_digit()).unwrap_or(digits.len());
-    std::str::from_utf8(&digits[..end]).ok()?.parse().ok()
+    use quick_xml::events::Event;
+    let mut xml = quick_xml::Reader::from_reader(part);
+    let config = xml.config_mut();
+    config.check_end_names = false;
+    config.trim_text(false);
+    config.check_comments = false;
+    config.expand_empty_elements = true;
+    let mut buf = Vec::new();
+    let tag = loop {
+        buf.clear();
+        match xml.read_event_into(&mut buf) {
+            Ok(Event::Start(e)) if e.local_name().as_ref() == "sst" => break e.attributes_raw().as_bytes().to_vec(),
+            Ok(Event::Eof) | Err(_) => return None,
+            Ok(_) => {}
+        }
+    };
+    const KEY: &[u8] = b"uniqueCount";
+    (0..tag.len().saturating_sub(KEY.len() - 1))
+        .filter(|&at| tag[at..].starts_with(KEY))
+        .filter_map(|at| {
+            let rest = &tag[at + KEY.len()..];
+            let rest = &rest[rest.iter().position(|b| !b.is_ascii_whitespace())?..];
+            let rest = rest.strip_prefix(b"=")?;
+            let rest = &rest[rest.iter().position(|b| !b.is_ascii_whitespace())?..];
+            let digits = rest.strip_prefix(b"\"").or_else(|| rest.strip_prefix(b"'")).unwrap_or(rest);
+            let end = digits.iter().position(|b| !b.is_ascii_digit()).unwrap_or(digits.len());
+            // Past u64 counts as the most: calamine's own parse would refuse it, but nothing is lost.
+            (end > 0).then(|| std::str::from_utf8(&digits[..end]).ok()?.parse().ok().or(Some(u64::MAX)))?
+        })
+        .max()
 }
 
 /// Reads every sheet of an `.xlsx` by streaming its cells.
@@ -329,6 +350,9 @@ mod tests {
         assert_eq!(count(r#"<sst count="3">"#), None);
         assert_eq!(count(r#"<sstx uniqueCount="9">"#), None);
         assert_eq!(count(r#"<sst uniqueCount="-1">"#), None);
+        // Mutated tags the fuzz run made: a `>` inside a value, a broken attribute before it.
+        assert_eq!(count(r#"<sst xmlns="a>b" count/f="11" uniqueCount="10000000000000"><si/></sst>"#), Some(10_000_000_000_000));
+        assert_eq!(count(r#"<sst count="1" uniqueCount=99 >"#), Some(99));
     }
     use crate::source::testutil::fixture;
 
