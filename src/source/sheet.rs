@@ -176,9 +176,9 @@ fn declared_unique_count(part: &[u8]) -> Option<u64> {
             let rest = rest.strip_prefix(b"=")?;
             let rest = &rest[rest.iter().position(|b| !b.is_ascii_whitespace())?..];
             let digits = rest.strip_prefix(b"\"").or_else(|| rest.strip_prefix(b"'")).unwrap_or(rest);
-            let end = digits.iter().position(|b| !b.is_ascii_digit()).unwrap_or(digits.len());
+            let digits = &digits[..digits.iter().position(|b| !b.is_ascii_digit()).unwrap_or(digits.len())];
             // Past u64 counts as the most: calamine's own parse would refuse it, but nothing is lost.
-            (end > 0).then(|| std::str::from_utf8(&digits[..end]).ok()?.parse().ok().or(Some(u64::MAX)))?
+            (!digits.is_empty()).then(|| digits.iter().fold(0u64, |n, d| n.saturating_mul(10).saturating_add(u64::from(d - b'0'))))
         })
         .max()
 }
