@@ -1,10 +1,10 @@
 //! Bearer keys: the [`Authed`] extractor turns `Authorization: Bearer rbx_…` (or, for the web
 //! page, its session cookie: [`super::session`]) into a [`Caller`], or answers 401 (and writes an
 //! `auth_failed` audit row). Failed attempts are
-//! counted per client address; past the limit the address gets 429 for the rest of the minute,
-//! before its key is even looked at.
+//! counted per client address; past the limit in any minute the address gets 429 until its
+//! oldest counted failure is a minute old, before its key is even looked at.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
@@ -17,43 +17,58 @@ use ragbox::service::Caller;
 
 use super::{session, ApiError, State};
 
-/// Failures per address in the current minute.
+/// Failures per address in the last minute (a sliding window: the times of the last
+/// `per_minute` failures, so no boundary lets twice the limit through).
 pub struct FailureLimiter {
     per_minute: u32,
-    seen: Mutex<HashMap<IpAddr, (Instant, u32)>>,
+    seen: Mutex<HashMap<IpAddr, VecDeque<Instant>>>,
 }
 
 const WINDOW: Duration = Duration::from_secs(60);
 
 impl FailureLimiter {
-    /// At most `per_minute` failures per address per minute.
+    /// At most `per_minute` failures per address in any minute.
     pub fn new(per_minute: u32) -> FailureLimiter {
-        FailureLimiter { per_minute, seen: Mutex::default() }
+        FailureLimiter { per_minute: per_minute.max(1), seen: Mutex::default() }
     }
 
     /// Seconds until `ip` may try again, when it is over the limit.
     fn blocked(&self, ip: IpAddr) -> Option<u64> {
-        let seen = self.seen.lock().unwrap_or_else(|e| e.into_inner());
-        match seen.get(&ip) {
-            Some((start, n)) if *n >= self.per_minute && start.elapsed() < WINDOW => {
-                Some((WINDOW - start.elapsed()).as_secs().max(1))
-            }
-            _ => None,
-        }
+        self.blocked_at(ip, Instant::now())
     }
 
-    /// Counts a failure; returns the count in this window.
+    fn blocked_at(&self, ip: IpAddr, now: Instant) -> Option<u64> {
+        let seen = self.seen.lock().unwrap_or_else(|e| e.into_inner());
+        let times = seen.get(&ip)?;
+        let age = |t: &Instant| now.saturating_duration_since(*t);
+        let in_window = times.iter().filter(|t| age(t) < WINDOW).count();
+        let oldest = times.front()?;
+        (in_window >= self.per_minute as usize).then(|| WINDOW.saturating_sub(age(oldest)).as_secs().max(1))
+    }
+
+    /// Counts a failure; returns the count in the last minute, this one included.
     fn fail(&self, ip: IpAddr) -> u32 {
+        self.fail_at(ip, Instant::now())
+    }
+
+    fn fail_at(&self, ip: IpAddr, now: Instant) -> u32 {
         let mut seen = self.seen.lock().unwrap_or_else(|e| e.into_inner());
+        let age = |t: &Instant| now.saturating_duration_since(*t);
         if seen.len() > 10_000 {
-            seen.retain(|_, (start, _)| start.elapsed() < WINDOW);
+            seen.retain(|_, times| times.back().is_some_and(|t| age(t) < WINDOW));
         }
-        let entry = seen.entry(ip).or_insert((Instant::now(), 0));
-        if entry.0.elapsed() >= WINDOW {
-            *entry = (Instant::now(), 0);
+        let times = seen.entry(ip).or_default();
+        while times.front().is_some_and(|t| age(t) >= WINDOW) {
+            times.pop_front();
         }
-        entry.1 += 1;
-        entry.1
+        times.push_back(now);
+        let count = times.len() as u32;
+        // Only the newest `per_minute` matter to `blocked`; failures past the limit are refused
+        // before they are counted, so the queue stays short.
+        while times.len() > self.per_minute as usize {
+            times.pop_front();
+        }
+        count
     }
 }
 
@@ -169,5 +184,24 @@ mod tests {
         assert!(l.blocked(b).is_none(), "another address is not affected");
         assert_eq!(tenant_in_path("/v1/tenants/acme/search"), "acme");
         assert_eq!(tenant_in_path("/v1/models"), "");
+    }
+
+    /// Any minute holds at most the limit: failures just before and just after a minute's
+    /// boundary are counted together (a window that restarted would let twice the limit
+    /// through), and the wait is until the oldest counted failure is a minute old.
+    #[test]
+    fn the_window_slides() {
+        let l = FailureLimiter::new(3);
+        let ip: IpAddr = "127.0.0.1".parse().unwrap();
+        let t0 = Instant::now();
+        let at = |s: f64| t0 + Duration::from_secs_f64(s);
+        l.fail_at(ip, at(0.0));
+        l.fail_at(ip, at(59.0));
+        assert_eq!(l.fail_at(ip, at(59.5)), 3);
+        assert_eq!(l.blocked_at(ip, at(59.6)), Some(1), "blocked until the first failure is a minute old");
+        assert_eq!(l.blocked_at(ip, at(60.5)), None, "the first failure left the window");
+        assert_eq!(l.fail_at(ip, at(60.5)), 3, "the two from second 59 still count");
+        assert_eq!(l.blocked_at(ip, at(61.0)), Some(58), "until second 119");
+        assert_eq!(l.blocked_at(ip, at(119.1)), None);
     }
 }
