@@ -71,6 +71,15 @@ pub struct ParseLimits {
 /// Text any file may make, whatever its size (its expansion is checked above this).
 pub const TEXT_FLOOR_BYTES: u64 = 1 << 20;
 
+/// [`ParseLimits::max_text_expansion`]'s default.
+pub const MAX_TEXT_EXPANSION: u64 = 256;
+
+/// Bytes of text a `file_bytes`-byte file may make at `expansion` bytes per byte (and at least
+/// [`TEXT_FLOOR_BYTES`]).
+pub fn text_budget(file_bytes: u64, expansion: u64) -> u64 {
+    file_bytes.saturating_mul(expansion).max(TEXT_FLOOR_BYTES)
+}
+
 impl Default for ParseLimits {
     fn default() -> Self {
         ParseLimits {
@@ -79,7 +88,7 @@ impl Default for ParseLimits {
             max_line_bytes: 1 << 20,
             max_inflated_bytes: 512 << 20,
             max_mime_parts: 100_000,
-            max_text_expansion: 256,
+            max_text_expansion: MAX_TEXT_EXPANSION,
         }
     }
 }
@@ -187,7 +196,7 @@ pub fn parse_guarded_in(
 /// `file_bytes`-byte file (or [`TEXT_FLOOR_BYTES`]), else [`SkipReason::OverLimit`].
 fn within_text_budget(doc: ParsedDocument, file_bytes: u64, limits: &ParseLimits) -> Result<ParsedDocument, SkipReason> {
     let text = doc.text.len() as u64;
-    let budget = file_bytes.saturating_mul(limits.max_text_expansion).max(TEXT_FLOOR_BYTES);
+    let budget = text_budget(file_bytes, limits.max_text_expansion);
     if text <= budget {
         return Ok(doc);
     }

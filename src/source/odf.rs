@@ -14,6 +14,11 @@
 //!   Repeated rows and columns (`number-rows-repeated`, how a sheet claims a million empty rows)
 //!   are never expanded when empty, and at most [`MAX_CELLS`] cells are read.
 //!
+//! Every kind's tables share one [`TableBudget`]: [`MAX_CELLS`] cells, and the text the guard
+//! allows the file ([`guard::text_budget`]). A file whose repeated cells expand past that text is
+//! refused as soon as they do (an 8.6 KB `.odt` of eight tables claiming 4 million cells each
+//! took 25 s and 1.7 GB to expand before the guard refused its text).
+//!
 //! Title: `dc:title` in `meta.xml`, else the first Title paragraph or heading, else the file stem.
 
 use std::collections::{BTreeMap, HashMap};
@@ -24,7 +29,7 @@ use roxmltree::Node;
 use super::compose::{first_heading, Composer, Item};
 use super::docx::{attr, child, is};
 use super::package::{self, all_text, Package, MAX_DEPTH};
-use super::{finish, one_line, sheet, title_from_path, InputKind, Parser, SkipReason, TextBuilder};
+use super::{finish, guard, one_line, sheet, title_from_path, InputKind, Parser, SkipReason, TextBuilder};
 use crate::types::ParsedDocument;
 
 /// Cells one spreadsheet may have read (all sheets).
@@ -32,6 +37,60 @@ pub const MAX_CELLS: usize = 4_000_000;
 
 /// Columns one row may have (the format's own limit).
 const MAX_COLUMNS: usize = 16_384;
+
+/// What one document's tables may still expand to: cells, and bytes of cell text.
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct TableBudget {
+    cells: usize,
+    bytes: u64,
+    /// The text ran past `bytes`: the file is refused.
+    over_text: bool,
+}
+
+impl TableBudget {
+    /// [`MAX_CELLS`] cells and the text the guard allows a `file_bytes`-byte file.
+    fn for_file(file_bytes: usize) -> TableBudget {
+        TableBudget::new(MAX_CELLS, guard::text_budget(file_bytes as u64, guard::MAX_TEXT_EXPANSION))
+    }
+
+    pub(crate) fn new(cells: usize, bytes: u64) -> TableBudget {
+        TableBudget { cells, bytes, over_text: false }
+    }
+
+    fn spent(&self) -> bool {
+        self.cells == 0 || self.over_text
+    }
+
+    /// Takes one row of `cells` (its text and a separator a cell); false when it does not fit.
+    fn take(&mut self, cells: &[String]) -> bool {
+        let bytes = cells.iter().map(|c| c.len() as u64 + 1).sum::<u64>();
+        if self.cells < cells.len() {
+            self.cells = 0;
+            return false;
+        }
+        if self.bytes < bytes {
+            self.over_text = true;
+            return false;
+        }
+        self.cells -= cells.len();
+        self.bytes -= bytes;
+        true
+    }
+
+    /// The refusal of a file whose tables expanded past their text.
+    fn check(&self, file_bytes: usize) -> Result<(), SkipReason> {
+        if !self.over_text {
+            return Ok(());
+        }
+        Err(SkipReason::OverLimit {
+            what: format!(
+                "its tables' repeated cells expand past {} bytes of text from a {file_bytes}-byte file (more than {} per byte: repeated content expanded?)",
+                guard::text_budget(file_bytes as u64, guard::MAX_TEXT_EXPANSION),
+                guard::MAX_TEXT_EXPANSION
+            ),
+        })
+    }
+}
 
 /// Which OpenDocument kind.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -89,7 +148,7 @@ impl Parser for OdfParser {
             .and_then(|b| b.children().find(Node::is_element))
             .ok_or_else(|| SkipReason::corrupt("content.xml has no office:body"))?;
         let mut metadata = BTreeMap::new();
-        let mut walker = Walker { styles, ..Walker::default() };
+        let mut walker = Walker { styles, tables: TableBudget::for_file(bytes.len()), ..Walker::default() };
         let (text, blocks) = match self.0 {
             OdfKind::Text => {
                 walker.blocks(body, 0, 0, None);
@@ -107,21 +166,21 @@ impl Parser for OdfParser {
             }
             OdfKind::Spreadsheet => {
                 let mut out = TextBuilder::default();
-                let mut budget = MAX_CELLS;
                 let mut sheets = 0;
                 for table in body.children().filter(|n| is(*n, "table")) {
                     let name = attr(table, "name").unwrap_or("Sheet").to_string();
-                    let (rows, _) = table_rows(table, &mut budget);
+                    let (rows, _) = table_rows(table, &mut walker.tables);
                     sheet::push_sheet(&mut out, &name, rows);
                     sheets += 1;
                 }
                 metadata.insert("sheets".to_string(), sheets.to_string());
-                if budget == 0 {
-                    metadata.insert("truncated".to_string(), format!("read the first {MAX_CELLS} cells"));
-                }
                 (out.text, out.blocks)
             }
         };
+        walker.tables.check(bytes.len())?;
+        if walker.tables.cells == 0 {
+            metadata.insert("truncated".to_string(), format!("read the first {MAX_CELLS} cells"));
+        }
         let (meta_title, author) = match pkg.text("meta.xml")? {
             Some(text) => package::title_and_author(&package::xml(&text, "meta.xml")?),
             None => (None, None),
@@ -177,6 +236,8 @@ struct Walker {
     comments: Vec<String>,
     title: Option<String>,
     slide_count: usize,
+    /// What the document's tables may still expand to (all tables together).
+    tables: TableBudget,
 }
 
 /// Elements never read: generated indexes, change tracking, declarations, forms.
@@ -224,8 +285,7 @@ impl Walker {
                     self.list(n, depth, list_depth, style);
                 }
                 "table" => {
-                    let mut budget = MAX_CELLS;
-                    let (rows, header) = table_rows(n, &mut budget);
+                    let (rows, header) = table_rows(n, &mut self.tables);
                     self.items.push(Item::Table(rows, header));
                 }
                 "section" | "text-box" | "frame" | "g" | "index-body" => self.nested(n, depth, list_depth, list_style),
@@ -370,9 +430,9 @@ impl Walker {
 }
 
 /// The rows of a `table:table` and how many are header rows. Repeated rows and cells are expanded
-/// only when they hold something, within `budget` cells (decremented; 0 means the budget ran
-/// out).
-pub(crate) fn table_rows(table: Node<'_, '_>, budget: &mut usize) -> (Vec<Vec<String>>, usize) {
+/// only when they hold something, within `budget` (spent as rows are taken; once spent, no more
+/// rows).
+pub(crate) fn table_rows(table: Node<'_, '_>, budget: &mut TableBudget) -> (Vec<Vec<String>>, usize) {
     let mut rows = Vec::new();
     let mut header = 0;
     let mut pending: Vec<(Node<'_, '_>, bool)> = Vec::new();
@@ -396,20 +456,21 @@ pub(crate) fn table_rows(table: Node<'_, '_>, budget: &mut usize) -> (Vec<Vec<St
         }
     }
     for (row, in_header) in pending {
-        if *budget == 0 {
+        if budget.spent() {
             break;
         }
         let cells = row_cells(row, budget);
+        if budget.spent() {
+            break;
+        }
         if cells.iter().all(String::is_empty) {
             continue;
         }
         let repeat: usize = attr(row, "number-rows-repeated").and_then(|r| r.parse().ok()).unwrap_or(1).max(1);
         for _ in 0..repeat {
-            if *budget < cells.len() {
-                *budget = 0;
+            if !budget.take(&cells) {
                 break;
             }
-            *budget -= cells.len();
             if in_header && header == rows.len() {
                 header += 1;
             }
@@ -422,10 +483,13 @@ pub(crate) fn table_rows(table: Node<'_, '_>, budget: &mut usize) -> (Vec<Vec<St
     (rows, header)
 }
 
-/// One row's cell texts; empty repeated cells are expanded only when a value follows them.
-fn row_cells(row: Node<'_, '_>, budget: &mut usize) -> Vec<String> {
+/// One row's cell texts; empty repeated cells are expanded only when a value follows them, and
+/// a row stops at the cells `budget` has left; a row whose text alone passes the budget's bytes
+/// marks it spent (`over_text`) and is cut there.
+fn row_cells(row: Node<'_, '_>, budget: &mut TableBudget) -> Vec<String> {
     let mut cells = Vec::new();
     let mut empty_run = 0usize;
+    let mut bytes = 0u64;
     for cell in row.children().filter(|c| is(*c, "table-cell") || is(*c, "covered-table-cell")) {
         let repeat: usize = attr(cell, "number-columns-repeated").and_then(|r| r.parse().ok()).unwrap_or(1).max(1);
         let paragraphs: Vec<String> = cell.children().filter(|p| is(*p, "p") || is(*p, "h")).map(|p| one_line(&all_text(p))).collect();
@@ -434,13 +498,19 @@ fn row_cells(row: Node<'_, '_>, budget: &mut usize) -> Vec<String> {
             empty_run = empty_run.saturating_add(repeat);
             continue;
         }
-        if cells.len() + empty_run >= MAX_COLUMNS || *budget <= cells.len() + empty_run {
+        if cells.len() + empty_run >= MAX_COLUMNS || budget.cells <= cells.len() + empty_run {
             break;
         }
+        let n = repeat.min(MAX_COLUMNS - cells.len() - empty_run);
+        let more = empty_run as u64 + n as u64 * (text.len() as u64 + 1);
+        if bytes + more > budget.bytes {
+            budget.over_text = true;
+            break;
+        }
+        bytes += more;
         cells.extend(std::iter::repeat_n(String::new(), empty_run));
         empty_run = 0;
-        let room = MAX_COLUMNS - cells.len();
-        cells.extend(std::iter::repeat_n(text, repeat.min(room)));
+        cells.extend(std::iter::repeat_n(text, n));
     }
     cells
 }
@@ -490,6 +560,54 @@ mod tests {
         assert_eq!(doc.metadata["sheets"], "2");
     }
 
+    /// A small `.odt` whose tables repeat cells into more text than the guard allows its file is
+    /// refused while they expand, the budget shared by all its tables (each table had its own 4
+    /// million cells: eight such tables in 8.6 KB took 25 s and 1.7 GB before the guard refused
+    /// the text); the same tables within the budget are read.
+    #[test]
+    fn repeated_cells_past_the_files_text_budget_are_refused_while_they_expand() {
+        use std::io::Write;
+        let odt = |repeat: u64, tables: usize| {
+            let table = format!(
+                r#"<table:table table:name="T"><table:table-row table:number-rows-repeated="{repeat}"><table:table-cell table:number-columns-repeated="64"><text:p>cell text</text:p></table:table-cell></table:table-row></table:table>"#
+            );
+            let content = format!(
+                r#"<?xml version="1.0" encoding="UTF-8"?><office:document-content xmlns:office="urn:oasis:names:tc:opendocument:xmlns:office:1.0" xmlns:text="urn:oasis:names:tc:opendocument:xmlns:text:1.0" xmlns:table="urn:oasis:names:tc:opendocument:xmlns:table:1.0"><office:body><office:text><text:h text:outline-level="1">Tables</text:h>{}</office:text></office:body></office:document-content>"#,
+                table.repeat(tables)
+            );
+            let mut w = zip::ZipWriter::new(std::io::Cursor::new(Vec::new()));
+            let stored = zip::write::SimpleFileOptions::default().compression_method(zip::CompressionMethod::Stored);
+            w.start_file("mimetype", stored).unwrap();
+            w.write_all(b"application/vnd.oasis.opendocument.text").unwrap();
+            w.start_file("content.xml", zip::write::SimpleFileOptions::default()).unwrap();
+            w.write_all(content.as_bytes()).unwrap();
+            w.finish().unwrap().into_inner()
+        };
+        // 8 tables × 4,000 rows × 64 cells of 10 bytes: 20 MB of text from about 1.5 KB.
+        let big = odt(4_000, 8);
+        assert!(big.len() < 4_096, "{} bytes", big.len());
+        match OdfParser(OdfKind::Text).parse(Path::new("big.odt"), &big) {
+            Err(SkipReason::OverLimit { what }) => assert!(what.contains("repeated cells expand past 1048576 bytes of text"), "{what}"),
+            other => panic!("expected OverLimit, got {other:?}"),
+        }
+        // The same tables at 100 rows each (512 KB of text) are read whole.
+        let doc = OdfParser(OdfKind::Text).parse(Path::new("small.odt"), &odt(100, 8)).unwrap();
+        check_document(&doc);
+        assert!(doc.text.matches("cell text").count() >= 8 * 100 * 64);
+        // The budget is the document's, not each table's: eight tables of 40 rows against a
+        // budget of 250 rows' text stop in the seventh.
+        let row_bytes = 64 * ("cell text".len() as u64 + 1);
+        let xml = format!(
+            r#"<t:t xmlns:t="t" xmlns:x="x">{}</t:t>"#,
+            r#"<t:table><t:table-row t:number-rows-repeated="40"><t:table-cell t:number-columns-repeated="64"><x:p>cell text</x:p></t:table-cell></t:table-row></t:table>"#.repeat(8)
+        );
+        let tree = roxmltree::Document::parse(&xml).unwrap();
+        let mut budget = TableBudget::new(MAX_CELLS, 250 * row_bytes);
+        let read: Vec<usize> = tree.root_element().children().map(|t| table_rows(t, &mut budget).0.len()).collect();
+        assert_eq!(read, [40, 40, 40, 40, 40, 40, 10, 0]);
+        assert!(budget.over_text && budget.cells > 0);
+    }
+
     #[test]
     fn repeated_empty_rows_and_columns_are_never_expanded() {
         let rows = format!(
@@ -497,10 +615,11 @@ mod tests {
             1u64 << 20
         );
         let doc = roxmltree::Document::parse(&rows).unwrap();
-        let mut budget = 100_000;
+        let mut budget = TableBudget::new(100_000, u64::MAX);
         let (rows, _) = table_rows(doc.root_element(), &mut budget);
         assert_eq!(rows[0].len(), 16_001);
-        assert_eq!(budget, 0, "the repeated row stops at the budget");
+        assert_eq!(budget.cells, 0, "the repeated row stops at the budget");
+        assert!(!budget.over_text);
         assert!(rows.len() < 100_000);
     }
 }
