@@ -43,6 +43,8 @@ const MAX_COLUMNS: usize = 16_384;
 pub(crate) struct TableBudget {
     cells: usize,
     bytes: u64,
+    /// The bytes of text it started with.
+    limit: u64,
     /// The text ran past `bytes`: the file is refused.
     over_text: bool,
 }
@@ -54,17 +56,17 @@ impl TableBudget {
     }
 
     pub(crate) fn new(cells: usize, bytes: u64) -> TableBudget {
-        TableBudget { cells, bytes, over_text: false }
+        TableBudget { cells, bytes, limit: bytes, over_text: false }
     }
 
     fn spent(&self) -> bool {
         self.cells == 0 || self.over_text
     }
 
-    /// Takes one row of `cells` (its text and a separator a cell); false when it does not fit.
-    fn take(&mut self, cells: &[String]) -> bool {
-        let bytes = cells.iter().map(|c| c.len() as u64 + 1).sum::<u64>();
-        if self.cells < cells.len() {
+    /// Takes one row of `cells` cells and `bytes` bytes of text ([`row_cells`]); false when it
+    /// does not fit.
+    fn take(&mut self, cells: usize, bytes: u64) -> bool {
+        if self.cells < cells {
             self.cells = 0;
             return false;
         }
@@ -72,7 +74,7 @@ impl TableBudget {
             self.over_text = true;
             return false;
         }
-        self.cells -= cells.len();
+        self.cells -= cells;
         self.bytes -= bytes;
         true
     }
@@ -85,7 +87,7 @@ impl TableBudget {
         Err(SkipReason::OverLimit {
             what: format!(
                 "its tables' repeated cells expand past {} bytes of text from a {file_bytes}-byte file (more than {} per byte: repeated content expanded?)",
-                guard::text_budget(file_bytes as u64, guard::MAX_TEXT_EXPANSION),
+                self.limit,
                 guard::MAX_TEXT_EXPANSION
             ),
         })
@@ -459,7 +461,7 @@ pub(crate) fn table_rows(table: Node<'_, '_>, budget: &mut TableBudget) -> (Vec<
         if budget.spent() {
             break;
         }
-        let cells = row_cells(row, budget);
+        let (cells, bytes) = row_cells(row, budget);
         if budget.spent() {
             break;
         }
@@ -468,7 +470,7 @@ pub(crate) fn table_rows(table: Node<'_, '_>, budget: &mut TableBudget) -> (Vec<
         }
         let repeat: usize = attr(row, "number-rows-repeated").and_then(|r| r.parse().ok()).unwrap_or(1).max(1);
         for _ in 0..repeat {
-            if !budget.take(&cells) {
+            if !budget.take(cells.len(), bytes) {
                 break;
             }
             if in_header && header == rows.len() {
@@ -483,10 +485,10 @@ pub(crate) fn table_rows(table: Node<'_, '_>, budget: &mut TableBudget) -> (Vec<
     (rows, header)
 }
 
-/// One row's cell texts; empty repeated cells are expanded only when a value follows them, and
-/// a row stops at the cells `budget` has left; a row whose text alone passes the budget's bytes
-/// marks it spent (`over_text`) and is cut there.
-fn row_cells(row: Node<'_, '_>, budget: &mut TableBudget) -> Vec<String> {
+/// One row's cell texts and their bytes (each cell's text and a separator); empty repeated cells
+/// are expanded only when a value follows them, and a row stops at the cells `budget` has left;
+/// a row whose text alone passes the budget's bytes marks it spent (`over_text`) and is cut there.
+fn row_cells(row: Node<'_, '_>, budget: &mut TableBudget) -> (Vec<String>, u64) {
     let mut cells = Vec::new();
     let mut empty_run = 0usize;
     let mut bytes = 0u64;
@@ -512,7 +514,7 @@ fn row_cells(row: Node<'_, '_>, budget: &mut TableBudget) -> Vec<String> {
         empty_run = 0;
         cells.extend(std::iter::repeat_n(text, n));
     }
-    cells
+    (cells, bytes)
 }
 
 #[cfg(test)]

@@ -341,6 +341,7 @@ fn delimited(bytes: &[u8], delimiter: u8, budget: &mut usize) -> Result<Vec<Vec<
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::source::testutil::fixture;
 
     #[test]
     fn the_declared_shared_string_count_is_read_as_calamine_reads_it() {
@@ -354,7 +355,6 @@ mod tests {
         assert_eq!(count(r#"<sst xmlns="a>b" count/f="11" uniqueCount="10000000000000"><si/></sst>"#), Some(10_000_000_000_000));
         assert_eq!(count(r#"<sst count="1" uniqueCount=99 >"#), Some(99));
     }
-    use crate::source::testutil::fixture;
 
     fn texts(out: &TextBuilder) -> Vec<&str> {
         out.blocks.iter().map(|(_, s, _)| &out.text[s.range()]).collect()
