@@ -47,6 +47,7 @@ mkdir -p "$OUT"
 FILE="$("$RAGBOX" models path "$MODEL")"
 echo "[bench-llm-baseline] ragbox bench llm ($MODEL, $THREADS threads)" >&2
 RAYON_NUM_THREADS="$THREADS" "$RAGBOX" bench llm --model "$MODEL" --runs "$RUNS" --json > "$OUT/llm-ragbox.json"
+mkdir -p "$CACHE"
 FRESH="$(mktemp -p "$CACHE" llama-bench-XXXXXX.gguf)"
 trap 'rm -f "$FRESH"' EXIT
 cp "$FILE" "$FRESH"
