@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Embedding-throughput baseline: all-MiniLM-L6-v2 through sentence-transformers (PyTorch, CPU).
+"""Embedding-throughput baseline: all-MiniLM-L6-v2 through sentence-transformers (PyTorch; CPU, or a GPU with --device cuda).
 
 The counterpart of `ragbox bench embed --json`: the same texts (BEIR corpus.jsonl in file order,
 `title + " " + text`, whole documents, no chunking), the same truncation (256 tokens including
@@ -52,6 +52,8 @@ def main() -> int:
     ap.add_argument("--max-tokens", type=int, default=256, help="truncation length incl. [CLS]/[SEP]")
     ap.add_argument("--limit", type=int, default=None, help="first N documents (default: all)")
     ap.add_argument("--warmup", type=int, default=None, help="texts encoded before timing (default: one batch)")
+    ap.add_argument("--device", default="cpu", help="torch device: cpu (default) or cuda")
+    ap.add_argument("--half", action="store_true", help="float16 weights and activations (what a GPU user may switch on)")
     args = ap.parse_args()
     if args.threads < 1 or args.batch_size < 1 or args.max_tokens < 2:
         ap.error("--threads, --batch-size must be >= 1 and --max-tokens >= 2")
@@ -81,7 +83,9 @@ def main() -> int:
     word = models.Transformer(args.model_dir, max_seq_length=args.max_tokens)
     dim_of = getattr(word, "get_embedding_dimension", None) or word.get_word_embedding_dimension
     pooling = models.Pooling(dim_of(), pooling_mode="mean")
-    model = SentenceTransformer(modules=[word, pooling, models.Normalize()], device="cpu")
+    model = SentenceTransformer(modules=[word, pooling, models.Normalize()], device=args.device)
+    if args.half:
+        model.half()
     model.eval()
 
     # Tokens as the model sees them: ids after truncation to max_tokens, [CLS]/[SEP] included, no
@@ -116,6 +120,7 @@ def main() -> int:
     result = {
         "impl": "sentence-transformers",
         "model": "all-minilm-l6-v2",
+        "device": args.device + (" float16" if args.half else " float32"),
         "texts": len(texts),
         "tokens": n_tokens,
         "seconds": round(seconds, 3),
