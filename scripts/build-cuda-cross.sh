@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Builds ragbox with `--features cuda` (embeddings and reranking on an NVIDIA GPU; the local LLM
+# Builds ragbox with `--features cuda` (the encoders on an NVIDIA GPU; the local LLM
 # left out: `--no-default-features`) on a machine with no CUDA toolkit and no GPU, for a GPU box
 # that has the driver and CUDA 13 libraries but no Rust toolchain (docs/BENCHMARKS.md, "On a GPU").
 #
