@@ -39,7 +39,7 @@ pub const MAX_CELLS: usize = 4_000_000;
 const MAX_COLUMNS: usize = 16_384;
 
 /// What one document's tables may still expand to: cells, and bytes of cell text.
-#[derive(Debug, Clone, Copy, Default)]
+#[derive(Debug, Clone, Copy)]
 pub(crate) struct TableBudget {
     cells: usize,
     bytes: u64,
@@ -47,6 +47,14 @@ pub(crate) struct TableBudget {
     limit: u64,
     /// The text ran past `bytes`: the file is refused.
     over_text: bool,
+}
+
+/// [`MAX_CELLS`] cells and no cap on their text of its own (the guard's check after the parse
+/// still holds): a budget that reads tables, where a derived one (no cells) would drop them all.
+impl Default for TableBudget {
+    fn default() -> TableBudget {
+        TableBudget::new(MAX_CELLS, u64::MAX)
+    }
 }
 
 impl TableBudget {
@@ -608,6 +616,16 @@ mod tests {
         let read: Vec<usize> = tree.root_element().children().map(|t| table_rows(t, &mut budget).0.len()).collect();
         assert_eq!(read, [40, 40, 40, 40, 40, 40, 10, 0]);
         assert!(budget.over_text && budget.cells > 0);
+    }
+
+    #[test]
+    fn a_default_budget_reads_a_table() {
+        let xml = r#"<t:table xmlns:t="t" xmlns:x="x"><t:table-row><t:table-cell><x:p>a</x:p></t:table-cell><t:table-cell><x:p>b</x:p></t:table-cell></t:table-row></t:table>"#;
+        let doc = roxmltree::Document::parse(xml).unwrap();
+        let mut budget = TableBudget::default();
+        let (rows, _) = table_rows(doc.root_element(), &mut budget);
+        assert_eq!(rows, [vec!["a".to_string(), "b".to_string()]]);
+        assert!(!budget.spent());
     }
 
     #[test]
