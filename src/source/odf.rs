@@ -40,7 +40,7 @@ const MAX_COLUMNS: usize = 16_384;
 
 /// What one document's tables may still expand to: cells, and bytes of cell text.
 #[derive(Debug, Clone, Copy)]
-pub(crate) struct TableBudget {
+struct TableBudget {
     cells: usize,
     bytes: u64,
     /// The bytes of text it started with.
@@ -63,7 +63,7 @@ impl TableBudget {
         TableBudget::new(MAX_CELLS, guard::text_budget(file_bytes as u64, guard::MAX_TEXT_EXPANSION))
     }
 
-    pub(crate) fn new(cells: usize, bytes: u64) -> TableBudget {
+    fn new(cells: usize, bytes: u64) -> TableBudget {
         TableBudget { cells, bytes, limit: bytes, over_text: false }
     }
 
@@ -442,7 +442,7 @@ impl Walker {
 /// The rows of a `table:table` and how many are header rows. Repeated rows and cells are expanded
 /// only when they hold something, within `budget` (spent as rows are taken; once spent, no more
 /// rows).
-pub(crate) fn table_rows(table: Node<'_, '_>, budget: &mut TableBudget) -> (Vec<Vec<String>>, usize) {
+fn table_rows(table: Node<'_, '_>, budget: &mut TableBudget) -> (Vec<Vec<String>>, usize) {
     let mut rows = Vec::new();
     let mut header = 0;
     let mut pending: Vec<(Node<'_, '_>, bool)> = Vec::new();
