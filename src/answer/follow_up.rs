@@ -464,6 +464,10 @@ impl<'q> Question<'q> {
         if !self.is_content(i) || self.toks[i].w.chars().any(|c| c.is_ascii_digit()) {
             return false;
         }
+        // A degree word ("how fast", "how soon", "how often") modifies, it names nothing.
+        if self.prev(i) == "how" {
+            return false;
+        }
         if self.toks[i].cap && i > 0 {
             return true;
         }
@@ -806,6 +810,7 @@ mod tests {
         ("Is the same true for the Leeds office?", CueKind::Comparative),
         ("Same client as last week — what did we agree?", CueKind::Comparative),
         ("How long does it take?", CueKind::Pronoun),
+        ("How soon must they reply once a request arrives?", CueKind::Pronoun),
         ("Does the travel policy cover them?", CueKind::Pronoun),
         // Debatable; counted as a follow-up (see the module docs).
         ("What is this policy's scope?", CueKind::Demonstrative),

@@ -7,9 +7,14 @@
 //! - A demonstrative on a noun ("what if I miss that deadline?") becomes "the deadline for" the
 //!   topic, or the topic itself when it names that noun ("this policy" → "the travel policy").
 //! - An ellipsis ("And in New York?", "What about Rotterdam?", "For contractors?") swaps its
-//!   phrase into the earlier question: the phrase with the same preposition, else the name it
-//!   replaces, else it is added at the end; a what-if ("And what if I miss it?") is the
-//!   follow-up with its own references resolved.
+//!   phrase into the earlier question: the phrase with the same preposition (not one that opens
+//!   an action: "for deleting the invoices"), else the phrase with its head noun, else the name
+//!   it replaces, else the object the earlier question ends with ("And staff records?" after
+//!   "How long do we keep customer contracts?"), else it is added at the end; a what-if ("And
+//!   what if I miss it?") is the follow-up with its own references resolved, and an action
+//!   ("What about printing payslips at home?") a question of its own.
+//! - A person pronoun ("Is she …?", "her deputy") takes the topic as the others do: after "Who
+//!   is the data protection officer?" the officer is who "she" is.
 //!
 //! Imports `answer::follow_up` (the follow-up detector and its word lists) only.
 //!
@@ -66,6 +71,18 @@ fn is_determiner(w: &Word) -> bool {
     DETERMINERS.contains(&w.lower.as_str())
 }
 
+/// A past participle ("encrypted", "provided"): said of a noun, never one.
+fn is_participle(w: &Word) -> bool {
+    w.lower.len() > 4 && w.lower.ends_with("ed")
+}
+
+/// `ws[k]` is a verb's -ing form with its object after it ("printing payslips", "getting rid",
+/// "deleting the invoices"): an action, not a thing ("training", "parking for visitors").
+fn is_gerund(ws: &[Word], k: usize) -> bool {
+    let w = &ws[k];
+    w.lower.len() > 4 && w.lower.ends_with("ing") && ws.get(k + 1).is_some_and(|next| !is_preposition(&next.lower))
+}
+
 /// The first word of the run of noun-like words that ends at `ws[k]`.
 fn run_start(ws: &[Word], k: usize) -> usize {
     let mut first = k;
@@ -86,7 +103,11 @@ fn topic(before: &str) -> Option<String> {
     let ws = words(before);
     let determiner = |w: &Word| is_determiner(w) && w.lower != "its";
     if let Some(mut d) = ws.iter().rposition(determiner) {
-        let run = ws[d + 1..].iter().take_while(|w| !is_preposition(&w.lower) && !is_stop(&w.lower)).count();
+        let mut run = ws[d + 1..].iter().take_while(|w| !is_preposition(&w.lower) && !is_stop(&w.lower)).count();
+        // A participle after the nouns is said of them ("Is my work laptop encrypted?").
+        while run > 1 && is_participle(&ws[d + run]) {
+            run -= 1;
+        }
         if run > 0 {
             let end = ws[d + run].end;
             // "<determiner> <nouns> <preposition>" right before: the phrase this one completes.
@@ -183,9 +204,15 @@ fn resolve_reference(question: &str, before: &str) -> Option<String> {
     match cue.kind {
         CueKind::Pronoun => {
             let pronoun = cue_words.first()?.lower.clone();
+            // "her" before a noun is a possessive ("her leave requests"), else an object ("ask
+            // her", "ask her about it", "give her the form").
+            let qw = words(question);
+            let possessive_her = pronoun == "her"
+                && qw.iter().position(|w| w.lower == "her").and_then(|k| qw.get(k + 1)).is_some_and(|w| !is_stop(&w.lower) && !is_preposition(&w.lower));
             let with = match pronoun.as_str() {
-                "its" | "their" => format!("{topic}'s"),
-                "this" | "that" | "these" | "those" | "it" | "they" | "them" => topic.clone(),
+                "its" | "their" | "his" | "hers" => format!("{topic}'s"),
+                "her" if possessive_her => format!("{topic}'s"),
+                "this" | "that" | "these" | "those" | "it" | "they" | "them" | "he" | "she" | "him" | "her" => topic.clone(),
                 "there" => format!("in {topic}"),
                 _ => return None,
             };
@@ -211,9 +238,35 @@ fn swap_in(phrase: &str, before: &str) -> Option<String> {
     let head = pw.first()?;
     let bw = words(before);
     let body_end = before.trim_end().trim_end_matches(['?', '.', '!']).len();
+    // An action ("What about printing restricted stuff at home?") is a question of its own.
+    if is_gerund(&pw, 0) {
+        return Some(as_question(&format!("What about {phrase}")));
+    }
+    // The noun run the earlier question ends with (its object), with the determiner before it:
+    // "customer contracts" in "How long do we keep customer contracts?".
+    // A name there (a place, a person) stays: "the meal allowance there" after "… in London?".
+    let capital = |w: &Word| w.text.chars().next().is_some_and(char::is_uppercase);
+    let end_object = bw.last().filter(|w| noun_like(w) && !is_participle(w) && w.end == body_end).and_then(|_| {
+        let first = run_start(&bw, bw.len() - 1);
+        if bw[first..].iter().any(capital) {
+            return None;
+        }
+        Some(match first.checked_sub(1).map(|d| &bw[d]) {
+            Some(d) if is_determiner(d) => d.start,
+            _ => bw[first].start,
+        })
+    });
     if is_preposition(&head.lower) {
-        // The earlier question's phrase with the same preposition runs to the next preposition or the end.
-        if let Some(k) = bw.iter().rposition(|w| w.lower == head.lower) {
+        // The earlier question's phrase with the same preposition runs to the next preposition or
+        // the end; one that opens an action ("for getting rid of the e-mail") is no like phrase:
+        // the noun phrase takes the place of the object the question ends with.
+        let like = bw.iter().rposition(|w| w.lower == head.lower).filter(|&k| !(k + 1 < bw.len() && is_gerund(&bw, k + 1)));
+        if like.is_none() {
+            if let (Some(start), Some(object)) = (end_object, pw.get(1)) {
+                return Some(as_question(&format!("{}{}", &before[..start], &phrase[object.start..])));
+            }
+        }
+        if let Some(k) = like {
             let end = bw[k + 1..].iter().find(|w| is_preposition(&w.lower)).map_or(body_end, |w| w.start);
             let tail = if end < body_end { format!(" {}", before[end..body_end].trim()) } else { String::new() };
             return Some(as_question(&format!("{} {}{tail}", before[..bw[k].start].trim_end(), phrase)));
@@ -235,7 +288,6 @@ fn swap_in(phrase: &str, before: &str) -> Option<String> {
         }
     }
     // A name for a name: "What about Rotterdam?" after "… in London?".
-    let capital = |w: &Word| w.text.chars().next().is_some_and(char::is_uppercase);
     if capital(head) {
         if let Some(k) = bw.iter().skip(1).rposition(|w| capital(w)).map(|k| k + 1) {
             let mut first = k;
@@ -244,6 +296,11 @@ fn swap_in(phrase: &str, before: &str) -> Option<String> {
             }
             return Some(as_question(&format!("{}{phrase}{}", &before[..bw[first].start], &before[bw[k].end..body_end])));
         }
+    }
+    // A noun phrase for the object the earlier question ends with: "And proof-of-delivery
+    // data?" after "How long do we keep customer contracts?".
+    if let Some(start) = end_object {
+        return Some(as_question(&format!("{}{phrase}", &before[..start])));
     }
     Some(as_question(&format!("{} for {phrase}", &before[..body_end])))
 }
@@ -303,6 +360,13 @@ mod tests {
     }
 
     #[test]
+    fn a_person_pronoun_takes_the_person_asked_about() {
+        assert_eq!(resolve("Is she also the records officer?", "Who is the data protection officer?").as_deref(), Some("Is the data protection officer also the records officer?"));
+        assert_eq!(resolve("How do I reach her?", "Who is the data protection officer?").as_deref(), Some("How do I reach the data protection officer?"));
+        assert_eq!(resolve("Who signs her leave requests?", "Who is the data protection officer?").as_deref(), Some("Who signs the data protection officer's leave requests?"));
+    }
+
+    #[test]
     fn ellipses_swap_their_phrase_in() {
         assert_eq!(
             resolve("And for contractors?", "What is the travel insurance limit for staff?").as_deref(),
@@ -318,6 +382,28 @@ mod tests {
             resolve("And what if I miss that deadline?", "How many days do I have to submit an expense claim?").as_deref(),
             Some("What if I miss the deadline for expense claim?")
         );
+    }
+
+    #[test]
+    fn an_ellipsis_takes_the_place_of_the_object_the_question_ends_with() {
+        assert_eq!(resolve("And the CCTV footage?", "Who owns the visitor logs?").as_deref(), Some("Who owns the CCTV footage?"));
+        assert_eq!(resolve("And staff records?", "How long do we keep customer contracts?").as_deref(), Some("How long do we keep staff records?"));
+        // A phrase opening an action is no like phrase for a preposition's noun phrase.
+        assert_eq!(
+            resolve("And for staff records?", "Who is responsible for deleting the old invoices?").as_deref(),
+            Some("Who is responsible for deleting staff records?")
+        );
+        // A name the earlier question ends with is kept: the phrase is added.
+        let there = resolve("And what about the meal allowance there?", "What is the maximum hotel cost per night in London?").unwrap();
+        assert!(there.contains("London"), "{there}");
+        // An earlier question that ends in a clause keeps the phrase added.
+        assert_eq!(resolve("And lunch?", "How much is cut from my per diem if breakfast is provided?").as_deref(), Some("How much is cut from my per diem if breakfast is provided for lunch?"));
+    }
+
+    #[test]
+    fn an_action_is_a_question_of_its_own_and_a_participle_no_topic() {
+        assert_eq!(resolve("What about printing payslips at home?", "Can I share org charts outside the company?").as_deref(), Some("What about printing payslips at home?"));
+        assert_eq!(resolve("What if it gets lost?", "Is my work phone encrypted?").as_deref(), Some("What if my work phone gets lost?"));
     }
 
     #[test]
