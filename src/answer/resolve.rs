@@ -205,10 +205,13 @@ fn resolve_reference(question: &str, before: &str) -> Option<String> {
         CueKind::Pronoun => {
             let pronoun = cue_words.first()?.lower.clone();
             // "her" before a noun is a possessive ("her leave requests"), else an object ("ask
-            // her", "ask her about it", "give her the form").
+            // her", "ask her about it", "give her the form", "email her directly", "call her today").
             let qw = words(question);
+            let adverb = |w: &str| w.ends_with("ly") || ["today", "tomorrow", "now", "again", "later", "first", "back", "too"].contains(&w);
             let possessive_her = pronoun == "her"
-                && qw.iter().position(|w| w.lower == "her").and_then(|k| qw.get(k + 1)).is_some_and(|w| !is_stop(&w.lower) && !is_preposition(&w.lower));
+                && qw.iter().position(|w| w.lower == "her").and_then(|k| qw.get(k + 1)).is_some_and(|w| {
+                    !is_stop(&w.lower) && !is_preposition(&w.lower) && !adverb(&w.lower)
+                });
             let with = match pronoun.as_str() {
                 "its" | "their" | "his" | "hers" => format!("{topic}'s"),
                 "her" if possessive_her => format!("{topic}'s"),
@@ -364,6 +367,7 @@ mod tests {
         assert_eq!(resolve("Is she also the records officer?", "Who is the data protection officer?").as_deref(), Some("Is the data protection officer also the records officer?"));
         assert_eq!(resolve("How do I reach her?", "Who is the data protection officer?").as_deref(), Some("How do I reach the data protection officer?"));
         assert_eq!(resolve("Who signs her leave requests?", "Who is the data protection officer?").as_deref(), Some("Who signs the data protection officer's leave requests?"));
+        assert_eq!(resolve("Can I call her today?", "Who is the data protection officer?").as_deref(), Some("Can I call the data protection officer today?"));
     }
 
     #[test]
