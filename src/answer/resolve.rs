@@ -71,9 +71,10 @@ fn is_determiner(w: &Word) -> bool {
     DETERMINERS.contains(&w.lower.as_str())
 }
 
-/// A past participle ("encrypted", "provided"): said of a noun, never one.
+/// A past participle ("encrypted", "provided"): said of a noun, never one. Nouns in "-eed"
+/// ("speed", "seed") and "hundred" are not.
 fn is_participle(w: &Word) -> bool {
-    w.lower.len() > 4 && w.lower.ends_with("ed")
+    w.lower.len() > 4 && w.lower.ends_with("ed") && !w.lower.ends_with("eed") && w.lower != "hundred"
 }
 
 /// `ws[k]` is a verb's -ing form with its object after it ("printing payslips", "getting rid",
@@ -408,6 +409,7 @@ mod tests {
     fn an_action_is_a_question_of_its_own_and_a_participle_no_topic() {
         assert_eq!(resolve("What about printing payslips at home?", "Can I share org charts outside the company?").as_deref(), Some("What about printing payslips at home?"));
         assert_eq!(resolve("What if it gets lost?", "Is my work phone encrypted?").as_deref(), Some("What if my work phone gets lost?"));
+        assert_eq!(resolve("Can it be raised?", "What is the upload speed?").as_deref(), Some("Can the upload speed be raised?"));
     }
 
     #[test]
