@@ -1,4 +1,4 @@
-//! Dense layers with int8 weights: `y = act(x · Wᵀ + b)` on rten-gemm's u8 × i8 → i32 GEMM.
+//! Dense layers with int8 weights: `y = act(x · Wᵀ + b)` on a u8 × i8 → i32 GEMM.
 //!
 //! Weights are quantised once, symmetrically per output channel (scale `max|w|/127`, zero point
 //! 0). Activations are quantised per row on each call, asymmetrically over `[min(x,0), max(x,0)]`
@@ -16,8 +16,10 @@
 //! row they left every other value a handful of codes, and the embeddings at cosine 0.990 to the
 //! reference (docs/BENCHMARKS.md has the figures with them taken out).
 //!
-//! Without VNNI, rten-gemm's x86 kernel multiplies with `vpmaddubsw`, whose 16-bit pair sums
-//! saturate past 32,767; there activations get 7 bits (0..=127), which cannot saturate
+//! The GEMM is our AVX-512 VNNI tile (`vnni.rs`) or, on x86 without it, our AVX2 tile
+//! (`avx2.rs`, 16-bit products); elsewhere rten-gemm's kernel for the CPU. Where that kernel
+//! multiplies with `vpmaddubsw` (rten-gemm's x86 one, [`Kernel::Portable`]), its 16-bit pair
+//! sums saturate past 32,767, so activations get 7 bits (0..=127), which cannot saturate
 //! (127·127·2 < 32,767), at the cost of precision. [`Int8Linear::kernel_name`] says which runs.
 
 use std::mem::MaybeUninit;
@@ -28,7 +30,7 @@ use rten_tensor::NdTensorView;
 
 use crate::gelu::gelu_erf;
 #[cfg(target_arch = "x86_64")]
-use crate::vnni::{self, VnniWeights};
+use crate::{avx2::Avx2, panels::PackedWeights, panels::Tile, vnni::Vnni};
 
 /// What follows the matmul and bias, fused into the same pass.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -85,7 +87,10 @@ pub struct Int8Linear {
 enum Gemm {
     /// Our AVX-512 VNNI tile (`vnni.rs`): the residual, if kept, is the pack's second matrix.
     #[cfg(target_arch = "x86_64")]
-    Vnni(VnniWeights),
+    Vnni(PackedWeights<Vnni>),
+    /// Our AVX2 tile (`avx2.rs`), on x86 without VNNI: 16-bit products, so 8-bit activations.
+    #[cfg(target_arch = "x86_64")]
+    Avx2(PackedWeights<Avx2>),
     /// rten-gemm's kernel for this CPU (the same on every call: it depends only on the CPU).
     Rten { weights: PackedBMatrix<i8>, residual: Option<PackedBMatrix<i8>> },
 }
@@ -113,10 +118,11 @@ impl Gemm {
     fn pack_codes(kernel: Kernel, b: Vec<i8>, residual: Option<Vec<i8>>, inputs: usize, outputs: usize) -> (Gemm, Vec<i32>, Option<Vec<i32>>) {
         let sums = (column_sums(&b, outputs), residual.as_deref().map(|r| column_sums(r, outputs)));
         #[cfg(target_arch = "x86_64")]
-        if kernel == Kernel::Fastest && vnni::available() {
+        if kernel == Kernel::Fastest && (Vnni::available() || Avx2::available()) {
             let mut parts = vec![(b.as_slice(), outputs)];
             parts.extend(residual.as_deref().map(|r| (r, outputs)));
-            return (Gemm::Vnni(VnniWeights::pack(inputs, &parts)), sums.0, sums.1);
+            let gemm = if Vnni::available() { Gemm::Vnni(PackedWeights::pack(inputs, &parts)) } else { Gemm::Avx2(PackedWeights::pack(inputs, &parts)) };
+            return (gemm, sums.0, sums.1);
         }
         let pack = |b: &[i8]| executor().prepack_b(NdTensorView::from_data([inputs, outputs], b));
         (Gemm::Rten { weights: pack(&b), residual: residual.as_deref().map(pack) }, sums.0, sums.1)
@@ -125,7 +131,7 @@ impl Gemm {
     fn kernel(&self) -> Kernel {
         match self {
             #[cfg(target_arch = "x86_64")]
-            Gemm::Vnni(_) => Kernel::Fastest,
+            Gemm::Vnni(_) | Gemm::Avx2(_) => Kernel::Fastest,
             Gemm::Rten { .. } => Kernel::Portable,
         }
     }
@@ -133,7 +139,9 @@ impl Gemm {
     fn name(&self) -> String {
         match self {
             #[cfg(target_arch = "x86_64")]
-            Gemm::Vnni(_) => vnni::KERNEL_NAME.to_string(),
+            Gemm::Vnni(_) => Vnni::NAME.to_string(),
+            #[cfg(target_arch = "x86_64")]
+            Gemm::Avx2(_) => Avx2::NAME.to_string(),
             Gemm::Rten { .. } => executor().kernel_name().to_string(),
         }
     }
@@ -152,6 +160,14 @@ impl Gemm {
                 Some(r) => packed.gemm(codes, inputs, rows, &mut [sums, r]),
                 None => packed.gemm(codes, inputs, rows, &mut [sums]),
             },
+            #[cfg(target_arch = "x86_64")]
+            Gemm::Avx2(packed) => {
+                let codes: Vec<u16> = codes.iter().map(|&c| u16::from(c)).collect();
+                match residual_sums {
+                    Some(r) => packed.gemm(&codes, inputs, rows, &mut [sums, r]),
+                    None => packed.gemm(&codes, inputs, rows, &mut [sums]),
+                }
+            }
             Gemm::Rten { weights, residual } => {
                 let gemm = |weights: &PackedBMatrix<i8>, sums: &mut [MaybeUninit<i32>]| {
                     executor()
@@ -843,9 +859,10 @@ mod tests {
     }
 
     #[test]
-    fn the_vnni_kernel_and_rten_gemm_give_the_same_outputs() {
+    fn our_tiles_and_rten_gemm_give_the_same_outputs() {
         // Both sum the same integer products exactly, so with 8-bit activations on both the
-        // outputs agree to the bit: residual matrix, outliers and GELU included.
+        // outputs agree to the bit: residual matrix, outliers and GELU included. (Our tiles alone
+        // are checked against plain sums in `panels::tests`, on every CPU that runs them.)
         for (rows, inputs, outputs) in [(1, 384, 1536), (15, 768, 96), (100, 1536, 384), (7, 13, 70)] {
             let mut x = values(rows * inputs, 41);
             x[inputs / 2] = 30.0;
@@ -860,6 +877,16 @@ mod tests {
             let plain = Int8Linear::on(Kernel::Fastest, &w, outputs, inputs, None);
             let plain_portable = Int8Linear::on(Kernel::Portable, &w, outputs, inputs, None);
             assert_eq!(plain.forward_to_vec(&x, rows, Activation::None), plain_portable.forward_to_vec(&x, rows, Activation::None));
+        }
+    }
+
+    #[test]
+    fn on_x86_with_avx2_the_activations_keep_eight_bits() {
+        #[cfg(target_arch = "x86_64")]
+        if is_x86_feature_detected!("avx2") {
+            let layer = Int8Linear::new(&values(64 * 32, 5), 64, 32, None);
+            assert_eq!(layer.activation_levels, 255.0, "{}", layer.kernel_name());
+            assert!(layer.kernel_name().starts_with("ragbox "), "{}", layer.kernel_name());
         }
     }
 

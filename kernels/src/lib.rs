@@ -12,9 +12,10 @@
 //! checks alone kept the GELU pass scalar (31 ms instead of 3.7 ms for a 2048×1536 output), so
 //! this crate is built without them in dev too (Cargo.toml). Everything else of ragbox
 //! stays in its one crate (STYLE.md). The int8 matrix multiplication is our own AVX-512 VNNI
-//! tile where the CPU has it (`vnni.rs`: 2.6-3.4x rten-gemm's kernel on BERT's shapes), and
-//! rten-gemm, a maintained int8 GEMM with AVX2, Arm dot-product/i8mm and generic kernels chosen at
-//! run time, everywhere else.
+//! tile where the CPU has it (`vnni.rs`: 2.6-3.4x rten-gemm's kernel on BERT's shapes), our AVX2
+//! tile on other x86 CPUs (`avx2.rs`: 16-bit products, so the activations keep 8 bits where
+//! rten-gemm's AVX2 kernel keeps 7), and rten-gemm, a maintained int8 GEMM with Arm
+//! dot-product/i8mm and generic kernels chosen at run time, everywhere else.
 //!
 //! ```
 //! use ragbox_kernels::{Activation, Int8Linear};
@@ -28,9 +29,13 @@
 
 mod argmax;
 mod attention;
+#[cfg(target_arch = "x86_64")]
+mod avx2;
 mod gelu;
 pub mod ggml;
 mod int8;
+#[cfg(target_arch = "x86_64")]
+mod panels;
 mod softmax;
 mod swiglu;
 #[cfg(target_arch = "x86_64")]
