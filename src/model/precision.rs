@@ -80,9 +80,8 @@ impl Precision {
     }
 }
 
-/// The int8 GEMM that runs on this CPU, e.g. `ragbox avx512-vnni 6x64 (u8 activations)`, or
-/// rten-gemm's name for its kernel (7-bit activations where its pair sums could saturate: x86
-/// without VNNI).
+/// The int8 GEMM that runs on this CPU: ours on x86 (`ragbox avx512-vnni 6x64 (u8
+/// activations)`, or the AVX2 tile without VNNI), or rten-gemm's name for its kernel elsewhere.
 pub fn int8_kernel_name() -> String {
     ragbox_kernels::Int8Linear::new(&[0.0], 1, 1, None).kernel_name()
 }
