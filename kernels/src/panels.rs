@@ -39,16 +39,18 @@ pub(crate) trait Tile {
     /// Whether this CPU runs the tile.
     fn available() -> bool;
 
-    /// `rows` (1..=[`Tile::ROWS`]) rows of `a` (`stride` codes apart, `inputs` each) times one
-    /// panel `b` (`steps · STEP · PANEL` bytes), into the first `width` columns of `out` (row
-    /// length `ldo`).
+    /// `R` (1..=[`Tile::ROWS`], at most [`MAX_TILE_ROWS`]) rows of `a` (`stride` codes apart,
+    /// `inputs` each) times one panel `b` (`steps · STEP · PANEL` bytes), into the first `width`
+    /// columns of `out` (row length `ldo`).
     ///
     /// # Safety
-    /// [`Tile::available`] holds; `a` holds the rows; `out` is valid for `rows` rows of `width`
+    /// [`Tile::available`] holds; `a` holds the rows; `out` is valid for `R` rows of `width`
     /// i32 writes `ldo` apart.
-    #[allow(clippy::too_many_arguments)]
-    unsafe fn run(rows: usize, a: &[Self::Code], stride: usize, inputs: usize, b: &[i8], out: *mut i32, ldo: usize, width: usize);
+    unsafe fn rows<const R: usize>(a: &[Self::Code], stride: usize, inputs: usize, b: &[i8], out: *mut i32, ldo: usize, width: usize);
 }
+
+/// The most rows a tile may have ([`PackedWeights::gemm`] dispatches 1 to 6).
+const MAX_TILE_ROWS: usize = 6;
 
 /// 64 bytes on a cache line, so that a panel's steps start aligned.
 #[derive(Clone, Copy)]
@@ -110,6 +112,7 @@ impl<T: Tile> PackedWeights<T> {
     /// Panics unless the CPU runs the tile ([`Tile::available`]).
     pub(crate) fn gemm(&self, a: &[T::Code], stride: usize, rows: usize, outputs: &mut [&mut [MaybeUninit<i32>]]) {
         assert!(T::available(), "this CPU cannot run {}", T::NAME);
+        assert!(T::ROWS <= MAX_TILE_ROWS, "{} has more rows than the dispatch", T::NAME);
         assert!(stride >= self.inputs && (rows == 0 || a.len() >= (rows - 1) * stride + self.inputs), "activations are short");
         assert_eq!(outputs.len(), self.parts.len(), "one output per weight matrix");
         for (out, &n) in outputs.iter().zip(&self.parts) {
@@ -141,8 +144,15 @@ impl<T: Tile> PackedWeights<T> {
                     // `panel.column..+width`, inside the output checked above, and no other task
                     // writes them.
                     unsafe {
-                        let out = out.add(row * ldo + panel.column);
-                        T::run(T::ROWS.min(block_rows - tile), &a[row * stride..], stride, self.inputs, b, out, ldo, panel.width);
+                        let (a, out, width) = (&a[row * stride..], out.add(row * ldo + panel.column), panel.width);
+                        match T::ROWS.min(block_rows - tile) {
+                            6 => T::rows::<6>(a, stride, self.inputs, b, out, ldo, width),
+                            5 => T::rows::<5>(a, stride, self.inputs, b, out, ldo, width),
+                            4 => T::rows::<4>(a, stride, self.inputs, b, out, ldo, width),
+                            3 => T::rows::<3>(a, stride, self.inputs, b, out, ldo, width),
+                            2 => T::rows::<2>(a, stride, self.inputs, b, out, ldo, width),
+                            _ => T::rows::<1>(a, stride, self.inputs, b, out, ldo, width),
+                        }
                     }
                 }
             }

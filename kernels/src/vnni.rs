@@ -26,15 +26,8 @@ impl Tile for Vnni {
         is_x86_feature_detected!("avx512f") && is_x86_feature_detected!("avx512bw") && is_x86_feature_detected!("avx512vnni")
     }
 
-    unsafe fn run(rows: usize, a: &[u8], stride: usize, inputs: usize, b: &[i8], out: *mut i32, ldo: usize, width: usize) {
-        match rows {
-            6 => tile_rows::<6>(a, stride, inputs, b, out, ldo, width),
-            5 => tile_rows::<5>(a, stride, inputs, b, out, ldo, width),
-            4 => tile_rows::<4>(a, stride, inputs, b, out, ldo, width),
-            3 => tile_rows::<3>(a, stride, inputs, b, out, ldo, width),
-            2 => tile_rows::<2>(a, stride, inputs, b, out, ldo, width),
-            _ => tile_rows::<1>(a, stride, inputs, b, out, ldo, width),
-        }
+    unsafe fn rows<const R: usize>(a: &[u8], stride: usize, inputs: usize, b: &[i8], out: *mut i32, ldo: usize, width: usize) {
+        tile_rows::<R>(a, stride, inputs, b, out, ldo, width)
     }
 }
 
