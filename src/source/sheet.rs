@@ -233,7 +233,7 @@ fn read_xlsx(bytes: &[u8], out: &mut TextBuilder, budget: &mut usize) -> Result<
 
 /// Rows from sparse cells: each row as wide as its last value (from the sheet's first column),
 /// within `budget` positions.
-fn dense_rows(cells: BTreeMap<u32, Vec<(u32, String)>>, min_col: u32, budget: &mut usize) -> Vec<Vec<String>> {
+pub(super) fn dense_rows(cells: BTreeMap<u32, Vec<(u32, String)>>, min_col: u32, budget: &mut usize) -> Vec<Vec<String>> {
     let mut rows = Vec::with_capacity(cells.len());
     for (_, mut row) in cells {
         row.sort_by_key(|(c, _)| *c);
