@@ -198,30 +198,21 @@ fn read_xlsx(bytes: &[u8], out: &mut TextBuilder, budget: &mut usize) -> Result<
     let names = book.sheet_names();
     let mut sheets = 0;
     for name in &names {
-        let mut cells: BTreeMap<u32, Vec<(u32, String)>> = BTreeMap::new();
-        let mut min_col = u32::MAX;
+        let mut cells = SparseCells::default();
         {
             let mut reader = match book.worksheet_cells_reader(name) {
                 Ok(r) => r,
                 Err(XlsxError::WorksheetNotFound(_)) => continue, // a chart sheet
                 Err(e) => return Err(xlsx_reason(e)),
             };
-            let mut count = 0usize;
             while let Some(cell) = reader.next_cell().map_err(xlsx_reason)? {
-                let value = cell_text(cell.get_value().clone().into());
-                if value.is_empty() {
-                    continue;
-                }
                 let (row, col) = cell.get_position();
-                min_col = min_col.min(col);
-                cells.entry(row).or_default().push((col, value));
-                count += 1;
-                if count >= *budget {
+                if cells.push(row, col, cell.get_value().clone().into()) >= *budget {
                     break;
                 }
             }
         }
-        let rows = dense_rows(cells, min_col, budget);
+        let rows = cells.into_rows(budget);
         push_sheet(out, name, rows);
         sheets += 1;
         if *budget == 0 {
@@ -231,9 +222,41 @@ fn read_xlsx(bytes: &[u8], out: &mut TextBuilder, budget: &mut usize) -> Result<
     Ok(sheets)
 }
 
+/// A sheet's cells that hold a value, by row, as a reader meets them (`.xlsx` streamed, `.xls`
+/// from calamine's grid): never a grid of the sheet's empty positions.
+pub(super) struct SparseCells {
+    rows: BTreeMap<u32, Vec<(u32, String)>>,
+    min_col: u32,
+    count: usize,
+}
+
+impl Default for SparseCells {
+    fn default() -> Self {
+        SparseCells { rows: BTreeMap::new(), min_col: u32::MAX, count: 0 }
+    }
+}
+
+impl SparseCells {
+    /// Keeps the cell at (`row`, `col`) if it holds a value; the number of cells kept so far.
+    pub(super) fn push(&mut self, row: u32, col: u32, value: Data) -> usize {
+        let value = cell_text(value);
+        if !value.is_empty() {
+            self.min_col = self.min_col.min(col);
+            self.rows.entry(row).or_default().push((col, value));
+            self.count += 1;
+        }
+        self.count
+    }
+
+    /// The rows ([`dense_rows`]) within `budget` positions.
+    pub(super) fn into_rows(self, budget: &mut usize) -> Vec<Vec<String>> {
+        dense_rows(self.rows, self.min_col, budget)
+    }
+}
+
 /// Rows from sparse cells: each row as wide as its last value (from the sheet's first column),
 /// within `budget` positions.
-pub(super) fn dense_rows(cells: BTreeMap<u32, Vec<(u32, String)>>, min_col: u32, budget: &mut usize) -> Vec<Vec<String>> {
+fn dense_rows(cells: BTreeMap<u32, Vec<(u32, String)>>, min_col: u32, budget: &mut usize) -> Vec<Vec<String>> {
     let mut rows = Vec::with_capacity(cells.len());
     for (_, mut row) in cells {
         row.sort_by_key(|(c, _)| *c);
@@ -265,7 +288,7 @@ fn xlsx_reason(e: XlsxError) -> SkipReason {
 }
 
 /// A cell's text (`.xlsx` streamed cells converted from `DataRef`, `.xls` cells as read).
-pub(super) fn cell_text(d: Data) -> String {
+fn cell_text(d: Data) -> String {
     match d {
         Data::Int(i) => i.to_string(),
         Data::Float(f) => number(f),

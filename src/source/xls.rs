@@ -30,7 +30,7 @@ use serde::{Deserialize, Serialize};
 use wait_timeout::ChildExt;
 
 use super::package;
-use super::sheet::{cell_text, dense_rows, push_sheet, MAX_CELLS};
+use super::sheet::{push_sheet, SparseCells, MAX_CELLS};
 use super::{finish, title_from_path, InputKind, Parser, SkipReason, TextBuilder};
 use crate::types::ParsedDocument;
 
@@ -248,19 +248,14 @@ fn read_workbook(bytes: &[u8]) -> Reply {
             Ok(range) => range,
             Err(e) => return Reply::Skipped(skip(e)),
         };
-        let mut cells: BTreeMap<u32, Vec<(u32, String)>> = BTreeMap::new();
-        let mut min_col = u32::MAX;
+        let mut cells = SparseCells::default();
         for (row, col, value) in range.used_cells() {
-            let value = cell_text(value.clone());
-            if value.is_empty() {
-                continue;
+            if cells.push(row as u32, col as u32, value.clone()) >= budget {
+                break;
             }
-            let (row, col) = (row as u32, col as u32);
-            min_col = min_col.min(col);
-            cells.entry(row).or_default().push((col, value));
         }
         drop(range);
-        sheets.push(Sheet { name, rows: dense_rows(cells, min_col, &mut budget) });
+        sheets.push(Sheet { name, rows: cells.into_rows(&mut budget) });
         if budget == 0 {
             break;
         }
