@@ -32,16 +32,11 @@ const ARCHITECTURES: &[&str] = &["llama", "mistral3", "phi2", "phi3", "starcoder
 /// Reads the file's `general.architecture` and refuses one mistralrs cannot run, before the
 /// load, so the error names the file and the fix instead of a loader's internal message.
 pub fn check_architecture(file: &std::path::Path) -> Result<String> {
-    use candle_core::quantized::gguf_file;
     let mut reader = std::fs::File::open(file)
         .map(std::io::BufReader::new)
         .map_err(|e| Error::Invalid(format!("{}: {e}", file.display())))?;
-    let content = gguf_file::Content::read(&mut reader)
-        .map_err(|e| Error::Invalid(format!("{}: not a readable GGUF file ({e}); fetch it again with scripts/fetch-models.sh", file.display())))?;
-    let architecture = content
-        .metadata
-        .get("general.architecture")
-        .and_then(|v| v.to_string().ok())
+    let architecture = crate::model::gguf::read_architecture(&mut reader)
+        .map_err(|e| Error::Invalid(format!("{}: not a readable GGUF file ({e}); fetch it again with scripts/fetch-models.sh", file.display())))?
         .map(|s| s.to_ascii_lowercase())
         .ok_or_else(|| Error::Invalid(format!("{}: the GGUF file names no general.architecture", file.display())))?;
     if !ARCHITECTURES.contains(&architecture.as_str()) {
