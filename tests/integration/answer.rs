@@ -244,6 +244,33 @@ fn the_llm_reranker_scores_the_relevant_passage_above_the_others() {
     assert!(pieces.len() > 1 && pieces.concat() == a.text, "tokens arrive one by one");
 }
 
+/// The chat model's weights are the GGUF file's pages (candle patch item 3, mistralrs item 11:
+/// mapped, not copied into memory of the process's own), and the model answers from them.
+#[cfg(target_os = "linux")]
+#[test]
+fn the_chat_model_answers_from_its_weights_mapped_where_the_file_holds_them() {
+    let name = "qwen2.5-coder-0.5b-instruct";
+    let g = load_generator(name);
+    let (code, gguf, err) = run(ragbox(&tempfile::tempdir().unwrap().keep()).args(["models", "path", name]));
+    assert_eq!(code, 0, "{err}");
+    let file = std::fs::canonicalize(gguf.trim()).unwrap();
+    let size = std::fs::metadata(&file).unwrap().len();
+    let maps = std::fs::read_to_string("/proc/self/maps").unwrap();
+    let mapped: u64 = maps
+        .lines()
+        .filter(|l| l.ends_with(file.to_str().unwrap()))
+        .map(|l| {
+            let (lo, hi) = l.split(' ').next().unwrap().split_once('-').unwrap();
+            u64::from_str_radix(hi, 16).unwrap() - u64::from_str_radix(lo, 16).unwrap()
+        })
+        .sum();
+    // Every tensor is mapped; only the metadata at the file's head (the vocabulary) is not.
+    assert!(mapped > size * 8 / 10, "{mapped} of {size} bytes of {} mapped", file.display());
+    let req = ragbox::generate::GenerateRequest::greedy(vec![ragbox::generate::Message::user("What is the capital of France?")], 16);
+    let reply = block_on(g.generate(&req, &mut ragbox::generate::Discard)).unwrap();
+    assert!(reply.text.contains("Paris"), "{}", reply.text);
+}
+
 #[test]
 fn requests_sent_together_are_decoded_as_one_batch_and_each_gets_its_own_reply() {
     // Prompts of one length run as one batch in mistralrs; its CPU attention once wrote every

@@ -39,56 +39,6 @@ fn quantised_matmul_matches_f32_for_one_row_and_a_prompt() {
     }
 }
 
-/// A GGUF's tensors read in place (candle patch item 3, `TensorInfo::read_mapped`, how the chat
-/// model loads) are the file's pages, hold the same blocks as the copied read and multiply the
-/// same through the hook.
-#[test]
-fn a_mapped_gguf_tensor_is_the_copied_one() {
-    use candle_core::quantized::gguf_file;
-    ragbox::generate::kernels::install();
-    let dev = Device::Cpu;
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("weights.gguf");
-    let dtypes = [GgmlDType::F32, GgmlDType::Q4_0, GgmlDType::Q5_0, GgmlDType::Q8_0, GgmlDType::Q4K, GgmlDType::Q6K];
-    let tensors: Vec<(String, QTensor)> = dtypes
-        .iter()
-        .map(|&dtype| {
-            let w = Tensor::randn(0f32, 1.0, (40, 1024), &dev).unwrap();
-            (format!("{dtype:?}"), QTensor::quantize(&w, dtype).unwrap())
-        })
-        .collect();
-    let named: Vec<(&str, &QTensor)> = tensors.iter().map(|(n, t)| (n.as_str(), t)).collect();
-    let mut out = std::fs::File::create(&path).unwrap();
-    gguf_file::write(&mut out, &[], &named).unwrap();
-    drop(out);
-
-    let file = std::fs::File::open(&path).unwrap();
-    let content = gguf_file::Content::read(&mut &file).unwrap();
-    let x = Tensor::randn(0f32, 1.0, (3, 1024), &dev).unwrap();
-    for (name, written) in &tensors {
-        let info = &content.tensor_infos[name];
-        let mapped = info.read_mapped(&file, content.tensor_data_offset, &dev).unwrap();
-        let copied = info.read(&mut &file, content.tensor_data_offset, &dev).unwrap();
-        assert_eq!(mapped.dtype(), written.dtype(), "{name}");
-        assert_eq!(mapped.shape(), written.shape(), "{name}");
-        assert_eq!(mapped.data().unwrap(), copied.data().unwrap(), "{name}: blocks");
-        if cfg!(target_os = "linux") {
-            let maps = std::fs::read_to_string("/proc/self/maps").unwrap();
-            let start = mapped.data().unwrap().as_ptr() as usize;
-            let held_by_the_file = maps.lines().filter(|l| l.ends_with(path.to_str().unwrap())).any(|l| {
-                let range = l.split(' ').next().unwrap().split_once('-').unwrap();
-                let (lo, hi) = (usize::from_str_radix(range.0, 16).unwrap(), usize::from_str_radix(range.1, 16).unwrap());
-                (lo..hi).contains(&start)
-            });
-            assert!(held_by_the_file, "{name}: the blocks are not in a mapping of the file");
-        }
-        let product = |q: QTensor| -> Vec<f32> {
-            QMatMul::from_qtensor(q).unwrap().forward(&x).unwrap().flatten_all().unwrap().to_vec1().unwrap()
-        };
-        assert_eq!(product(mapped), product(copied), "{name}: products");
-    }
-}
-
 /// ragbox's kernels on every variant this CPU runs, against candle's one-row dot product on the
 /// same quantised blocks: the integer sums are the same, so only the order of the float additions
 /// may differ.
