@@ -2,7 +2,7 @@
 //!
 //! [`RawConfig`] is what the files say (unknown keys are refused, and each choice, such as
 //! `ingest.chunker`, is read into its enum there, so a misspelt one is refused at load);
-//! [`Config`] is it validated, with paths resolved. Only `app` reads `Config`; library constructors take typed options.
+//! [`Config`] is the same settings validated, with paths resolved. Only `app` reads `Config`; library constructors take typed options.
 
 use std::path::{Path, PathBuf};
 
@@ -258,33 +258,9 @@ pub struct ServerSection {
     pub preload_generator: bool,
 }
 
-/// The configuration as written.
-#[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct RawConfig {
-    /// Data folder; empty for the default.
-    pub data_dir: String,
-    /// Models folder; empty for the default.
-    pub models_dir: String,
-    /// Device.
-    pub device: DeviceChoice,
-    /// Embedding settings.
-    pub embed: EmbedSection,
-    /// Reranking settings.
-    pub rerank: RerankSection,
-    /// Ingest settings.
-    pub ingest: IngestSection,
-    /// Index settings.
-    pub store: StoreSection,
-    /// Retrieval settings.
-    pub retrieve: RetrieveSection,
-    /// Generation settings.
-    pub generate: GenerateSection,
-    /// Answer settings.
-    pub answer: AnswerSection,
-    /// HTTP server settings.
-    pub server: ServerSection,
-}
+/// The configuration as written: [`Config`] with its folders as the strings the files hold
+/// (empty for the default), before they are resolved and the values checked.
+pub type RawConfig = Config<String>;
 
 /// Values from the command line, the strongest layer.
 #[derive(Debug, Clone, Default)]
@@ -299,13 +275,15 @@ pub struct Overrides {
     pub device: Option<DeviceChoice>,
 }
 
-/// Validated configuration.
-#[derive(Debug, Clone)]
-pub struct Config {
-    /// Data folder, absolute.
-    pub data_dir: PathBuf,
-    /// Models folder, absolute.
-    pub models_dir: PathBuf,
+/// The configuration: as written while `P` is `String` ([`RawConfig`]; unknown keys refused), then
+/// validated, with its folders resolved to absolute paths (the default `P`).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Config<P = PathBuf> {
+    /// Data folder.
+    pub data_dir: P,
+    /// Models folder.
+    pub models_dir: P,
     /// Device.
     pub device: DeviceChoice,
     /// Embedding settings.
@@ -322,9 +300,10 @@ pub struct Config {
     pub generate: GenerateSection,
     /// Answer settings.
     pub answer: AnswerSection,
-    /// HTTP server settings (`listen` parsed and checked).
+    /// HTTP server settings (`listen` checked).
     pub server: ServerSection,
-    /// The file read, if any.
+    /// The file read, if any (not a key of the file).
+    #[serde(skip)]
     pub config_file: Option<PathBuf>,
 }
 

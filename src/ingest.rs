@@ -348,21 +348,25 @@ pub fn ingest(
     opts: &IngestOptions,
     on_event: &mut dyn FnMut(IngestEvent<'_>),
 ) -> Result<IngestReport> {
-    ingest_run(store, embedder, root, opts, on_event).map_err(|e| store.explain_write_error(e))
-}
-
-fn ingest_run(
-    store: &Store,
-    embedder: &Arc<dyn Embedder>,
-    root: &Path,
-    opts: &IngestOptions,
-    on_event: &mut dyn FnMut(IngestEvent<'_>),
-) -> Result<IngestReport> {
     let started = Instant::now();
     let root = std::fs::canonicalize(root).map_err(|e| {
         Error::Invalid(format!("cannot ingest {root:?}: {e}; give an existing file or folder"))
     })?;
-    let tenant = store.tenant_for_model(&opts.tenant, embedder.model_id(), embedder.dims())?;
+    let explain = |e| store.explain_write_error(e);
+    let tenant = store.tenant_for_model(&opts.tenant, embedder.model_id(), embedder.dims()).map_err(explain)?;
+    ingest_into(store, &tenant, embedder, &root, opts, started, on_event).map_err(explain)
+}
+
+/// The run of [`ingest`] once its folder and tenant are known.
+fn ingest_into(
+    store: &Store,
+    tenant: &TenantRow,
+    embedder: &Arc<dyn Embedder>,
+    root: &Path,
+    opts: &IngestOptions,
+    started: Instant,
+    on_event: &mut dyn FnMut(IngestEvent<'_>),
+) -> Result<IngestReport> {
     let mut writer = store.writer(&tenant)?;
     let mut report = IngestReport { tenant: tenant.name.clone(), model: tenant.model.clone(), ..Default::default() };
     if let Some(why) = &writer.repair().vector {

@@ -20,12 +20,11 @@ use crate::answer::support::{Claim, SupportChecker, SupportMethod};
 use crate::answer::{Answer, AnswerOptions, Answerer};
 use crate::embed::Embedder;
 use crate::error::{Error, Result};
-use crate::eval::beir;
+use crate::eval::{beir, AnswerModels};
 use crate::eval::metrics::percentile;
 use crate::eval::run::{load_questions, Progress};
 use crate::generate::{block_on, Discard, Generator};
 use crate::ingest::{ingest, IngestOptions};
-use crate::rerank::Reranker;
 use crate::retrieve::{RetrieveOptions, Retriever};
 use crate::store::{Store, VectorOptions};
 
@@ -174,14 +173,9 @@ fn p(sorted: &mut [f64], q: f64) -> f64 {
     percentile(sorted, q)
 }
 
-/// Runs the plan with `embedder` (the index's model), `generator` and an optional reranker.
-pub fn run(
-    plan: &AnswerPlan,
-    embedder: Arc<dyn Embedder>,
-    generator: Arc<dyn Generator>,
-    reranker: Option<Arc<dyn Reranker>>,
-    progress: Progress<'_>,
-) -> Result<AnswerReport> {
+/// Runs the plan with `models` (the embedder is the index's model).
+pub fn run(plan: &AnswerPlan, models: &AnswerModels, progress: Progress<'_>) -> Result<AnswerReport> {
+    let AnswerModels { embedder, generator, reranker } = models.clone();
     let set = beir::load(&plan.data, &plan.split)?;
     let docs_dir = plan.scratch.join("docs");
     beir::write_documents(&set.corpus, &docs_dir)?;

@@ -9,18 +9,16 @@
 //! retrieval unchanged. Its answer is scored like an `eval --qa` question ([`super::qa`]).
 
 use std::path::PathBuf;
-use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
 use crate::answer::memory::PriorTurn;
 use crate::answer::{standalone, Rewriter};
-use crate::embed::Embedder;
 use crate::error::{Error, Result};
 use crate::eval::qa::{score, summarise, words, QaQuestion, QaReport, QaSetup};
 use crate::eval::run::Progress;
-use crate::generate::{block_on, Discard, Generator};
-use crate::rerank::Reranker;
+use crate::eval::AnswerModels;
+use crate::generate::{block_on, Discard};
 use crate::store::{Store, VectorOptions};
 
 /// One turn of a conversation: a question of the QA set plus its reference rewrite.
@@ -147,14 +145,9 @@ pub fn judge(turn: &Turn, standalone: &str) -> Vec<String> {
     missing
 }
 
-/// Runs the plan.
-pub fn run(
-    plan: &ConversationPlan,
-    embedder: Arc<dyn Embedder>,
-    generator: Arc<dyn Generator>,
-    reranker: Option<Arc<dyn Reranker>>,
-    progress: Progress<'_>,
-) -> Result<ConversationReport> {
+/// Runs the plan with `models`.
+pub fn run(plan: &ConversationPlan, models: &AnswerModels, progress: Progress<'_>) -> Result<ConversationReport> {
+    let AnswerModels { embedder, generator, reranker } = models.clone();
     let conversations = load(&plan.conversations, plan.split.as_deref())?;
     let store = Store::open(&plan.setup.scratch, VectorOptions::default())?;
     let (retriever, answerer) = plan.setup.answer_path(&store, &embedder, &generator, reranker, progress)?;

@@ -41,12 +41,16 @@ const CUTOFF: usize = 10;
 #[derive(Debug, Clone, Copy, Default, PartialEq, Serialize)]
 pub struct QueryMetrics {
     /// Normalised discounted cumulative gain of the top 10 (trec_eval `ndcg_cut.10`).
+    #[serde(rename = "ndcg@10")]
     pub ndcg_at_10: f64,
     /// Share of the relevant documents found in the top 10.
+    #[serde(rename = "recall@10")]
     pub recall_at_10: f64,
     /// Share of the relevant documents found in the top 100.
+    #[serde(rename = "recall@100")]
     pub recall_at_100: f64,
     /// Reciprocal rank of the first relevant document in the top 10 (0 if none).
+    #[serde(rename = "mrr@10")]
     pub mrr_at_10: f64,
 }
 

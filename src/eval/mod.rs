@@ -1,4 +1,11 @@
 //! Retrieval evaluation on BEIR-format data: metrics, data loading, plots; the runner lives here too.
+//! The answer evaluations ([`answers`], [`qa`], [`conversations`]) ask through the whole answer path.
+
+use std::sync::Arc;
+
+use crate::embed::Embedder;
+use crate::generate::Generator;
+use crate::rerank::Reranker;
 
 pub mod answers;
 pub mod beir;
@@ -8,3 +15,15 @@ pub mod plot;
 pub mod qa;
 pub mod run;
 pub mod support;
+
+/// The models an answer evaluation asks with: the index's embedder, the generator, and the
+/// reranker if one is configured.
+#[derive(Clone)]
+pub struct AnswerModels {
+    /// The embedder the evaluation's index is built with.
+    pub embedder: Arc<dyn Embedder>,
+    /// The model that writes the answers.
+    pub generator: Arc<dyn Generator>,
+    /// The cross-encoder, if one reranks.
+    pub reranker: Option<Arc<dyn Reranker>>,
+}

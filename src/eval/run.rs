@@ -71,18 +71,9 @@ pub struct ConfigResult {
     pub name: String,
     /// Whether it is the default.
     pub default: bool,
-    /// Mean nDCG@10.
-    #[serde(rename = "ndcg@10")]
-    pub ndcg_at_10: f64,
-    /// Mean recall@10.
-    #[serde(rename = "recall@10")]
-    pub recall_at_10: f64,
-    /// Mean recall@100.
-    #[serde(rename = "recall@100")]
-    pub recall_at_100: f64,
-    /// Mean MRR@10.
-    #[serde(rename = "mrr@10")]
-    pub mrr_at_10: f64,
+    /// The metrics' means over the queries.
+    #[serde(flatten)]
+    pub metrics: QueryMetrics,
     /// Median query latency, ms.
     pub p50_ms: f64,
     /// 95th percentile query latency, ms.
@@ -365,10 +356,7 @@ pub fn run(plan: &EvalPlan, embedder: &dyn Fn(&str) -> Result<Arc<dyn Embedder>>
         results.push(ConfigResult {
             name: c.name.clone(),
             default: c.default,
-            ndcg_at_10: m.ndcg_at_10,
-            recall_at_10: m.recall_at_10,
-            recall_at_100: m.recall_at_100,
-            mrr_at_10: m.mrr_at_10,
+            metrics: m,
             p50_ms: percentile(&latencies, 50.0),
             p95_ms: percentile(&latencies, 95.0),
             spec: c.clone(),
@@ -492,7 +480,7 @@ pub fn markdown(report: &EvalReport, command: &str, machine: &str) -> String {
         let name = if c.default { format!("**{}** (default)", c.name) } else { c.name.clone() };
         s.push_str(&format!(
             "| {name} | {:.4} | {:.4} | {:.4} | {:.4} | {:.1} | {:.1} |\n",
-            c.ndcg_at_10, c.recall_at_10, c.recall_at_100, c.mrr_at_10, c.p50_ms, c.p95_ms
+            c.metrics.ndcg_at_10, c.metrics.recall_at_10, c.metrics.recall_at_100, c.metrics.mrr_at_10, c.p50_ms, c.p95_ms
         ));
     }
     for k in &report.skipped {

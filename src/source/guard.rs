@@ -41,7 +41,7 @@ use std::path::Path;
 use std::sync::mpsc;
 use std::time::Duration;
 
-use super::{parse_in, parser_for, ParseContext, SkipReason};
+use super::{parse_in, parser_for, InputKind, ParseContext, SkipReason};
 use crate::types::ParsedDocument;
 
 /// Stack of a parse thread: generous, so that a parser's own recursion (bounded, but deep in
@@ -168,7 +168,7 @@ pub fn parse_guarded_in(
     let (tx, rx) = mpsc::sync_channel(1);
     let owned = path.to_path_buf();
     let max = limits.max_file_bytes;
-    let ocr = context.ocr.is_some() && parser_for(path).is_some_and(|p| p.may_ocr());
+    let ocr = context.ocr.is_some() && parser_for(path).is_some_and(|p| p.input() == InputKind::Scan);
     let timeout = if ocr { limits.timeout * OCR_TIMEOUT_FACTOR } else { limits.timeout };
     let context = context.clone();
     let spawned = std::thread::Builder::new().name("ragbox-parse".into()).stack_size(PARSE_STACK_BYTES).spawn(move || {

@@ -26,11 +26,7 @@ impl Parser for ImageParser {
     }
 
     fn input(&self) -> InputKind {
-        InputKind::Binary
-    }
-
-    fn may_ocr(&self) -> bool {
-        true
+        InputKind::Scan
     }
 
     fn parse(&self, path: &Path, bytes: &[u8]) -> Result<ParsedDocument, SkipReason> {

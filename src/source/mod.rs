@@ -169,8 +169,11 @@ pub enum InputKind {
     /// Text-like bytes that may carry other charsets inside (e-mail): checked for binary content
     /// but not for UTF-8.
     TextBytes,
-    /// A binary container format (PDF): neither check applies.
+    /// A binary container format (Office files, e-books): neither check applies.
     Binary,
+    /// A binary format whose pages may be images (PDF, page images): no check applies, and with
+    /// an OCR engine the parse may take [`guard::OCR_TIMEOUT_FACTOR`] times the time budget.
+    Scan,
 }
 
 /// What parsers may use beyond a file's bytes: the OCR engine that reads scanned pages and images
@@ -198,11 +201,6 @@ pub trait Parser: Send + Sync {
     fn parse_in(&self, path: &Path, bytes: &[u8], context: &ParseContext) -> Result<ParsedDocument, SkipReason> {
         let _ = context;
         self.parse(path, bytes)
-    }
-    /// Whether parsing may run OCR (its time budget is then [`guard::OCR_TIMEOUT_FACTOR`] times
-    /// longer).
-    fn may_ocr(&self) -> bool {
-        false
     }
     /// What the input bytes are expected to be; text by default.
     fn input(&self) -> InputKind {
@@ -338,7 +336,7 @@ pub fn parse_in(path: &Path, bytes: &[u8], max_bytes: u64, context: &ParseContex
             }
         }
         InputKind::TextBytes => check_not_binary(bytes)?,
-        InputKind::Binary => {}
+        InputKind::Binary | InputKind::Scan => {}
     }
     let doc = parser.parse_in(path, bytes, context)?;
     if doc.blocks.is_empty() {

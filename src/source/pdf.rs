@@ -37,11 +37,7 @@ impl Parser for PdfParser {
     }
 
     fn input(&self) -> InputKind {
-        InputKind::Binary
-    }
-
-    fn may_ocr(&self) -> bool {
-        true
+        InputKind::Scan
     }
 
     fn parse(&self, path: &Path, bytes: &[u8]) -> Result<ParsedDocument, SkipReason> {

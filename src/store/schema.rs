@@ -190,101 +190,20 @@ pub(super) mod tests {
     use rusqlite::Connection;
 
     use super::super::catalog::Catalog;
-    use super::super::events::{EventFilter, EventRecord};
-    use super::super::keys::KeyRole;
+    use super::super::events::EventFilter;
     use super::super::conversation::Rating;
 
-    /// The conversation tables as schema 1 made them (the answer log was `audit`), kept here only
-    /// to build a schema 1 catalog. The other tables are unchanged since schema 1.
-    const V1_CONVERSATIONS: &str = "
-CREATE TABLE IF NOT EXISTS sessions (
-    id INTEGER PRIMARY KEY AUTOINCREMENT,
-    tenant_id INTEGER NOT NULL REFERENCES tenants(id),
-    created_ms INTEGER NOT NULL
-);
-CREATE TABLE IF NOT EXISTS audit (
-    id INTEGER PRIMARY KEY AUTOINCREMENT,
-    tenant_id INTEGER NOT NULL REFERENCES tenants(id),
-    session_id INTEGER,
-    question TEXT NOT NULL,
-    standalone TEXT NOT NULL,
-    chunk_ids TEXT NOT NULL,
-    model TEXT NOT NULL,
-    refused INTEGER NOT NULL,
-    answer TEXT NOT NULL,
-    timings TEXT NOT NULL,
-    created_ms INTEGER NOT NULL
-);
-CREATE INDEX IF NOT EXISTS audit_by_tenant ON audit(tenant_id, id);
-CREATE TABLE IF NOT EXISTS turns (
-    id INTEGER PRIMARY KEY AUTOINCREMENT,
-    session_id INTEGER NOT NULL REFERENCES sessions(id) ON DELETE CASCADE,
-    question TEXT NOT NULL,
-    standalone TEXT NOT NULL,
-    answer TEXT NOT NULL,
-    audit_id INTEGER REFERENCES audit(id),
-    created_ms INTEGER NOT NULL
-);
-CREATE INDEX IF NOT EXISTS turns_by_session ON turns(session_id, id);
-CREATE TABLE IF NOT EXISTS feedback (
-    id INTEGER PRIMARY KEY AUTOINCREMENT,
-    audit_id INTEGER NOT NULL REFERENCES audit(id),
-    rating TEXT NOT NULL CHECK (rating IN ('up', 'down')),
-    comment TEXT,
-    created_ms INTEGER NOT NULL
-);
-CREATE INDEX IF NOT EXISTS feedback_by_audit ON feedback(audit_id, id);
-";
-
-    /// The id of the answer [`v1_catalog`] writes.
+    /// The id of the answer in the schema 1 catalog of [`v1_catalog`].
     pub(in crate::store) const V1_ANSWER: i64 = 41;
 
-    /// Writes a schema 1 catalog at `path` with the old DDL: tenant `t` (model `m`, 8 dims, no
-    /// documents), answer [`V1_ANSWER`] in `audit`, a turn and a feedback pointing at it, and
-    /// beside them a document, a chunk, an embedding, an annotation, an API key and three
-    /// hash-chained events (made by this build in a scratch catalog and copied row for row).
+    /// Copies a schema 1 catalog to `path`: `tests/fixtures/store/catalog-v1.sqlite`, written with
+    /// schema 1's DDL (the answer log was `audit`, and `turns` and `feedback` pointed into it by
+    /// `audit_id`). It holds tenant `t` (model `m`, 8 dims, no documents), answer [`V1_ANSWER`] in
+    /// `audit`, a turn and a feedback pointing at it, and beside them a document, a chunk, an
+    /// embedding, an annotation, an API key and three hash-chained events.
     pub(in crate::store) fn v1_catalog(path: &Path) {
-        let scratch = path.with_extension("scratch.sqlite");
-        {
-            let cat = Catalog::open(&scratch).unwrap();
-            cat.keys().create("ops", None, KeyRole::Admin).unwrap();
-            let detail = serde_json::json!({ "answer_id": V1_ANSWER });
-            for action in ["search", "ask", "feedback"] {
-                let e = EventRecord { key_name: "ops", tenant: "t", action, question: "Who approves travel?", detail: &detail, ..EventRecord::default() };
-                cat.audit().append(&e).unwrap();
-            }
-        }
-        let conn = Connection::open(path).unwrap();
-        for ddl in [super::CATALOG, V1_CONVERSATIONS, super::ANNOTATIONS, super::KEYS, super::EVENTS] {
-            conn.execute_batch(ddl).unwrap();
-        }
-        conn.execute("ATTACH DATABASE ?1 AS scratch", [scratch.to_str().unwrap()]).unwrap();
-        conn.execute_batch(&format!(
-            "INSERT INTO meta (key, value) VALUES ('schema_version', '1');
-             INSERT INTO tenants (id, name, model, dims, generation) VALUES (1, 't', 'm', 8, 0);
-             INSERT INTO api_keys SELECT * FROM scratch.api_keys;
-             INSERT INTO events SELECT * FROM scratch.events;
-             INSERT INTO documents (id, tenant_id, path, sha256, size, mtime_ns, status, skip_reason, generation)
-                 VALUES (3, 1, '/docs/scan.pdf', 'ab', 10, 5, 'skipped', 'no text layer', 0);
-             INSERT INTO chunks (doc_id, tenant_id, ordinal, role, section_path, start, end, line_first, line_last, tokens, context)
-                 VALUES (3, 1, 0, 'parent', '[]', 0, 4, 1, 1, 1, '');
-             INSERT INTO embeddings (model, sha256, vector) VALUES ('m', x'01', x'0000803f');
-             INSERT INTO annotations (key, contextualizer, context) VALUES (x'02', 'llm', 'travel policy');
-             INSERT INTO sessions (id, tenant_id, created_ms) VALUES (7, 1, 1000);
-             INSERT INTO audit (id, tenant_id, session_id, question, standalone, chunk_ids, model, refused, answer, timings, created_ms)
-                 VALUES ({V1_ANSWER}, 1, 7, 'Who approves travel?', 'Who approves travel?', '[5,6]', 'qwen', 0,
-                         'Line managers [1].', '{{\"total_ms\":12.5}}', 1001);
-             INSERT INTO turns (session_id, question, standalone, answer, audit_id, created_ms)
-                 VALUES (7, 'Who approves travel?', 'Who approves travel?', 'Line managers [1].', {V1_ANSWER}, 1002);
-             INSERT INTO feedback (audit_id, rating, comment, created_ms) VALUES ({V1_ANSWER}, 'down', 'wrong office', 1003);
-             DETACH DATABASE scratch;"
-        ))
-        .unwrap();
-        drop(conn);
-        std::fs::remove_file(&scratch).unwrap();
-        for suffix in ["-wal", "-shm"] {
-            let _ = std::fs::remove_file(format!("{}{suffix}", scratch.display()));
-        }
+        let fixture = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/store/catalog-v1.sqlite");
+        std::fs::copy(fixture, path).unwrap();
     }
 
     /// Every table's rows (sorted, as text), by table name.

@@ -231,16 +231,14 @@ pub fn run(g: &GlobalArgs, args: EvalArgs) -> anyhow::Result<u8> {
 /// What the answer evaluations run: the configured embedder, the generator (`--llm`), the reranker
 /// (`--reranker`), and retrieval with the floor of whichever model scores the hits.
 struct AnswerStack {
-    embedder: std::sync::Arc<dyn ragbox::embed::Embedder>,
-    generator: std::sync::Arc<dyn ragbox::generate::Generator>,
-    reranker: Option<std::sync::Arc<dyn ragbox::rerank::Reranker>>,
+    models: ragbox::eval::AnswerModels,
     retrieve: ragbox::retrieve::RetrieveOptions,
 }
 
 fn answer_stack(app: &ragbox::app::App, args: &EvalArgs) -> anyhow::Result<AnswerStack> {
     let RetrievalStack { embedder, reranker, retrieve } = retrieval_stack(app, args)?;
     let generator = app.generator(args.llm.as_deref())?;
-    Ok(AnswerStack { embedder, generator, reranker, retrieve })
+    Ok(AnswerStack { models: ragbox::eval::AnswerModels { embedder, generator, reranker }, retrieve })
 }
 
 /// [`AnswerStack`] without the generator: what `eval --qa --prompts-only` loads.
@@ -266,10 +264,10 @@ fn retrieval_stack(app: &ragbox::app::App, args: &EvalArgs) -> anyhow::Result<Re
 /// `eval --answers`: the default configuration's retrieval, the configured generator.
 fn run_answers(g: &GlobalArgs, app: &ragbox::app::App, args: &EvalArgs, scratch: PathBuf) -> anyhow::Result<u8> {
     use ragbox::eval::answers::{markdown as answers_markdown, run as answers_run, AnswerPlan};
-    let AnswerStack { embedder, generator, reranker, retrieve } = answer_stack(app, args)?;
+    let AnswerStack { models, retrieve } = answer_stack(app, args)?;
     let chunker = app.config.ingest.chunker;
     let mut ingest = app.ingest_options("eval", None)?;
-    ingest.tenant = ragbox::eval::run::tenant_name(embedder.model_id(), chunker, ingest.chunk.child_tokens, true);
+    ingest.tenant = ragbox::eval::run::tenant_name(models.embedder.model_id(), chunker, ingest.chunk.child_tokens, true);
     let plan = AnswerPlan {
         data: args.data.clone().ok_or_else(|| anyhow::anyhow!("--data DIR is required"))?,
         split: args.split.clone(),
@@ -284,7 +282,7 @@ fn run_answers(g: &GlobalArgs, app: &ragbox::app::App, args: &EvalArgs, scratch:
         support_pairs: args.support_pairs,
     };
     let quiet = g.quiet;
-    let report = answers_run(&plan, embedder, generator, reranker, &mut |msg| {
+    let report = answers_run(&plan, &models, &mut |msg| {
         if !quiet {
             eprintln!("{msg}");
         }
@@ -383,14 +381,14 @@ fn run_conversations(g: &GlobalArgs, app: &ragbox::app::App, args: &EvalArgs, fi
     use ragbox::eval::conversations::{run as conversations_run, ConversationPlan};
     use ragbox::eval::qa::{markdown_header, markdown_row, QaSetup};
     let corpus = args.corpus.first().ok_or_else(|| anyhow::anyhow!("--conversations needs --corpus DIR"))?;
-    let AnswerStack { embedder, generator, reranker, retrieve } = answer_stack(app, args)?;
+    let AnswerStack { models, retrieve } = answer_stack(app, args)?;
     let answer = eval_answer_options(app, args)?;
     let plan = ConversationPlan {
         conversations: file.to_path_buf(),
         split: question_half(&args.split)?,
         setup: QaSetup {
             corpus: corpus.clone(),
-            scratch: qa_scratch(args, corpus, "conversations", embedder.model_id())?,
+            scratch: qa_scratch(args, corpus, "conversations", models.embedder.model_id())?,
             ingest: app.ingest_options("qa", None)?,
             retrieve,
             answer,
@@ -399,7 +397,7 @@ fn run_conversations(g: &GlobalArgs, app: &ragbox::app::App, args: &EvalArgs, fi
         memory_turns: app.config.answer.memory_turns,
     };
     let quiet = g.quiet;
-    let report = conversations_run(&plan, embedder, generator, reranker, &mut |msg| {
+    let report = conversations_run(&plan, &models, &mut |msg| {
         if !quiet {
             eprintln!("{msg}");
         }
@@ -513,7 +511,7 @@ fn write_report(args: &EvalArgs, report: &EvalReport, md: &str) -> anyhow::Resul
     let name = args.data.as_deref().and_then(|d| d.file_name()).map_or("data".into(), |n| n.to_string_lossy().to_string());
     let dir = args.report.parent().unwrap_or(std::path::Path::new("."));
     let rows: Vec<(String, [f64; 4])> =
-        report.configs.iter().map(|c| (c.name.clone(), [c.ndcg_at_10, c.recall_at_10, c.recall_at_100, c.mrr_at_10])).collect();
+        report.configs.iter().map(|c| (c.name.clone(), c.metrics.to_array())).collect();
     if !rows.is_empty() {
         let path = dir.join(format!("eval-{name}.svg"));
         plot::metrics_chart(&path, &format!("{name} ({}, {} queries)", report.split, report.queries), &rows)?;
