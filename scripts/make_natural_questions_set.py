@@ -52,17 +52,15 @@ from __future__ import annotations
 import argparse
 import hashlib
 import html.parser
-import io
 import json
-import lzma
-import os
 import re
 import shutil
-import subprocess
 import sys
-import tarfile
 import tempfile
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent / "qa"))
+from debpkg import download, fail, read_files
 
 PACKAGE = "python3.11-doc"
 JUDGED_VERSION = "3.11.2-6+deb12u7"
@@ -84,84 +82,22 @@ HEADINGS = {"h1": 1, "h2": 2, "h3": 3, "h4": 4, "h5": 5, "h6": 6}
 VOID_TAGS = {"br", "img", "hr", "input", "meta", "link", "col", "wbr", "area", "base", "source"}
 
 
-def fail(message: str) -> None:
-    print(f"make_natural_questions_set: error: {message}", file=sys.stderr)
-    sys.exit(1)
-
-
-# --- the .deb -------------------------------------------------------------------------------
-
-
-def ar_members(data: bytes) -> dict[str, bytes]:
-    """The members of an ar archive (a .deb is one), by name."""
-    if not data.startswith(b"!<arch>\n"):
-        fail("not a .deb (no ar header)")
-    members, pos = {}, 8
-    while pos + 60 <= len(data):
-        header = data[pos:pos + 60]
-        name = header[:16].decode("ascii").strip().rstrip("/")
-        size = int(header[48:58].decode("ascii").strip())
-        members[name] = data[pos + 60:pos + 60 + size]
-        pos += 60 + size + (size % 2)
-    return members
-
-
-def open_member_tar(members: dict[str, bytes], stem: str) -> tarfile.TarFile:
-    for name, blob in members.items():
-        if not name.startswith(stem + ".tar"):
-            continue
-        if name.endswith(".zst"):
-            fail(f"{name} is zstd-compressed, which Python's standard library cannot read; "
-                 f"extract it with `dpkg-deb -x` and pass the .deb of another version, or use xz")
-        if name.endswith(".xz"):
-            blob = lzma.decompress(blob)
-        return tarfile.open(fileobj=io.BytesIO(blob), mode="r:*")
-    fail(f"the .deb has no {stem}.tar.*")
-    raise AssertionError
-
-
 def read_deb(path: Path) -> tuple[str, dict[str, str]]:
     """(package version, {path under html/ : HTML text}) of the pages the corpus uses."""
-    members = ar_members(path.read_bytes())
-    control = open_member_tar(members, "control")
-    version = ""
-    for info in control.getmembers():
-        if info.name.lstrip("./") == "control":
-            text = control.extractfile(info).read().decode("utf-8")
-            package = re.search(r"^Package:\s*(\S+)", text, re.M)
-            found = re.search(r"^Version:\s*(\S+)", text, re.M)
-            if not package or package.group(1) != PACKAGE:
-                fail(f"{path} is not {PACKAGE} (Package: {package.group(1) if package else '?'})")
-            version = found.group(1) if found else ""
     wanted = {f"howto/{p}.html" for p in HOWTO_PAGES}
-    pages = {}
-    data = open_member_tar(members, "data")
-    for info in data.getmembers():
-        name = info.name.lstrip("./")
-        if not name.startswith(HTML_ROOT) or not info.isfile():
-            continue
-        rel = name[len(HTML_ROOT):]
+
+    def used(rel: str) -> bool:
         is_faq = rel.startswith("faq/") and rel.endswith(".html") and rel.count("/") == 1
-        if (is_faq and Path(rel).stem not in FAQ_SKIP) or rel in wanted:
-            pages[rel] = data.extractfile(info).read().decode("utf-8")
+        return (is_faq and Path(rel).stem not in FAQ_SKIP) or rel in wanted
+
+    version, files = read_files(path, PACKAGE, HTML_ROOT, used)
+    pages = {rel: blob.decode("utf-8") for rel, blob in files.items()}
     missing = sorted(wanted - pages.keys())
     if missing:
         fail(f"{path} lacks the HOWTO pages {missing}")
     if not any(p.startswith("faq/") for p in pages):
         fail(f"{path} has no FAQ pages under {HTML_ROOT}faq/")
     return version, pages
-
-
-def download_deb(folder: Path) -> Path:
-    print(f"apt-get download {PACKAGE} (in {folder})", file=sys.stderr)
-    done = subprocess.run(["apt-get", "download", PACKAGE], cwd=folder)
-    if done.returncode != 0:
-        fail(f"`apt-get download {PACKAGE}` failed (exit {done.returncode}); "
-             f"run `apt-get update` first, or pass --deb PATH")
-    debs = sorted(folder.glob(f"{PACKAGE}_*.deb"))
-    if not debs:
-        fail(f"apt-get download left no {PACKAGE}_*.deb in {folder}")
-    return debs[0]
 
 
 # --- HTML to sections -----------------------------------------------------------------------
@@ -378,7 +314,7 @@ def main() -> None:
     args = ap.parse_args()
 
     with tempfile.TemporaryDirectory(prefix="python-docs-deb-") as tmp:
-        deb = args.deb if args.deb else download_deb(Path(tmp))
+        deb = args.deb if args.deb else download(PACKAGE, Path(tmp))
         if not deb.is_file():
             fail(f"{deb} is not a file")
         deb_sha256 = hashlib.sha256(deb.read_bytes()).hexdigest()

@@ -60,17 +60,15 @@ from __future__ import annotations
 import argparse
 import gzip
 import hashlib
-import html.parser
-import io
 import json
-import lzma
 import re
 import shutil
-import subprocess
 import sys
-import tarfile
 import tempfile
 from pathlib import Path
+
+import pagetext
+from debpkg import download, fail, read_files
 
 PACKAGE = "debian-reference-en"
 JUDGED_VERSION = "2.100"
@@ -92,123 +90,23 @@ BLOCK_TAGS = {
 }
 
 
-def fail(message: str) -> None:
-    print(f"debian_reference: error: {message}", file=sys.stderr)
-    sys.exit(1)
-
-
-# --- the .deb -------------------------------------------------------------------------------
-
-
-def ar_members(data: bytes) -> dict[str, bytes]:
-    """The members of an ar archive (a .deb is one), by name."""
-    if not data.startswith(b"!<arch>\n"):
-        fail("not a .deb (no ar header)")
-    members, pos = {}, 8
-    while pos + 60 <= len(data):
-        header = data[pos:pos + 60]
-        name = header[:16].decode("ascii").strip().rstrip("/")
-        size = int(header[48:58].decode("ascii").strip())
-        members[name] = data[pos + 60:pos + 60 + size]
-        pos += 60 + size + (size % 2)
-    return members
-
-
-def open_member_tar(members: dict[str, bytes], stem: str) -> tarfile.TarFile:
-    for name, blob in members.items():
-        if not name.startswith(stem + ".tar"):
-            continue
-        if name.endswith(".zst"):
-            fail(f"{name} is zstd-compressed, which Python's standard library cannot read")
-        if name.endswith(".xz"):
-            blob = lzma.decompress(blob)
-        return tarfile.open(fileobj=io.BytesIO(blob), mode="r:*")
-    fail(f"the .deb has no {stem}.tar.*")
-    raise AssertionError
-
-
 def read_deb(path: Path) -> tuple[str, dict[str, bytes]]:
     """(package version, {file name: original HTML bytes}) of the pages the corpus uses."""
-    members = ar_members(path.read_bytes())
-    control = open_member_tar(members, "control")
-    version = ""
-    for info in control.getmembers():
-        if info.name.lstrip("./") == "control":
-            text = control.extractfile(info).read().decode("utf-8")
-            package = re.search(r"^Package:\s*(\S+)", text, re.M)
-            found = re.search(r"^Version:\s*(\S+)", text, re.M)
-            if not package or package.group(1) != PACKAGE:
-                fail(f"{path} is not {PACKAGE} (Package: {package.group(1) if package else '?'})")
-            version = found.group(1) if found else ""
+    # Some versions may ship the pages compressed.
+    version, files = read_files(path, PACKAGE, HTML_ROOT, lambda rel: rel.removesuffix(".gz") in PAGES)
     pages: dict[str, bytes] = {}
-    data = open_member_tar(members, "data")
-    for info in data.getmembers():
-        name = info.name.lstrip("./")
-        if not name.startswith(HTML_ROOT) or not info.isfile():
-            continue
-        rel = name[len(HTML_ROOT):]
-        blob = data.extractfile(info).read()
-        if rel.endswith(".gz"):  # some versions may ship the pages compressed
+    for rel, blob in files.items():
+        if rel.endswith(".gz"):
             rel, blob = rel[:-3], gzip.decompress(blob)
-        if rel in PAGES:
-            pages[rel] = blob
+        pages[rel] = blob
     return version, pages
-
-
-def download_deb(folder: Path) -> Path:
-    try:
-        subprocess.run(["apt-get", "download", PACKAGE], cwd=folder, check=True)
-    except (OSError, subprocess.CalledProcessError) as err:
-        fail(f"`apt-get download {PACKAGE}` failed ({err}); run `apt-get update` first "
-             f"or pass --deb FILE")
-    debs = sorted(folder.glob(f"{PACKAGE}_*.deb"))
-    if not debs:
-        fail(f"`apt-get download {PACKAGE}` left no .deb")
-    return debs[-1]
 
 
 # --- visible text and the check -------------------------------------------------------------
 
 
-class VisibleText(html.parser.HTMLParser):
-    """Text of <body> with tags removed; <script>/<style> dropped; block boundaries become breaks."""
-
-    def __init__(self) -> None:
-        super().__init__(convert_charrefs=True)
-        self.parts: list[str] = []
-        self.skip = 0
-        self.in_body = False
-
-    def handle_starttag(self, tag, attrs):
-        if tag == "body":
-            self.in_body = True
-        if tag in ("script", "style"):
-            self.skip += 1
-        if tag in BLOCK_TAGS:
-            self.parts.append("\n")
-
-    def handle_startendtag(self, tag, attrs):
-        if tag in BLOCK_TAGS:
-            self.parts.append("\n")
-
-    def handle_endtag(self, tag):
-        if tag in ("script", "style") and self.skip:
-            self.skip -= 1
-        if tag in BLOCK_TAGS:
-            self.parts.append("\n")
-        if tag == "body":
-            self.in_body = False
-
-    def handle_data(self, data):
-        if self.in_body and not self.skip:
-            self.parts.append(data)
-
-
 def visible_text(markup: str) -> str:
-    parser = VisibleText()
-    parser.feed(markup)
-    parser.close()
-    return "".join(parser.parts)
+    return pagetext.visible_text(markup, BLOCK_TAGS, "\n")
 
 
 def words(text: str) -> list[str]:
@@ -321,7 +219,7 @@ def main() -> None:
     args = parser.parse_args()
 
     with tempfile.TemporaryDirectory() as tmp:
-        deb = args.deb if args.deb else download_deb(Path(tmp))
+        deb = args.deb if args.deb else download(PACKAGE, Path(tmp))
         if not deb.is_file():
             fail(f"{deb} does not exist")
         sha256 = hashlib.sha256(deb.read_bytes()).hexdigest()

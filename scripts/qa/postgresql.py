@@ -51,17 +51,15 @@ from __future__ import annotations
 
 import argparse
 import hashlib
-import html.parser
-import io
 import json
-import lzma
 import re
-import subprocess
 import sys
-import tarfile
 import tempfile
 from collections import Counter
 from pathlib import Path
+
+from debpkg import download, fail, read_files
+from pagetext import visible_text
 
 NAME = "postgresql"
 PACKAGE = "postgresql-doc-15"
@@ -125,111 +123,17 @@ BLOCK_TAGS = {
 }
 
 
-def fail(message: str) -> None:
-    print(f"{NAME}: error: {message}", file=sys.stderr)
-    sys.exit(1)
-
-
-# --- the .deb -------------------------------------------------------------------------------
-
-
-def ar_members(data: bytes) -> dict:
-    if not data.startswith(b"!<arch>\n"):
-        fail("not a .deb (no ar header)")
-    members, pos = {}, 8
-    while pos + 60 <= len(data):
-        header = data[pos:pos + 60]
-        name = header[:16].decode("ascii").strip().rstrip("/")
-        size = int(header[48:58].decode("ascii").strip())
-        members[name] = data[pos + 60:pos + 60 + size]
-        pos += 60 + size + (size % 2)
-    return members
-
-
-def member_tar(members: dict, stem: str) -> tarfile.TarFile:
-    for name, blob in members.items():
-        if not name.startswith(stem + ".tar"):
-            continue
-        if name.endswith(".zst"):
-            fail(f"{name} is zstd-compressed, which the Python standard library cannot read")
-        if name.endswith(".xz"):
-            blob = lzma.decompress(blob)
-        return tarfile.open(fileobj=io.BytesIO(blob), mode="r:*")
-    fail(f"the .deb has no {stem}.tar.*")
-    raise AssertionError
-
-
 def read_deb(path: Path):
     """(version, {page name: bytes}) of the pages in PAGES."""
-    members = ar_members(path.read_bytes())
-    version = ""
-    control = member_tar(members, "control")
-    for info in control.getmembers():
-        if info.name.lstrip("./") == "control":
-            text = control.extractfile(info).read().decode("utf-8")
-            package = re.search(r"^Package:\s*(\S+)", text, re.M)
-            if not package or package.group(1) != PACKAGE:
-                fail(f"{path} is not {PACKAGE} (Package: {package.group(1) if package else '?'})")
-            found = re.search(r"^Version:\s*(\S+)", text, re.M)
-            version = found.group(1) if found else ""
-    wanted, pages = set(PAGES), {}
-    data = member_tar(members, "data")
-    for info in data.getmembers():
-        name = info.name[2:] if info.name.startswith("./") else info.name
-        if info.isfile() and name.startswith(HTML_ROOT) and name[len(HTML_ROOT):] in wanted:
-            pages[name[len(HTML_ROOT):]] = data.extractfile(info).read()
+    wanted = set(PAGES)
+    version, pages = read_files(path, PACKAGE, HTML_ROOT, lambda rel: rel in wanted)
     missing = sorted(wanted - pages.keys())
     if missing:
         fail(f"{path} lacks the pages {missing}")
     return version, pages
 
 
-def download_deb(folder: Path) -> Path:
-    for spec in (f"{PACKAGE}={PINNED_VERSION}", PACKAGE):
-        print(f"apt-get download {spec} (in {folder})", file=sys.stderr)
-        if subprocess.run(["apt-get", "download", spec], cwd=folder).returncode == 0:
-            break
-    else:
-        fail(f"`apt-get download {PACKAGE}` failed; run `apt-get update` first, or pass --deb FILE")
-    debs = sorted(folder.glob(f"{PACKAGE}_*.deb"))
-    if not debs:
-        fail(f"apt-get download left no {PACKAGE}_*.deb in {folder}")
-    return debs[0]
-
-
 # --- the checker ----------------------------------------------------------------------------
-
-
-class VisibleText(html.parser.HTMLParser):
-    """Text of the <body>, tags removed, <script>/<style> dropped; block tags separate words."""
-
-    def __init__(self) -> None:
-        super().__init__(convert_charrefs=True)
-        self.parts: list = []
-        self.in_body = False
-        self.skip = 0
-
-    def handle_starttag(self, tag, attrs):
-        if tag == "body":
-            self.in_body = True
-        elif tag in ("script", "style"):
-            self.skip += 1
-        if tag in BLOCK_TAGS:
-            self.parts.append(" ")
-
-    def handle_startendtag(self, tag, attrs):
-        if tag in BLOCK_TAGS:
-            self.parts.append(" ")
-
-    def handle_endtag(self, tag):
-        if tag in ("script", "style"):
-            self.skip = max(0, self.skip - 1)
-        if tag in BLOCK_TAGS:
-            self.parts.append(" ")
-
-    def handle_data(self, data):
-        if self.in_body and not self.skip:
-            self.parts.append(data)
 
 
 def words(text: str) -> list:
@@ -237,10 +141,7 @@ def words(text: str) -> list:
 
 
 def page_words(source: bytes) -> str:
-    parser = VisibleText()
-    parser.feed(source.decode("utf-8"))
-    parser.close()
-    return " " + " ".join(words("".join(parser.parts))) + " "
+    return " " + " ".join(words(visible_text(source.decode("utf-8"), BLOCK_TAGS))) + " "
 
 
 def check(questions: Path, folder: Path) -> tuple:
@@ -298,7 +199,7 @@ def main() -> None:
     args = ap.parse_args()
 
     with tempfile.TemporaryDirectory(prefix=f"{NAME}-deb-") as tmp:
-        deb = args.deb if args.deb else download_deb(Path(tmp))
+        deb = args.deb if args.deb else download(PACKAGE, Path(tmp), [f"{PACKAGE}={PINNED_VERSION}", PACKAGE])
         if not deb.is_file():
             fail(f"{deb} is not a file")
         sha256 = hashlib.sha256(deb.read_bytes()).hexdigest()

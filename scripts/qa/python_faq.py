@@ -46,16 +46,14 @@ from __future__ import annotations
 
 import argparse
 import hashlib
-import html.parser
-import io
 import json
-import lzma
 import re
-import subprocess
 import sys
-import tarfile
 import tempfile
 from pathlib import Path
+
+from debpkg import download, fail, read_files
+from pagetext import visible_text
 
 PACKAGE = "python3.11-doc"
 QUESTIONS_VERSION = "3.11.2-6+deb12u9"
@@ -68,116 +66,17 @@ KINDS = {"fact", "yes-no", "how", "why", "unanswerable"}
 STOP_WORDS = {"a", "an", "the"}
 
 
-def fail(message: str) -> None:
-    print(f"python_faq: error: {message}", file=sys.stderr)
-    sys.exit(1)
-
-
-# --- the .deb (helpers copied from scripts/make_natural_questions_set.py) --------------------
-
-
-def ar_members(data: bytes) -> dict[str, bytes]:
-    """The members of an ar archive (a .deb is one), by name."""
-    if not data.startswith(b"!<arch>\n"):
-        fail("not a .deb (no ar header)")
-    members, pos = {}, 8
-    while pos + 60 <= len(data):
-        header = data[pos:pos + 60]
-        name = header[:16].decode("ascii").strip().rstrip("/")
-        size = int(header[48:58].decode("ascii").strip())
-        members[name] = data[pos + 60:pos + 60 + size]
-        pos += 60 + size + (size % 2)
-    return members
-
-
-def open_member_tar(members: dict[str, bytes], stem: str) -> tarfile.TarFile:
-    for name, blob in members.items():
-        if not name.startswith(stem + ".tar"):
-            continue
-        if name.endswith(".zst"):
-            fail(f"{name} is zstd-compressed, which Python's standard library cannot read; "
-                 f"pass the .deb of another version with --deb")
-        if name.endswith(".xz"):
-            blob = lzma.decompress(blob)
-        return tarfile.open(fileobj=io.BytesIO(blob), mode="r:*")
-    fail(f"the .deb has no {stem}.tar.*")
-    raise AssertionError
-
-
 def read_deb(path: Path) -> tuple[str, dict[str, bytes]]:
     """(package version, {page file name: the page's bytes}) of the FAQ pages."""
-    members = ar_members(path.read_bytes())
-    control = open_member_tar(members, "control")
-    version = ""
-    for info in control.getmembers():
-        if info.name.lstrip("./") == "control":
-            text = control.extractfile(info).read().decode("utf-8")
-            package = re.search(r"^Package:\s*(\S+)", text, re.M)
-            found = re.search(r"^Version:\s*(\S+)", text, re.M)
-            if not package or package.group(1) != PACKAGE:
-                fail(f"{path} is not {PACKAGE} (Package: {package.group(1) if package else '?'})")
-            version = found.group(1) if found else ""
     wanted = {f"{p}.html" for p in FAQ_PAGES}
-    pages = {}
-    data = open_member_tar(members, "data")
-    for info in data.getmembers():
-        name = info.name.lstrip("./")
-        if name.startswith(FAQ_ROOT) and info.isfile() and name[len(FAQ_ROOT):] in wanted:
-            pages[name[len(FAQ_ROOT):]] = data.extractfile(info).read()
+    version, pages = read_files(path, PACKAGE, FAQ_ROOT, lambda rel: rel in wanted)
     missing = sorted(wanted - pages.keys())
     if missing:
         fail(f"{path} lacks the FAQ pages {missing} under {FAQ_ROOT}")
     return version, pages
 
 
-def download_deb(folder: Path) -> Path:
-    print(f"apt-get download {PACKAGE} (in {folder})", file=sys.stderr)
-    done = subprocess.run(["apt-get", "download", PACKAGE], cwd=folder)
-    if done.returncode != 0:
-        fail(f"`apt-get download {PACKAGE}` failed (exit {done.returncode}); "
-             f"run `apt-get update` first, or pass --deb PATH")
-    debs = sorted(folder.glob(f"{PACKAGE}_*.deb"))
-    if not debs:
-        fail(f"apt-get download left no {PACKAGE}_*.deb in {folder}")
-    return debs[0]
-
-
 # --- visible text and the checker ------------------------------------------------------------
-
-
-class BodyText(html.parser.HTMLParser):
-    """Text of <body> with the tags removed; <script> and <style> dropped."""
-
-    def __init__(self) -> None:
-        super().__init__(convert_charrefs=True)
-        self.parts: list[str] = []
-        self.in_body = False
-        self.skip = 0
-
-    def handle_starttag(self, tag: str, attrs) -> None:
-        if tag == "body":
-            self.in_body = True
-        elif tag in ("script", "style"):
-            self.skip += 1
-        self.parts.append(" ")
-
-    def handle_endtag(self, tag: str) -> None:
-        if tag in ("script", "style"):
-            self.skip = max(0, self.skip - 1)
-        elif tag == "body":
-            self.in_body = False
-        self.parts.append(" ")
-
-    def handle_data(self, data: str) -> None:
-        if self.in_body and not self.skip:
-            self.parts.append(data)
-
-
-def visible_text(page: str) -> str:
-    parser = BodyText()
-    parser.feed(page)
-    parser.close()
-    return "".join(parser.parts)
 
 
 def words(text: str) -> list[str]:
@@ -261,7 +160,7 @@ def main() -> None:
     args = ap.parse_args()
 
     with tempfile.TemporaryDirectory(prefix="python-faq-deb-") as tmp:
-        deb = args.deb if args.deb else download_deb(Path(tmp))
+        deb = args.deb if args.deb else download(PACKAGE, Path(tmp))
         if not deb.is_file():
             fail(f"{deb} is not a file")
         deb_sha256 = hashlib.sha256(deb.read_bytes()).hexdigest()
