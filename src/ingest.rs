@@ -354,17 +354,18 @@ pub fn ingest(
     })?;
     let explain = |e| store.explain_write_error(e);
     let tenant = store.tenant_for_model(&opts.tenant, embedder.model_id(), embedder.dims()).map_err(explain)?;
-    ingest_into(store, &tenant, embedder, &root, opts, started, on_event).map_err(explain)
+    let mut report = ingest_into(store, &tenant, embedder, &root, opts, on_event).map_err(explain)?;
+    report.wall_s = started.elapsed().as_secs_f64();
+    Ok(report)
 }
 
-/// The run of [`ingest`] once its folder and tenant are known.
+/// The run of [`ingest`] once its folder and tenant are known (`wall_s` is left to it).
 fn ingest_into(
     store: &Store,
     tenant: &TenantRow,
     embedder: &Arc<dyn Embedder>,
     root: &Path,
     opts: &IngestOptions,
-    started: Instant,
     on_event: &mut dyn FnMut(IngestEvent<'_>),
 ) -> Result<IngestReport> {
     let mut writer = store.writer(&tenant)?;
@@ -632,7 +633,6 @@ fn ingest_into(
         }
     }
     commit(&mut writer, &mut batch, &mut batch_changes, &mut report, on_event)?;
-    report.wall_s = started.elapsed().as_secs_f64();
     Ok(report)
 }
 
