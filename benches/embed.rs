@@ -5,10 +5,10 @@
 
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 
-use ragbox::embed::{load_embedder, EmbedOptions};
-use ragbox::model::ModelStore;
-use ragbox::testing::{SeededRng, TINY_WORDS};
-use ragbox::types::TextKind;
+use ragbox_core::embed::{load_embedder, EmbedOptions};
+use ragbox_core::model::ModelStore;
+use ragbox_core::testing::{SeededRng, TINY_WORDS};
+use ragbox_core::types::TextKind;
 
 fn texts(n: usize, words: usize, seed: u64) -> Vec<String> {
     let mut rng = SeededRng::new(seed);

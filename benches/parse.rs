@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 
-use ragbox::chunk::{chunker, ChunkOptions, ChunkerKind, WordCounter};
+use ragbox_core::chunk::{chunker, ChunkOptions, ChunkerKind, WordCounter};
 
 fn inputs() -> Vec<PathBuf> {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
@@ -28,8 +28,8 @@ fn bench_parse(c: &mut Criterion) {
         let mut group = c.benchmark_group(format!("parse/{name}"));
         group.throughput(Throughput::Bytes(bytes.len() as u64));
         group.sample_size(10);
-        group.bench_function("parse", |b| b.iter(|| ragbox::source::parse(&path, &bytes, u64::MAX).expect("parses")));
-        let doc = ragbox::source::parse(&path, &bytes, u64::MAX).expect("parses");
+        group.bench_function("parse", |b| b.iter(|| ragbox_core::source::parse(&path, &bytes, u64::MAX).expect("parses")));
+        let doc = ragbox_core::source::parse(&path, &bytes, u64::MAX).expect("parses");
         group.bench_function("chunk", |b| b.iter(|| structural.chunk(&doc, &WordCounter)));
         group.finish();
     }

@@ -224,7 +224,7 @@ fn main() {
     println!("|---|---|---|---|---|---|");
     for path in paths {
         if path == Path::Hook {
-            ragbox::generate::kernels::install();
+            ragbox_core::generate::kernels::install();
         }
         let mut dst = Vec::new();
         let mut total = [0f64; 3];

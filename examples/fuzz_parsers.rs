@@ -8,10 +8,10 @@
 //! ```
 //!
 //! `--xls-reader` names the `ragbox` executable that reads `.xls` in a bounded child process, as
-//! the `ragbox` binary does for itself (`ragbox::source::xls`); without it, `.xls` inputs are
+//! the `ragbox` binary does for itself (`ragbox_core::source::xls`); without it, `.xls` inputs are
 //! skipped as legacy files and only the OLE check is exercised.
 //!
-//! `--targets` runs only the named targets (see `ragbox::fuzz::TARGETS`), drawn by their weights;
+//! `--targets` runs only the named targets (see `ragbox_core::fuzz::TARGETS`), drawn by their weights;
 //! a case number then means another input than in a run of every target.
 //!
 //! A driver process runs the cases in worker processes (this same program with `--worker`). Each
@@ -20,7 +20,7 @@
 //! driver saves that case as a finding, and a new worker goes on from the next case. Panics,
 //! broken invariants and slow cases are caught inside the worker. Findings are written to
 //! `OUT/<kind>-<case>-<target>.<ext>` with a `.txt` beside each; `OUT/report.json` has the counts
-//! per target. Any case can be regenerated from `--seed` and its number (`ragbox::fuzz::case`).
+//! per target. Any case can be regenerated from `--seed` and its number (`ragbox_core::fuzz::case`).
 
 use std::io::Read;
 use std::path::{Path, PathBuf};
@@ -28,7 +28,7 @@ use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use ragbox::fuzz::{case, run, Corpus, Finding, FindingKind, FuzzOptions, FuzzReport, TARGETS};
+use ragbox_core::fuzz::{case, run, Corpus, Finding, FindingKind, FuzzOptions, FuzzReport, TARGETS};
 
 #[derive(Debug, Clone)]
 struct Args {
@@ -140,7 +140,7 @@ fn worker(args: &Args, start: u64, count: u64, progress: &Path) -> Result<(), St
     };
     let out = args.out.clone();
     let handle = std::thread::Builder::new()
-        .stack_size(ragbox::source::guard::PARSE_STACK_BYTES)
+        .stack_size(ragbox_core::source::guard::PARSE_STACK_BYTES)
         .spawn(move || {
             let mut found = 0u64;
             let report = run(
@@ -316,7 +316,7 @@ fn main() {
         }
     };
     if let Some(reader) = &args.xls_reader {
-        ragbox::source::xls::use_reader(reader.clone());
+        ragbox_core::source::xls::use_reader(reader.clone());
     }
     let result = match &args.worker {
         Some((start, count, progress)) => worker(&args, *start, *count, progress),

@@ -12,7 +12,7 @@ QUESTION="${2:-How many days after a trip do I have to submit my expense claim?}
 
 scripts/patch-crates.sh
 scripts/fetch-models.sh
-cargo build --locked --all-targets --features "$FEATURES"
+cargo build --locked --workspace --all-targets --features "$FEATURES"
 ragbox="$CARGO_TARGET_DIR/debug/ragbox"
 "$ragbox" --data-dir "$DATA" ingest tests/data/corpus
 "$ragbox" --data-dir "$DATA" ask "$QUESTION"

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The whole test suite, on a fresh machine or a warm one:
 #   1. fetch the pinned models into ~/.cache/ragbox and lay out models/ (seconds when cached);
-#   2. build everything once (tests, benches, the binary they drive) with the tuned dev profile,
+#   2. build every crate of the workspace once (tests, benches, the binary they drive) with the tuned dev profile,
 #      target dir kept outside the clone so repeated runs stay incremental;
 #   3. check the module layering (and build llama.cpp's OpenAI-compatible server once, in a venv
 #      under ~/.cache/ragbox, for the inference-server tests);
@@ -41,13 +41,13 @@ export LLAMA_SERVER_VENV
 
 step "build"
 cargo fetch --locked
-time cargo build --locked --offline --all-targets --features "$FEATURES"
+time cargo build --locked --offline --workspace --all-targets --features "$FEATURES"
 
 step "layers"
 scripts/check-layers.sh
 
 step "tests, network namespace with loopback only"
-run_tests="ip link set lo up && cargo test --locked --offline --features $FEATURES --all-targets && cargo test --locked --offline --features $FEATURES --doc && cargo test --locked --offline -p ragbox-kernels"
+run_tests="ip link set lo up && cargo test --locked --offline --workspace --features $FEATURES --all-targets && cargo test --locked --offline --workspace --features $FEATURES --doc"
 if [ "$(id -u)" = 0 ]; then
   unshare --net bash -c "$run_tests"
 else

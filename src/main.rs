@@ -1,7 +1,7 @@
 //! The `ragbox` binary: parse arguments, install logging, run, map errors to exit codes.
 
 mod cli;
-mod server;
+mod tools;
 
 /// mimalloc keeps freed tensor buffers for reuse; glibc's malloc returns every large buffer to
 /// the kernel and page-faults it back in on the next forward pass.
@@ -12,7 +12,7 @@ use std::process::ExitCode;
 
 use clap::Parser;
 
-fn install_logging(g: &cli::GlobalArgs) {
+fn install_logging(g: &ragbox_cli::GlobalArgs) {
     let default = match (g.quiet, g.verbose) {
         (true, _) => "error",
         (false, 0) => "warn",
@@ -27,7 +27,7 @@ fn install_logging(g: &cli::GlobalArgs) {
 
 fn exit_code(err: &anyhow::Error) -> u8 {
     for cause in err.chain() {
-        if let Some(e) = cause.downcast_ref::<ragbox::Error>() {
+        if let Some(e) = cause.downcast_ref::<ragbox_core::Error>() {
             return e.fault().exit_code() as u8;
         }
         if let Some(e) = cause.downcast_ref::<std::io::Error>() {
@@ -37,7 +37,7 @@ fn exit_code(err: &anyhow::Error) -> u8 {
         }
     }
     // Errors that are not ragbox's own come from the environment (I/O, malformed data files).
-    ragbox::Fault::Runtime.exit_code() as u8
+    ragbox_core::Fault::Runtime.exit_code() as u8
 }
 
 /// `mi_option_purge_delay` in mimalloc v2's `mi_option_t` (libmimalloc-sys names no constant).
@@ -47,13 +47,13 @@ const MI_OPTION_PURGE_DELAY: libmimalloc_sys::mi_option_t = 15;
 /// (x86-64-v3): a clear message instead of an illegal-instruction crash later.
 #[inline(never)]
 fn require_cpu_baseline() -> Result<(), String> {
-    ragbox::model::cpu::baseline().refusal().map_or(Ok(()), Err)
+    ragbox_core::model::cpu::baseline().refusal().map_or(Ok(()), Err)
 }
 
 fn main() -> ExitCode {
     // `ragbox __read-xls`: this process is the bounded reader of one legacy workbook.
-    if std::env::args_os().nth(1).is_some_and(|a| a == ragbox::source::xls::CHILD_ARG) {
-        return ragbox::source::xls::child_main();
+    if std::env::args_os().nth(1).is_some_and(|a| a == ragbox_core::source::xls::CHILD_ARG) {
+        return ragbox_core::source::xls::child_main();
     }
     if let Err(msg) = require_cpu_baseline() {
         eprintln!("error: {msg}");
@@ -71,7 +71,7 @@ fn main() -> ExitCode {
         libc::signal(libc::SIGPIPE, libc::SIG_DFL)
     };
     if let Ok(exe) = std::env::current_exe() {
-        ragbox::source::xls::use_reader(exe);
+        ragbox_core::source::xls::use_reader(exe);
     }
     let cli = cli::Cli::parse();
     install_logging(&cli.global);

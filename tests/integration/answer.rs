@@ -8,8 +8,8 @@ use std::path::Path;
 use std::process::Stdio;
 use std::sync::Arc;
 
-use ragbox::generate::{block_on, Generator};
-use ragbox::rerank::Reranker;
+use ragbox_core::generate::{block_on, Generator};
+use ragbox_core::rerank::Reranker;
 
 use crate::common::{models_dir, ragbox, run};
 use crate::retrieve::sample_data;
@@ -186,25 +186,25 @@ fn chat_rewrites_follow_ups_and_leaves_self_contained_questions_alone() {
 }
 
 fn load_generator(name: &str) -> Arc<dyn Generator> {
-    let config = ragbox::config::Config::load(&ragbox::config::Overrides {
+    let config = ragbox_core::config::Config::load(&ragbox_core::config::Overrides {
         models_dir: Some(models_dir()),
         data_dir: Some(tempfile::tempdir().unwrap().keep()),
         ..Default::default()
     })
     .unwrap();
-    let app = ragbox::app::App::new(config).unwrap();
+    let app = ragbox_core::app::App::new(config).unwrap();
     app.generator(Some(name)).unwrap()
 }
 
 #[test]
 fn an_answer_arriving_while_the_llm_preloads_waits_for_that_load_instead_of_loading_again() {
-    let config = ragbox::config::Config::load(&ragbox::config::Overrides {
+    let config = ragbox_core::config::Config::load(&ragbox_core::config::Overrides {
         models_dir: Some(models_dir()),
         data_dir: Some(tempfile::tempdir().unwrap().keep()),
         ..Default::default()
     })
     .unwrap();
-    let app = Arc::new(ragbox::app::App::new(config).unwrap());
+    let app = Arc::new(ragbox_core::app::App::new(config).unwrap());
     let name = "smollm2-135m-instruct";
     // What `ask` does: the load starts on its own thread, the answer asks for the generator
     // while it runs (and a third caller at the same time). One load: every caller gets it.
@@ -221,7 +221,7 @@ fn an_answer_arriving_while_the_llm_preloads_waits_for_that_load_instead_of_load
 #[test]
 fn the_llm_reranker_scores_the_relevant_passage_above_the_others() {
     let g = load_generator("qwen2.5-coder-0.5b-instruct");
-    let r = ragbox::generate::rerank::LlmReranker::new(g.clone());
+    let r = ragbox_core::generate::rerank::LlmReranker::new(g.clone());
     let passages = [
         "The canteen on the second floor serves lunch from 12:00 to 14:00 on weekdays.",
         "Submit each expense claim in the ExpensePoint app within 30 days of the last day of the trip.",
@@ -235,10 +235,10 @@ fn the_llm_reranker_scores_the_relevant_passage_above_the_others() {
     assert!(scores[1] > scores[0] && scores[1] > scores[2], "{scores:?}");
     assert!((scores[3] - scores[0]).abs() < 1e-3 && (scores[4] - scores[1]).abs() < 1e-3, "{scores:?}");
     // Streaming and greedy decoding: the same prompt gives the same text twice.
-    let req = ragbox::generate::GenerateRequest::greedy(vec![ragbox::generate::Message::user("What is the capital of France?")], 16);
+    let req = ragbox_core::generate::GenerateRequest::greedy(vec![ragbox_core::generate::Message::user("What is the capital of France?")], 16);
     let mut pieces = Vec::new();
     let a = block_on(g.generate(&req, &mut |t: &str| pieces.push(t.to_string()))).unwrap();
-    let b = block_on(g.generate(&req, &mut ragbox::generate::Discard)).unwrap();
+    let b = block_on(g.generate(&req, &mut ragbox_core::generate::Discard)).unwrap();
     assert!(a.text.contains("Paris"), "{}", a.text);
     assert_eq!(a.text, b.text);
     assert!(pieces.len() > 1 && pieces.concat() == a.text, "tokens arrive one by one");
@@ -266,8 +266,8 @@ fn the_chat_model_answers_from_its_weights_mapped_where_the_file_holds_them() {
         .sum();
     // Every tensor is mapped; only the metadata at the file's head (the vocabulary) is not.
     assert!(mapped > size * 8 / 10, "{mapped} of {size} bytes of {} mapped", file.display());
-    let req = ragbox::generate::GenerateRequest::greedy(vec![ragbox::generate::Message::user("What is the capital of France?")], 16);
-    let reply = block_on(g.generate(&req, &mut ragbox::generate::Discard)).unwrap();
+    let req = ragbox_core::generate::GenerateRequest::greedy(vec![ragbox_core::generate::Message::user("What is the capital of France?")], 16);
+    let reply = block_on(g.generate(&req, &mut ragbox_core::generate::Discard)).unwrap();
     assert!(reply.text.contains("Paris"), "{}", reply.text);
 }
 
@@ -280,13 +280,13 @@ fn requests_sent_together_are_decoded_as_one_batch_and_each_gets_its_own_reply()
     let requests: Vec<_> = asks
         .iter()
         .map(|(country, _)| {
-            let m = vec![ragbox::generate::Message::user(format!("What is the capital of {country}? Answer in one sentence."))];
-            ragbox::generate::GenerateRequest::greedy(m, 16)
+            let m = vec![ragbox_core::generate::Message::user(format!("What is the capital of {country}? Answer in one sentence."))];
+            ragbox_core::generate::GenerateRequest::greedy(m, 16)
         })
         .collect();
     let replies = block_on(futures::future::join_all(requests.iter().map(|r| {
         let g = g.clone();
-        async move { g.generate(r, &mut ragbox::generate::Discard).await.unwrap() }
+        async move { g.generate(r, &mut ragbox_core::generate::Discard).await.unwrap() }
     })));
     let texts: Vec<&str> = replies.iter().map(|r| r.text.as_str()).collect();
     assert!(replies.iter().all(|r| r.prompt_tokens == replies[0].prompt_tokens), "one prompt length, so one batch: {replies:?}");
@@ -341,7 +341,7 @@ fn a_gguf_file_that_is_no_chat_model_is_refused_with_the_fix() {
     let (code, stdout, stderr) = run(ragbox(data.path()).args(["models", "path", "nomic-embed-text-v1.5"]));
     assert_eq!(code, 0, "{stderr}");
     let file = std::path::PathBuf::from(stdout.trim());
-    let options = ragbox::generate::LocalOptions {
+    let options = ragbox_core::generate::LocalOptions {
         name: "nomic-embed-text-v1.5".into(),
         file: file.clone(),
         force_cpu: true,
@@ -349,7 +349,7 @@ fn a_gguf_file_that_is_no_chat_model_is_refused_with_the_fix() {
         prefix_cache: 0,
         dequantize: false,
     };
-    let err = match block_on(ragbox::generate::GgufGenerator::load(&options)) {
+    let err = match block_on(ragbox_core::generate::GgufGenerator::load(&options)) {
         Ok(_) => panic!("{} loaded as a chat model", file.display()),
         Err(e) => e.to_string(),
     };
@@ -363,7 +363,7 @@ fn a_gguf_file_that_is_no_chat_model_is_refused_with_the_fix() {
 /// evidence stopped, and that stage agrees with what the model would have read.
 #[test]
 fn eval_prompts_only_reports_where_the_evidence_stopped_without_asking_the_model() {
-    use ragbox::eval::qa::words;
+    use ragbox_core::eval::qa::words;
     let tmp = tempfile::tempdir().unwrap();
     let all = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/eval/qa/sample-corpus.jsonl")).unwrap();
     let picked: Vec<&str> = ["What's the hotel cap in London?", "What should I do if I lose my laptop?", "How many days of annual leave do I get?"]

@@ -4,7 +4,7 @@
 
 use std::path::Path;
 
-use ragbox::store::{Store, VectorOptions};
+use ragbox_core::store::{Store, VectorOptions};
 
 use crate::common::{copy_tree, ragbox, run};
 use crate::ingest::sample_corpus;

@@ -150,13 +150,13 @@ fn a_gguf_of_the_wrong_architecture_is_refused_by_name() {
     let dir = tempfile::tempdir().unwrap();
     let p = dir.path().join("m.gguf");
     write_gguf(&p, "llama");
-    let err = ragbox::model::gguf::load_gguf(&p, "nomic-bert", |n| Some(n.to_string()), candle_core::DType::F32, &candle_core::Device::Cpu)
+    let err = ragbox_core::model::gguf::load_gguf(&p, "nomic-bert", |n| Some(n.to_string()), candle_core::DType::F32, &candle_core::Device::Cpu)
         .err()
         .expect("a llama GGUF is not a nomic-bert model")
         .to_string();
     assert!(err.contains("architecture is `llama`, expected `nomic-bert`"), "{err}");
     std::fs::write(&p, b"GGUF but truncated").unwrap();
-    let err = ragbox::model::gguf::load_gguf(&p, "nomic-bert", |n| Some(n.to_string()), candle_core::DType::F32, &candle_core::Device::Cpu)
+    let err = ragbox_core::model::gguf::load_gguf(&p, "nomic-bert", |n| Some(n.to_string()), candle_core::DType::F32, &candle_core::Device::Cpu)
         .err()
         .unwrap()
         .to_string();

@@ -1,18 +1,18 @@
 //! The candle models against reference outputs of the Python implementations
 //! (tests/fixtures/golden-*.json): token ids identical, cosine >= 0.9999, |logit diff| <= 1e-3.
 
-use ragbox::embed::{load_transformer, EmbedOptions, Embedder};
-use ragbox::model::{ModelStore, Precision};
-use ragbox::rerank::{CrossEncoder, RerankOptions, Reranker};
-use ragbox::types::{cosine, TextKind};
+use ragbox_core::embed::{load_transformer, EmbedOptions, Embedder};
+use ragbox_core::model::{ModelStore, Precision};
+use ragbox_core::rerank::{CrossEncoder, RerankOptions, Reranker};
+use ragbox_core::types::{cosine, TextKind};
 
 use crate::common::{f32s, fixture, json_fixture, models_dir, u32s};
 
-fn embedder(name: &str) -> ragbox::embed::TransformerEmbedder {
+fn embedder(name: &str) -> ragbox_core::embed::TransformerEmbedder {
     embedder_at(name, Precision::F32)
 }
 
-fn embedder_at(name: &str, precision: Precision) -> ragbox::embed::TransformerEmbedder {
+fn embedder_at(name: &str, precision: Precision) -> ragbox_core::embed::TransformerEmbedder {
     let store = ModelStore::new(models_dir());
     let spec = store.manifest().get(name).unwrap();
     let options = EmbedOptions { precision, ..EmbedOptions::default() };

@@ -6,8 +6,8 @@ use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
-use ragbox::store::{Store, VectorOptions};
-use ragbox::testing::SeededRng;
+use ragbox_core::store::{Store, VectorOptions};
+use ragbox_core::testing::SeededRng;
 
 use crate::common::{copy_tree, ragbox, run};
 
@@ -30,7 +30,7 @@ fn open_store(data: &Path) -> Store {
     Store::open(data, VectorOptions::default()).expect("store opens")
 }
 
-fn consistent(data: &Path, tenant: &str) -> ragbox::store::Consistency {
+fn consistent(data: &Path, tenant: &str) -> ragbox_core::store::Consistency {
     let store = open_store(data);
     let t = store.catalog().require_tenant(tenant).unwrap();
     store.check_consistency(&t).unwrap()
@@ -45,7 +45,7 @@ fn indexed_paths(data: &Path, tenant: &str) -> BTreeSet<PathBuf> {
         .documents(t.id)
         .unwrap()
         .into_iter()
-        .filter(|d| d.status == ragbox::store::DocumentStatus::Indexed)
+        .filter(|d| d.status == ragbox_core::store::DocumentStatus::Indexed)
         .map(|d| d.path)
         .collect()
 }
@@ -61,8 +61,8 @@ fn lexical_paths(data: &Path, tenant: &str, query: &str) -> Vec<PathBuf> {
 }
 
 fn corpus_files(dir: &Path) -> usize {
-    ragbox::source::walk::walk(dir)
-        .filter(|e| matches!(e, ragbox::source::walk::WalkEntry::File { path, .. } if ragbox::source::parser_for(path).is_some()))
+    ragbox_core::source::walk::walk(dir)
+        .filter(|e| matches!(e, ragbox_core::source::walk::WalkEntry::File { path, .. } if ragbox_core::source::parser_for(path).is_some()))
         .count()
 }
 
@@ -153,8 +153,8 @@ fn dense_search_finds_the_passage_with_the_real_model() {
     let (code, report, err) = ingest_json(&data, &[corpus.to_str().unwrap()]);
     assert_eq!(code, 0, "{report} {err}");
 
-    let app = ragbox::app::App::new(
-        ragbox::config::Config::load(&ragbox::config::Overrides {
+    let app = ragbox_core::app::App::new(
+        ragbox_core::config::Config::load(&ragbox_core::config::Overrides {
             data_dir: Some(data.clone()),
             models_dir: Some(crate::common::models_dir()),
             ..Default::default()
@@ -166,7 +166,7 @@ fn dense_search_finds_the_passage_with_the_real_model() {
     let store = app.store().unwrap();
     let t = store.catalog().require_tenant("default").unwrap();
     let reader = store.reader(&t).unwrap();
-    let q = embedder.embed_one("can I bring my puppy to work?", ragbox::types::TextKind::Query).unwrap();
+    let q = embedder.embed_one("can I bring my puppy to work?", ragbox_core::types::TextKind::Query).unwrap();
     let hits = reader.vector.search(&q.vector, 2).unwrap();
     let rows = store.catalog().chunks(t.id, &[hits[0].0]).unwrap();
     assert!(rows[0].path.ends_with("pets.md"), "{rows:?}");
@@ -331,7 +331,7 @@ fn damaged_or_missing_indexes_are_rebuilt_from_the_catalog_without_reembedding()
     copy_tree(&sample_corpus(), &corpus);
     let (code, _, err) = ingest_json(&data, &[corpus.to_str().unwrap()]);
     assert_eq!(code, 0, "{err}");
-    let layout = ragbox::store::Layout::new(&data);
+    let layout = ragbox_core::store::Layout::new(&data);
     let vector = layout.vector("default", &open_store(&data).catalog().require_tenant("default").unwrap().model);
 
     // Garbage over the vector file, the lexical index deleted.
@@ -411,7 +411,7 @@ fn reembed_switches_a_tenant_to_another_model_from_the_catalog() {
     // `auto` runs both models at int8 (their manifest entries passed the gate at it).
     assert_eq!((t.model.as_str(), t.dims), ("nomic-embed-text-v1.5@int8", 768));
     assert!(store.check_consistency(&t).unwrap().consistent);
-    assert!(ragbox::store::Layout::new(&data).vector("default", "all-minilm-l6-v2@int8").exists(), "the old index stays");
+    assert!(ragbox_core::store::Layout::new(&data).vector("default", "all-minilm-l6-v2@int8").exists(), "the old index stays");
 
     // Further ingests use the tenant's model; nothing unchanged is embedded again.
     std::fs::write(corpus.join("c.md"), "# Parking\n\nBay 7 is for visitors.\n").unwrap();
@@ -671,6 +671,6 @@ fn without_the_ocr_model_scans_are_skipped_with_the_fetch_command() {
     let skipped = report["skipped"].as_array().unwrap();
     assert_eq!(skipped.len(), 1, "{report}");
     let reason = skipped[0]["reason"].as_str().unwrap();
-    assert!(reason.starts_with(ragbox::source::NEEDS_OCR) && reason.contains("scripts/fetch-models.sh pp-ocrv6-small"), "{reason}");
+    assert!(reason.starts_with(ragbox_core::source::NEEDS_OCR) && reason.contains("scripts/fetch-models.sh pp-ocrv6-small"), "{reason}");
     assert_eq!(count(&report, "added"), 1, "the markdown note is ingested: {report}");
 }

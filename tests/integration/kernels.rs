@@ -10,7 +10,7 @@ use candle_core::{Device, Module, Tensor};
 
 fn check(dtype: GgmlDType, k: usize, n: usize, m: usize) {
     // What `ragbox ask` runs: candle's QMatMul with ragbox's hook installed.
-    ragbox::generate::kernels::install();
+    ragbox_core::generate::kernels::install();
     let dev = Device::Cpu;
     let w = Tensor::randn(0f32, 1.0, (n, k), &dev).expect("weights");
     let q = QTensor::quantize(&w, dtype).expect("quantise");

@@ -6,10 +6,10 @@ use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use ragbox::model::checksum::sha256_file;
-use ragbox::model::pull::pull_model;
-use ragbox::model::{Manifest, ModelStore};
-use ragbox::rerank::{load_reranker, RerankOptions};
+use ragbox_core::model::checksum::sha256_file;
+use ragbox_core::model::pull::pull_model;
+use ragbox_core::model::{Manifest, ModelStore};
+use ragbox_core::rerank::{load_reranker, RerankOptions};
 
 use crate::common::{copy_tree, fixture, json_fixture, models_dir, ragbox, run};
 
@@ -120,7 +120,7 @@ fn pull_from_a_hub_endpoint_lands_verified_files_in_hub_layout() {
     let paths = pull_model(&store, spec, &endpoint, false).unwrap();
     assert_eq!(paths.len(), 3);
     assert!(models.path().join("models--ragbox-tests--tiny-ce/refs/main").is_file());
-    assert!(store.status(spec, ragbox::model::store::Check::Full).ready);
+    assert!(store.status(spec, ragbox_core::model::store::Check::Full).ready);
     // The pulled model works: its logits are the reference ones.
     let reranker = load_reranker(&store, spec, &RerankOptions::default()).unwrap();
     let golden = json_fixture("golden-crossencoder-tiny-random.json");

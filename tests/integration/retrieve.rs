@@ -5,9 +5,9 @@
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, OnceLock};
 
-use ragbox::rerank::{CrossEncoder, RerankOptions, Reranker};
-use ragbox::retrieve::{Evidence, Outcome, RetrieveOptions, Retriever};
-use ragbox::store::{Store, VectorOptions};
+use ragbox_core::rerank::{CrossEncoder, RerankOptions, Reranker};
+use ragbox_core::retrieve::{Evidence, Outcome, RetrieveOptions, Retriever};
+use ragbox_core::store::{Store, VectorOptions};
 
 use crate::common::{copy_tree, fixture, models_dir, ragbox, run};
 use crate::ingest::sample_corpus;
@@ -191,9 +191,9 @@ fn the_rerank_stage_reorders_the_head_through_the_cross_encoder() {
         )
         .unwrap(),
     );
-    let models = ragbox::model::ModelStore::new(&models_dir());
+    let models = ragbox_core::model::ModelStore::new(&models_dir());
     let spec = models.manifest().get("all-minilm-l6-v2").unwrap();
-    let embedder = ragbox::embed::load_embedder(&models, spec, &ragbox::embed::EmbedOptions::default()).unwrap();
+    let embedder = ragbox_core::embed::load_embedder(&models, spec, &ragbox_core::embed::EmbedOptions::default()).unwrap();
     let options = RetrieveOptions { rerank_depth: 10, top_k: 4, floor: Some(1e9), ..RetrieveOptions::default() };
     let retriever = Retriever::new(&store, &tenant, Some(embedder), Some(Arc::clone(&tiny)), options).unwrap();
     let r = retriever.retrieve("hotel cost per night in London").unwrap();
@@ -208,7 +208,7 @@ fn the_rerank_stage_reorders_the_head_through_the_cross_encoder() {
     assert!(reranked.windows(2).all(|w| w[0].rerank.unwrap().score >= w[1].rerank.unwrap().score));
     // The scores are the cross-encoder's own for those passages.
     let first = store.catalog().chunks(tenant.id, &[reranked[0].chunk]).unwrap().remove(0);
-    let direct = tiny.score("hotel cost per night in London", &[&ragbox::types::indexed_text(&first.context, &first.text)]).unwrap()[0];
+    let direct = tiny.score("hotel cost per night in London", &[&ragbox_core::types::indexed_text(&first.context, &first.text)]).unwrap()[0];
     assert!((direct - reranked[0].rerank.unwrap().score).abs() < 1e-4);
     assert!(r.refused, "no score reaches a floor of 1e9");
     assert!(!r.hits.is_empty(), "a refusal still shows the closest material");

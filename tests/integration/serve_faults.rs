@@ -16,7 +16,7 @@ use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::time::{Duration, Instant};
 
-use ragbox::testing::SeededRng;
+use ragbox_core::testing::SeededRng;
 
 use crate::server::{call, cli, create_key, get, multipart, post, start_with, Server};
 

@@ -1,0 +1,396 @@
+//! Focus: the few sentences of the retrieved passages that bear on the question, so the
+//! generator reads those instead of whole passages.
+//!
+//! Imports `embed` and `rerank` (what scores each sentence against the question: the
+//! cross-encoder when the tenant has one, else its embedder; [`FocusScorer`]), `chunk::sentence`
+//! and `error`. A passage is cut into units: sentences (UAX#29, with the chunk
+//! splitter's fix-ups), list items and table rows (each row with its table's header row, which
+//! gives the row's cells their meaning). Heading lines are dropped: a passage's section is in its
+//! source label already, and a small model answers with a heading it sees ("[1] 3 Passwords").
+//! The units that score best against the question are kept, at most
+//! [`PER_PASSAGE`] from one passage, in the order they have in it; a passage with none kept
+//! leaves the prompt.
+//!
+//! Why (docs/EVAL.md, issue 12): on the sample questions the 0.5B model, given whole passages,
+//! answered with a heading or copied the first sentence; given the four closest sentences it
+//! reached and cited the reference more often, with half the prompt tokens (the time to the first
+//! token is the prompt's prefill). Scored by the embedder's cosine, the four kept dropped the
+//! evidence sentence of a fifth of the held-out questions whose evidence retrieval had found (a
+//! FAQ's answer is seldom the sentence worded most like the question); the cross-encoder reads
+//! the question and the sentence together (docs/EVAL.md, issue 35).
+//!
+//! ```
+//! use ragbox_core::answer::focus::units;
+//! let text = "## 3 Passwords\n\n3.1 Every password must be at least 14 characters long. It is never\nshared.\n\n\
+//!             | Record | Kept |\n|---|---|\n| Receipts | 7 years |\n\n- Lock your screen.\n- Report a loss.";
+//! let got: Vec<String> = units(text).into_iter().map(|u| u.shown()).collect();
+//! assert_eq!(got, [
+//!     "3.1 Every password must be at least 14 characters long.",
+//!     "It is never shared.",
+//!     "| Record | Kept | | Receipts | 7 years |",
+//!     "- Lock your screen.",
+//!     "- Report a loss.",
+//! ]);
+//! ```
+
+use std::sync::Arc;
+
+use serde::Serialize;
+
+use crate::chunk::sentence::sentences;
+use crate::embed::Embedder;
+use crate::error::{Error, Result};
+use crate::rerank::Reranker;
+use crate::types::{cosine, TextKind};
+
+/// Which model chooses the focused sentences (`answer.focus_by`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum FocusBy {
+    /// The cross-encoder when the tenant's retrieval has one, else the embedder.
+    #[default]
+    Reranker,
+    /// The tenant's embedder (cosine of the question's and the sentence's vectors).
+    Embedder,
+}
+
+impl std::str::FromStr for FocusBy {
+    type Err = Error;
+    fn from_str(s: &str) -> Result<Self> {
+        match s {
+            "reranker" => Ok(FocusBy::Reranker),
+            "embedder" => Ok(FocusBy::Embedder),
+            other => Err(Error::Invalid(format!("unknown focus scorer `{other}`; use reranker or embedder"))),
+        }
+    }
+}
+
+/// What scores a unit against the question; higher is closer.
+#[derive(Clone)]
+pub enum FocusScorer {
+    /// The cosine of the embedder's query and passage vectors.
+    Embedder(Arc<dyn Embedder>),
+    /// The cross-encoder's logit for (question, unit).
+    Reranker(Arc<dyn Reranker>),
+}
+
+impl FocusScorer {
+    /// The scorer `by` asks for from the models at hand: the reranker falls back to the embedder
+    /// when there is none or it is an LLM (a prefill per sentence).
+    pub fn choose(by: FocusBy, embedder: Option<Arc<dyn Embedder>>, reranker: Option<Arc<dyn Reranker>>) -> Option<FocusScorer> {
+        match (by, reranker) {
+            (FocusBy::Reranker, Some(r)) if r.scores_sentences_cheaply() => Some(FocusScorer::Reranker(r)),
+            _ => embedder.map(FocusScorer::Embedder),
+        }
+    }
+
+    /// The name of the model that scores (which one [`FocusScorer::choose`] took).
+    pub fn model_id(&self) -> String {
+        match self {
+            FocusScorer::Embedder(e) => e.model_id().to_string(),
+            FocusScorer::Reranker(r) => r.model_id().to_string(),
+        }
+    }
+
+    /// One score per unit, in order.
+    pub fn scores(&self, question: &str, units: &[&str]) -> Result<Vec<f32>> {
+        match self {
+            FocusScorer::Embedder(embedder) => {
+                let vectors = embedder.embed(units, TextKind::Passage)?;
+                let q = embedder.embed_one(question, TextKind::Query)?;
+                Ok(vectors.iter().map(|v| cosine(&q.vector, &v.vector)).collect())
+            }
+            FocusScorer::Reranker(reranker) => reranker.score(question, units),
+        }
+    }
+}
+
+/// Most units kept from one passage: the kept units then come from at least two passages.
+pub const PER_PASSAGE: usize = 2;
+
+/// One unit of a passage: a sentence, a list item or a table row.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Unit {
+    /// The unit's text, whitespace collapsed.
+    pub text: String,
+    /// A table row's header row (empty for other units).
+    pub header: String,
+}
+
+impl Unit {
+    /// A sentence that asks (ends with a question mark, closing quotes and brackets aside).
+    pub fn is_question(&self) -> bool {
+        self.text.trim_end_matches(['"', '\'', '”', '’', ')', ']', '*', '_', ' ']).ends_with('?')
+    }
+
+    /// The unit as the prompt shows it and the embedder reads it: a table row after its header.
+    pub fn shown(&self) -> String {
+        if self.header.is_empty() {
+            self.text.clone()
+        } else {
+            format!("{} {}", self.header, self.text)
+        }
+    }
+}
+
+fn collapse(text: &str) -> String {
+    text.split_whitespace().collect::<Vec<_>>().join(" ")
+}
+
+/// A markdown heading (`# …`) or a setext underline (`===`, `---`, `~~~`).
+fn is_underline(line: &str) -> bool {
+    line.len() >= 3 && line.chars().all(|c| matches!(c, '=' | '-' | '~'))
+}
+
+/// A list item's opening: `-`, `*`, `+`, `1.` or `1)` and a space.
+fn opens_item(line: &str) -> bool {
+    let digits = line.chars().take_while(char::is_ascii_digit).count();
+    let rest = &line[digits..];
+    let marker = if digits > 0 { rest.starts_with(". ") || rest.starts_with(") ") } else { false };
+    marker || line.starts_with("- ") || line.starts_with("* ") || line.starts_with("+ ")
+}
+
+/// The units of `text`, in order. Heading lines are left out; a passage of nothing but headings
+/// has no units.
+pub fn units(text: &str) -> Vec<Unit> {
+    // Lines without headings, grouped into blocks at blank lines.
+    let mut blocks: Vec<Vec<&str>> = vec![Vec::new()];
+    for line in text.lines().map(str::trim) {
+        if line.starts_with('#') {
+            continue;
+        }
+        if is_underline(line) {
+            // A setext heading's title is the line above its underline.
+            blocks.last_mut().map(Vec::pop);
+            continue;
+        }
+        if line.is_empty() {
+            blocks.push(Vec::new());
+        } else {
+            blocks.last_mut().expect("one block at least").push(line);
+        }
+    }
+    let mut out = Vec::new();
+    for block in blocks.into_iter().filter(|b| !b.is_empty()) {
+        if block[0].starts_with('|') {
+            let rows: Vec<&str> =
+                block.into_iter().filter(|l| !l.chars().all(|c| matches!(c, '|' | '-' | ':' | ' '))).collect();
+            let Some((header, body)) = rows.split_first() else { continue };
+            if body.is_empty() {
+                out.push(Unit { text: collapse(header), header: String::new() });
+            }
+            out.extend(body.iter().map(|row| Unit { text: collapse(row), header: collapse(header) }));
+            continue;
+        }
+        let mut items: Vec<String> = Vec::new();
+        for line in block {
+            match items.last_mut() {
+                Some(item) if !opens_item(line) => {
+                    item.push(' ');
+                    item.push_str(line);
+                }
+                _ => items.push(line.to_string()),
+            }
+        }
+        for item in items {
+            out.extend(
+                sentences(&item)
+                    .into_iter()
+                    .map(|r| collapse(&item[r]))
+                    .filter(|s| !s.is_empty())
+                    .map(|text| Unit { text, header: String::new() }),
+            );
+        }
+    }
+    out
+}
+
+/// The unit that scored best against the question, over all passages. A passage's own question
+/// ("Can I have Tk events handled while waiting for I/O?", a FAQ's heading written as a
+/// sentence) matches the question asked best and answers nothing: the unit after it, its
+/// answer, stands in for it at its score; a question with no answer after it is passed over.
+/// So the sentence quoted in place of a reply is never a question.
+#[derive(Debug, Clone, PartialEq)]
+pub struct BestUnit {
+    /// Index of its passage in the passages focused.
+    pub passage: usize,
+    /// The unit.
+    pub unit: Unit,
+    /// Its score: the cross-encoder's logit, or the embedder's cosine.
+    pub score: f32,
+    /// Whether the cross-encoder scored it (its logit means the same on every corpus; a cosine
+    /// does not).
+    pub by_cross_encoder: bool,
+}
+
+/// What [`focus`] chose.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct Focused {
+    /// The focused text of each passage, `None` for a passage none of whose units was kept.
+    pub shown: Vec<Option<String>>,
+    /// The unit that scored best, if any passage had units.
+    pub best: Option<BestUnit>,
+}
+
+/// The focused text of each passage: the `keep` units that `scorer` puts closest to `question`
+/// over all passages (at most [`PER_PASSAGE`] from one), each passage's in its own order; `None`
+/// for a passage none of whose units was kept. A table row's header is shown once before its
+/// passage's first row.
+pub fn focus(scorer: &FocusScorer, question: &str, passages: &[&str], keep: usize) -> Result<Focused> {
+    let per: Vec<Vec<Unit>> = passages.iter().map(|p| units(p)).collect();
+    let shown: Vec<String> = per.iter().flatten().map(Unit::shown).collect();
+    if shown.is_empty() || keep == 0 {
+        return Ok(Focused { shown: vec![None; passages.len()], best: None });
+    }
+    let refs: Vec<&str> = shown.iter().map(String::as_str).collect();
+    let scores = scorer.scores(question, &refs)?;
+    // (score, passage, unit) best first.
+    let mut scored = Vec::with_capacity(shown.len());
+    let mut at = 0;
+    for (p, units) in per.iter().enumerate() {
+        for u in 0..units.len() {
+            scored.push((scores[at], p, u));
+            at += 1;
+        }
+    }
+    scored.sort_by(|a, b| b.0.total_cmp(&a.0).then(a.1.cmp(&b.1)).then(a.2.cmp(&b.2)));
+    let answer_to = |p: usize, u: usize| if per[p][u].is_question() { per[p].get(u + 1).filter(|n| !n.is_question()) } else { Some(&per[p][u]) };
+    let best = scored.iter().find_map(|&(score, p, u)| Some((score, p, answer_to(p, u)?))).map(|(score, p, unit)| BestUnit {
+        passage: p,
+        unit: unit.clone(),
+        score,
+        by_cross_encoder: matches!(scorer, FocusScorer::Reranker(_)),
+    });
+    let mut chosen: Vec<Vec<usize>> = vec![Vec::new(); passages.len()];
+    let mut kept = 0;
+    for (_, p, u) in scored {
+        if kept == keep {
+            break;
+        }
+        if chosen[p].len() < PER_PASSAGE {
+            chosen[p].push(u);
+            kept += 1;
+        }
+    }
+    let shown = chosen
+        .into_iter()
+        .zip(&per)
+        .map(|(mut picked, units)| {
+            if picked.is_empty() {
+                return None;
+            }
+            picked.sort_unstable();
+            let mut parts: Vec<&str> = Vec::new();
+            for u in picked {
+                let unit = &units[u];
+                if !unit.header.is_empty() && !parts.contains(&unit.header.as_str()) {
+                    parts.push(&unit.header);
+                }
+                parts.push(&unit.text);
+            }
+            Some(parts.join(" "))
+        })
+        .collect();
+    Ok(Focused { shown, best })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::testing::HashEmbedder;
+
+    /// Scores a unit by how many of the question's words it holds; `cheap` says whether it is a
+    /// cross-encoder.
+    struct WordOverlap {
+        cheap: bool,
+    }
+
+    impl Reranker for WordOverlap {
+        fn model_id(&self) -> &str {
+            "overlap"
+        }
+        fn score(&self, query: &str, passages: &[&str]) -> Result<Vec<f32>> {
+            let words: Vec<String> = query.split_whitespace().map(str::to_lowercase).collect();
+            Ok(passages.iter().map(|p| words.iter().filter(|w| p.to_lowercase().contains(w.as_str())).count() as f32).collect())
+        }
+        fn scores_sentences_cheaply(&self) -> bool {
+            self.cheap
+        }
+    }
+
+    #[test]
+    fn the_cross_encoder_scores_when_asked_and_an_llm_reranker_never_does() {
+        let embedder: Arc<dyn Embedder> = Arc::new(HashEmbedder::default());
+        let cross: Arc<dyn Reranker> = Arc::new(WordOverlap { cheap: true });
+        let llm: Arc<dyn Reranker> = Arc::new(WordOverlap { cheap: false });
+        let pick = |by, r: Option<&Arc<dyn Reranker>>| FocusScorer::choose(by, Some(embedder.clone()), r.cloned()).map(|s| s.model_id());
+        assert_eq!(pick(FocusBy::Reranker, Some(&cross)), Some("overlap".to_string()));
+        assert_eq!(pick(FocusBy::Reranker, Some(&llm)), Some(embedder.model_id().to_string()));
+        assert_eq!(pick(FocusBy::Reranker, None), Some(embedder.model_id().to_string()));
+        assert_eq!(pick(FocusBy::Embedder, Some(&cross)), Some(embedder.model_id().to_string()));
+        assert!(FocusScorer::choose(FocusBy::Reranker, None, None).is_none());
+        assert_eq!("embedder".parse::<FocusBy>().unwrap(), FocusBy::Embedder);
+        assert!("bm25".parse::<FocusBy>().unwrap_err().to_string().contains("use reranker or embedder"));
+        // The reranker's scores choose the units.
+        let scorer = FocusScorer::Reranker(cross);
+        let got = focus(&scorer, "receipts kept years", &["Trains are second class. Receipts are kept for 7 years."], 1).unwrap();
+        assert_eq!(got.shown, vec![Some("Receipts are kept for 7 years.".to_string())]);
+        let best = got.best.unwrap();
+        assert_eq!((best.passage, best.unit.text.as_str(), best.score, best.by_cross_encoder), (0, "Receipts are kept for 7 years.", 3.0, true));
+    }
+
+    #[test]
+    fn the_best_unit_is_never_a_question() {
+        let scorer = FocusScorer::Reranker(Arc::new(WordOverlap { cheap: true }));
+        // The passage's own question shares the most words with the one asked.
+        let faq = "Can I have Tk events handled while waiting for I/O? On platforms other than Windows, yes, and you don't need threads.";
+        let got = focus(&scorer, "can Tk events be handled while waiting for I/O without threads", &[faq], 2).unwrap();
+        let best = got.best.unwrap();
+        assert_eq!(best.unit.text, "On platforms other than Windows, yes, and you don't need threads.");
+        // At the question's score: the cross-encoder found the passage's question and answer.
+        assert_eq!(best.score, 8.0);
+        // The question is still read by the model: only the quote leaves it out.
+        assert!(got.shown[0].as_deref().unwrap().starts_with("Can I have Tk events"), "{:?}", got.shown);
+        assert!(Unit { text: "He asked: “is it free?”".into(), header: String::new() }.is_question());
+        assert!(!Unit { text: "Why? Because it is.".into(), header: String::new() }.is_question());
+        // A question with a question after it is passed over; nothing but questions: nothing to quote.
+        let got = focus(&scorer, "why how tk", &["Why Tk? How? Tk is a toolkit."], 3).unwrap();
+        assert_eq!(got.best.unwrap().unit.text, "Tk is a toolkit.");
+        assert!(focus(&scorer, "why", &["Why? How?"], 2).unwrap().best.is_none());
+    }
+
+    #[test]
+    fn setext_headings_and_table_rules_are_not_units() {
+        let text = "Antwerp capacity\n~~~~~~~~~~~~~~~~\nRuben proposed a Saturday shift. Decision: it starts on\n1 June 2024.\n\n\
+                    | Site | Start |\n| :--- | ---: |\n| Antwerp | 1 June |";
+        let got: Vec<String> = units(text).into_iter().map(|u| u.shown()).collect();
+        assert_eq!(
+            got,
+            [
+                "Ruben proposed a Saturday shift.",
+                "Decision: it starts on 1 June 2024.",
+                "| Site | Start | | Antwerp | 1 June |"
+            ]
+        );
+        assert!(units("# Title\n\n## 2 Scope\n").is_empty());
+    }
+
+    #[test]
+    fn the_closest_units_are_kept_in_passage_order_and_at_most_two_per_passage() {
+        let e = FocusScorer::Embedder(Arc::new(HashEmbedder::default()));
+        // The fake embeds by hashed words: the units sharing the question's words score highest.
+        let p1 = "Claims are due within 30 days of the trip. Trains are second class. Claims after 90 days are rejected.";
+        let p2 = "Hotels are booked in the app. Claims within 30 days of the trip are paid.";
+        let p3 = "The canteen opens at noon.";
+        let got = focus(&e, "claims within 30 days of the trip", &[p1, p2, p3], 3).unwrap();
+        assert!(!got.best.as_ref().unwrap().by_cross_encoder);
+        let got = got.shown;
+        assert_eq!(got.len(), 3);
+        let one = got[0].as_deref().unwrap();
+        assert!(one.starts_with("Claims are due within 30 days of the trip."), "{one}");
+        assert!(!one.contains("Trains"), "{one}");
+        assert_eq!(got[1].as_deref(), Some("Claims within 30 days of the trip are paid."));
+        assert_eq!(got[2], None);
+        assert_eq!(focus(&e, "anything", &["## Only a heading"], 4).unwrap(), Focused { shown: vec![None], best: None });
+    }
+}

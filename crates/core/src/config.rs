@@ -1,0 +1,561 @@
+//! Configuration: `config/default.toml` < `--config FILE` < `RAGBOX_*` environment < flags.
+//!
+//! [`RawConfig`] is what the files say (unknown keys are refused, and each choice, such as
+//! `ingest.chunker`, is read into its enum there, so a misspelt one is refused at load);
+//! [`Config`] is the same settings validated, with paths resolved. Only `app` reads `Config`; library constructors take typed options.
+
+use std::path::{Path, PathBuf};
+
+use serde::Deserialize;
+
+use crate::answer::focus::FocusBy;
+use crate::answer::prompt::AnswerPrompt;
+use crate::answer::support::SupportMethod;
+use crate::chunk::ChunkerKind;
+use crate::error::{Error, Result};
+pub use crate::model::DeviceChoice;
+use crate::model::{Manifest, Precision};
+use crate::store::Quantization;
+use crate::types::ModelRole;
+
+/// The shipped defaults.
+pub const DEFAULT_TOML: &str = include_str!("../../../config/default.toml");
+
+/// `[embed]`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct EmbedSection {
+    /// Model name.
+    pub model: String,
+    /// Most texts per batch.
+    pub batch_size: usize,
+    /// Most padded tokens per batch.
+    pub max_batch_tokens: usize,
+    /// Precision of every encoder's dense layers (the embedder's and the cross-encoder's).
+    #[serde(default)]
+    pub precision: Precision,
+}
+
+/// `[rerank]`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RerankSection {
+    /// Model name.
+    pub model: String,
+    /// Most pairs per batch.
+    pub batch_size: usize,
+}
+
+/// `[ingest]`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct IngestSection {
+    /// The chunker.
+    pub chunker: ChunkerKind,
+    /// Target child size in tokens.
+    pub child_tokens: usize,
+    /// Hard child budget in tokens.
+    pub max_child_tokens: usize,
+    /// Parent budget in tokens.
+    pub parent_tokens: usize,
+    /// Child overlap in tokens.
+    pub overlap_tokens: usize,
+    /// Largest file ingested.
+    pub max_file_bytes: u64,
+    /// Seconds one file's parse may take before it is skipped.
+    pub parse_timeout_s: u64,
+    /// Pending chunks that trigger a commit.
+    pub commit_chunks: usize,
+}
+
+/// `[store]`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct StoreSection {
+    /// How vectors are stored: `f32`, `f16` or `i8`.
+    pub quantization: Quantization,
+    /// Exact vector search below this many vectors.
+    pub exact_below: usize,
+}
+
+/// `[retrieve]`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RetrieveSection {
+    /// Dense candidates.
+    pub dense_candidates: usize,
+    /// BM25 candidates.
+    pub lexical_candidates: usize,
+    /// Weight of the dense list in reciprocal rank fusion.
+    pub dense_weight: f32,
+    /// Weight of the BM25 list.
+    pub lexical_weight: f32,
+    /// The `k` of reciprocal rank fusion.
+    pub rrf_k: f32,
+    /// Maximal marginal relevance trade-off; 1 switches it off.
+    pub mmr_lambda: f32,
+    /// Fused candidates the reranker scores.
+    pub rerank_depth: usize,
+    /// Share of the reranker's standardised score in the order of the reranked candidates, the
+    /// rest the standardised cosine of the query to each (1: the reranker alone).
+    pub rerank_weight: f32,
+    /// For a query that is not a question (a claim, keywords), BM25's share of the first stage's
+    /// vote in that order, the cosine the rest.
+    pub statement_bm25_share: f32,
+    /// Passages returned.
+    pub top_k: usize,
+    /// Merge sibling children into their parent section.
+    pub expand_parents: bool,
+    /// Refusal floors, by the model whose score they apply to (a reranker, or the embedder
+    /// when no reranker runs).
+    pub floors: std::collections::BTreeMap<String, f32>,
+}
+
+/// `[generate]`: the LLM that writes answers, contextual annotations and rewrites.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct GenerateSection {
+    /// `local` (a GGUF from the models folder; the default), `openai` (an OpenAI-compatible
+    /// inference server on a host of `allow_hosts`) or `claude` (remote; needs the `claude`
+    /// feature, and text leaves the machine).
+    pub backend: GenerateBackend,
+    /// The local model (a `generate` model of the manifest).
+    pub model: String,
+    /// Most tokens in an answer.
+    pub max_tokens: usize,
+    /// 0: greedy decoding.
+    pub temperature: f64,
+    /// Sequences the local model decodes together.
+    pub max_num_seqs: usize,
+    /// Prompt prefixes whose KV cache the local model keeps.
+    pub prefix_cache: usize,
+    /// Dequantise the local model's weights to f32 at load (off: quantised AVX2 kernels decode faster).
+    pub dequantize: bool,
+    /// The Claude model, when `backend = "claude"`.
+    pub claude_model: String,
+    /// The environment variable holding the Anthropic API key.
+    pub claude_api_key_env: String,
+    /// The Anthropic API base.
+    pub claude_base_url: String,
+    /// The inference server's API base, when `backend = "openai"` (`http://HOST:PORT/v1`).
+    pub openai_base_url: String,
+    /// The model name the inference server expects.
+    pub openai_model: String,
+    /// The environment variable holding the server's key, if it wants one.
+    pub openai_api_key_env: String,
+    /// A file holding the server's key (first line), if it wants one.
+    pub openai_api_key_file: String,
+    /// Giving up on connecting to the server.
+    pub openai_connect_timeout_ms: u64,
+    /// Giving up on one reply.
+    pub openai_timeout_ms: u64,
+    /// Hosts prompts may be sent to: names, IP addresses, CIDR networks. Empty: none.
+    pub allow_hosts: Vec<String>,
+    /// `none`, or `local`: the local model answers while the inference server is unreachable.
+    pub fallback: GenerateFallback,
+}
+
+/// `generate.backend`: where prompts go.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum GenerateBackend {
+    /// A GGUF from the models folder, in this process.
+    Local,
+    /// An OpenAI-compatible inference server on a host of `generate.allow_hosts`.
+    OpenAi,
+    /// Anthropic's API (the `claude` feature); text leaves the machine.
+    Claude,
+}
+
+/// `generate.fallback`: who answers while the inference server cannot be reached.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum GenerateFallback {
+    /// Nobody: the request fails, saying so.
+    None,
+    /// The local model (`generate.model`).
+    Local,
+}
+
+/// Reads a setting's word through its type's `FromStr`, so that a misspelt word is refused at
+/// load with the choices that parser names.
+fn parsed<'de, D, T>(d: D) -> std::result::Result<T, D::Error>
+where
+    D: serde::Deserializer<'de>,
+    T: std::str::FromStr<Err = Error>,
+{
+    let word = String::deserialize(d)?;
+    word.parse().map_err(|e| {
+        serde::de::Error::custom(match e {
+            Error::Invalid(m) => m,
+            e => e.to_string(),
+        })
+    })
+}
+
+/// `[answer]`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AnswerSection {
+    /// Passages given to the generator.
+    pub passages: usize,
+    /// Most characters of one passage in the prompt.
+    pub passage_chars: usize,
+    /// How sentences are checked against their citations: `grounded` (figures, names and
+    /// negations found in the cited passage; the default), `similarity` (embedding cosine), `llm`
+    /// (the generator's yes/no logits) or `off`. A reply none of whose sentences passes, with no
+    /// passage sentence to quote, is withheld.
+    #[serde(deserialize_with = "parsed")]
+    pub support: SupportMethod,
+    /// Below this a sentence is flagged unsupported (in the chosen method's score).
+    pub support_floor: f32,
+    /// Prior turns a follow-up may be rewritten with.
+    pub memory_turns: usize,
+    /// The answer prompt's layout: labelled, tagged, system-context or direct (docs/EVAL.md).
+    #[serde(deserialize_with = "parsed")]
+    pub prompt: AnswerPrompt,
+    /// Sentences of the passages the generator reads, those closest to the question; 0: whole
+    /// passages (docs/EVAL.md).
+    pub focus: usize,
+    /// What scores those sentences against the question: `reranker` (the cross-encoder when the
+    /// tenant's retrieval has one, else the embedder) or `embedder`.
+    #[serde(deserialize_with = "parsed")]
+    pub focus_by: FocusBy,
+    /// When the model's reply is not an answer, a focused sentence the cross-encoder scores at
+    /// least this high (logit) is quoted in its place; above 20 nothing ever is.
+    pub quote_floor: f32,
+}
+
+/// `[server]`: `ragbox serve`.
+#[derive(Debug, Clone, Deserialize, serde::Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct ServerSection {
+    /// Address to listen on; loopback unless someone chooses otherwise.
+    pub listen: String,
+    /// Generation requests that may wait for the LLM; beyond this the server answers 503.
+    pub queue: usize,
+    /// Generation requests run at once.
+    pub generate_concurrency: usize,
+    /// Largest JSON request body, in bytes.
+    pub max_body_bytes: usize,
+    /// Longest question or query, in characters.
+    pub max_question_chars: usize,
+    /// Largest upload, in bytes.
+    pub max_upload_bytes: usize,
+    /// Search, documents and admin requests: give up after this long.
+    pub request_timeout_ms: u64,
+    /// A request body (JSON or upload) must arrive within this long (slow clients: 408).
+    pub body_timeout_ms: u64,
+    /// An answer (queue wait included): cancel after this long.
+    pub generate_timeout_ms: u64,
+    /// On SIGTERM/SIGINT: how long in-flight requests get to finish before they are cancelled.
+    pub shutdown_grace_ms: u64,
+    /// Failed authentications per client address per minute before it is refused (429).
+    pub auth_failures_per_minute: u32,
+    /// Origins allowed by CORS; empty (the default) sends no CORS headers at all.
+    pub cors_origins: Vec<String>,
+    /// Load the LLM at start (else on the first answer).
+    pub preload_generator: bool,
+}
+
+/// The configuration as written: [`Config`] with its folders as the strings the files hold
+/// (empty for the default), before they are resolved and the values checked.
+pub type RawConfig = Config<String>;
+
+/// Values from the command line, the strongest layer.
+#[derive(Debug, Clone, Default)]
+pub struct Overrides {
+    /// `--config FILE`.
+    pub config_file: Option<PathBuf>,
+    /// `--data-dir`.
+    pub data_dir: Option<PathBuf>,
+    /// `--models-dir`.
+    pub models_dir: Option<PathBuf>,
+    /// `--device`.
+    pub device: Option<DeviceChoice>,
+}
+
+/// The configuration: as written while `P` is `String` ([`RawConfig`]; unknown keys refused), then
+/// validated, with its folders resolved to absolute paths (the default `P`).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Config<P = PathBuf> {
+    /// Data folder.
+    pub data_dir: P,
+    /// Models folder.
+    pub models_dir: P,
+    /// Device.
+    pub device: DeviceChoice,
+    /// Embedding settings.
+    pub embed: EmbedSection,
+    /// Reranking settings.
+    pub rerank: RerankSection,
+    /// Ingest settings.
+    pub ingest: IngestSection,
+    /// Index settings.
+    pub store: StoreSection,
+    /// Retrieval settings.
+    pub retrieve: RetrieveSection,
+    /// Generation settings.
+    pub generate: GenerateSection,
+    /// Answer settings.
+    pub answer: AnswerSection,
+    /// HTTP server settings (`listen` checked).
+    pub server: ServerSection,
+    /// The file read, if any (not a key of the file).
+    #[serde(skip)]
+    pub config_file: Option<PathBuf>,
+}
+
+fn merge(base: &mut toml::Value, top: toml::Value) {
+    match (base, top) {
+        (toml::Value::Table(b), toml::Value::Table(t)) => {
+            for (k, v) in t {
+                match b.get_mut(&k) {
+                    Some(slot) => merge(slot, v),
+                    None => {
+                        b.insert(k, v);
+                    }
+                }
+            }
+        }
+        (slot, v) => *slot = v,
+    }
+}
+
+fn env_layer(env: &dyn Fn(&str) -> Option<String>) -> toml::Value {
+    let mut t = toml::Table::new();
+    let mut embed = toml::Table::new();
+    for (var, key) in [("RAGBOX_DATA_DIR", "data_dir"), ("RAGBOX_MODELS_DIR", "models_dir"), ("RAGBOX_DEVICE", "device")] {
+        if let Some(v) = env(var).filter(|v| !v.is_empty()) {
+            t.insert(key.into(), toml::Value::String(v));
+        }
+    }
+    for (var, key) in [("RAGBOX_EMBED_MODEL", "model"), ("RAGBOX_EMBED_PRECISION", "precision")] {
+        if let Some(v) = env(var).filter(|v| !v.is_empty()) {
+            embed.insert(key.into(), toml::Value::String(v));
+        }
+    }
+    if !embed.is_empty() {
+        t.insert("embed".into(), toml::Value::Table(embed));
+    }
+    toml::Value::Table(t)
+}
+
+fn absolute(p: &Path) -> PathBuf {
+    if p.is_absolute() {
+        p.to_path_buf()
+    } else {
+        std::env::current_dir().map(|d| d.join(p)).unwrap_or_else(|_| p.to_path_buf())
+    }
+}
+
+/// The default models folder: `./models`, else the nearest `models/manifest.toml` above the binary.
+fn default_models_dir() -> PathBuf {
+    let here = PathBuf::from("models");
+    if here.is_dir() {
+        return absolute(&here);
+    }
+    if let Ok(exe) = std::env::current_exe() {
+        for dir in exe.ancestors().skip(1) {
+            if dir.join("models").join("manifest.toml").is_file() {
+                return dir.join("models");
+            }
+        }
+    }
+    absolute(&here)
+}
+
+fn default_data_dir(env: &dyn Fn(&str) -> Option<String>) -> PathBuf {
+    if let Some(x) = env("XDG_DATA_HOME").filter(|v| !v.is_empty()) {
+        return PathBuf::from(x).join("ragbox");
+    }
+    match env("HOME") {
+        Some(h) => PathBuf::from(h).join(".local/share/ragbox"),
+        None => absolute(Path::new(".ragbox")),
+    }
+}
+
+impl Config {
+    /// Loads the configuration from every layer, reading the process environment.
+    pub fn load(overrides: &Overrides) -> Result<Config> {
+        Config::load_with_env(overrides, &|k| std::env::var(k).ok())
+    }
+
+    /// Loads the configuration with an explicit environment (for tests).
+    pub fn load_with_env(overrides: &Overrides, env: &dyn Fn(&str) -> Option<String>) -> Result<Config> {
+        let mut value: toml::Value = toml::from_str(DEFAULT_TOML).expect("shipped defaults parse (tested)");
+        let mut file_dir = None;
+        if let Some(path) = &overrides.config_file {
+            let text = std::fs::read_to_string(path).map_err(|e| {
+                Error::Config(format!("cannot read config file {path:?}: {e}; check the --config path"))
+            })?;
+            let file: toml::Value =
+                toml::from_str(&text).map_err(|e| Error::Config(format!("{path:?}: {e}")))?;
+            merge(&mut value, file);
+            file_dir = path.parent().map(absolute);
+        }
+        merge(&mut value, env_layer(env));
+        let raw: RawConfig = value.try_into().map_err(|e: toml::de::Error| {
+            // With no source text to point into, toml names the key after the message
+            // ("MESSAGE\nin `KEY`\n"): put it first, on one line.
+            let text = e.to_string();
+            let text = match text.trim_end().rsplit_once("\nin `") {
+                Some((message, key)) => format!("{}: {message}", key.trim_end_matches('`')),
+                None => text.trim_end().to_string(),
+            };
+            Error::Config(format!("{text}; see config/default.toml for the keys"))
+        })?;
+        Config::validate(raw, overrides, file_dir, env)
+    }
+
+    fn validate(raw: RawConfig, o: &Overrides, file_dir: Option<PathBuf>, env: &dyn Fn(&str) -> Option<String>) -> Result<Config> {
+        let relative_to_file = |s: &str| {
+            let p = PathBuf::from(s);
+            match (&file_dir, p.is_relative()) {
+                (Some(d), true) => d.join(p),
+                _ => absolute(&p),
+            }
+        };
+        let data_dir = match &o.data_dir {
+            Some(p) => absolute(p),
+            None if raw.data_dir.is_empty() => default_data_dir(env),
+            None => relative_to_file(&raw.data_dir),
+        };
+        let models_dir = match &o.models_dir {
+            Some(p) => absolute(p),
+            None if raw.models_dir.is_empty() => default_models_dir(),
+            None => relative_to_file(&raw.models_dir),
+        };
+        let manifest = Manifest::builtin();
+        let embed_spec = manifest.get(&raw.embed.model)?;
+        if embed_spec.role != ModelRole::Embed {
+            return Err(Error::Config(format!("embed.model = `{}` is a {} model, not an embedder", raw.embed.model, embed_spec.role)));
+        }
+        let rerank_spec = manifest.get(&raw.rerank.model)?;
+        if rerank_spec.role != ModelRole::Rerank && rerank_spec.role != ModelRole::Generate {
+            return Err(Error::Config(format!(
+                "rerank.model = `{}` is a {} model; use a cross-encoder or a generate model (scored by its yes/no logits)",
+                raw.rerank.model, rerank_spec.role
+            )));
+        }
+        if raw.embed.batch_size == 0 || raw.embed.max_batch_tokens == 0 || raw.rerank.batch_size == 0 {
+            return Err(Error::Config("batch sizes must be at least 1".into()));
+        }
+        let r = &raw.retrieve;
+        if r.dense_candidates + r.lexical_candidates == 0 || r.top_k == 0 || r.rrf_k <= 0.0 {
+            return Err(Error::Config(
+                "retrieve: at least one candidate list above 0, top_k at least 1, rrf_k above 0".into(),
+            ));
+        }
+        if !(0.0..=1.0).contains(&r.mmr_lambda) || !(0.0..=1.0).contains(&r.rerank_weight) || !(0.0..=1.0).contains(&r.statement_bm25_share) || r.dense_weight < 0.0 || r.lexical_weight < 0.0 {
+            return Err(Error::Config("retrieve: mmr_lambda, rerank_weight and statement_bm25_share between 0 and 1, weights not negative".into()));
+        }
+        if raw.ingest.child_tokens == 0 || raw.ingest.max_child_tokens < raw.ingest.child_tokens || raw.ingest.commit_chunks == 0 {
+            return Err(Error::Config(
+                "ingest: child_tokens must be at least 1, max_child_tokens at least child_tokens, commit_chunks at least 1".into(),
+            ));
+        }
+        let g = &raw.generate;
+        let allow = crate::allowlist::HostAllowlist::parse(&g.allow_hosts)?;
+        if g.backend == GenerateBackend::OpenAi {
+            if g.openai_base_url.is_empty() || g.openai_model.is_empty() {
+                return Err(Error::Config(
+                    "generate.backend = \"openai\" needs generate.openai_base_url (http://HOST:PORT/v1) and generate.openai_model (the name the server expects)".into(),
+                ));
+            }
+            allow.check(&g.openai_base_url)?;
+        }
+        let generate_spec = manifest.get(&g.model)?;
+        if generate_spec.role != ModelRole::Generate {
+            return Err(Error::Config(format!("generate.model = `{}` is a {} model, not a generator", g.model, generate_spec.role)));
+        }
+        if g.max_tokens == 0 || g.max_num_seqs == 0 || raw.answer.passages == 0 || raw.answer.passage_chars == 0 {
+            return Err(Error::Config("generate.max_tokens, generate.max_num_seqs, answer.passages and answer.passage_chars must be at least 1".into()));
+        }
+        let sv = &raw.server;
+        if sv.listen.parse::<std::net::SocketAddr>().is_err() {
+            return Err(Error::Config(format!("server.listen = `{}`: use an address and port such as 127.0.0.1:7070", sv.listen)));
+        }
+        if sv.generate_concurrency == 0 || sv.max_body_bytes == 0 || sv.max_question_chars == 0 || sv.max_upload_bytes == 0 {
+            return Err(Error::Config("server: generate_concurrency, max_body_bytes, max_question_chars and max_upload_bytes must be at least 1".into()));
+        }
+        if sv.request_timeout_ms == 0 || sv.generate_timeout_ms == 0 || sv.body_timeout_ms == 0 {
+            return Err(Error::Config("server: timeouts must be above 0 ms".into()));
+        }
+        Ok(Config {
+            data_dir,
+            models_dir,
+            device: o.device.unwrap_or(raw.device),
+            embed: raw.embed,
+            rerank: raw.rerank,
+            ingest: raw.ingest,
+            store: raw.store,
+            retrieve: raw.retrieve,
+            generate: raw.generate,
+            answer: raw.answer,
+            server: raw.server,
+            config_file: o.config_file.clone(),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn no_env(_: &str) -> Option<String> {
+        None
+    }
+
+    #[test]
+    fn defaults_load() {
+        let c = Config::load_with_env(&Overrides::default(), &no_env).unwrap();
+        assert_eq!(c.embed.model, "all-minilm-l6-v2");
+        assert_eq!(c.device, DeviceChoice::Cpu);
+        assert_eq!((c.generate.backend, c.generate.fallback), (GenerateBackend::Local, GenerateFallback::None));
+        assert_eq!((c.ingest.chunker, c.store.quantization), (ChunkerKind::Structural, Quantization::F32));
+        assert_eq!((c.answer.prompt, c.answer.focus_by), (AnswerPrompt::Direct, FocusBy::Reranker));
+    }
+
+    #[test]
+    fn layers_apply_in_order() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("c.toml");
+        std::fs::write(&file, "data_dir = \"d\"\n[embed]\nmodel = \"nomic-embed-text-v1.5\"\n").unwrap();
+        let o = Overrides { config_file: Some(file), ..Default::default() };
+        let c = Config::load_with_env(&o, &no_env).unwrap();
+        assert_eq!(c.data_dir, dir.path().join("d"), "relative paths resolve against the file");
+        assert_eq!(c.embed.model, "nomic-embed-text-v1.5");
+        assert_eq!(c.embed.batch_size, 8, "unset keys keep their defaults");
+        let env = |k: &str| (k == "RAGBOX_EMBED_MODEL").then(|| "all-minilm-l6-v2".to_string());
+        assert_eq!(Config::load_with_env(&o, &env).unwrap().embed.model, "all-minilm-l6-v2");
+        let o = Overrides { data_dir: Some("/x".into()), ..o };
+        assert_eq!(Config::load_with_env(&o, &env).unwrap().data_dir, PathBuf::from("/x"));
+    }
+
+    #[test]
+    fn unknown_keys_and_models_are_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("c.toml");
+        std::fs::write(&file, "[embed]\nmodle = \"x\"\n").unwrap();
+        let o = Overrides { config_file: Some(file.clone()), ..Default::default() };
+        assert!(Config::load_with_env(&o, &no_env).unwrap_err().to_string().contains("modle"));
+        std::fs::write(&file, "[embed]\nmodel = \"qwen2.5-coder-0.5b-instruct\"\n").unwrap();
+        assert!(Config::load_with_env(&o, &no_env).unwrap_err().to_string().contains("not an embedder"));
+        // A misspelt choice is refused at load, naming its key and the choices.
+        for (toml, key) in [
+            ("[answer]\nfocus_by = \"bm25\"\n", "answer.focus_by: unknown focus scorer `bm25`; use reranker or embedder"),
+            ("[answer]\nprompt = \"friendly\"\n", "answer.prompt"),
+            ("[answer]\nsupport = \"vibes\"\n", "answer.support"),
+            ("[ingest]\nchunker = \"lines\"\n", "ingest.chunker"),
+            ("[store]\nquantization = \"f64\"\n", "store.quantization: unknown variant `f64`, expected one of `f32`, `f16`, `i8`"),
+            ("[generate]\nbackend = \"gpt\"\n", "generate.backend: unknown variant `gpt`, expected one of `local`, `openai`, `claude`"),
+            ("[generate]\nfallback = \"remote\"\n", "generate.fallback: unknown variant `remote`, expected `none` or `local`"),
+        ] {
+            std::fs::write(&file, toml).unwrap();
+            let err = Config::load_with_env(&o, &no_env).unwrap_err().to_string();
+            assert!(err.contains(key), "{err}");
+        }
+    }
+}

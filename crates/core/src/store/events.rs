@@ -1,0 +1,335 @@
+//! The audit trail: one append-only, hash-chained row per action (search, answer, chat turn,
+//! upload, removal, key change, failed authentication).
+//!
+//! Each row stores the sha256 of the previous row's hash followed by its own fields, so changing,
+//! inserting or removing a row breaks the chain from that row on, and [`Audit::verify`]
+//! names the first row that no longer fits. SQLite triggers refuse `UPDATE` and `DELETE` on the
+//! table, so tampering needs someone who edits the file by hand (and the chain shows it). Rows
+//! are appended under an IMMEDIATE transaction, so two processes sharing a data folder cannot
+//! fork the chain. Owns the DDL of the `events` table. May import `types` and `error` only.
+//!
+//! ```
+//! use ragbox_core::store::{Catalog, EventRecord};
+//! let dir = tempfile::tempdir()?;
+//! let catalog = Catalog::open(&dir.path().join("catalog.sqlite"))?;
+//! catalog.audit().append(&EventRecord { action: "search", tenant: "acme", question: "travel", ..EventRecord::default() })?;
+//! catalog.audit().append(&EventRecord { action: "auth_failed", outcome: "denied", ..EventRecord::default() })?;
+//! let report = catalog.audit().verify()?;
+//! assert_eq!(report.rows, 2);
+//! assert!(report.broken.is_none());
+//! # Ok::<(), ragbox_core::Error>(())
+//! ```
+
+use rusqlite::{params, OptionalExtension, TransactionBehavior};
+use serde::Serialize;
+
+use super::connection::Shared;
+use crate::error::{Error, Result};
+use crate::types::ChunkId;
+
+/// The hash the first row chains from.
+pub const GENESIS_HASH: &str = "0000000000000000000000000000000000000000000000000000000000000000";
+
+/// One action to record.
+#[derive(Debug, Clone, Copy)]
+pub struct EventRecord<'a> {
+    /// The key that acted (`None`: the local command line, or no valid key).
+    pub key_id: Option<i64>,
+    /// Its name (`cli` for the command line, empty for a failed authentication).
+    pub key_name: &'a str,
+    /// The tenant acted on (empty when none).
+    pub tenant: &'a str,
+    /// `search`, `ask`, `chat`, `feedback`, `upload`, `remove`, `reingest`, `key_create`,
+    /// `key_revoke`, `auth_failed`, ...
+    pub action: &'a str,
+    /// The question or query, when there is one.
+    pub question: &'a str,
+    /// The chunks served.
+    pub chunk_ids: &'a [ChunkId],
+    /// The generator, when one was called.
+    pub model: &'a str,
+    /// `ok`, `refused`, `denied`, `cancelled`, `error: ...`.
+    pub outcome: &'a str,
+    /// Anything else (answer id, document, client address), as a JSON object.
+    pub detail: &'a serde_json::Value,
+}
+
+static EMPTY_DETAIL: serde_json::Value = serde_json::Value::Null;
+
+impl Default for EventRecord<'_> {
+    fn default() -> Self {
+        EventRecord {
+            key_id: None,
+            key_name: "",
+            tenant: "",
+            action: "",
+            question: "",
+            chunk_ids: &[],
+            model: "",
+            outcome: "ok",
+            detail: &EMPTY_DETAIL,
+        }
+    }
+}
+
+/// A recorded row.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct EventRow {
+    /// Row id (its place in the chain).
+    pub id: i64,
+    /// When, ms since the epoch.
+    pub time_ms: i64,
+    /// The key that acted.
+    pub key_id: Option<i64>,
+    /// Its name.
+    pub key_name: String,
+    /// Tenant.
+    pub tenant: String,
+    /// What was done.
+    pub action: String,
+    /// The question or query.
+    pub question: String,
+    /// The chunks served.
+    pub chunk_ids: Vec<ChunkId>,
+    /// The generator.
+    pub model: String,
+    /// How it ended.
+    pub outcome: String,
+    /// Anything else.
+    pub detail: serde_json::Value,
+    /// The previous row's hash.
+    pub prev_hash: String,
+    /// This row's hash.
+    pub hash: String,
+}
+
+/// Which rows to list.
+#[derive(Debug, Clone, Default)]
+pub struct EventFilter {
+    /// Only this tenant's rows.
+    pub tenant: Option<String>,
+    /// Only rows at or after this time (ms since the epoch).
+    pub since_ms: Option<i64>,
+    /// At most this many (the newest), 0 for all.
+    pub limit: usize,
+}
+
+/// What [`Audit::verify`] found.
+#[derive(Debug, Clone, Serialize)]
+pub struct ChainReport {
+    /// Rows checked.
+    pub rows: usize,
+    /// The hash of the last row (what an officer writes down to detect truncation later).
+    pub head: String,
+    /// The first row that does not fit the chain, and why.
+    pub broken: Option<BrokenLink>,
+}
+
+/// A row whose stored hashes do not match.
+#[derive(Debug, Clone, Serialize)]
+pub struct BrokenLink {
+    /// Row id.
+    pub id: i64,
+    /// What does not match.
+    pub reason: String,
+}
+
+fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+        .unwrap_or(0)
+}
+
+/// The row's hash: sha256 over the previous hash and every field, each length-prefixed so no
+/// two different rows serialise alike.
+#[allow(clippy::too_many_arguments)]
+fn row_hash(
+    prev: &str,
+    id: i64,
+    time_ms: i64,
+    key_id: Option<i64>,
+    key_name: &str,
+    tenant: &str,
+    action: &str,
+    question: &str,
+    chunk_ids: &str,
+    model: &str,
+    outcome: &str,
+    detail: &str,
+) -> String {
+    use sha2::Digest;
+    let mut h = sha2::Sha256::new();
+    let key = key_id.map(|k| k.to_string()).unwrap_or_default();
+    let (id, time) = (id.to_string(), time_ms.to_string());
+    for field in [prev, &id, &time, &key, key_name, tenant, action, question, chunk_ids, model, outcome, detail] {
+        h.update((field.len() as u64).to_le_bytes());
+        h.update(field.as_bytes());
+    }
+    hex::encode(h.finalize())
+}
+
+type RawEvent = (EventRow, String, String);
+
+fn event_from_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<RawEvent> {
+    Ok((
+        EventRow {
+            id: r.get(0)?,
+            time_ms: r.get(1)?,
+            key_id: r.get(2)?,
+            key_name: r.get(3)?,
+            tenant: r.get(4)?,
+            action: r.get(5)?,
+            question: r.get(6)?,
+            chunk_ids: Vec::new(),
+            model: r.get(8)?,
+            outcome: r.get(9)?,
+            detail: serde_json::Value::Null,
+            prev_hash: r.get(11)?,
+            hash: r.get(12)?,
+        },
+        r.get(7)?,
+        r.get(10)?,
+    ))
+}
+
+const EVENT_COLUMNS: &str =
+    "id, time_ms, key_id, key_name, tenant, action, question, chunk_ids, model, outcome, detail, prev_hash, hash";
+
+/// The audit events of a catalog: a hash chain, appended to and never changed
+/// ([`super::Catalog::audit`]).
+pub struct Audit<'c> {
+    conn: &'c Shared,
+}
+
+impl<'c> Audit<'c> {
+    pub(super) fn new(conn: &'c Shared) -> Audit<'c> {
+        Audit { conn }
+    }
+
+    /// Appends one row to the chain; returns its id.
+    pub fn append(&self, e: &EventRecord) -> Result<i64> {
+        let chunk_ids = serde_json::to_string(e.chunk_ids).map_err(|x| Error::Bug(format!("chunk ids to JSON: {x}")))?;
+        let detail = if e.detail.is_null() { "{}".to_string() } else { e.detail.to_string() };
+        let mut conn = self.conn.lock();
+        let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+        let last: Option<(i64, String)> =
+            tx.query_row("SELECT id, hash FROM events ORDER BY id DESC LIMIT 1", [], |r| Ok((r.get(0)?, r.get(1)?))).optional()?;
+        let seq: Option<i64> = tx.query_row("SELECT seq FROM sqlite_sequence WHERE name = 'events'", [], |r| r.get(0)).optional()?;
+        let id = seq.unwrap_or(0).max(last.as_ref().map_or(0, |l| l.0)) + 1;
+        let prev = last.map_or_else(|| GENESIS_HASH.to_string(), |l| l.1);
+        let time_ms = now_ms();
+        let hash = row_hash(&prev, id, time_ms, e.key_id, e.key_name, e.tenant, e.action, e.question, &chunk_ids, e.model, e.outcome, &detail);
+        tx.execute(
+            &format!("INSERT INTO events ({EVENT_COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13)"),
+            params![id, time_ms, e.key_id, e.key_name, e.tenant, e.action, e.question, chunk_ids, e.model, e.outcome, detail, prev, hash],
+        )?;
+        tx.commit()?;
+        Ok(id)
+    }
+
+    /// Rows matching `filter`, oldest first.
+    pub fn list(&self, filter: &EventFilter) -> Result<Vec<EventRow>> {
+        let conn = self.conn.lock();
+        let limit = if filter.limit == 0 { i64::MAX } else { i64::try_from(filter.limit).unwrap_or(i64::MAX) };
+        let mut st = conn.prepare(&format!(
+            "SELECT * FROM (SELECT {EVENT_COLUMNS} FROM events
+               WHERE (?1 IS NULL OR tenant = ?1) AND (?2 IS NULL OR time_ms >= ?2)
+               ORDER BY id DESC LIMIT ?3) ORDER BY id"
+        ))?;
+        let raws = st
+            .query_map(params![filter.tenant, filter.since_ms, limit], event_from_row)?
+            .collect::<rusqlite::Result<Vec<_>>>()?;
+        raws.into_iter()
+            .map(|(mut row, ids, detail)| {
+                row.chunk_ids = serde_json::from_str(&ids).map_err(|e| Error::Bug(format!("event {}: chunk ids: {e}", row.id)))?;
+                row.detail = serde_json::from_str(&detail).map_err(|e| Error::Bug(format!("event {}: detail: {e}", row.id)))?;
+                Ok(row)
+            })
+            .collect()
+    }
+
+    /// Walks the whole chain from the first row: each row must name the previous row's hash and
+    /// hash to what it stores.
+    pub fn verify(&self) -> Result<ChainReport> {
+        let conn = self.conn.lock();
+        let mut st = conn.prepare(&format!("SELECT {EVENT_COLUMNS} FROM events ORDER BY id"))?;
+        let mut rows = st.query([])?;
+        let mut prev = GENESIS_HASH.to_string();
+        let mut count = 0;
+        while let Some(r) = rows.next()? {
+            let (row, ids, detail) = event_from_row(r)?;
+            count += 1;
+            let broken = |reason: String| ChainReport { rows: count, head: prev.clone(), broken: Some(BrokenLink { id: row.id, reason }) };
+            if row.prev_hash != prev {
+                return Ok(broken(format!(
+                    "names previous hash {} but the row before it hashes to {} (a row was removed, inserted or changed before it)",
+                    short(&row.prev_hash),
+                    short(&prev)
+                )));
+            }
+            let want = row_hash(
+                &row.prev_hash, row.id, row.time_ms, row.key_id, &row.key_name, &row.tenant, &row.action, &row.question, &ids,
+                &row.model, &row.outcome, &detail,
+            );
+            if want != row.hash {
+                return Ok(broken(format!("its fields hash to {} but it stores {} (the row was changed)", short(&want), short(&row.hash))));
+            }
+            prev = row.hash;
+        }
+        Ok(ChainReport { rows: count, head: prev, broken: None })
+    }
+}
+
+fn short(hash: &str) -> &str {
+    hash.get(..12).unwrap_or(hash)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::Catalog;
+
+    #[test]
+    fn the_chain_verifies_and_tampering_is_named() {
+        let dir = tempfile::tempdir().unwrap();
+        let cat = Catalog::open(&dir.path().join("c.sqlite")).unwrap();
+        let detail = serde_json::json!({ "answer_id": 3 });
+        for i in 0..5 {
+            let q = format!("question {i}");
+            let ids = [ChunkId(i)];
+            let e = EventRecord { key_id: Some(1), key_name: "alice", tenant: "acme", action: "ask", question: &q, chunk_ids: &ids, detail: &detail, ..EventRecord::default() };
+            cat.audit().append(&e).unwrap();
+        }
+        let ok = cat.audit().verify().unwrap();
+        assert_eq!(ok.rows, 5);
+        assert!(ok.broken.is_none());
+        let rows = cat.audit().list(&EventFilter { tenant: Some("acme".into()), ..Default::default() }).unwrap();
+        assert_eq!(rows.len(), 5);
+        assert_eq!(rows[0].prev_hash, GENESIS_HASH);
+        assert_eq!(rows[1].prev_hash, rows[0].hash);
+        assert_eq!(rows[2].chunk_ids, vec![ChunkId(2)]);
+        assert_eq!(rows[0].detail["answer_id"], 3);
+        assert_eq!(cat.audit().list(&EventFilter { limit: 2, ..Default::default() }).unwrap()[0].id, rows[3].id, "the newest, oldest first");
+        assert!(cat.audit().list(&EventFilter { tenant: Some("other".into()), ..Default::default() }).unwrap().is_empty());
+
+        // The triggers refuse edits and deletions.
+        let conn = cat.conn();
+        assert!(conn.execute("UPDATE events SET question = 'x' WHERE id = 2", []).is_err());
+        assert!(conn.execute("DELETE FROM events WHERE id = 2", []).is_err());
+        // Someone who drops the trigger and edits a row is caught.
+        conn.execute_batch("DROP TRIGGER events_no_update; UPDATE events SET question = 'edited' WHERE id = 3;").unwrap();
+        drop(conn);
+        let bad = cat.audit().verify().unwrap();
+        assert_eq!(bad.broken.as_ref().map(|b| b.id), Some(3), "{bad:?}");
+        // And deleting a row breaks the link of the one after it.
+        let conn = cat.conn();
+        conn.execute_batch("DROP TRIGGER events_no_delete; UPDATE events SET question = 'question 2' WHERE id = 3; DELETE FROM events WHERE id = 4;").unwrap();
+        drop(conn);
+        let bad = cat.audit().verify().unwrap();
+        assert_eq!(bad.broken.as_ref().map(|b| b.id), Some(5), "{bad:?}");
+        // Ids are never reused, so an append after the deletion still chains from the last row.
+        cat.audit().append(&EventRecord { action: "search", ..Default::default() }).unwrap();
+        assert_eq!(cat.audit().list(&EventFilter::default()).unwrap().last().unwrap().id, 6);
+    }
+}

@@ -1,0 +1,380 @@
+//! The catalog's SQLite tables, all in one place: [`Catalog::open`](super::catalog::Catalog::open)
+//! runs [`ALL`] in order, every statement `IF NOT EXISTS`, so a catalog made by an older release
+//! gains the tables added since; a change that `IF NOT EXISTS` cannot make (a rename) is a
+//! migration from one schema version to the next ([`v1_to_v2`]), run before them. The modules that
+//! read and write the tables (`catalog`, `conversation`, `annotation`, `keys`, `events`) hold only
+//! their queries.
+
+/// The tables of the first release: the schema version, tenants, documents, chunks, embeddings.
+pub(super) const CATALOG: &str = "
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS tenants (
+    id INTEGER PRIMARY KEY,
+    name TEXT NOT NULL UNIQUE,
+    model TEXT NOT NULL,
+    dims INTEGER NOT NULL,
+    generation INTEGER NOT NULL DEFAULT 0
+);
+CREATE TABLE IF NOT EXISTS documents (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    tenant_id INTEGER NOT NULL REFERENCES tenants(id),
+    path TEXT NOT NULL,
+    sha256 TEXT NOT NULL,
+    size INTEGER NOT NULL,
+    mtime_ns INTEGER NOT NULL,
+    status TEXT NOT NULL CHECK (status IN ('indexed', 'skipped')),
+    skip_reason TEXT,
+    parser TEXT,
+    chunker TEXT,
+    title TEXT,
+    metadata TEXT,
+    text TEXT,
+    generation INTEGER NOT NULL,
+    UNIQUE (tenant_id, path)
+);
+CREATE TABLE IF NOT EXISTS chunks (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    doc_id INTEGER NOT NULL REFERENCES documents(id) ON DELETE CASCADE,
+    tenant_id INTEGER NOT NULL,
+    ordinal INTEGER NOT NULL,
+    role TEXT NOT NULL CHECK (role IN ('parent', 'child')),
+    parent_id INTEGER,
+    section_path TEXT NOT NULL,
+    start INTEGER NOT NULL,
+    end INTEGER NOT NULL,
+    page INTEGER,
+    line_first INTEGER NOT NULL,
+    line_last INTEGER NOT NULL,
+    tokens INTEGER NOT NULL,
+    context TEXT NOT NULL,
+    embed_sha256 BLOB
+);
+CREATE INDEX IF NOT EXISTS chunks_by_doc ON chunks(doc_id);
+CREATE INDEX IF NOT EXISTS chunks_by_tenant ON chunks(tenant_id, role);
+CREATE TABLE IF NOT EXISTS embeddings (
+    model TEXT NOT NULL,
+    sha256 BLOB NOT NULL,
+    vector BLOB NOT NULL,
+    PRIMARY KEY (model, sha256)
+) WITHOUT ROWID;
+";
+
+/// The conversation tables, added to a catalog of any age on open: sessions, their turns, the
+/// answer log (`answers`, one row per answer; its id is the answer id users rate) and feedback.
+/// Schema 1 called the answer log `audit` (and its references `audit_id`); [`v1_to_v2`] renames
+/// them.
+pub(super) const CONVERSATIONS: &str = "
+CREATE TABLE IF NOT EXISTS sessions (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    tenant_id INTEGER NOT NULL REFERENCES tenants(id),
+    created_ms INTEGER NOT NULL
+);
+CREATE TABLE IF NOT EXISTS answers (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    tenant_id INTEGER NOT NULL REFERENCES tenants(id),
+    session_id INTEGER,
+    question TEXT NOT NULL,
+    standalone TEXT NOT NULL,
+    chunk_ids TEXT NOT NULL,
+    model TEXT NOT NULL,
+    refused INTEGER NOT NULL,
+    answer TEXT NOT NULL,
+    timings TEXT NOT NULL,
+    created_ms INTEGER NOT NULL
+);
+CREATE INDEX IF NOT EXISTS answers_by_tenant ON answers(tenant_id, id);
+CREATE TABLE IF NOT EXISTS turns (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    session_id INTEGER NOT NULL REFERENCES sessions(id) ON DELETE CASCADE,
+    question TEXT NOT NULL,
+    standalone TEXT NOT NULL,
+    answer TEXT NOT NULL,
+    answer_id INTEGER REFERENCES answers(id),
+    created_ms INTEGER NOT NULL
+);
+CREATE INDEX IF NOT EXISTS turns_by_session ON turns(session_id, id);
+CREATE TABLE IF NOT EXISTS feedback (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    answer_id INTEGER NOT NULL REFERENCES answers(id),
+    rating TEXT NOT NULL CHECK (rating IN ('up', 'down')),
+    comment TEXT,
+    created_ms INTEGER NOT NULL
+);
+CREATE INDEX IF NOT EXISTS feedback_by_answer ON feedback(answer_id, id);
+";
+
+/// Schema 1 to 2: the answer log's table `audit` becomes `answers`, and the `audit_id` columns of
+/// `turns` and `feedback` that point into it become `answer_id`. SQLite rewrites the foreign keys
+/// and indexes that name them; rows, ids and the `AUTOINCREMENT` counter stay, so answer ids
+/// already handed out still rate the same answers. The old indexes are dropped and [`CONVERSATIONS`]
+/// makes them under the new names (and any of the tables a catalog lacks: the first release had
+/// none of them). The hash-chained `events`, the real audit log, are not touched.
+///
+/// Each step runs only where the schema 1 name is there, so a catalog with some of the tables
+/// migrates as well as one with all. The caller runs it in one transaction with the version's
+/// update: the catalog is either all schema 1 or all schema 2.
+pub(super) fn v1_to_v2(conn: &rusqlite::Connection) -> rusqlite::Result<()> {
+    let table = |name: &str| -> rusqlite::Result<bool> {
+        conn.query_row("SELECT EXISTS (SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?1)", [name], |r| r.get(0))
+    };
+    let column = |table: &str, name: &str| -> rusqlite::Result<bool> {
+        conn.query_row("SELECT EXISTS (SELECT 1 FROM pragma_table_info(?1) WHERE name = ?2)", [table, name], |r| r.get(0))
+    };
+    if table("audit")? {
+        conn.execute_batch("ALTER TABLE audit RENAME TO answers;")?;
+    }
+    for child in ["turns", "feedback"] {
+        if column(child, "audit_id")? {
+            conn.execute_batch(&format!("ALTER TABLE {child} RENAME COLUMN audit_id TO answer_id;"))?;
+        }
+    }
+    conn.execute_batch("DROP INDEX IF EXISTS audit_by_tenant; DROP INDEX IF EXISTS feedback_by_audit;")?;
+    conn.execute_batch(CONVERSATIONS)
+}
+
+/// The contextual annotations of chunks (added later; an older catalog gains the table on open).
+pub(super) const ANNOTATIONS: &str = "
+CREATE TABLE IF NOT EXISTS annotations (
+    key BLOB PRIMARY KEY,
+    contextualizer TEXT NOT NULL,
+    context TEXT NOT NULL
+) WITHOUT ROWID;
+";
+
+/// The keys table, added to a catalog of any age on open.
+pub(super) const KEYS: &str = "
+CREATE TABLE IF NOT EXISTS api_keys (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    name TEXT NOT NULL,
+    tenant TEXT,
+    role TEXT NOT NULL CHECK (role IN ('reader', 'writer', 'admin')),
+    sha256 TEXT NOT NULL UNIQUE,
+    created_ms INTEGER NOT NULL,
+    revoked_ms INTEGER
+);
+";
+
+/// The events table and the triggers that keep it append-only.
+pub(super) const EVENTS: &str = "
+CREATE TABLE IF NOT EXISTS events (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    time_ms INTEGER NOT NULL,
+    key_id INTEGER,
+    key_name TEXT NOT NULL,
+    tenant TEXT NOT NULL,
+    action TEXT NOT NULL,
+    question TEXT NOT NULL,
+    chunk_ids TEXT NOT NULL,
+    model TEXT NOT NULL,
+    outcome TEXT NOT NULL,
+    detail TEXT NOT NULL,
+    prev_hash TEXT NOT NULL,
+    hash TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS events_by_tenant ON events(tenant, id);
+CREATE TRIGGER IF NOT EXISTS events_no_update BEFORE UPDATE ON events
+BEGIN SELECT RAISE(ABORT, 'the audit log is append-only'); END;
+CREATE TRIGGER IF NOT EXISTS events_no_delete BEFORE DELETE ON events
+BEGIN SELECT RAISE(ABORT, 'the audit log is append-only'); END;
+";
+
+/// Every table, in the order they are created.
+pub(super) const ALL: [&str; 5] = [CATALOG, CONVERSATIONS, ANNOTATIONS, KEYS, EVENTS];
+
+#[cfg(test)]
+pub(super) mod tests {
+    use std::collections::BTreeMap;
+    use std::path::Path;
+
+    use rusqlite::types::Value;
+    use rusqlite::Connection;
+
+    use super::super::catalog::Catalog;
+    use super::super::events::EventFilter;
+    use super::super::conversation::Rating;
+
+    /// The id of the answer in the schema 1 catalog of [`v1_catalog`].
+    pub(in crate::store) const V1_ANSWER: i64 = 41;
+
+    /// Copies a schema 1 catalog to `path`: `tests/fixtures/store/catalog-v1.sqlite`, written with
+    /// schema 1's DDL (the answer log was `audit`, and `turns` and `feedback` pointed into it by
+    /// `audit_id`). It holds tenant `t` (model `m`, 8 dims, no documents), answer [`V1_ANSWER`] in
+    /// `audit`, a turn and a feedback pointing at it, and beside them a document, a chunk, an
+    /// embedding, an annotation, an API key and three hash-chained events.
+    pub(in crate::store) fn v1_catalog(path: &Path) {
+        let fixture = Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/../..")).join("tests/fixtures/store/catalog-v1.sqlite");
+        std::fs::copy(fixture, path).unwrap();
+    }
+
+    /// Every table's rows (sorted, as text), by table name.
+    fn rows(conn: &Connection) -> BTreeMap<String, Vec<String>> {
+        let names: Vec<String> = conn
+            .prepare("SELECT name FROM sqlite_master WHERE type = 'table'")
+            .unwrap()
+            .query_map([], |r| r.get(0))
+            .unwrap()
+            .collect::<rusqlite::Result<_>>()
+            .unwrap();
+        let mut out = BTreeMap::new();
+        for name in names {
+            let mut st = conn.prepare(&format!("SELECT * FROM \"{name}\"")).unwrap();
+            let n = st.column_count();
+            let mut rows: Vec<String> = st
+                .query_map([], |r| (0..n).map(|i| r.get::<_, Value>(i)).collect::<rusqlite::Result<Vec<_>>>().map(|v| format!("{v:?}")))
+                .unwrap()
+                .collect::<rusqlite::Result<_>>()
+                .unwrap();
+            rows.sort();
+            out.insert(name, rows);
+        }
+        out
+    }
+
+    /// Every schema object's SQL, by (type, name).
+    fn objects(conn: &Connection) -> BTreeMap<(String, String), Option<String>> {
+        conn.prepare("SELECT type, name, sql FROM sqlite_master")
+            .unwrap()
+            .query_map([], |r| Ok(((r.get(0)?, r.get(1)?), r.get(2)?)))
+            .unwrap()
+            .collect::<rusqlite::Result<_>>()
+            .unwrap()
+    }
+
+    fn columns(conn: &Connection, table: &str) -> Vec<String> {
+        conn.prepare("SELECT name FROM pragma_table_info(?1)")
+            .unwrap()
+            .query_map([table], |r| r.get(0))
+            .unwrap()
+            .collect::<rusqlite::Result<_>>()
+            .unwrap()
+    }
+
+    /// The tables and indexes the migration renames, under either name.
+    const RENAMED: [&str; 8] =
+        ["audit", "answers", "turns", "feedback", "audit_by_tenant", "answers_by_tenant", "feedback_by_audit", "feedback_by_answer"];
+
+    #[test]
+    fn a_schema_1_catalog_is_migrated_on_open() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("catalog.sqlite");
+        v1_catalog(&path);
+        let (rows_before, objects_before) = {
+            let conn = Connection::open(&path).unwrap();
+            (rows(&conn), objects(&conn))
+        };
+        assert_eq!(rows_before["audit"].len(), 1);
+        assert_eq!(rows_before["events"].len(), 3);
+
+        let cat = Catalog::open(&path).unwrap();
+        let chain = cat.audit().verify().unwrap();
+        {
+            let conn = cat.conn();
+            let version: String = conn.query_row("SELECT value FROM meta WHERE key = 'schema_version'", [], |r| r.get(0)).unwrap();
+            assert_eq!(version, "2");
+
+            // The rows are there, unchanged, under the new names.
+            let after = rows(&conn);
+            assert!(!after.contains_key("audit"), "the old table is gone");
+            assert_eq!(after["answers"], rows_before["audit"]);
+            assert_eq!(after["turns"], rows_before["turns"]);
+            assert_eq!(after["feedback"], rows_before["feedback"]);
+            assert_eq!(columns(&conn, "turns"), ["id", "session_id", "question", "standalone", "answer", "answer_id", "created_ms"]);
+            assert_eq!(columns(&conn, "feedback"), ["id", "answer_id", "rating", "comment", "created_ms"]);
+            let parents: Vec<(String, String, String)> = conn
+                .prepare("SELECT m.name, f.\"table\", f.\"from\" FROM sqlite_master m, pragma_foreign_key_list(m.name) f
+                          WHERE m.name IN ('turns', 'feedback') AND f.\"table\" <> 'sessions' ORDER BY m.name")
+                .unwrap()
+                .query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
+                .unwrap()
+                .collect::<rusqlite::Result<_>>()
+                .unwrap();
+            assert_eq!(
+                parents,
+                [("feedback".into(), "answers".into(), "answer_id".into()), ("turns".into(), "answers".into(), "answer_id".into())]
+            );
+            let dangling: i64 = conn.query_row("SELECT COUNT(*) FROM pragma_foreign_key_check", [], |r| r.get(0)).unwrap();
+            assert_eq!(dangling, 0);
+            let integrity: String = conn.query_row("PRAGMA integrity_check", [], |r| r.get(0)).unwrap();
+            assert_eq!(integrity, "ok");
+
+            // The indexes under their new names only, and the AUTOINCREMENT counter moved along.
+            let after_objects = objects(&conn);
+            let index = |name: &str| after_objects.contains_key(&("index".to_string(), name.to_string()));
+            assert!(index("answers_by_tenant") && index("feedback_by_answer") && index("turns_by_session"));
+            assert!(!index("audit_by_tenant") && !index("feedback_by_audit"));
+            let sequence: i64 = conn.query_row("SELECT seq FROM sqlite_sequence WHERE name = 'answers'", [], |r| r.get(0)).unwrap();
+            assert_eq!(sequence, V1_ANSWER);
+
+            // Nothing else changed: every other table's rows (but the version, checked above) and
+            // every other object's SQL.
+            let untouched = |name: &str| !RENAMED.contains(&name) && !["sqlite_sequence", "meta"].contains(&name);
+            let others = |rows: &BTreeMap<String, Vec<String>>| {
+                rows.iter().filter(|(k, _)| untouched(k)).map(|(k, v)| (k.clone(), v.clone())).collect::<BTreeMap<_, _>>()
+            };
+            assert_eq!(others(&after), others(&rows_before));
+            let mut sequences: Vec<String> =
+                rows_before["sqlite_sequence"].iter().map(|r| r.replace("Text(\"audit\")", "Text(\"answers\")")).collect();
+            sequences.sort();
+            assert_eq!(after["sqlite_sequence"], sequences);
+            let other_objects = |o: &BTreeMap<(String, String), Option<String>>| {
+                o.iter().filter(|((_, name), _)| untouched(name)).map(|(k, v)| (k.clone(), v.clone())).collect::<BTreeMap<_, _>>()
+            };
+            assert_eq!(other_objects(&after_objects), other_objects(&objects_before));
+            // "audit" is left only to the hash-chained audit log (its triggers' message).
+            for ((kind, name), sql) in &after_objects {
+                let sql = sql.as_deref().unwrap_or("");
+                assert!(!sql.contains("audit") || name.starts_with("events_"), "{kind} {name} still says audit: {sql}");
+            }
+
+            // The audit log's triggers still refuse edits and deletions.
+            assert!(conn.execute("UPDATE events SET question = 'x' WHERE id = 2", []).is_err());
+            assert!(conn.execute("DELETE FROM events WHERE id = 2", []).is_err());
+        }
+        // The hash-chained events are whole: same rows, same head, intact.
+        assert_eq!((chain.rows, chain.broken.is_none()), (3, true), "{chain:?}");
+        assert_eq!(cat.audit().list(&EventFilter::default()).unwrap()[1].detail["answer_id"], V1_ANSWER);
+
+        // The catalog reads and writes the answer log as before.
+        let answer = cat.answers().get(V1_ANSWER).unwrap().unwrap();
+        assert_eq!((answer.tenant.as_str(), answer.session, answer.answer.as_str()), ("t", Some(7), "Line managers [1]."));
+        assert_eq!(answer.feedback.len(), 1);
+        assert_eq!((answer.feedback[0].answer_id, answer.feedback[0].rating), (V1_ANSWER, Rating::Down));
+        assert_eq!(cat.sessions().recent_turns(7, 5).unwrap()[0].answer_id, Some(V1_ANSWER));
+        cat.answers().add_feedback(V1_ANSWER, Rating::Up, None).unwrap();
+        let v = serde_json::json!({});
+        let next = cat
+            .answers().record(&super::super::conversation::AnswerRecord {
+                tenant: 1,
+                session: Some(7),
+                question: "q",
+                standalone: "q",
+                chunk_ids: &[],
+                model: "",
+                refused: true,
+                answer: "a",
+                timings: &v,
+            })
+            .unwrap();
+        assert_eq!(next, V1_ANSWER + 1, "answer ids are not reused");
+        drop(cat);
+
+        // Opening again changes nothing.
+        let cat = Catalog::open(&path).unwrap();
+        assert_eq!(cat.answers().get(V1_ANSWER).unwrap().unwrap().feedback.len(), 2);
+        let again = cat.audit().verify().unwrap();
+        assert_eq!((again.rows, again.head.as_str()), (chain.rows, chain.head.as_str()));
+    }
+
+    #[test]
+    fn a_catalog_of_an_unknown_schema_is_refused_untouched() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("catalog.sqlite");
+        v1_catalog(&path);
+        let conn = Connection::open(&path).unwrap();
+        conn.execute("UPDATE meta SET value = '3' WHERE key = 'schema_version'", []).unwrap();
+        let before = objects(&conn);
+        let e = Catalog::open(&path).err().expect("schema 3 is refused");
+        assert!(e.to_string().contains("catalog schema 3"), "{e}");
+        assert_eq!(objects(&conn), before, "nothing is made or renamed in a catalog of another schema");
+    }
+}
