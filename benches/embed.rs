@@ -26,7 +26,7 @@ fn texts(n: usize, words: usize, seed: u64) -> Vec<String> {
 fn bench_embedders(c: &mut Criterion) {
     let dir = std::env::var_os("RAGBOX_MODELS_DIR")
         .map(std::path::PathBuf::from)
-        .unwrap_or_else(|| std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("models"));
+        .unwrap_or_else(|| std::path::Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/../..")).join("models"));
     let store = ModelStore::new(dir);
     for (name, n, words) in [("all-minilm-l6-v2", 64, 150), ("nomic-embed-text-v1.5", 16, 150)] {
         let spec = store.manifest().get(name).expect("known model");

@@ -10,7 +10,7 @@ use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 use ragbox_core::chunk::{chunker, ChunkOptions, ChunkerKind, WordCounter};
 
 fn inputs() -> Vec<PathBuf> {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let root = Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/../.."));
     let mut files = vec![
         root.join("tests/fixtures/source/lppl.pdf"),
         root.join("tests/data/corpus/policies/travel-and-expenses.md"),

@@ -6,7 +6,7 @@
 //! with the results compared bit for bit.
 //!
 //! ```text
-//! cargo build --offline --example decode_step
+//! cargo build --offline --workspace --features testing --example decode_step
 //! RAYON_NUM_THREADS=2 target/debug/examples/decode_step [--steps 60] [--rows 1]
 //! ```
 //!

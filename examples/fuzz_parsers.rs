@@ -1,8 +1,9 @@
 //! The long fuzz run of every parser and the chunkers (issue 16), on stable Rust.
 //!
 //! ```text
-//! cargo run --offline --example fuzz_parsers --config 'profile.dev.package.ragbox.opt-level=3' -- \
-//!     --inputs 1000000 --seed 16 --out target/fuzz \
+//! cargo build --offline --workspace --features testing --example fuzz_parsers \
+//!     --config 'profile.dev.package.ragbox-core.opt-level=3'
+//! "$CARGO_TARGET_DIR/debug/examples/fuzz_parsers" --inputs 1000000 --seed 16 --out target/fuzz \
 //!     [--corpus tests/data/corpus --corpus tests/fixtures/source/lppl.pdf] [--hang-s 60] [--slow-ms 10000] \
 //!     [--targets docx,odt,odp,ods,pptx,xlsx,xls,csv,tsv,epub,rtf] [--xls-reader target/debug/ragbox]
 //! ```
@@ -44,7 +45,7 @@ struct Args {
 }
 
 fn parse_args() -> Result<Args, String> {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let root = Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/../.."));
     let mut a = Args {
         inputs: 100_000,
         seed: 16,
