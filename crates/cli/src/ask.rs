@@ -146,6 +146,7 @@ pub(super) fn print_after(answer: &Answer) {
     }
 }
 
+/// `ragbox ask`: one grounded answer, streamed to stdout, or the refusal with the closest material.
 pub fn run(g: &GlobalArgs, args: AskArgs) -> anyhow::Result<u8> {
     anyhow::ensure!(!args.question.trim().is_empty(), "the question is empty; type what you want to know");
     let service = g.service()?;

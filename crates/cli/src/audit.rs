@@ -96,6 +96,7 @@ fn utc(ms: i64) -> String {
     format!("{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}Z", rem / 3600, rem % 3600 / 60, rem % 60)
 }
 
+/// `ragbox audit`: the audit rows, or `verify` the hash chain (exit code 6 when it is broken).
 pub fn run(g: &GlobalArgs, args: AuditArgs) -> anyhow::Result<u8> {
     let service = g.service()?;
     let caller = Caller::local();

@@ -36,6 +36,7 @@ fn summary(m: &BackupManifest) -> String {
     format!("{} files, {} bytes; tenants: {}", m.files.len(), m.bytes(), if tenants.is_empty() { "none".into() } else { tenants.join(", ") })
 }
 
+/// `ragbox backup DEST`: a consistent copy of the data folder, taken while it may be in use.
 pub fn backup(g: &GlobalArgs, args: BackupArgs) -> anyhow::Result<u8> {
     let service = ragbox_service::Service::open(g.config()?)?;
     let manifest = service.backup(&ragbox_service::Caller::local(), &args.dest)?;
@@ -47,6 +48,7 @@ pub fn backup(g: &GlobalArgs, args: BackupArgs) -> anyhow::Result<u8> {
     Ok(0)
 }
 
+/// `ragbox restore SRC`: a backup brought back into an empty data folder (`--force`: a used one).
 pub fn restore_cmd(g: &GlobalArgs, args: RestoreArgs) -> anyhow::Result<u8> {
     // Not through an open service: opening would create a catalog in the folder before it is checked.
     let data_dir = g.config()?.data_dir;

@@ -30,6 +30,7 @@ pub struct ChatArgs {
     pub no_rerank: bool,
 }
 
+/// `ragbox chat`: a conversation on stdin, each follow-up rewritten with the turns it needs.
 pub fn run(g: &GlobalArgs, args: ChatArgs) -> anyhow::Result<u8> {
     let service = g.service()?;
     let caller = Caller::local();

@@ -2,6 +2,7 @@
 
 use super::{print_json, GlobalArgs};
 
+/// `ragbox doctor`: the build, the device, the kernels and every model with its checksum.
 pub fn run(g: &GlobalArgs) -> anyhow::Result<()> {
     let report = ragbox_service::Service::diagnose(g.config()?)?;
     if g.json {

@@ -39,6 +39,7 @@ pub struct ReembedArgs {
     pub tenant: String,
 }
 
+/// `ragbox ls`: a tenant's documents with their kind, status and chunk count.
 pub fn ls(g: &GlobalArgs, args: LsArgs) -> anyhow::Result<u8> {
     let service = g.service()?;
     let (tenant, docs) = service.documents(&Caller::local(), &args.tenant)?;
@@ -64,6 +65,7 @@ pub fn ls(g: &GlobalArgs, args: LsArgs) -> anyhow::Result<u8> {
     Ok(0)
 }
 
+/// `ragbox rm`: documents removed from a tenant, through the service's write path.
 pub fn rm(g: &GlobalArgs, args: RmArgs) -> anyhow::Result<u8> {
     let service = g.service()?;
     let (tenant, removed) = service.remove_paths(&Caller::local(), &args.tenant, &args.paths)?;
@@ -77,6 +79,7 @@ pub fn rm(g: &GlobalArgs, args: RmArgs) -> anyhow::Result<u8> {
     Ok(0)
 }
 
+/// `ragbox reembed`: a tenant's vectors rebuilt with another embedding model, then switched to.
 pub fn reembed(g: &GlobalArgs, args: ReembedArgs) -> anyhow::Result<u8> {
     let service = g.service()?;
     let started = std::time::Instant::now();

@@ -19,6 +19,7 @@ pub struct FeedbackArgs {
     pub comment: Option<String>,
 }
 
+/// `ragbox feedback`: an answer rated up or down.
 pub fn run(g: &GlobalArgs, args: FeedbackArgs) -> anyhow::Result<u8> {
     let service = g.service()?;
     let id = service.feedback(&Caller::local(), None, args.answer_id, args.rating, args.comment.as_deref())?;

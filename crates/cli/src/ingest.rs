@@ -50,6 +50,8 @@ pub enum ContextKind {
     None,
 }
 
+/// `ragbox ingest`: folders ingested incrementally (`--watch`: again on every change); exit code
+/// [`EXIT_PARTIAL`](crate::EXIT_PARTIAL) when some files were skipped.
 pub fn run(g: &GlobalArgs, args: IngestArgs) -> anyhow::Result<u8> {
     let service = g.service()?;
     let opts = service.ingest_options(&args.tenant, args.chunker, args.context != ContextKind::None, args.context == ContextKind::Llm)?;

@@ -44,6 +44,7 @@ fn scope(k: &KeyRow) -> String {
     k.tenant.clone().unwrap_or_else(|| "all tenants".into())
 }
 
+/// `ragbox keys`: API keys created (shown once), listed or revoked.
 pub fn run(g: &GlobalArgs, cmd: KeysCmd) -> anyhow::Result<u8> {
     let service = g.service()?;
     let caller = Caller::local();

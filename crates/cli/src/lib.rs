@@ -5,6 +5,8 @@
 //! machines), logs and progress to stderr. The `ragbox` binary parses the command line and
 //! dispatches here or to its measuring tools.
 
+#![warn(missing_docs)]
+
 pub mod ask;
 pub mod audit;
 pub mod backup;

@@ -31,6 +31,7 @@ pub struct SearchArgs {
     pub no_rerank: bool,
 }
 
+/// `ragbox search`: the ranked passages for a query (`--explain`: every stage's view).
 pub fn run(g: &GlobalArgs, args: SearchArgs) -> anyhow::Result<u8> {
     if let Some(k) = args.k {
         anyhow::ensure!(k > 0, "-k must be at least 1");

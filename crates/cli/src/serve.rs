@@ -38,6 +38,7 @@ pub fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
     Ok(tokio::runtime::Builder::new_multi_thread().worker_threads(2).thread_name("ragbox-http").enable_all().build()?)
 }
 
+/// `ragbox serve`: the HTTP API and the web page until SIGTERM or SIGINT.
 pub fn run(g: &GlobalArgs, args: ServeArgs) -> anyhow::Result<u8> {
     let config = g.config()?;
     let listen = args.listen.clone().unwrap_or_else(|| config.server.listen.clone());

@@ -15,6 +15,8 @@
 //! - SIGTERM/SIGINT: stop accepting, give in-flight requests `server.shutdown_grace_ms`, then
 //!   cancel the generations still running and exit.
 
+#![warn(missing_docs)]
+
 mod api;
 mod auth;
 mod error;

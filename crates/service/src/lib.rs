@@ -23,6 +23,8 @@
 //! assert!(alice.reaches("acme") && !alice.reaches("globex"));
 //! ```
 
+#![warn(missing_docs)]
+
 mod answering;
 mod documents;
 mod embeddings;
