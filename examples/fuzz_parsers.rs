@@ -5,12 +5,17 @@
 //!     --config 'profile.dev.package.ragbox-core.opt-level=3'
 //! "$CARGO_TARGET_DIR/debug/examples/fuzz_parsers" --inputs 1000000 --seed 16 --out target/fuzz \
 //!     [--corpus tests/data/corpus --corpus tests/fixtures/source/lppl.pdf] [--hang-s 60] [--slow-ms 10000] \
-//!     [--targets docx,odt,odp,ods,pptx,xlsx,xls,csv,tsv,epub,rtf] [--xls-reader target/debug/ragbox]
+//!     [--targets docx,odt,odp,ods,pptx,xlsx,xls,csv,tsv,epub,rtf] [--xls-reader target/debug/ragbox] \
+//!     [--mutated-only]
 //! ```
 //!
 //! `--xls-reader` names the `ragbox` executable that reads `.xls` in a bounded child process, as
 //! the `ragbox` binary does for itself (`ragbox_core::source::xls`); without it, `.xls` inputs are
 //! skipped as legacy files and only the OLE check is exercised.
+//!
+//! `--mutated-only` leaves out the generated hostile inputs (1 case in 8 otherwise): every case
+//! mutates a seed file. Its mutated cases are those of a run with the same seed, so give it seeds
+//! of its own. The report counts each target's generated inputs apart (`generated`).
 //!
 //! `--targets` runs only the named targets (see `ragbox_core::fuzz::TARGETS`), drawn by their weights;
 //! a case number then means another input than in a run of every target.
@@ -29,7 +34,7 @@ use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use ragbox_core::fuzz::{case, run, Corpus, Finding, FindingKind, FuzzOptions, FuzzReport, TARGETS};
+use ragbox_core::fuzz::{case, run, Case, Corpus, Finding, FindingKind, FuzzOptions, FuzzReport, TARGETS};
 
 #[derive(Debug, Clone)]
 struct Args {
@@ -41,6 +46,7 @@ struct Args {
     slow_ms: u64,
     targets: Vec<String>,
     xls_reader: Option<PathBuf>,
+    mutated_only: bool,
     worker: Option<(u64, u64, PathBuf)>,
 }
 
@@ -55,6 +61,7 @@ fn parse_args() -> Result<Args, String> {
         slow_ms: 10_000,
         targets: Vec::new(),
         xls_reader: None,
+        mutated_only: false,
         worker: None,
     };
     let mut it = std::env::args().skip(1);
@@ -78,6 +85,7 @@ fn parse_args() -> Result<Args, String> {
                 }
             }
             "--xls-reader" => a.xls_reader = Some(PathBuf::from(value()?)),
+            "--mutated-only" => a.mutated_only = true,
             "--worker-start" => start = Some(value()?.parse::<u64>().map_err(|e| e.to_string())?),
             "--worker-count" => count = Some(value()?.parse::<u64>().map_err(|e| e.to_string())?),
             "--worker-progress" => progress = Some(PathBuf::from(value()?)),
@@ -96,6 +104,18 @@ fn parse_args() -> Result<Args, String> {
         a.worker = Some((s, c, p));
     }
     Ok(a)
+}
+
+/// The run's settings, the same in the driver and its workers (the driver regenerates the case a
+/// worker died on from them).
+fn options(args: &Args) -> FuzzOptions {
+    FuzzOptions {
+        seed: args.seed,
+        slow: Duration::from_millis(args.slow_ms),
+        targets: args.targets.clone(),
+        generated: !args.mutated_only,
+        ..FuzzOptions::default()
+    }
 }
 
 fn corpus(args: &Args) -> Corpus {
@@ -131,14 +151,7 @@ fn worker(args: &Args, start: u64, count: u64, progress: &Path) -> Result<(), St
     // only reads it.
     let mut map = unsafe { memmap2::MmapMut::map_mut(&file) }.map_err(|e| e.to_string())?;
     let corpus = corpus(args);
-    let options = FuzzOptions {
-        seed: args.seed,
-        start,
-        count,
-        slow: Duration::from_millis(args.slow_ms),
-        targets: args.targets.clone(),
-        ..FuzzOptions::default()
-    };
+    let options = FuzzOptions { start, count, ..options(args) };
     let out = args.out.clone();
     let handle = std::thread::Builder::new()
         .stack_size(ragbox_core::source::guard::PARSE_STACK_BYTES)
@@ -187,6 +200,9 @@ fn run_worker(exe: &Path, args: &Args, start: u64, count: u64, progress: &Path) 
     }
     if let Some(reader) = &args.xls_reader {
         cmd.arg("--xls-reader").arg(reader);
+    }
+    if args.mutated_only {
+        cmd.arg("--mutated-only");
     }
     cmd.args(["--worker-start", &start.to_string(), "--worker-count", &count.to_string(), "--worker-progress"]).arg(progress);
     let mut child = cmd.stdout(Stdio::piped()).stderr(Stdio::null()).spawn().map_err(|e| e.to_string())?;
@@ -240,7 +256,7 @@ fn driver(args: &Args) -> Result<(), String> {
     eprintln!("fuzzing {} inputs, seed {}, seeds per target: {}", args.inputs, args.seed, seeds.join(", "));
     let exe = std::env::current_exe().map_err(|e| e.to_string())?;
     let progress = args.out.join(".progress");
-    let options = FuzzOptions { seed: args.seed, targets: args.targets.clone(), ..FuzzOptions::default() };
+    let options = options(args);
     let mut total = FuzzReport::default();
     let (mut panics_seen, mut panics_escaped) = (0u64, 0u64);
     let started = Instant::now();
@@ -265,13 +281,14 @@ fn driver(args: &Args) -> Result<(), String> {
                 done += count;
             }
             Ended::Died { at, hung, status } => {
-                let (t, input) = case(&corpus, &options, at);
+                let Case { target: t, input, generated } = case(&corpus, &options, at);
                 let kind = if hung { FindingKind::Hang } else { FindingKind::Abort };
                 let f = Finding { index: at, target: TARGETS[t].name, kind, detail: format!("worker exit: {status}"), input };
                 save(&args.out, &f);
                 eprintln!("finding: {kind:?} on case {at} ({})", f.target);
                 let stats = total.targets.entry(f.target.to_string()).or_default();
                 stats.inputs += 1;
+                stats.generated += u64::from(generated);
                 if hung {
                     stats.hangs += 1;
                 } else {
@@ -293,6 +310,7 @@ fn driver(args: &Args) -> Result<(), String> {
     let summary = serde_json::json!({
         "inputs": total.inputs(),
         "seed": args.seed,
+        "mutated_only": args.mutated_only,
         "targets_run": if args.targets.is_empty() { "all".to_string() } else { args.targets.join(",") },
         "seconds": secs.round(),
         "failures": total.failures(),

@@ -298,16 +298,39 @@ pub struct FuzzOptions {
     /// Run only these targets (names in [`TARGETS`]); empty: all of them. The cases are then drawn
     /// among these by their weights, so a case number means another input than in a full run.
     pub targets: Vec<String>,
+    /// Whether 1 case in 8 is a generated hostile input ([`hostile`]); off, every case mutates a
+    /// seed file. The draws are otherwise the same, so a case that mutates a file in a run with
+    /// them is the same input in a run without: give such a run seeds of its own.
+    pub generated: bool,
 }
 
 impl Default for FuzzOptions {
     fn default() -> Self {
-        FuzzOptions { seed: 16, start: 0, count: 1000, slow: Duration::from_secs(10), max_len: 256 << 10, targets: Vec::new() }
+        FuzzOptions {
+            seed: 16,
+            start: 0,
+            count: 1000,
+            slow: Duration::from_secs(10),
+            max_len: 256 << 10,
+            targets: Vec::new(),
+            generated: true,
+        }
     }
 }
 
-/// Case `i` of a run seeded `seed`: its target (an index into [`TARGETS`]) and its input bytes.
-pub fn case(corpus: &Corpus, options: &FuzzOptions, i: u64) -> (usize, Vec<u8>) {
+/// One input of a run.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Case {
+    /// Its target, an index into [`TARGETS`].
+    pub target: usize,
+    /// Its bytes.
+    pub input: Vec<u8>,
+    /// Generated hostile ([`hostile`]) rather than a mutated seed file.
+    pub generated: bool,
+}
+
+/// Case `i` of a run seeded `seed`.
+pub fn case(corpus: &Corpus, options: &FuzzOptions, i: u64) -> Case {
     let mut rng = Rng::new(options.seed ^ i.wrapping_mul(0xa076_1d64_78bd_642f));
     let chosen = |t: &Target| options.targets.is_empty() || options.targets.iter().any(|n| n == t.name);
     let weight = |t: &Target| if chosen(t) { t.weight } else { 0 };
@@ -323,15 +346,16 @@ pub fn case(corpus: &Corpus, options: &FuzzOptions, i: u64) -> (usize, Vec<u8>) 
     });
     let t = t.unwrap_or(0);
     let name = TARGETS[t].name;
-    if rng.one_in(8) {
-        return (t, hostile(&mut rng, name));
+    if rng.one_in(8) && options.generated {
+        return Case { target: t, input: hostile(&mut rng, name), generated: true };
     }
+    let mutated = |input| Case { target: t, input, generated: false };
     let seeds = corpus.seeds(t);
     let mut data = if seeds.is_empty() { Vec::new() } else { rng.pick(seeds).clone() };
     // Most byte flips of a zip only break its checksums; mutate the members instead, 7 in 8.
     if is_container(name) && !rng.one_in(8) {
         if let Some(zip) = mutate_container(&mut rng, &data, options.max_len) {
-            return (t, zip);
+            return mutated(zip);
         }
     }
     let rounds = 1 + rng.size(16);
@@ -339,7 +363,7 @@ pub fn case(corpus: &Corpus, options: &FuzzOptions, i: u64) -> (usize, Vec<u8>) 
         mutate(&mut rng, &mut data, dictionary(name), seeds);
     }
     data.truncate(options.max_len);
-    (t, data)
+    mutated(data)
 }
 
 /// One mutation of `data`.
@@ -1262,6 +1286,9 @@ pub struct Finding {
 pub struct TargetStats {
     /// Cases run.
     pub inputs: u64,
+    /// Of those, generated hostile inputs (the rest are mutated seed files).
+    #[serde(default)]
+    pub generated: u64,
     /// Parsed and chunked.
     pub parsed: u64,
     /// Skipped with a reason.
@@ -1288,6 +1315,7 @@ impl TargetStats {
     /// Adds `other` in.
     pub fn add(&mut self, other: &TargetStats) {
         self.inputs += other.inputs;
+        self.generated += other.generated;
         self.parsed += other.parsed;
         self.skipped += other.skipped;
         self.chunks += other.chunks;
@@ -1338,13 +1366,14 @@ pub fn run(
     let mut report = FuzzReport::default();
     for i in options.start..options.start.saturating_add(options.count) {
         progress(i);
-        let (t, input) = case(corpus, options, i);
+        let Case { target: t, input, generated } = case(corpus, options, i);
         let target = TARGETS[t];
         let started = Instant::now();
         let result = catch_unwind(AssertUnwindSafe(|| check_case(target.file, &input, i)));
         let elapsed = started.elapsed();
         let stats = report.targets.entry(target.name.to_string()).or_default();
         stats.inputs += 1;
+        stats.generated += u64::from(generated);
         let ms = elapsed.as_millis() as u64;
         stats.max_ms = stats.max_ms.max(ms);
         stats.total_ms += ms;
@@ -1406,8 +1435,25 @@ mod tests {
         for i in [0, 1, 77, 123_456] {
             assert_eq!(case(&c, &o, i), case(&c, &o, i));
         }
-        let targets: std::collections::BTreeSet<usize> = (0..500).map(|i| case(&c, &o, i).0).collect();
+        let targets: std::collections::BTreeSet<usize> = (0..500).map(|i| case(&c, &o, i).target).collect();
         assert_eq!(targets.len(), TARGETS.len(), "every target is drawn");
+    }
+
+    #[test]
+    fn a_run_without_generated_inputs_mutates_the_same_files() {
+        let c = Corpus::builtin();
+        let mixed = FuzzOptions::default();
+        let mutated_only = FuzzOptions { generated: false, ..FuzzOptions::default() };
+        let cases: Vec<(Case, Case)> = (0..400).map(|i| (case(&c, &mixed, i), case(&c, &mutated_only, i))).collect();
+        let generated = cases.iter().filter(|(m, _)| m.generated).count();
+        assert!((20..=80).contains(&generated), "about 1 in 8 of 400 is generated: {generated}");
+        for (m, o) in &cases {
+            assert!(!o.generated);
+            assert_eq!(m.target, o.target);
+            if !m.generated {
+                assert_eq!(m, o, "a mutated case is the same input in both runs");
+            }
+        }
     }
 
     /// The short run of the suite: 1,500 cases over the sample corpus. No panic escapes, no
