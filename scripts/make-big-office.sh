@@ -6,7 +6,8 @@
 #
 #   OUT/docx/manual.docx  the 38 PostgreSQL 15 manual pages of scripts/qa/make_corpora.sh (default
 #                         ~/.cache/ragbox/qa-corpora/postgresql), joined by pandoc into one Word file
-#                         (~107,000 words, ~230 pages at Word's defaults)
+#                         (~102,000 words; 267 pages as LibreOffice 7.4 lays it out:
+#                         `soffice --headless --convert-to pdf`, then `pdfinfo`)
 #   OUT/md/manual.md      the same pandoc source as markdown (the per-token baseline)
 #   OUT/xlsx/orders.xlsx  100,000 rows x 7 columns (a date column, numbers, text), written by
 #                         LibreOffice from OUT/csv/orders.csv (deterministic rows, seed 31)
