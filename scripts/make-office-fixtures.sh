@@ -32,10 +32,10 @@
 #                              holds is in tests/data/office/EXPECTED.md (written below, then checked)
 #   tests/data/scanned/        tests/data/corpus/plans/business-continuity-plan.pdf as a scan: every page
 #                              rendered at 200 dpi grey, wrapped as an image-only PDF, plus pdftotext
-#                              ground truth
+#                              ground truth; pages 1-2 as a bilevel multi-page TIFF (CCITT Group 4)
 #
 # Needs: pandoc, LibreOffice (soffice, with python3-uno), poppler-utils (pdftoppm, pdftotext, pdfinfo,
-# pdfimages), img2pdf, unzip, and /usr/bin/python3 with the uno and PIL modules (python3-uno;
+# pdfimages), img2pdf, libtiff-tools (tiffcp, tiffinfo), unzip, and /usr/bin/python3 with the uno and PIL modules (python3-uno;
 # python3-pil comes with img2pdf). ImageMagick is not needed (PIL writes the grey PNG and JPEG).
 #
 # Reproducibility: SOURCE_DATE_EPOCH is fixed below, and the document dates inside the files follow it.
@@ -61,7 +61,7 @@ export TZ=UTC LC_ALL=C.UTF-8
 
 die() { echo "make-office-fixtures: $*" >&2; exit 1; }
 
-for tool in pandoc soffice pdftoppm pdftotext pdfinfo pdfimages img2pdf unzip; do
+for tool in pandoc soffice pdftoppm pdftotext pdfinfo pdfimages img2pdf tiffcp tiffinfo unzip; do
   command -v "$tool" >/dev/null || die "needs $tool"
 done
 "$PY" -c 'import uno, PIL' 2>/dev/null || die "needs $PY with the uno and PIL modules (python3-uno, python3-pil)"
@@ -870,6 +870,12 @@ for n in $(seq 1 "$NPAGES"); do
   pdftotext -layout -f "$n" -l "$n" "$PDF" "$SCANNED/page-$n.txt"
 done
 cp "$WORK/scan-1.png" "$SCANNED/page-1.png"
+# Pages 1-2 as a scanner or fax server writes them: one TIFF, a bilevel (1-bit) CCITT Group 4 image a page.
+for n in 1 2; do
+  pdftoppm -r "$DPI" -mono -tiff -f "$n" -l "$n" -singlefile "$PDF" "$WORK/mono-$n"
+done
+tiffcp -c g4 "$WORK/mono-1.tif" "$WORK/mono-2.tif" "$SCANNED/business-continuity-plan-pages-1-2.tif"
+[ "$(tiffinfo "$SCANNED/business-continuity-plan-pages-1-2.tif" 2>/dev/null | grep -c 'CCITT Group 4')" = 2 ] || die "TIFF: not two G4 pages"
 fx images "$WORK/page-2.pgm" "" "$SCANNED/page-2.jpg" "$DPI"
 img2pdf --engine internal --nodate -o "$SCANNED/business-continuity-plan-scanned.pdf" "${pages[@]}"
 pdftotext -layout "$PDF" "$SCANNED/business-continuity-plan-scanned.txt"
@@ -886,6 +892,7 @@ V_SOFFICE=$(soffice --version | sed -n 1p)
 V_POPPLER=$(pdftoppm -v 2>&1 | sed -n 1p)
 V_IMG2PDF=$(img2pdf --version 2>&1 | sed -n 1p)
 V_PIL=$("$PY" -c 'import PIL; print("Pillow", PIL.__version__)')
+V_TIFFCP=$(tiffcp 2>&1 | sed -n 1p)
 
 cat >"$OFFICE/README.md" <<EOF
 # Office and e-book test fixtures
@@ -963,6 +970,7 @@ project, the project's own).
 | page-N.txt | ground truth per page (N = 1..$NPAGES), \`pdftotext -layout -f N -l N\` of the original |
 | page-1.png | page 1, ${DPI} dpi, 8-bit grey PNG (the same image as page 1 of the PDF) |
 | page-2.jpg | page 2, ${DPI} dpi, 8-bit grey JPEG, quality 75 |
+| business-continuity-plan-pages-1-2.tif | pages 1 and 2 in one TIFF, ${DPI} dpi, bilevel (1-bit), CCITT Group 4: a scanner's or fax server's multi-page file |
 
 Every image is 1654 x 2339 pixels (A4 at ${DPI} dpi; the dpi is also stored in the PNG and JPEG).
 The layout text keeps table rows on one line, as OCR reads them: compare after collapsing whitespace.
@@ -972,7 +980,8 @@ Page 2 holds the recovery-objectives table (QUESTIONS.md question 6: "Warehouse 
 How: \`pdftoppm -r ${DPI} -gray\` renders PGM (this pdftoppm writes RGB PNG even with \`-gray -png\`),
 PIL writes the grey PNG and JPEG (ImageMagick is not needed), and
 \`img2pdf --engine internal --nodate\` wraps the PNGs (the internal engine writes no random /ID).
-Tools: $V_POPPLER; $V_IMG2PDF; $V_PIL. All of these files are byte-identical on every run with the
+The TIFF: \`pdftoppm -r ${DPI} -mono -tiff\` a page, joined by \`tiffcp -c g4\`.
+Tools: $V_POPPLER; $V_IMG2PDF; $V_PIL; $V_TIFFCP. All of these files are byte-identical on every run with the
 same tools.
 EOF
 
@@ -994,6 +1003,7 @@ while IFS= read -r -d '' f; do
     *.pdf) pdfinfo "$f" >/dev/null || die "bad PDF: $f" ;;
     *.png) [ "$(head -c 8 "$f" | od -An -tx1 | tr -d ' \n')" = 89504e470d0a1a0a ] || die "not PNG: $f" ;;
     *.jpg) [ "$(head -c 3 "$f" | od -An -tx1 | tr -d ' \n')" = ffd8ff ] || die "not JPEG: $f" ;;
+    *.tif) tiffinfo "$f" >/dev/null 2>&1 || die "bad TIFF: $f" ;;
   esac
 done < <(find "$CORPUS" "$OFFICE" "$SCANNED" -type f -print0)
 

@@ -621,12 +621,13 @@ fn scanned_pages_and_images_are_read_by_ocr_with_their_pages() {
     let (dir, data) = (tmp.path().join("scans"), tmp.path().join("data"));
     std::fs::create_dir_all(&dir).unwrap();
     let scanned = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/scanned");
-    for name in ["business-continuity-plan-scanned.pdf", "page-1.png", "page-2.jpg"] {
+    let tiff = "business-continuity-plan-pages-1-2.tif";
+    for name in ["business-continuity-plan-scanned.pdf", "page-1.png", "page-2.jpg", tiff] {
         std::fs::copy(scanned.join(name), dir.join(name)).unwrap();
     }
     let (code, report, err) = ingest_json(&data, &[dir.to_str().unwrap()]);
     assert_eq!(code, 0, "every scan is read: {report}\n{err}");
-    assert_eq!(count(&report, "added"), 3, "{report}");
+    assert_eq!(count(&report, "added"), 4, "{report}");
 
     let store = open_store(&data);
     let t = store.catalog().require_tenant("default").unwrap();
@@ -645,6 +646,14 @@ fn scanned_pages_and_images_are_read_by_ocr_with_their_pages() {
     let chunks = store.catalog().chunks(t.id, &ids).unwrap();
     let in_pdf = chunks.iter().find(|c| c.path.ends_with("business-continuity-plan-scanned.pdf")).expect("the scan's page 2 is indexed");
     assert_eq!(in_pdf.page, Some(2), "{in_pdf:?}");
+    // Every page of the multi-page TIFF (bilevel fax pages) is read, each with its number.
+    let in_tiff = chunks.iter().find(|c| c.path.ends_with(tiff)).expect("the TIFF's page 2 is indexed");
+    assert_eq!(in_tiff.page, Some(2), "{in_tiff:?}");
+    let doc = docs.iter().find(|d| d.path.ends_with(tiff)).unwrap();
+    assert_eq!(doc.parser.as_deref(), Some("image"));
+    let ids: Vec<_> = reader.lexical.search("Annelies de Vries Chief Operating Officer", 10).unwrap().iter().map(|h| h.0).collect();
+    let pages: Vec<_> = store.catalog().chunks(t.id, &ids).unwrap().into_iter().filter(|c| c.path.ends_with(tiff)).map(|c| c.page).collect();
+    assert!(pages.contains(&Some(1)), "the TIFF's page 1 is indexed: {pages:?}");
 }
 
 #[test]

@@ -1,12 +1,14 @@
-//! Images of pages (`.png`, `.jpg`, `.tif`): read by the OCR engine of the [`ParseContext`] (the
-//! first frame of a multi-page TIFF). Without an engine the file is skipped with
-//! [`SkipReason::NeedsOcr`], which names the fetch command; an image with no text in it is
-//! `Empty`. Decoding is bounded: at most the engine's pixel budget, and the decoder's own
-//! allocation limit.
+//! Images of pages (`.png`, `.jpg`, `.tif`): read by the OCR engine of the [`ParseContext`]. A
+//! multi-page TIFF (what scanners and fax servers write) is read page by page, each decoded only
+//! when its turn comes. Without an engine the file is skipped with [`SkipReason::NeedsOcr`], which
+//! names the fetch command; an image with no text in it is `Empty`. Decoding is bounded: at most
+//! the engine's pixel budget a page, the decoder's own allocation limit, and [`MAX_PAGES`] pages.
 //!
-//! Blocks come from the recognised text as from a PDF page (page 1). Metadata: `ocr_confidence`
-//! (the page's mean line confidence), and `ocr_low_confidence_pages` when it is below
-//! [`LOW_CONFIDENCE`](super::scan::LOW_CONFIDENCE).
+//! Blocks come from the recognised text as from a PDF's pages, each with its page number.
+//! Metadata: `pages`, `ocr_pages`, `ocr_confidence` (the mean line confidence), and
+//! `ocr_low_confidence_pages` for pages below [`LOW_CONFIDENCE`](super::scan::LOW_CONFIDENCE). A
+//! page of a multi-page TIFF that cannot be read is listed in `pages_unreadable` and the others are
+//! kept; a file none of whose pages can be read is skipped with the first page's reason.
 
 use std::collections::BTreeMap;
 use std::io::Cursor;
@@ -35,17 +37,142 @@ impl Parser for ImageParser {
 
     fn parse_in(&self, path: &Path, bytes: &[u8], context: &ParseContext) -> Result<ParsedDocument, SkipReason> {
         let Some(engine) = &context.ocr else { return Err(SkipReason::NeedsOcr) };
-        let image = decode(bytes, engine.options().max_pixels)?;
-        let (cleaned, confidence) = read_page(engine, &image)?;
+        let max_pixels = engine.options().max_pixels;
         let mut out = TextBuilder::default();
         let mut metadata = BTreeMap::new();
-        if !cleaned.is_empty() {
-            let start = out.raw(&cleaned);
-            let end = out.text.len();
-            out.blocks.extend(text::blocks_in(&out.text, start, end, Some(1), text::Style::Pdf));
-            note_confidence(&mut metadata, &[(1, confidence)]);
+        // Pages with text and their confidence; pages read (with text or blank); pages not read.
+        let mut read = Vec::new();
+        let mut readable = 0u32;
+        let mut unreadable = Vec::new();
+        let mut first_error = None;
+        let mut pages = Pages::of(bytes)?;
+        let mut n = 0u32;
+        while let Some(image) = pages.next_page(max_pixels) {
+            n += 1;
+            match image.and_then(|image| read_page(engine, &image)) {
+                Ok((cleaned, confidence)) => {
+                    readable += 1;
+                    if !cleaned.is_empty() {
+                        read.push((n, confidence));
+                        let start = out.raw(&cleaned);
+                        let end = out.text.len();
+                        out.blocks.extend(text::blocks_in(&out.text, start, end, Some(n), text::Style::Pdf));
+                    }
+                }
+                Err(reason) => {
+                    unreadable.push(n.to_string());
+                    first_error.get_or_insert(reason);
+                }
+            }
+        }
+        if readable == 0 {
+            return Err(first_error.unwrap_or_else(|| SkipReason::corrupt("image: no pages")));
+        }
+        note_confidence(&mut metadata, &read);
+        if n > 1 || !unreadable.is_empty() {
+            metadata.insert("pages".to_string(), n.to_string());
+        }
+        if !unreadable.is_empty() {
+            metadata.insert("pages_unreadable".to_string(), unreadable.join(","));
+        }
+        if pages.cut {
+            metadata.insert("truncated".to_string(), format!("the first {MAX_PAGES} pages were read"));
         }
         Ok(finish(self.name(), title_from_path(path), out.text, out.blocks, metadata))
+    }
+}
+
+/// Most pages read from one multi-page TIFF (the rest are left out, and the metadata says so).
+pub const MAX_PAGES: usize = 5_000;
+
+/// The pages of an image file, decoded one at a time: one page, or each image of a TIFF.
+///
+/// A TIFF's pages are found with the `tiff` crate's walk of its image directories (which
+/// refuses cycles; thumbnails and masks are not pages), and each is decoded by `image`'s TIFF
+/// reader (every colour type, bilevel fax pages included) from a copy of the file whose header
+/// points at that page's directory.
+struct Pages<'a> {
+    bytes: &'a [u8],
+    /// A TIFF, read page by page.
+    tiff: Option<Tiff>,
+    /// Pages handed out so far.
+    next: usize,
+    /// Whether a TIFF had more than [`MAX_PAGES`] images.
+    cut: bool,
+    /// Whether a TIFF's walk of its directories broke after the last offset found.
+    broken: bool,
+}
+
+/// A multi-page TIFF being read.
+struct Tiff {
+    /// The file's copy whose header is re-pointed at each page in turn.
+    copy: Vec<u8>,
+    /// Where the header holds its pointer to the first image directory.
+    pointer: std::ops::Range<usize>,
+    /// The file's byte order ("MM").
+    big_endian: bool,
+    /// The offsets of the pages' image directories, in the file's order.
+    offsets: Vec<u64>,
+}
+
+impl<'a> Pages<'a> {
+    fn of(bytes: &'a [u8]) -> Result<Pages<'a>, SkipReason> {
+        let mut pages = Pages { bytes, tiff: None, next: 0, cut: false, broken: false };
+        let big_endian = match bytes.get(..4) {
+            Some(b"II*\0") | Some(b"II+\0") => false,
+            Some(b"MM\0*") | Some(b"MM\0+") => true,
+            _ => return Ok(pages),
+        };
+        let pointer = if bytes[2..4] == [0, 42] || bytes[2..4] == [42, 0] { 4..8 } else { 8..16 };
+        let mut decoder =
+            tiff::decoder::Decoder::new(Cursor::new(bytes)).map_err(|e| SkipReason::corrupt(format!("image: TIFF: {e}")))?;
+        // Each directory's offset, and whether it is a page rather than a page's thumbnail
+        // (NewSubfileType bit 0, "reduced resolution") or transparency mask (bit 2).
+        let mut found: Vec<(u64, bool)> = Vec::new();
+        loop {
+            if let Some(ifd) = decoder.ifd_pointer() {
+                let subfile = decoder.find_tag_unsigned::<u32>(tiff::tags::Tag::NewSubfileType).ok().flatten().unwrap_or(0);
+                found.push((ifd.0, subfile & 0b101 == 0));
+            }
+            if !decoder.more_images() {
+                break;
+            }
+            if found.len() >= MAX_PAGES {
+                pages.cut = true;
+                break;
+            }
+            if decoder.next_image().is_err() {
+                pages.broken = true;
+                break;
+            }
+        }
+        let any_page = found.iter().any(|(_, page)| *page);
+        let offsets = found.into_iter().filter(|(_, page)| *page || !any_page).map(|(offset, _)| offset).collect();
+        pages.tiff = Some(Tiff { copy: bytes.to_vec(), pointer, big_endian, offsets });
+        Ok(pages)
+    }
+
+    /// The next page's image (or why it cannot be read), `None` after the last.
+    fn next_page(&mut self, max_pixels: u64) -> Option<Result<::image::DynamicImage, SkipReason>> {
+        let i = self.next;
+        self.next += 1;
+        let Some(tiff) = &mut self.tiff else {
+            return (i == 0).then(|| decode(self.bytes, max_pixels));
+        };
+        let Some(&offset) = tiff.offsets.get(i) else {
+            // A broken walk leaves one page unread after the last it found.
+            return (i == tiff.offsets.len() && self.broken)
+                .then(|| Err(SkipReason::corrupt("image: TIFF: a page's image directory cannot be read")));
+        };
+        let at = &mut tiff.copy[tiff.pointer.clone()];
+        match (at.len(), tiff.big_endian) {
+            // A classic TIFF's offsets are 32-bit: its walk read them as such.
+            (4, false) => at.copy_from_slice(&u32::try_from(offset).unwrap_or(u32::MAX).to_le_bytes()),
+            (4, true) => at.copy_from_slice(&u32::try_from(offset).unwrap_or(u32::MAX).to_be_bytes()),
+            (_, false) => at.copy_from_slice(&offset.to_le_bytes()),
+            (_, true) => at.copy_from_slice(&offset.to_be_bytes()),
+        }
+        Some(decode(&tiff.copy, max_pixels))
     }
 }
 
@@ -79,6 +206,112 @@ mod tests {
         let err = ImageParser.parse(Path::new("page.png"), &png).unwrap_err();
         assert_eq!(err, SkipReason::NeedsOcr);
         assert!(err.to_string().contains("scripts/fetch-models.sh pp-ocrv6-small"), "{err}");
+    }
+
+    const TIFF: &str = "scanned/business-continuity-plan-pages-1-2.tif";
+
+    /// The images `Pages` hands out, or their skip reasons.
+    fn pages(bytes: &[u8]) -> Vec<Result<::image::DynamicImage, SkipReason>> {
+        let mut pages = Pages::of(bytes).unwrap();
+        std::iter::from_fn(|| pages.next_page(50_000_000)).collect()
+    }
+
+    #[test]
+    fn every_page_of_a_multi_page_tiff_is_decoded_in_order() {
+        let tif = crate::source::testutil::fixture(TIFF);
+        let read = pages(&tif);
+        assert_eq!(read.len(), 2);
+        let images: Vec<_> = read.into_iter().map(Result::unwrap).collect();
+        for image in &images {
+            assert_eq!((image.width(), image.height()), (1654, 2339));
+        }
+        // Bilevel fax pages come out as grey, white paper and black ink, and the pages differ.
+        let (first, second) = (images[0].to_luma8(), images[1].to_luma8());
+        let dark = |g: &::image::GrayImage| g.pixels().filter(|p| p.0[0] < 128).count();
+        assert!(dark(&first) * 10 < first.len(), "mostly white paper: {} dark pixels", dark(&first));
+        assert!(dark(&first) > 1000 && dark(&second) > 1000);
+        assert_ne!(first, second);
+        // A one-page image is one page.
+        assert_eq!(pages(&crate::source::testutil::fixture("scanned/page-1.png")).len(), 1);
+    }
+
+    #[test]
+    fn a_tiff_whose_second_page_cannot_be_found_keeps_its_first() {
+        let mut tif = crate::source::testutil::fixture(TIFF);
+        assert_eq!(&tif[..4], b"II*\0");
+        // The first directory's pointer to the next one, sent past the end of the file.
+        let ifd = u32::from_le_bytes(tif[4..8].try_into().unwrap()) as usize;
+        let entries = u16::from_le_bytes(tif[ifd..ifd + 2].try_into().unwrap()) as usize;
+        let next = ifd + 2 + 12 * entries;
+        tif[next..next + 4].copy_from_slice(&u32::MAX.to_le_bytes());
+        let read = pages(&tif);
+        assert_eq!(read.len(), 2, "the first page, then the one that cannot be read");
+        assert!(read[0].is_ok());
+        assert!(matches!(&read[1], Err(SkipReason::Corrupt { .. })), "{:?}", read[1].as_ref().err());
+        // Cut short inside the second page's image data: the first page still reads.
+        let tif = crate::source::testutil::fixture(TIFF);
+        let read = pages(&tif[..tif.len() - 20_000]);
+        assert!(read[0].is_ok());
+        assert!(read.iter().skip(1).all(Result::is_err));
+    }
+
+    #[test]
+    fn mutated_tiffs_give_pages_or_reasons_never_a_panic() {
+        let tif = crate::source::testutil::fixture(TIFF);
+        let mut state = 0x9e37_79b9_7f4a_7c15u64;
+        let mut next = move || {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            state
+        };
+        for case in 0..120 {
+            let mut bytes = tif.clone();
+            // Set bytes, two in three of them in the header (the first 16 bytes) or near the end,
+            // where tiffcp writes the last page's image directory after its data.
+            for _ in 0..1 + next() % 8 {
+                let at = match next() % 3 {
+                    0 => (next() % 16) as usize,
+                    1 => bytes.len() - 1 - (next() % 400) as usize,
+                    _ => (next() % bytes.len() as u64) as usize,
+                };
+                bytes[at] = next() as u8;
+            }
+            if case % 10 == 0 {
+                bytes.truncate((next() % bytes.len() as u64) as usize);
+            }
+            let Ok(mut pages) = Pages::of(&bytes) else { continue };
+            let mut n = 0;
+            while let Some(page) = pages.next_page(50_000_000) {
+                n += 1;
+                assert!(n <= MAX_PAGES + 1, "case {case}");
+                drop(page);
+            }
+        }
+    }
+
+    #[test]
+    fn a_tiffs_thumbnails_are_not_pages() {
+        use tiff::encoder::{colortype::Gray8, TiffEncoder};
+        // A page, its reduced-resolution thumbnail, and a second page.
+        let mut tif = Cursor::new(Vec::new());
+        let mut encoder = TiffEncoder::new(&mut tif).unwrap();
+        for (size, shade, thumbnail) in [(64u32, 10u8, false), (16, 20, true), (48, 30, false)] {
+            let mut image = encoder.new_image::<Gray8>(size, size).unwrap();
+            if thumbnail {
+                image.encoder().write_tag(tiff::tags::Tag::NewSubfileType, 1u32).unwrap();
+            }
+            image.write_data(&vec![shade; (size * size) as usize]).unwrap();
+        }
+        let read: Vec<_> = pages(tif.get_ref()).into_iter().map(Result::unwrap).collect();
+        let seen: Vec<_> = read.iter().map(|i| (i.width(), i.to_luma8().get_pixel(0, 0).0[0])).collect();
+        assert_eq!(seen, [(64, 10), (48, 30)]);
+    }
+
+    #[test]
+    fn a_multi_page_tiff_without_an_ocr_engine_says_how_to_get_one() {
+        let tif = crate::source::testutil::fixture(TIFF);
+        assert_eq!(ImageParser.parse(Path::new("scan.tif"), &tif).unwrap_err(), SkipReason::NeedsOcr);
     }
 
     #[test]
