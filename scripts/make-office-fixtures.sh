@@ -33,9 +33,10 @@
 #   tests/data/scanned/        tests/data/corpus/plans/business-continuity-plan.pdf as a scan: every page
 #                              rendered at 200 dpi grey, wrapped as an image-only PDF, plus pdftotext
 #                              ground truth; pages 1-2 as a bilevel multi-page TIFF (CCITT Group 4)
+#                              and as a PDF of that Group 4 data
 #
 # Needs: pandoc, LibreOffice (soffice, with python3-uno), poppler-utils (pdftoppm, pdftotext, pdfinfo,
-# pdfimages), img2pdf, libtiff-tools (tiffcp, tiffinfo), unzip, and /usr/bin/python3 with the uno and PIL modules (python3-uno;
+# pdfimages), img2pdf, libtiff-tools (tiffcp, tiffinfo, tiff2pdf), unzip, and /usr/bin/python3 with the uno and PIL modules (python3-uno;
 # python3-pil comes with img2pdf). ImageMagick is not needed (PIL writes the grey PNG and JPEG).
 #
 # Reproducibility: SOURCE_DATE_EPOCH is fixed below, and the document dates inside the files follow it.
@@ -61,7 +62,7 @@ export TZ=UTC LC_ALL=C.UTF-8
 
 die() { echo "make-office-fixtures: $*" >&2; exit 1; }
 
-for tool in pandoc soffice pdftoppm pdftotext pdfinfo pdfimages img2pdf tiffcp tiffinfo unzip; do
+for tool in pandoc soffice pdftoppm pdftotext pdfinfo pdfimages img2pdf tiffcp tiffinfo tiff2pdf unzip; do
   command -v "$tool" >/dev/null || die "needs $tool"
 done
 "$PY" -c 'import uno, PIL' 2>/dev/null || die "needs $PY with the uno and PIL modules (python3-uno, python3-pil)"
@@ -876,6 +877,9 @@ for n in 1 2; do
 done
 tiffcp -c g4 "$WORK/mono-1.tif" "$WORK/mono-2.tif" "$SCANNED/business-continuity-plan-pages-1-2.tif"
 [ "$(tiffinfo "$SCANNED/business-continuity-plan-pages-1-2.tif" 2>/dev/null | grep -c 'CCITT Group 4')" = 2 ] || die "TIFF: not two G4 pages"
+# The same pages as a scanner's PDF: tiff2pdf keeps the Group 4 data as it is (/CCITTFaxDecode).
+tiff2pdf -e 20240601000000 -o "$SCANNED/business-continuity-plan-pages-1-2-g4.pdf" "$SCANNED/business-continuity-plan-pages-1-2.tif"
+[ "$(pdfimages -list "$SCANNED/business-continuity-plan-pages-1-2-g4.pdf" | grep -c ccitt)" = 2 ] || die "G4 PDF: not two CCITT pages"
 fx images "$WORK/page-2.pgm" "" "$SCANNED/page-2.jpg" "$DPI"
 img2pdf --engine internal --nodate -o "$SCANNED/business-continuity-plan-scanned.pdf" "${pages[@]}"
 pdftotext -layout "$PDF" "$SCANNED/business-continuity-plan-scanned.txt"
@@ -971,6 +975,7 @@ project, the project's own).
 | page-1.png | page 1, ${DPI} dpi, 8-bit grey PNG (the same image as page 1 of the PDF) |
 | page-2.jpg | page 2, ${DPI} dpi, 8-bit grey JPEG, quality 75 |
 | business-continuity-plan-pages-1-2.tif | pages 1 and 2 in one TIFF, ${DPI} dpi, bilevel (1-bit), CCITT Group 4: a scanner's or fax server's multi-page file |
+| business-continuity-plan-pages-1-2-g4.pdf | the same two pages as an image-only PDF whose images are that Group 4 data (\`/CCITTFaxDecode\`, \`/K -1\`), as office scanners write bilevel PDFs |
 
 Every image is 1654 x 2339 pixels (A4 at ${DPI} dpi; the dpi is also stored in the PNG and JPEG).
 The layout text keeps table rows on one line, as OCR reads them: compare after collapsing whitespace.
@@ -980,7 +985,8 @@ Page 2 holds the recovery-objectives table (QUESTIONS.md question 6: "Warehouse 
 How: \`pdftoppm -r ${DPI} -gray\` renders PGM (this pdftoppm writes RGB PNG even with \`-gray -png\`),
 PIL writes the grey PNG and JPEG (ImageMagick is not needed), and
 \`img2pdf --engine internal --nodate\` wraps the PNGs (the internal engine writes no random /ID).
-The TIFF: \`pdftoppm -r ${DPI} -mono -tiff\` a page, joined by \`tiffcp -c g4\`.
+The TIFF: \`pdftoppm -r ${DPI} -mono -tiff\` a page, joined by \`tiffcp -c g4\`; its PDF:
+\`tiff2pdf -e 20240601000000\` (a fixed date, so the bytes are the same every run).
 Tools: $V_POPPLER; $V_IMG2PDF; $V_PIL; $V_TIFFCP. All of these files are byte-identical on every run with the
 same tools.
 EOF

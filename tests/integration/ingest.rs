@@ -657,6 +657,47 @@ fn scanned_pages_and_images_are_read_by_ocr_with_their_pages() {
 }
 
 #[test]
+fn a_scan_whose_page_images_cannot_be_decoded_is_skipped_with_why() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (dir, data) = (tmp.path().join("scans"), tmp.path().join("data"));
+    std::fs::create_dir_all(&dir).unwrap();
+    // The Group 4 scan with its images relabelled JBIG2 (same length, so the PDF's offsets hold):
+    // a bilevel encoding no decoder here reads.
+    let scanned = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/scanned");
+    let pdf = std::fs::read(scanned.join("business-continuity-plan-pages-1-2-g4.pdf")).unwrap();
+    let (from, to) = (b"/CCITTFaxDecode".as_slice(), b"/JBIG2Decode   ".as_slice());
+    let mut relabelled = Vec::with_capacity(pdf.len());
+    let mut rest = pdf.as_slice();
+    while let Some(at) = rest.windows(from.len()).position(|w| w == from) {
+        relabelled.extend_from_slice(&rest[..at]);
+        relabelled.extend_from_slice(to);
+        rest = &rest[at + from.len()..];
+    }
+    relabelled.extend_from_slice(rest);
+    assert_ne!(relabelled, pdf);
+    std::fs::write(dir.join("jbig2.pdf"), &relabelled).unwrap();
+    std::fs::copy(scanned.join("business-continuity-plan-pages-1-2-g4.pdf"), dir.join("g4.pdf")).unwrap();
+    let (code, report, err) = ingest_json(&data, &[dir.to_str().unwrap()]);
+    assert_eq!(code, 5, "completed with one skip: {report}\n{err}");
+    let skipped = report["skipped"].as_array().unwrap();
+    assert_eq!(skipped.len(), 1, "{report}");
+    assert!(skipped[0]["path"].as_str().unwrap().ends_with("jbig2.pdf"), "{report}");
+    let reason = skipped[0]["reason"].as_str().unwrap();
+    assert!(
+        reason.contains("the image of scanned page 1: unsupported image encoding JBIG2Decode (and 1 more scanned page)"),
+        "{reason}"
+    );
+    // The Group 4 copy is read, page 2 on page 2.
+    let store = open_store(&data);
+    let t = store.catalog().require_tenant("default").unwrap();
+    let reader = store.reader(&t).unwrap();
+    let ids: Vec<_> = reader.lexical.search("Dordrecht backup office 40 workstations", 5).unwrap().iter().map(|h| h.0).collect();
+    let chunks = store.catalog().chunks(t.id, &ids).unwrap();
+    let hit = chunks.iter().find(|c| c.path.ends_with("g4.pdf")).expect("the G4 scan's page 2 is indexed");
+    assert_eq!(hit.page, Some(2), "{hit:?}");
+}
+
+#[test]
 fn without_the_ocr_model_scans_are_skipped_with_the_fetch_command() {
     let tmp = tempfile::tempdir().unwrap();
     let (dir, data, models) = (tmp.path().join("scans"), tmp.path().join("data"), tmp.path().join("models"));

@@ -91,7 +91,7 @@ pub const MAX_PAGES: usize = 5_000;
 /// refuses cycles; thumbnails and masks are not pages), and each is decoded by `image`'s TIFF
 /// reader (every colour type, bilevel fax pages included) from a copy of the file whose header
 /// points at that page's directory.
-struct Pages<'a> {
+pub(crate) struct Pages<'a> {
     bytes: &'a [u8],
     /// A TIFF, read page by page.
     tiff: Option<Tiff>,
@@ -116,7 +116,8 @@ struct Tiff {
 }
 
 impl<'a> Pages<'a> {
-    fn of(bytes: &'a [u8]) -> Result<Pages<'a>, SkipReason> {
+    /// The pages of `bytes`: a TIFF's walked, any other image one page.
+    pub(crate) fn of(bytes: &'a [u8]) -> Result<Pages<'a>, SkipReason> {
         let mut pages = Pages { bytes, tiff: None, next: 0, cut: false, broken: false };
         let big_endian = match bytes.get(..4) {
             Some(b"II*\0") | Some(b"II+\0") => false,
@@ -153,7 +154,7 @@ impl<'a> Pages<'a> {
     }
 
     /// The next page's image (or why it cannot be read), `None` after the last.
-    fn next_page(&mut self, max_pixels: u64) -> Option<Result<::image::DynamicImage, SkipReason>> {
+    pub(crate) fn next_page(&mut self, max_pixels: u64) -> Option<Result<::image::DynamicImage, SkipReason>> {
         let i = self.next;
         self.next += 1;
         let Some(tiff) = &mut self.tiff else {

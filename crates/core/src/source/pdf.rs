@@ -15,7 +15,9 @@
 //! it and lists the unread pages in `pages_without_text`.
 //!
 //! Title: the Info dictionary's `Title`, else a heading that opens page 1, else the file stem.
-//! Metadata: `pages`, and `author` when the Info dictionary names one; `ocr_pages` (pages read by
+//! Metadata: `pages`, and `author` when the Info dictionary names one; `pages_unreadable` (scanned
+//! pages whose image could not be decoded: an unsupported encoding such as JBIG2; when no page
+//! has text, the file is skipped with the first one's reason instead); `ocr_pages` (pages read by
 //! OCR), `ocr_confidence` (their mean line confidence) and `ocr_low_confidence_pages` (pages
 //! below [`LOW_CONFIDENCE`](super::scan::LOW_CONFIDENCE)).
 
@@ -65,13 +67,22 @@ impl Parser for PdfParser {
             match &context.ocr {
                 Some(engine) => {
                     let mut read = Vec::new();
+                    let mut unreadable: Vec<(u32, String)> = Vec::new();
                     let images = super::pdf_images::page_image_results(bytes, engine.options().max_pixels)
                         .map_err(|e| SkipReason::corrupt(format!("PDF page images: {e}")))?;
                     for (n, image) in images {
-                        let Ok(image) = image else { continue };
                         if !scanned.contains(&n) {
                             continue;
                         }
+                        let image = match image {
+                            Ok(image) => image,
+                            // A page with neither text nor an image is blank, not unreadable.
+                            Err(e) if e == super::pdf_images::NO_IMAGE => continue,
+                            Err(e) => {
+                                unreadable.push((n, e));
+                                continue;
+                            }
+                        };
                         let (ocr_text, confidence) = read_page(engine, &image)?;
                         let slot = &mut pages[n as usize - 1];
                         if ocr_text.len() > slot.len() {
@@ -80,6 +91,19 @@ impl Parser for PdfParser {
                         }
                     }
                     note_confidence(&mut metadata, &read);
+                    if let Some((first, reason)) = unreadable.first() {
+                        // Said in the skip reason when nothing else on the file reads, else kept
+                        // in the metadata beside the pages that did.
+                        if pages.iter().all(String::is_empty) {
+                            let more = match unreadable.len() - 1 {
+                                0 => String::new(),
+                                n => format!(" (and {n} more scanned page{})", if n == 1 { "" } else { "s" }),
+                            };
+                            return Err(SkipReason::corrupt(format!("the image of scanned page {first}: {reason}{more}")));
+                        }
+                        let list: Vec<String> = unreadable.iter().map(|(n, _)| n.to_string()).collect();
+                        metadata.insert("pages_unreadable".to_string(), list.join(","));
+                    }
                 }
                 None if scanned.len() == pages.len() => return Err(SkipReason::NeedsOcr),
                 None => {

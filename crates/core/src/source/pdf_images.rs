@@ -2,13 +2,14 @@
 //! XObject decoded to an `image::DynamicImage`.
 //!
 //! Supported: DCTDecode (JPEG, via `image`), FlateDecode / LZWDecode /
-//! ASCII85Decode (via lopdf) with PNG (10-15) and TIFF (2) predictors, and
-//! uncompressed data; DeviceGray / CalGray, DeviceRGB / CalRGB, DeviceCMYK,
-//! ICCBased (by component count) and Indexed (8-bit or less, RGB/Gray base)
-//! colour spaces; 1, 2, 4, 8 and 16 bits per component; /ImageMask and the
-//! /Decode [1 0] inversion for 1-component images; /Rotate on the page.
-//! JPXDecode, CCITTFaxDecode and JBIG2Decode give an "unsupported image
-//! encoding" error for that page.
+//! ASCII85Decode (via lopdf) with PNG (10-15) and TIFF (2) predictors,
+//! CCITTFaxDecode Group 4 (`/K` < 0, via the `fax` crate: the bilevel pages
+//! office scanners and fax servers write), and uncompressed data; DeviceGray /
+//! CalGray, DeviceRGB / CalRGB, DeviceCMYK, ICCBased (by component count) and
+//! Indexed (8-bit or less, RGB/Gray base) colour spaces; 1, 2, 4, 8 and 16 bits
+//! per component; /ImageMask and the /Decode [1 0] inversion for 1-component
+//! images; /Rotate on the page. JPXDecode, JBIG2Decode and CCITT Group 3 give
+//! an "unsupported image encoding" error for that page.
 //!
 //! May import `types` and `error` only (through `source`). Never panics on
 //! corrupt input: sizes are validated before allocation and each document /
@@ -24,6 +25,9 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 
 use image::{DynamicImage, GrayImage, ImageFormat, ImageReader, RgbImage};
 use lopdf::{Dictionary, Document, Object, ObjectId, Stream};
+
+/// The reason a page has no image ([`page_image_results`]): a blank page, not a broken one.
+pub const NO_IMAGE: &str = "no image on page";
 
 /// Maximum nesting of Form XObjects searched for images.
 const MAX_FORM_DEPTH: usize = 3;
@@ -90,7 +94,7 @@ fn page_image(doc: &Document, page_id: ObjectId, max_pixels: u64) -> Result<Dyna
         .iter()
         .copied()
         .max_by_key(|&(_, area)| area)
-        .ok_or_else(|| "no image on page".to_string())?;
+        .ok_or_else(|| NO_IMAGE.to_string())?;
     let stream = doc
         .get_object(id)
         .and_then(Object::as_stream)
@@ -102,6 +106,44 @@ fn page_image(doc: &Document, page_id: ObjectId, max_pixels: u64) -> Result<Dyna
         270 => img.rotate270(),
         _ => img,
     })
+}
+
+/// The rows of a CCITTFaxDecode image as the filter defines its output: packed 1-bit samples, a
+/// black pixel 1 when `/BlackIs1` is true and 0 otherwise. Group 4 only (`/K` < 0). Rows the data
+/// ends before are white, as a fax decoder pads a page whose encoder left its blank end out.
+fn ccitt_rows(data: &[u8], params: Option<&Dictionary>, w: u32, h: u32) -> Result<Vec<u8>, String> {
+    let int = |key: &[u8], default: i64| params.and_then(|p| p.get(key).and_then(Object::as_i64).ok()).unwrap_or(default);
+    if int(b"K", 0) >= 0 {
+        return Err("unsupported image encoding CCITTFaxDecode (Group 3)".into());
+    }
+    let columns = int(b"Columns", 1728);
+    if columns != i64::from(w) {
+        return Err(format!("a CCITT image whose /Columns {columns} is not its width {w}"));
+    }
+    let black_is_1 = params.and_then(|p| p.get(b"BlackIs1").and_then(Object::as_bool).ok()).unwrap_or(false);
+    let (Ok(width), Ok(height)) = (u16::try_from(w), u16::try_from(h)) else {
+        return Err(format!("a CCITT image of {w}x{h} pixels (at most 65,535 a side)"));
+    };
+    let row_bytes = (w as usize).div_ceil(8);
+    let white = if black_is_1 { 0x00 } else { 0xff };
+    let mut out = Vec::with_capacity(row_bytes * h as usize);
+    fax::decoder::decode_g4(data.iter().copied(), width, Some(height), |transitions| {
+        if out.len() >= row_bytes * h as usize {
+            return;
+        }
+        let start = out.len();
+        out.resize(start + row_bytes, 0);
+        for (x, color) in fax::decoder::pels(transitions, width).enumerate() {
+            if (color == fax::Color::Black) == black_is_1 {
+                out[start + x / 8] |= 0x80 >> (x % 8);
+            }
+        }
+    });
+    if out.is_empty() {
+        return Err("bad CCITT image data".into());
+    }
+    out.resize(row_bytes * h as usize, white);
+    Ok(out)
 }
 
 fn deref<'a>(doc: &'a Document, o: &'a Object) -> &'a Object {
@@ -255,11 +297,12 @@ fn decode_image(doc: &Document, stream: &Stream, max_pixels: u64) -> Result<Dyna
         Ok(Object::Array(a)) => a.iter().filter_map(|o| deref(doc, o).as_name().ok().map(|n| n.to_vec())).collect(),
         _ => vec![],
     };
+    let is_ccitt = filters.last().is_some_and(|f| f == b"CCITTFaxDecode" || f == b"CCF");
+    if is_ccitt && filters.len() != 1 {
+        return Err("unsupported image encoding (filter chain ending in CCITTFaxDecode)".into());
+    }
     for f in &filters {
-        let unsupported = matches!(
-            f.as_slice(),
-            b"JPXDecode" | b"CCITTFaxDecode" | b"CCF" | b"JBIG2Decode" | b"RunLengthDecode" | b"RL"
-        );
+        let unsupported = matches!(f.as_slice(), b"JPXDecode" | b"JBIG2Decode" | b"RunLengthDecode" | b"RL");
         if unsupported {
             return Err(format!("unsupported image encoding {}", String::from_utf8_lossy(f)));
         }
@@ -313,6 +356,11 @@ fn decode_image(doc: &Document, stream: &Stream, max_pixels: u64) -> Result<Dyna
         });
     let raw = if filters.is_empty() {
         stream.content.clone()
+    } else if is_ccitt {
+        if bpc != 1 || comps != 1 {
+            return Err(format!("a CCITT image with {comps} components of {bpc} bits (it has one of 1 bit)"));
+        }
+        ccitt_rows(&stream.content, params.as_ref(), w, h)?
     } else {
         let mut dict = d.clone();
         dict.remove(b"DecodeParms");
@@ -547,6 +595,41 @@ mod tests {
         s.compress().unwrap();
         let img = page_images(&pdf_with_image(s), 1000).unwrap().remove(0).1.to_rgb8();
         assert_eq!(img.into_raw(), vec![10, 20, 30, 40, 50, 60, 11, 21, 31, 41, 51, 61]);
+    }
+
+    #[test]
+    fn ccitt_group_4_pages_are_the_pixels_of_the_tiff_they_were_made_from() {
+        // tiff2pdf copies the TIFF's Group 4 data into the PDF unchanged (/BlackIs1 true, as the
+        // TIFF is min-is-black), so image's TIFF reader and the CCITT path here must agree.
+        let pdf = crate::source::testutil::fixture("scanned/business-continuity-plan-pages-1-2-g4.pdf");
+        let tif = crate::source::testutil::fixture("scanned/business-continuity-plan-pages-1-2.tif");
+        let from_pdf = page_images(&pdf, 50_000_000).unwrap();
+        let mut tiff_pages = crate::source::image::Pages::of(&tif).unwrap();
+        let from_tiff: Vec<_> = std::iter::from_fn(|| tiff_pages.next_page(50_000_000)).map(Result::unwrap).collect();
+        assert_eq!(from_pdf.len(), 2);
+        for ((n, page), tiff_page) in from_pdf.iter().zip(&from_tiff) {
+            let (a, b) = (page.to_luma8(), tiff_page.to_luma8());
+            assert_eq!(a.dimensions(), (1654, 2339), "page {n}");
+            let differ = a.pixels().zip(b.pixels()).filter(|(x, y)| x != y).count();
+            assert_eq!(differ, 0, "page {n}: {differ} pixels differ");
+            let dark = a.pixels().filter(|p| p.0[0] < 128).count();
+            assert!(dark > 1000 && dark * 10 < a.len(), "page {n}: black ink on white paper ({dark} dark)");
+        }
+    }
+
+    #[test]
+    fn ccitt_other_than_group_4_or_broken_is_a_reason() {
+        let g4 = |params: Dictionary, data: Vec<u8>| {
+            let dict = dictionary! {"Subtype" => "Image", "Width" => 16, "Height" => 4,
+                "ColorSpace" => "DeviceGray", "BitsPerComponent" => 1, "Filter" => "CCITTFaxDecode",
+                "DecodeParms" => params};
+            page_image_results(&pdf_with_image(Stream::new(dict, data)), 100_000).unwrap().remove(0).1
+        };
+        let group_3 = g4(dictionary! {"K" => 0, "Columns" => 16}, vec![0; 8]).unwrap_err();
+        assert!(group_3.contains("unsupported image encoding CCITTFaxDecode (Group 3)"), "{group_3}");
+        let columns = g4(dictionary! {"K" => -1, "Columns" => 8}, vec![0; 8]).unwrap_err();
+        assert!(columns.contains("/Columns 8"), "{columns}");
+        assert!(g4(dictionary! {"K" => -1, "Columns" => 16}, Vec::new()).is_err());
     }
 
     #[test]
