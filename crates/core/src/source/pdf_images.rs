@@ -618,6 +618,42 @@ mod tests {
     }
 
     #[test]
+    fn mutated_group_4_data_gives_an_image_or_a_reason() {
+        // The first page's Group 4 stream, mutated, in a PDF of its own; the decoder is bounded
+        // by the image's height, so every case ends.
+        let pdf = crate::source::testutil::fixture("scanned/business-continuity-plan-pages-1-2-g4.pdf");
+        let doc = Document::load_mem(&pdf).unwrap();
+        let (_, page) = doc.get_pages().into_iter().next().unwrap();
+        let (own, _) = doc.get_page_resources(page).unwrap();
+        let xobjects = own.unwrap().get(b"XObject").and_then(Object::as_dict).unwrap();
+        let id = xobjects.iter().next().unwrap().1.as_reference().unwrap();
+        let stream = doc.get_object(id).and_then(Object::as_stream).unwrap().clone();
+        let mut state = 0x2545_f491_4f6c_dd1du64;
+        let mut next = move || {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            state
+        };
+        for case in 0..60 {
+            let mut data = stream.content.clone();
+            for _ in 0..1 + next() % 16 {
+                let at = (next() % data.len() as u64) as usize;
+                data[at] = next() as u8;
+            }
+            if case % 6 == 0 {
+                data.truncate((next() % data.len() as u64) as usize);
+            }
+            let mut dict = stream.dict.clone();
+            dict.remove(b"Length");
+            let r = page_image_results(&pdf_with_image(Stream::new(dict, data)), 50_000_000).unwrap();
+            if let Ok(image) = &r[0].1 {
+                assert_eq!((image.width(), image.height()), (1654, 2339), "case {case}");
+            }
+        }
+    }
+
+    #[test]
     fn ccitt_other_than_group_4_or_broken_is_a_reason() {
         let g4 = |params: Dictionary, data: Vec<u8>| {
             let dict = dictionary! {"Subtype" => "Image", "Width" => 16, "Height" => 4,
