@@ -259,27 +259,21 @@ mod tests {
     #[test]
     fn mutated_tiffs_give_pages_or_reasons_never_a_panic() {
         let tif = crate::source::testutil::fixture(TIFF);
-        let mut state = 0x9e37_79b9_7f4a_7c15u64;
-        let mut next = move || {
-            state ^= state << 13;
-            state ^= state >> 7;
-            state ^= state << 17;
-            state
-        };
+        let mut rng = crate::source::testutil::Xorshift(0x9e37_79b9_7f4a_7c15);
         for case in 0..120 {
             let mut bytes = tif.clone();
             // Set bytes, two in three of them in the header (the first 16 bytes) or near the end,
             // where tiffcp writes the last page's image directory after its data.
-            for _ in 0..1 + next() % 8 {
-                let at = match next() % 3 {
-                    0 => (next() % 16) as usize,
-                    1 => bytes.len() - 1 - (next() % 400) as usize,
-                    _ => (next() % bytes.len() as u64) as usize,
+            for _ in 0..1 + rng.below(8) {
+                let at = match rng.below(3) {
+                    0 => rng.below(16),
+                    1 => bytes.len() - 1 - rng.below(400),
+                    _ => rng.below(bytes.len()),
                 };
-                bytes[at] = next() as u8;
+                bytes[at] = rng.next() as u8;
             }
             if case % 10 == 0 {
-                bytes.truncate((next() % bytes.len() as u64) as usize);
+                bytes.truncate(rng.below(bytes.len()));
             }
             let Ok(mut pages) = Pages::of(&bytes) else { continue };
             let mut n = 0;

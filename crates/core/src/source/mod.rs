@@ -544,6 +544,24 @@ pub(crate) mod testutil {
         std::fs::read(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
     }
 
+    /// A small deterministic random source for the parsers' mutation tests (xorshift64).
+    pub struct Xorshift(pub u64);
+
+    impl Xorshift {
+        /// The next number.
+        pub fn next(&mut self) -> u64 {
+            self.0 ^= self.0 << 13;
+            self.0 ^= self.0 >> 7;
+            self.0 ^= self.0 << 17;
+            self.0
+        }
+
+        /// A number below `n` (`n` > 0).
+        pub fn below(&mut self, n: usize) -> usize {
+            (self.next() % n as u64) as usize
+        }
+    }
+
     /// Each block's kind and text.
     pub fn blocks_of(doc: &ParsedDocument) -> Vec<(BlockKind, String)> {
         doc.blocks.iter().map(|b| (b.kind.clone(), doc.text[b.span.range()].to_string())).collect()

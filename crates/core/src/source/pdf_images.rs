@@ -628,21 +628,15 @@ mod tests {
         let xobjects = own.unwrap().get(b"XObject").and_then(Object::as_dict).unwrap();
         let id = xobjects.iter().next().unwrap().1.as_reference().unwrap();
         let stream = doc.get_object(id).and_then(Object::as_stream).unwrap().clone();
-        let mut state = 0x2545_f491_4f6c_dd1du64;
-        let mut next = move || {
-            state ^= state << 13;
-            state ^= state >> 7;
-            state ^= state << 17;
-            state
-        };
+        let mut rng = crate::source::testutil::Xorshift(0x2545_f491_4f6c_dd1d);
         for case in 0..60 {
             let mut data = stream.content.clone();
-            for _ in 0..1 + next() % 16 {
-                let at = (next() % data.len() as u64) as usize;
-                data[at] = next() as u8;
+            for _ in 0..1 + rng.below(16) {
+                let at = rng.below(data.len());
+                data[at] = rng.next() as u8;
             }
             if case % 6 == 0 {
-                data.truncate((next() % data.len() as u64) as usize);
+                data.truncate(rng.below(data.len()));
             }
             let mut dict = stream.dict.clone();
             dict.remove(b"Length");
