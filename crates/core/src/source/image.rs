@@ -14,7 +14,7 @@ use std::collections::BTreeMap;
 use std::io::Cursor;
 use std::path::Path;
 
-use super::scan::{note_confidence, read_page};
+use super::scan::{note_confidence, note_unreadable, read_page};
 use super::{finish, text, title_from_path, InputKind, ParseContext, Parser, SkipReason, TextBuilder};
 use crate::types::ParsedDocument;
 
@@ -60,7 +60,7 @@ impl Parser for ImageParser {
                     }
                 }
                 Err(reason) => {
-                    unreadable.push(n.to_string());
+                    unreadable.push(n);
                     first_error.get_or_insert(reason);
                 }
             }
@@ -72,9 +72,7 @@ impl Parser for ImageParser {
         if n > 1 || !unreadable.is_empty() {
             metadata.insert("pages".to_string(), n.to_string());
         }
-        if !unreadable.is_empty() {
-            metadata.insert("pages_unreadable".to_string(), unreadable.join(","));
-        }
+        note_unreadable(&mut metadata, unreadable);
         if pages.cut {
             metadata.insert("truncated".to_string(), format!("the first {MAX_PAGES} pages were read"));
         }

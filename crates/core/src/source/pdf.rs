@@ -25,7 +25,7 @@ use std::collections::BTreeMap;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::path::Path;
 
-use super::scan::{clean_page, note_confidence, read_page};
+use super::scan::{clean_page, note_confidence, note_unreadable, read_page};
 use super::{finish, normalise, text, title_from_path, InputKind, ParseContext, Parser, SkipReason, TextBuilder};
 use crate::types::{BlockKind, ParsedDocument};
 
@@ -101,8 +101,7 @@ impl Parser for PdfParser {
                             };
                             return Err(SkipReason::corrupt(format!("the image of scanned page {first}: {reason}{more}")));
                         }
-                        let list: Vec<String> = unreadable.iter().map(|(n, _)| n.to_string()).collect();
-                        metadata.insert("pages_unreadable".to_string(), list.join(","));
+                        note_unreadable(&mut metadata, unreadable.iter().map(|(n, _)| *n));
                     }
                 }
                 None if scanned.len() == pages.len() => return Err(SkipReason::NeedsOcr),

@@ -1,7 +1,8 @@
 //! A page read by OCR, shared by the image parser and the PDF parser's scanned pages: the engine's
 //! text cleaned like a text layer's ([`clean_page`]), its failure as a skip reason, and the
 //! confidence a document's metadata records (`ocr_pages`, `ocr_confidence`, and
-//! `ocr_low_confidence_pages` for pages below [`LOW_CONFIDENCE`]).
+//! `ocr_low_confidence_pages` for pages below [`LOW_CONFIDENCE`]), and the pages that could not be
+//! read (`pages_unreadable`).
 
 use std::collections::BTreeMap;
 
@@ -24,6 +25,14 @@ pub fn note_confidence(metadata: &mut BTreeMap<String, String>, read: &[(u32, f3
     let low: Vec<String> = read.iter().filter(|(_, c)| *c < LOW_CONFIDENCE).map(|(n, _)| n.to_string()).collect();
     if !low.is_empty() {
         metadata.insert("ocr_low_confidence_pages".to_string(), low.join(","));
+    }
+}
+
+/// Records the pages whose image could not be decoded or read (`pages_unreadable`), if any.
+pub fn note_unreadable(metadata: &mut BTreeMap<String, String>, pages: impl IntoIterator<Item = u32>) {
+    let list: Vec<String> = pages.into_iter().map(|n| n.to_string()).collect();
+    if !list.is_empty() {
+        metadata.insert("pages_unreadable".to_string(), list.join(","));
     }
 }
 
