@@ -43,7 +43,9 @@ import shutil
 import subprocess
 import sys
 
-QA_KINDS = {"fact", "yes-no", "how", "why", "unanswerable"}
+QA_KINDS = {"fact", "yes-no", "how", "why", "unanswerable", "near-miss"}
+# The kinds of question the documents do not answer: off their topic, or right next to what they say.
+UNANSWERABLE_KINDS = {"unanswerable", "near-miss"}
 CONV_KINDS = {"pronoun": 10, "ellipsis": 10, "what-if": 10, "topic-change": 8, "mixed": 0}
 MIN_ANSWERABLE, MIN_UNANSWERABLE, MIN_CONVERSATIONS = 44, 14, 44
 
@@ -233,8 +235,8 @@ def main() -> int:
         kind = r.get("kind")
         if kind not in QA_KINDS:
             ck.err(where, f"unknown kind {kind!r}")
-        if (kind == "unanswerable") != (r.get("answerable") is False):
-            ck.err(where, "kind `unanswerable` if and only if answerable is false")
+        if (kind in UNANSWERABLE_KINDS) != (r.get("answerable") is False):
+            ck.err(where, "kind `unanswerable` or `near-miss` if and only if answerable is false")
         key = " ".join(words(r.get("question", "")))
         if key in seen:
             ck.err(where, "duplicate question")
@@ -320,7 +322,7 @@ def main() -> int:
               f"  test {sum(v for (s, _), v in cnt.items() if s == 'test'):>3}")
 
     table(f"sample-corpus.jsonl: {len(qa)} questions ({n_ans} answerable, {n_un} unanswerable), "
-          f"{len(qa_files)}/{len(all_docs)} documents", counts, ["fact", "yes-no", "how", "why", "unanswerable"])
+          f"{len(qa_files)}/{len(all_docs)} documents", counts, ["fact", "yes-no", "how", "why", "unanswerable", "near-miss"])
     table(f"conversations.jsonl: {len(conv)} conversations, {n_turns} turns ({n_un_turns} unanswerable)",
           ccounts, list(CONV_KINDS))
     if ck.errors:
