@@ -8,7 +8,7 @@ use std::io::{IsTerminal, Write};
 
 use clap::Args;
 
-use ragbox_service::{Answer, AskOptions, Caller, Refusal, Source};
+use ragbox_service::{Answer, AnswerOutcome, AskOptions, Caller, Refusal, Source};
 
 use super::search::excerpt;
 use super::{print_json, GlobalArgs};
@@ -84,13 +84,6 @@ pub(super) fn print_after(answer: &Answer) {
             ))
         );
     }
-    if let Some(q) = &answer.quoted {
-        println!(
-            "(a quote: {}, so the passage sentence the cross-encoder scores best against the question is quoted, logit {:.1}; a passage's own question gives way to the sentence after it)",
-            q.because.describe(),
-            q.score
-        );
-    }
     if !answer.invalid_citations.is_empty() {
         println!(
             "removed citations to passages the model was not given: {}",
@@ -110,9 +103,18 @@ pub(super) fn print_after(answer: &Answer) {
             println!("  {} ({why})", amber(&s.text));
         }
     }
+    if let Some(d) = &answer.decision {
+        let how = match answer.outcome {
+            AnswerOutcome::Answered if answer.verdict.is_some() => "answered: the evidence verbatim, the model's yes/no before it",
+            AnswerOutcome::Answered => "answered: the evidence verbatim",
+            AnswerOutcome::DoesNotSay => "the documents do not say",
+            AnswerOutcome::NoGoodSource => "no good source",
+        };
+        println!("({how} · states the answer: {:.2}, floor {:.2})", d.score, d.floor);
+    }
     if answer.refused {
         if !answer.closest.is_empty() {
-            println!("closest material (not a source):");
+            println!("{}", if answer.outcome == AnswerOutcome::DoesNotSay { "closest passages (they do not give what was asked):" } else { "closest material (not a source):" });
             for s in &answer.closest {
                 println!("  {}", source_line(s));
                 println!("      {}", excerpt(&s.text, 160));
@@ -168,6 +170,7 @@ pub fn run(g: &GlobalArgs, args: AskArgs) -> anyhow::Result<u8> {
     print_notes(asked.note.as_deref(), &asked.warnings);
     if args.explain {
         super::search::print_verdict(&retrieval);
+        print_decision(&answer);
         for (n, messages) in answer.prompts.iter().enumerate() {
             match (n, answer.prompts.len()) {
                 (0, 1) => println!("prompt:"),
@@ -180,6 +183,19 @@ pub fn run(g: &GlobalArgs, args: AskArgs) -> anyhow::Result<u8> {
         }
     }
     Ok(0)
+}
+
+/// The answerability decision's signals (`--explain`).
+pub(super) fn print_decision(answer: &Answer) {
+    let Some(d) = &answer.decision else { return };
+    let s = &d.signals;
+    println!("decision: {} (states the answer: {:.3}, floor {:.2}; {:.0} ms)", d.outcome.describe(), d.score, d.floor, d.ms);
+    println!("  best unit's cross-encoder logit {:.2}", s.best_logit);
+    println!("  the question asks for: {:?}; that kind of answer in the evidence: {}", s.asks, if s.kind_present { "yes" } else { "no" });
+    println!("  specific terms {:?}; missing from the evidence and its heading {:?}; from every passage {:?}", s.terms, s.missing, s.missing_everywhere);
+    for e in &d.evidence {
+        println!("  evidence [{}] (logit {:.2}): {}", e.passage, e.score, e.text);
+    }
 }
 
 /// The reranker note and generator warnings, on stderr.

@@ -361,7 +361,6 @@ impl App {
             prompt: a.prompt,
             focus: a.focus,
             focus_by: a.focus_by,
-            quote_floor: a.quote_floor,
         }
     }
 

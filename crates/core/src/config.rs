@@ -221,9 +221,6 @@ pub struct AnswerSection {
     /// tenant's retrieval has one, else the embedder) or `embedder`.
     #[serde(deserialize_with = "parsed")]
     pub focus_by: FocusBy,
-    /// When the model's reply is not an answer, a focused sentence the cross-encoder scores at
-    /// least this high (logit) is quoted in its place; above 20 nothing ever is.
-    pub quote_floor: f32,
 }
 
 /// `[server]`: `ragbox serve`.

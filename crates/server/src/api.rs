@@ -229,6 +229,9 @@ fn answer_payload(answer: &Answer) -> serde_json::Value {
         "sentences": answer.sentences,
         "refused": answer.refused,
         "refusal": answer.refusal,
+        "outcome": answer.outcome,
+        "decision": answer.decision,
+        "verdict": answer.verdict,
         "closest": answer.closest,
         "sources": answer.sources,
         "model": answer.model,
@@ -237,7 +240,6 @@ fn answer_payload(answer: &Answer) -> serde_json::Value {
         "timings": answer.timings,
         "hit_token_cap": answer.hit_token_cap,
         "cut_mid_sentence": answer.cut_mid_sentence,
-        "quoted": answer.quoted,
     })
 }
 

@@ -114,6 +114,8 @@ fn extra(asked: &Asked) -> serde_json::Value {
         "answer_id": a.answer_id,
         "refused": a.refused,
         "refusal": a.refusal,
+        "outcome": a.outcome,
+        "decision": a.decision,
         "citations": a.citations,
         "sources": a.sources,
         "closest": a.closest,

@@ -165,6 +165,8 @@ impl Service {
         answer.timings.total_ms += rewrite_ms;
         let chunks = answer.served_chunks();
         let timings = serde_json::to_value(&answer.timings).map_err(|e| Error::Bug(format!("timings to JSON: {e}")))?;
+        let evidence = serde_json::to_value(&answer.decision).map_err(|e| Error::Bug(format!("evidence to JSON: {e}")))?;
+        let outcome_name = serde_json::to_value(answer.outcome).ok().and_then(|v| v.as_str().map(str::to_string)).unwrap_or_default();
         let id = self.store.catalog().answers().record(&AnswerRecord {
             tenant: tenant.id,
             session,
@@ -173,7 +175,9 @@ impl Service {
             chunk_ids: &chunks,
             model: answer.model.as_deref().unwrap_or(""),
             refused: answer.refused,
+            outcome: &outcome_name,
             answer: &answer.answer,
+            evidence: &evidence,
             timings: &timings,
         })?;
         answer.answer_id = Some(id);

@@ -92,6 +92,12 @@ impl FocusScorer {
         }
     }
 
+    /// Whether the cross-encoder scores (its logit means the same on every corpus; a cosine
+    /// does not): what an evidence-first answer and its decision need.
+    pub fn is_cross_encoder(&self) -> bool {
+        matches!(self, FocusScorer::Reranker(_))
+    }
+
     /// One score per unit, in order.
     pub fn scores(&self, question: &str, units: &[&str]) -> Result<Vec<f32>> {
         match self {
@@ -109,12 +115,17 @@ impl FocusScorer {
 pub const PER_PASSAGE: usize = 2;
 
 /// One unit of a passage: a sentence, a list item or a table row.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct Unit {
     /// The unit's text, whitespace collapsed.
     pub text: String,
     /// A table row's header row (empty for other units).
     pub header: String,
+    /// The block of the passage it stands in (blocks are separated by blank lines): a list's
+    /// items, a table's rows and a paragraph's sentences share one.
+    pub block: usize,
+    /// A list item (or a sentence of one).
+    pub item: bool,
 }
 
 impl Unit {
@@ -171,15 +182,15 @@ pub fn units(text: &str) -> Vec<Unit> {
         }
     }
     let mut out = Vec::new();
-    for block in blocks.into_iter().filter(|b| !b.is_empty()) {
+    for (b, block) in blocks.into_iter().filter(|b| !b.is_empty()).enumerate() {
         if block[0].starts_with('|') {
             let rows: Vec<&str> =
                 block.into_iter().filter(|l| !l.chars().all(|c| matches!(c, '|' | '-' | ':' | ' '))).collect();
             let Some((header, body)) = rows.split_first() else { continue };
             if body.is_empty() {
-                out.push(Unit { text: collapse(header), header: String::new() });
+                out.push(Unit { text: collapse(header), block: b, ..Unit::default() });
             }
-            out.extend(body.iter().map(|row| Unit { text: collapse(row), header: collapse(header) }));
+            out.extend(body.iter().map(|row| Unit { text: collapse(row), header: collapse(header), block: b, item: false }));
             continue;
         }
         let mut items: Vec<String> = Vec::new();
@@ -193,12 +204,13 @@ pub fn units(text: &str) -> Vec<Unit> {
             }
         }
         for item in items {
+            let listed = opens_item(&item);
             out.extend(
                 sentences(&item)
                     .into_iter()
                     .map(|r| collapse(&item[r]))
                     .filter(|s| !s.is_empty())
-                    .map(|text| Unit { text, header: String::new() }),
+                    .map(|text| Unit { text, block: b, item: listed, ..Unit::default() }),
             );
         }
     }
@@ -351,8 +363,8 @@ mod tests {
         assert_eq!(best.score, 8.0);
         // The question is still read by the model: only the quote leaves it out.
         assert!(got.shown[0].as_deref().unwrap().starts_with("Can I have Tk events"), "{:?}", got.shown);
-        assert!(Unit { text: "He asked: “is it free?”".into(), header: String::new() }.is_question());
-        assert!(!Unit { text: "Why? Because it is.".into(), header: String::new() }.is_question());
+        assert!(Unit { text: "He asked: “is it free?”".into(), ..Unit::default() }.is_question());
+        assert!(!Unit { text: "Why? Because it is.".into(), ..Unit::default() }.is_question());
         // A question with a question after it is passed over; nothing but questions: nothing to quote.
         let got = focus(&scorer, "why how tk", &["Why Tk? How? Tk is a toolkit."], 3).unwrap();
         assert_eq!(got.best.unwrap().unit.text, "Tk is a toolkit.");

@@ -12,6 +12,7 @@
 //! scored against the passages it cites.
 
 pub mod cite;
+pub mod evidence;
 pub mod focus;
 pub mod follow_up;
 pub mod memory;
@@ -35,6 +36,7 @@ use crate::store::ChunkRow;
 use crate::types::{ChunkId, DocId, Lines, Span};
 
 use cite::{parse_answer, strip_markers};
+use evidence::{AnswerOutcome, Decision};
 use focus::FocusScorer;
 use prompt::{answer_messages_in, is_no_answer, PromptPassage};
 use support::{Claim, SupportChecker, SupportMethod};
@@ -71,19 +73,14 @@ pub struct AnswerOptions {
     pub focus: usize,
     /// Which model scores the sentences against the question.
     pub focus_by: focus::FocusBy,
-    /// When the model's reply is not an answer, the focused sentence the cross-encoder scores
-    /// at least this high (its logit) is quoted instead ([`quote`]).
-    pub quote_floor: f32,
 }
 
 impl Default for AnswerOptions {
     fn default() -> Self {
-        AnswerOptions { passages: 3, passage_chars: 800, max_tokens: 96, temperature: 0.0, support_floor: 0.65, prompt: prompt::AnswerPrompt::default(), focus: 4, focus_by: focus::FocusBy::default(), quote_floor: QUOTE_FLOOR }
+        AnswerOptions { passages: 5, passage_chars: 800, max_tokens: 96, temperature: 0.0, support_floor: 0.65, prompt: prompt::AnswerPrompt::default(), focus: 4, focus_by: focus::FocusBy::default() }
     }
 }
 
-/// [`AnswerOptions::quote_floor`]'s default (config/default.toml says how it was chosen).
-pub const QUOTE_FLOOR: f32 = 1.0;
 
 /// A passage given to the generator, and where it lives.
 #[derive(Debug, Clone, Serialize)]
@@ -171,6 +168,20 @@ pub enum Refusal {
     /// passage sentence cleared the quote floor: the reply is withheld ([`NO_SUPPORTED_ANSWER`]);
     /// its flagged sentences, with their reasons, stay in [`Answer::sentences`].
     Unsupported,
+    /// The passages are about the question's subject, but the answerability decision found that
+    /// they do not give what it asks ([`evidence::decide`]); no generator was called, and the
+    /// answer says what the closest passage covers.
+    DocumentsDoNotSay,
+}
+
+impl Refusal {
+    /// The outcome a reader is shown for it.
+    pub fn outcome(self) -> AnswerOutcome {
+        match self {
+            Refusal::NoGoodSource => AnswerOutcome::NoGoodSource,
+            _ => AnswerOutcome::DoesNotSay,
+        }
+    }
 }
 
 /// Milliseconds per stage, and generation speed.
@@ -183,9 +194,11 @@ pub struct AnswerTimings {
     /// Waiting, after retrieval, for the LLM to be ready: the rest of its load when this answer
     /// started it (a first question in a fresh process), else ~0.
     pub model_wait_ms: f64,
-    /// Building the prompt: the focused passages' sentences embedded and scored.
+    /// Building the prompt: the focused passages' sentences embedded and scored; for an
+    /// evidence-first answer, every unit scored and the answerability decision.
     pub focus_ms: f64,
-    /// From the generation request to the first token.
+    /// From the generation request to the first token; for an evidence-first answer, from the
+    /// end of retrieval to the answer's first streamed text.
     pub first_token_ms: f64,
     /// Generation, start to end.
     pub generate_ms: f64,
@@ -212,6 +225,15 @@ pub struct Answer {
     pub standalone: String,
     /// The answer text, invalid citations removed.
     pub answer: String,
+    /// Answered, the documents do not say, or no good source.
+    pub outcome: AnswerOutcome,
+    /// The answerability decision (evidence-first answers): its score, signals and evidence.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub decision: Option<Decision>,
+    /// A yes/no question's verdict ("Yes"/"No"), when the generator gave one the evidence
+    /// decides.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub verdict: Option<String>,
     /// Valid citations, in order of first use.
     pub citations: Vec<Citation>,
     /// Ids the generator cited that it was not given; removed from the text.
@@ -241,10 +263,6 @@ pub struct Answer {
     /// The token cap stopped the answer mid-sentence: that unfinished sentence is left out of
     /// `answer` and `sentences` (it was streamed), or, when it was the only one, ends in "…".
     pub cut_mid_sentence: bool,
-    /// The model's reply was not an answer and a passage sentence is quoted in its place
-    /// ([`quote`]): why, and the sentence's score. `answer` is the quote.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub quoted: Option<quote::Quoted>,
     /// The first reply held no words (only citation markers or bracketed text) and the model was asked again:
     /// without the marker rule when that reply named passages ([`prompt::plain_messages`]), then,
     /// if still without words, on whole passages with the short rule
@@ -336,6 +354,9 @@ fn blank(question: &str, standalone: &str, retrieval: &Retrieval, support_method
         question: question.to_string(),
         standalone: standalone.to_string(),
         answer: String::new(),
+        outcome: AnswerOutcome::Answered,
+        decision: None,
+        verdict: None,
         citations: Vec::new(),
         invalid_citations: Vec::new(),
         sentences: Vec::new(),
@@ -349,7 +370,6 @@ fn blank(question: &str, standalone: &str, retrieval: &Retrieval, support_method
         timings: AnswerTimings { retrieve_ms: retrieval.timings.total_ms, ..AnswerTimings::default() },
         hit_token_cap: false,
         cut_mid_sentence: false,
-        quoted: None,
         second_try: false,
         prompts: Vec::new(),
     }
@@ -367,6 +387,7 @@ pub fn refuse(
     let mut answer = blank(question, standalone, retrieval, support_method);
     answer.refused = true;
     answer.refusal = Some(Refusal::NoGoodSource);
+    answer.outcome = AnswerOutcome::NoGoodSource;
     answer.answer = NO_GOOD_SOURCE.to_string();
     answer.closest = sources_of(retrieval, options, false);
     answer.timings.total_ms = retrieval.timings.total_ms;
@@ -390,7 +411,13 @@ pub fn unasked(
     }
     let mut answer = blank(question, standalone, retrieval, support_method);
     let t = Instant::now();
-    answer.sources = prompt_for(standalone, retrieval, options, focus)?.sources;
+    if let Some(scorer) = focus.filter(|f| f.is_cross_encoder()) {
+        let (sources, decision) = evidence_of(scorer, standalone, retrieval, options)?;
+        answer.sources = sources;
+        answer.decision = decision;
+    } else {
+        answer.sources = prompt_for(standalone, retrieval, options, focus)?.sources;
+    }
     answer.timings.focus_ms = t.elapsed().as_secs_f64() * 1e3;
     answer.timings.total_ms = answer.timings.focus_ms + answer.timings.retrieve_ms;
     Ok(answer)
@@ -481,8 +508,6 @@ pub struct Prompt {
     pub retry: Option<Vec<crate::generate::Message>>,
     /// The passages, whole (citations and support checks read them).
     pub sources: Vec<Source>,
-    /// The focused sentence that scored best, and the id of its passage.
-    pub best: Option<(usize, focus::BestUnit)>,
 }
 
 /// The prompt `retrieval` produces for `question` (also for `--explain`). With `focus` (the
@@ -521,14 +546,12 @@ pub fn prompt_for(question: &str, retrieval: &Retrieval, options: &AnswerOptions
         sources.iter().enumerate().map(|(i, s)| passage(s, &names[i], &sections[i], &cut_texts[i])).collect();
     let retry = prompt::retry_messages(options.prompt, question, if focusing { &cut_whole } else { &whole });
     let mut sources = sources;
-    let mut best = None;
     if let Some(f) = focused {
         for (s, shown) in sources.iter_mut().zip(f.shown) {
             s.shown = Some(shown.unwrap_or_default());
         }
-        best = f.best.map(|b| (sources[b.passage].id, b));
     }
-    Ok(Prompt { messages, plain, retry, sources, best })
+    Ok(Prompt { messages, plain, retry, sources })
 }
 
 /// Whether a reply says anything outside brackets: citation markers, section numbers ("[1]
@@ -667,10 +690,13 @@ impl Answerer {
             sink.token(&answer.answer);
             return Ok(answer);
         }
+        if let Some(scorer) = self.focus.as_ref().filter(|f| f.is_cross_encoder()) {
+            return self.evidence_first(scorer, question, standalone, retrieval, sink, started).await;
+        }
         let mut answer = blank(question, standalone, retrieval, self.support.method());
 
         let t = Instant::now();
-        let Prompt { messages, plain, retry, sources, best } = prompt_for(standalone, retrieval, &self.options, self.focus.as_ref())?;
+        let Prompt { messages, plain, retry, sources } = prompt_for(standalone, retrieval, &self.options, self.focus.as_ref())?;
         answer.timings.focus_ms = t.elapsed().as_secs_f64() * 1e3;
         let mut request = GenerateRequest {
             messages,
@@ -732,18 +758,7 @@ impl Answerer {
         } else {
             None
         };
-        // The best sentence is quoted when the reply is not an answer and the cross-encoder
-        // (whose logit means the same on every corpus) scores that sentence above the floor.
-        let quotable = best.filter(|(_, b)| b.by_cross_encoder && b.score >= self.options.quote_floor);
-        // The quote goes after a reply the reader saw, on a line of its own; markers held back
-        // stay unseen.
-        let last_sentence = |p: &cite::ParsedAnswer| p.sentences.last().map(|s| s.text.clone()).unwrap_or_default();
-        if let (Some(because), Some((id, unit))) = (not_answered, quotable.as_ref()) {
-            let (with_quote, quoted) = quote::quote(None, unit, *id, because, &generation.text);
-            held.inner.token(&format!("{}{}", if held.open { "\n\n" } else { "" }, last_sentence(&with_quote)));
-            (parsed, answer.quoted) = (with_quote, Some(quoted));
-            answer.cut_mid_sentence = false;
-        } else if !held.open {
+        if !held.open {
             // Only a reply without words is still held back: it is not shown as an answer.
             held.inner.token(NO_ANSWER_WRITTEN);
         } else if not_answered == Some(quote::NotAnswered::RestatedQuestion) {
@@ -761,11 +776,12 @@ impl Answerer {
         answer.invalid_citations = parsed.invalid.clone();
         answer.answer = parsed.text.clone();
 
-        if answer.quoted.is_none() && matches!(not_answered, Some(quote::NotAnswered::NoWords | quote::NotAnswered::RestatedQuestion)) {
+        if matches!(not_answered, Some(quote::NotAnswered::NoWords | quote::NotAnswered::RestatedQuestion)) {
             answer.withhold(Refusal::NoAnswerWritten, NO_ANSWER_WRITTEN, sources);
-        } else if answer.quoted.is_none() && not_answered == Some(quote::NotAnswered::Declined) {
+        } else if not_answered == Some(quote::NotAnswered::Declined) {
             answer.refused = true;
             answer.refusal = Some(Refusal::PassagesDoNotAnswer);
+            answer.outcome = AnswerOutcome::DoesNotSay;
             answer.closest = sources;
             answer.sentences = parsed
                 .sentences
@@ -775,26 +791,128 @@ impl Answerer {
         } else {
             let t = Instant::now();
             answer.sentences = self.checked(standalone, &parsed, &sources).await?;
-            // An answer none of whose sentences its passages support keeps its (amber) sentences,
-            // and the best passage sentence follows them, so the reader sees what the passages say;
-            // with no sentence to quote, the reply is withheld.
-            let unsupported = !answer.sentences.iter().any(|s| s.supported);
-            if unsupported && !answer.sentences.is_empty() && answer.quoted.is_none() && quotable.is_none() {
+            // An answer none of whose sentences its passages support is withheld; its (amber)
+            // sentences stay, with their reasons.
+            if !answer.sentences.is_empty() && !answer.sentences.iter().any(|s| s.supported) {
                 held.inner.token(&format!("{}{NO_SUPPORTED_ANSWER}", if held.open { "\n\n" } else { "" }));
                 answer.withhold(Refusal::Unsupported, NO_SUPPORTED_ANSWER, sources);
             } else {
-                if let Some((id, unit)) = quotable.filter(|_| answer.quoted.is_none() && unsupported) {
-                    let (with_quote, quoted) = quote::quote(Some(&parsed), &unit, id, quote::NotAnswered::Unsupported, &generation.text);
-                    held.inner.token(&format!("\n\n{}", last_sentence(&with_quote)));
-                    (parsed, answer.quoted) = (with_quote, Some(quoted));
-                    answer.citations = citations(&parsed, &sources);
-                    answer.answer = parsed.text.clone();
-                    answer.sentences = self.checked(standalone, &parsed, &sources).await?;
-                }
                 answer.sources = sources;
             }
             answer.timings.support_ms = t.elapsed().as_secs_f64() * 1e3;
         }
+        answer.timings.total_ms = started.elapsed().as_secs_f64() * 1e3 + answer.timings.retrieve_ms;
+        Ok(answer)
+    }
+}
+
+/// The passages of an evidence-first answer (each up to [`FOCUS_READS`] times the passage budget,
+/// so the evidence is chosen from every unit of what retrieval found) and the answerability
+/// decision over them; each passage's `shown` is the evidence taken from it ("" when none).
+fn evidence_of(scorer: &FocusScorer, standalone: &str, retrieval: &Retrieval, options: &AnswerOptions) -> Result<(Vec<Source>, Option<Decision>)> {
+    let mut sources = sources_of(retrieval, options, true);
+    let headings: Vec<String> = sources.iter().map(|s| format!("{}\n{}", document_name(s), s.section_path.join(" > "))).collect();
+    let passages: Vec<evidence::Passage> = sources
+        .iter()
+        .zip(&headings)
+        .map(|(s, h)| evidence::Passage { id: s.id, text: &s.text, heading: h.clone(), context: s.section_path.last().cloned().unwrap_or_else(|| s.title.clone()) })
+        .collect();
+    let decision = evidence::decide(scorer, standalone, &passages)?;
+    for s in &mut sources {
+        let quoted: Vec<&str> = decision.iter().flat_map(|d| &d.evidence).filter(|e| e.passage == s.id).map(|e| e.text.as_str()).collect();
+        s.shown = Some(quoted.join(" "));
+    }
+    Ok((sources, decision))
+}
+
+/// An answer's sentences made of `units` of passage `id`, verbatim, each with its marker before
+/// its closing punctuation; `verdict` ("Yes", "No") opens the first. List items stand on lines
+/// of their own.
+fn evidence_sentences(units: &[evidence::EvidenceUnit], verdict: Option<&str>) -> cite::ParsedAnswer {
+    let mut parsed = cite::ParsedAnswer { text: String::new(), sentences: Vec::new(), cited: Vec::new(), invalid: Vec::new() };
+    for (i, e) in units.iter().enumerate() {
+        let marker = format!("[{}]", e.passage);
+        let mut sentence = evidence::with_marker(&e.text, &marker);
+        if i == 0 {
+            if let Some(v) = verdict {
+                sentence = format!("{v}. {sentence}");
+            }
+        }
+        if !parsed.text.is_empty() {
+            parsed.text.push_str(if e.unit.item || units[i - 1].text.trim_end().ends_with(':') { "\n" } else { " " });
+        }
+        let start = parsed.text.len();
+        parsed.text.push_str(&sentence);
+        parsed.sentences.push(cite::AnswerSentence { text: sentence, citations: vec![e.passage], span: start..parsed.text.len() });
+        if !parsed.cited.contains(&e.passage) {
+            parsed.cited.push(e.passage);
+        }
+    }
+    parsed
+}
+
+impl Answerer {
+    /// The evidence-first answer: every unit of the passages scored by the cross-encoder, the
+    /// answerability decision, then either the evidence verbatim and cited (a yes/no question's
+    /// verdict from the generator before it, when the generator gives one) or, when the evidence
+    /// does not state the answer, what the documents do not say with the closest passage. The
+    /// generator is asked only for a yes/no verdict.
+    async fn evidence_first(
+        &self,
+        scorer: &FocusScorer,
+        question: &str,
+        standalone: &str,
+        retrieval: &Retrieval,
+        sink: &mut (dyn TokenSink + Send),
+        started: Instant,
+    ) -> Result<Answer> {
+        let mut answer = blank(question, standalone, retrieval, self.support.method());
+        let t = Instant::now();
+        let (sources, decision) = evidence_of(scorer, standalone, retrieval, &self.options)?;
+        answer.timings.focus_ms = t.elapsed().as_secs_f64() * 1e3;
+        let Some(decision) = decision else {
+            // Passages of headings alone: nothing to quote.
+            answer.withhold(Refusal::DocumentsDoNotSay, evidence::NOTHING_TO_QUOTE, sources);
+            sink.token(&answer.answer);
+            answer.timings.total_ms = started.elapsed().as_secs_f64() * 1e3 + answer.timings.retrieve_ms;
+            return Ok(answer);
+        };
+        if decision.outcome == AnswerOutcome::DoesNotSay {
+            let closest = evidence_sentences(&decision.evidence, None);
+            answer.answer = format!("{} The closest they come: {}", evidence::does_not_say(&decision.signals), closest.text);
+            sink.token(&answer.answer);
+            answer.timings.first_token_ms = t.elapsed().as_secs_f64() * 1e3;
+            answer.withhold(Refusal::DocumentsDoNotSay, &answer.answer.clone(), sources);
+            answer.decision = Some(decision);
+            answer.timings.total_ms = started.elapsed().as_secs_f64() * 1e3 + answer.timings.retrieve_ms;
+            return Ok(answer);
+        }
+        // A yes/no question: the generator's verdict on the evidence, one word.
+        if decision.signals.asks == evidence::Asks::YesNo && !sink.cancelled() {
+            let rule: Vec<&str> = decision.evidence.iter().map(|e| e.text.as_str()).collect();
+            let request = GenerateRequest::greedy(prompt::verdict_messages(standalone, &rule.join(" ")), 3);
+            answer.prompts.push(request.messages.clone());
+            let generation = self.generator.generate(&request, &mut crate::generate::Discard).await?;
+            answer.verdict = prompt::verdict_of(&generation.text).map(str::to_string);
+            answer.model = Some(self.generator.model_id().to_string());
+            answer.written_by = Some(generation.written_by.clone());
+            answer.timings.generate_ms = generation.total_ms;
+            answer.timings.prompt_tokens = generation.prompt_tokens;
+            answer.timings.completion_tokens = generation.completion_tokens;
+        }
+        let parsed = evidence_sentences(&decision.evidence, answer.verdict.as_deref());
+        sink.token(&parsed.text);
+        answer.timings.first_token_ms = t.elapsed().as_secs_f64() * 1e3;
+        answer.answer = parsed.text.clone();
+        answer.citations = citations(&parsed, &sources);
+        // Verbatim and cited to the passage it is taken from: supported by construction.
+        answer.sentences = parsed
+            .sentences
+            .iter()
+            .map(|s| Sentence { text: s.text.clone(), citations: s.citations.clone(), supported: true, support: None, reason: None })
+            .collect();
+        answer.sources = sources;
+        answer.decision = Some(decision);
         answer.timings.total_ms = started.elapsed().as_secs_f64() * 1e3 + answer.timings.retrieve_ms;
         Ok(answer)
     }
@@ -806,6 +924,7 @@ impl Answer {
     fn withhold(&mut self, refusal: Refusal, text: &str, closest: Vec<Source>) {
         self.refused = true;
         self.refusal = Some(refusal);
+        self.outcome = refusal.outcome();
         self.answer = text.to_string();
         self.citations.clear();
         self.invalid_citations.clear();
@@ -1057,79 +1176,63 @@ mod tests {
         }
     }
 
-    fn quoting(reply: &str, floor: f32, reranker: bool) -> (Answer, String) {
-        let g = Arc::new(ScriptedGenerator::new(&[reply]));
-        let options = AnswerOptions { focus: 2, quote_floor: floor, ..AnswerOptions::default() };
+    /// An evidence-first answerer (the `Overlap` cross-encoder scores every unit) whose generator
+    /// says `replies`, and the answer to `q` with what was streamed.
+    fn evidence_first(q: &str, replies: &[&str]) -> (Answer, String, Arc<ScriptedGenerator>) {
+        let g = Arc::new(ScriptedGenerator::new(replies));
         let support = SupportChecker::Grounded(Arc::new(HashEmbedder::default()));
-        let cross: Option<Arc<dyn Reranker>> = if reranker { Some(Arc::new(Overlap)) } else { None };
-        let a = Answerer::new(g, support, options).with_focus(Some(Arc::new(HashEmbedder::default())), cross);
+        let cross: Option<Arc<dyn Reranker>> = Some(Arc::new(Overlap));
+        let a = Answerer::new(g.clone(), support, AnswerOptions::default()).with_focus(Some(Arc::new(HashEmbedder::default())), cross);
         let mut streamed = String::new();
-        let q = "How long are receipts kept?";
         let answer = block_on(a.answer(q, q, &retrieval(false), &mut |t: &str| streamed.push_str(t))).unwrap();
-        (answer, streamed)
+        (answer, streamed, g)
     }
 
     #[test]
-    fn a_decline_or_a_restated_question_quotes_the_best_sentence_when_it_clears_the_floor() {
-        let quote = "“Receipts are kept for 7 years.” [2]";
-        // Declined: the reader saw the decline, then the quote on its own line.
-        let (answer, streamed) = quoting(prompt::NO_ANSWER, 2.0, true);
-        assert!(!answer.refused, "{answer:?}");
-        assert_eq!(answer.answer.trim(), quote);
-        assert_eq!(streamed, format!("{}\n\n{quote}", prompt::NO_ANSWER));
-        let q = answer.quoted.as_ref().unwrap();
-        assert_eq!((q.because, q.score, q.reply.as_str()), (quote::NotAnswered::Declined, 6.0, prompt::NO_ANSWER));
+    fn with_a_cross_encoder_the_evidence_is_the_answer_verbatim_and_cited() {
+        let (answer, streamed, g) = evidence_first("How long are receipts kept", &["should never be generated"]);
+        assert!(g.calls().is_empty(), "no generator for a question that is not yes/no");
+        assert_eq!(answer.outcome, AnswerOutcome::Answered);
+        assert_eq!(answer.answer, "Receipts are kept for 7 years [2].");
+        assert_eq!(streamed, answer.answer);
         assert_eq!(answer.citations.iter().map(|c| c.id).collect::<Vec<_>>(), [2]);
-        assert_eq!(answer.sentences.len(), 1);
-        assert!(answer.sentences[0].supported, "a verbatim quote is supported by its passage");
-        // Restated: the same.
-        let (answer, _) = quoting("[2] Receipts are kept.", 2.0, true);
-        assert_eq!(answer.quoted.as_ref().map(|q| q.because), Some(quote::NotAnswered::RestatedQuestion));
-        assert_eq!(answer.answer.trim(), quote);
-        // A real answer is left alone.
-        let (answer, _) = quoting("[2] Receipts are kept for 7 years.", 2.0, true);
-        assert!(answer.quoted.is_none() && answer.answer.trim() == "[2] Receipts are kept for 7 years.", "{answer:?}");
+        assert!(answer.sentences.len() == 1 && answer.sentences[0].supported && answer.sentences[0].citations == [2]);
+        let d = answer.decision.as_ref().unwrap();
+        assert!(d.score >= d.floor && d.evidence[0].text == "Receipts are kept for 7 years.", "{d:?}");
+        assert_eq!(answer.sources.len(), 2);
+        assert_eq!(answer.sources[1].shown.as_deref(), Some("Receipts are kept for 7 years."), "what was quoted of each passage");
+        assert_eq!(answer.sources[0].shown.as_deref(), Some(""));
+        assert!(answer.model.is_none() && !answer.refused);
     }
 
     #[test]
-    fn an_answer_no_passage_supports_keeps_its_sentences_and_the_quote_follows() {
-        let (answer, streamed) = quoting("[1] Hotels are booked in the travel app.", 2.0, true);
-        let q = answer.quoted.as_ref().expect("quoted");
-        assert_eq!(q.because, quote::NotAnswered::Unsupported);
-        assert_eq!(answer.answer.trim(), "[1] Hotels are booked in the travel app. “Receipts are kept for 7 years.” [2]");
-        assert_eq!(streamed, "[1] Hotels are booked in the travel app.\n\n“Receipts are kept for 7 years.” [2]");
-        assert_eq!(answer.sentences.iter().map(|s| s.supported).collect::<Vec<_>>(), [false, true], "{:?}", answer.sentences);
-        assert_eq!(answer.citations.iter().map(|c| c.id).collect::<Vec<_>>(), [1, 2]);
-        assert!(!answer.refused);
+    fn a_yes_no_question_gets_the_generators_verdict_before_the_rule() {
+        let (answer, streamed, g) = evidence_first("Are receipts kept for 7 years?", &["Yes."]);
+        assert_eq!(g.calls().len(), 1, "one verdict request");
+        let prompt = g.calls()[0].iter().map(|m| m.content.clone()).collect::<String>();
+        assert!(prompt.contains("Rule: Receipts are kept for 7 years.") && prompt.contains("Are receipts kept for 7 years?"), "{prompt}");
+        assert_eq!(answer.verdict.as_deref(), Some("Yes"));
+        assert_eq!(answer.answer, "Yes. Receipts are kept for 7 years [2].");
+        assert_eq!(streamed, answer.answer);
+        assert_eq!(answer.model.as_deref(), Some(g.model_id()));
+        // A reply that is neither word leaves the evidence alone.
+        let (answer, _, _) = evidence_first("Are receipts kept for 7 years?", &["Receipts"]);
+        assert!(answer.verdict.is_none() && answer.answer == "Receipts are kept for 7 years [2].", "{}", answer.answer);
     }
 
     #[test]
-    fn an_answer_no_passage_supports_with_nothing_to_quote_is_withheld_with_its_reasons() {
-        let reply = "[1] Hotels are booked in the travel app.";
-        let (answer, streamed) = quoting(reply, 7.0, true);
-        assert!(answer.refused && answer.refusal == Some(Refusal::Unsupported), "{answer:?}");
-        assert_eq!(answer.answer, NO_SUPPORTED_ANSWER);
-        // The reader saw the reply as it was written, then why it is not an answer.
-        assert_eq!(streamed, format!("{reply}\n\n{NO_SUPPORTED_ANSWER}"));
-        assert!(answer.quoted.is_none() && answer.citations.is_empty() && answer.sources.is_empty());
-        assert_eq!(answer.closest.len(), 2, "the passages it had are listed");
-        // The withheld sentence stays, flagged, with the reason the page and the CLI show.
-        assert_eq!(answer.sentences.len(), 1);
-        assert!(!answer.sentences[0].supported && answer.sentences[0].reason.is_some(), "{:?}", answer.sentences);
-    }
-
-    #[test]
-    fn below_the_floor_or_without_a_cross_encoder_nothing_is_quoted() {
-        // The best sentence scores 6: a floor of 7 quotes nothing; the decline stays a refusal,
-        // the restatement becomes one (it is no answer) and the reader is told.
-        let (answer, _) = quoting(prompt::NO_ANSWER, 7.0, true);
-        assert!(answer.quoted.is_none() && answer.refusal == Some(Refusal::PassagesDoNotAnswer));
-        let (answer, streamed) = quoting("[2] Receipts are kept.", 7.0, true);
-        assert!(answer.quoted.is_none() && answer.refusal == Some(Refusal::NoAnswerWritten), "{answer:?}");
-        assert_eq!(streamed, format!("[2] Receipts are kept.\n\n{NO_ANSWER_WRITTEN}"));
-        // The embedder's cosine is no logit: never quoted, whatever the floor.
-        let (answer, _) = quoting(prompt::NO_ANSWER, -100.0, false);
-        assert!(answer.quoted.is_none() && answer.refused);
+    fn a_question_about_what_no_passage_names_is_the_documents_do_not_say() {
+        let (answer, streamed, g) = evidence_first("How long are Singapore receipts kept?", &["should never be generated"]);
+        assert!(g.calls().is_empty());
+        assert_eq!(answer.outcome, AnswerOutcome::DoesNotSay);
+        assert!(answer.refused && answer.refusal == Some(Refusal::DocumentsDoNotSay));
+        assert_eq!(answer.refusal.map(Refusal::outcome), Some(AnswerOutcome::DoesNotSay));
+        assert!(answer.answer.starts_with("The documents do not say: none of the passages found mentions “singapore”."), "{}", answer.answer);
+        assert!(answer.answer.ends_with("Receipts are kept for 7 years [2]."), "the closest passage: {}", answer.answer);
+        assert_eq!(streamed, answer.answer);
+        assert!(answer.sources.is_empty() && answer.closest.len() == 2 && answer.citations.is_empty());
+        let d = answer.decision.as_ref().unwrap();
+        assert!(d.score < d.floor && d.signals.missing_everywhere == ["singapore"], "{d:?}");
     }
 
     #[test]

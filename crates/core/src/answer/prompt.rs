@@ -350,6 +350,25 @@ fn escape_text(s: &str) -> String {
     out
 }
 
+/// The yes/no verdict prompt of an evidence-first answer: the rule the evidence states and the
+/// question; the reply is one word.
+pub fn verdict_messages(question: &str, rule: &str) -> Vec<Message> {
+    vec![
+        Message::system("You decide yes/no questions from a rule. Reply with one word: Yes or No."),
+        Message::user(format!("Rule: {rule}\n\nQuestion: {question}\n\nDoes the rule answer the question with Yes or No? Reply Yes or No.")),
+    ]
+}
+
+/// The verdict in a reply to [`verdict_messages`]: "Yes" or "No" as its first word, else `None`.
+pub fn verdict_of(reply: &str) -> Option<&'static str> {
+    let first = reply.trim_start().split(|c: char| !c.is_alphabetic()).next().unwrap_or("").to_lowercase();
+    match first.as_str() {
+        "yes" => Some("Yes"),
+        "no" => Some("No"),
+        _ => None,
+    }
+}
+
 /// Whether `text` is the model saying the passages do not answer the question: [`NO_ANSWER`]
 /// itself (citation markers and case aside), or, in a reply that cites nothing, a first sentence
 /// such as "The passages do not contain ...", "I don't have enough information ..." or "... is

@@ -232,7 +232,10 @@ pub fn run(plan: &AnswerPlan, models: &AnswerModels, progress: Progress<'_>) -> 
         match a.refusal {
             Some(crate::answer::Refusal::NoGoodSource) => out.in_domain_refused_floor += 1,
             Some(
-                crate::answer::Refusal::PassagesDoNotAnswer | crate::answer::Refusal::NoAnswerWritten | crate::answer::Refusal::Unsupported,
+                crate::answer::Refusal::PassagesDoNotAnswer
+                | crate::answer::Refusal::NoAnswerWritten
+                | crate::answer::Refusal::Unsupported
+                | crate::answer::Refusal::DocumentsDoNotSay,
             ) => out.in_domain_declined += 1,
             None => {
                 out.answered += 1;
@@ -295,9 +298,16 @@ pub fn run(plan: &AnswerPlan, models: &AnswerModels, progress: Progress<'_>) -> 
 /// passage the generator was given and its citation maps to that passage's chunk and document.
 /// Returns (valid markers, all markers).
 pub(crate) fn checked_citations(a: &Answer) -> (usize, usize) {
-    // Parsed with no valid ids, every marker in the text comes back as written. A quote's
+    // Parsed with no valid ids, every marker in the text comes back as written. Quoted evidence's
     // brackets are the passage's words ("[1, 2, 3]" in a code example), not citations.
-    let text = a.quoted.as_ref().map_or_else(|| a.answer.clone(), |q| a.answer.replacen(&q.text, "", 1));
+    // The same holds for the verbatim evidence of an evidence-first answer.
+    let mut text = a.answer.clone();
+    if let Some(d) = &a.decision {
+        for e in &d.evidence {
+            let words = e.text.trim_end().trim_end_matches(['.', '!', '?', '…', ':', ';', ',']).trim_end();
+            text = text.replacen(words, "", 1);
+        }
+    }
     let written = cite::parse_answer(&text, &[]).invalid;
     let valid = written
         .iter()
@@ -437,6 +447,9 @@ mod tests {
             question: String::new(),
             standalone: String::new(),
             answer: text.into(),
+            outcome: crate::answer::evidence::AnswerOutcome::Answered,
+            decision: None,
+            verdict: None,
             citations: cited.iter().map(citation).collect(),
             invalid_citations: Vec::new(),
             sentences: Vec::new(),
@@ -450,7 +463,6 @@ mod tests {
             timings: Default::default(),
             hit_token_cap: false,
             cut_mid_sentence: false,
-            quoted: None,
             second_try: false,
             prompts: Vec::new(),
         }
@@ -463,15 +475,13 @@ mod tests {
         assert_eq!(checked_citations(&answer("A [3]. B [2].", &[(3, 3)])), (0, 2));
         assert_eq!(checked_citations(&answer("A [1]. B [2].", &[(1, 1), (2, 1)])), (1, 2));
         assert_eq!(checked_citations(&answer("No markers.", &[])), (0, 0));
-        // A quote's brackets are its passage's words.
+        // Quoted evidence's brackets are its passage's words.
+        use crate::answer::evidence::{AnswerOutcome, Asks, Decision, EvidenceUnit, Signals};
         let text = "x += [1, 2, 3] extends x.";
-        let mut quoted = answer(&format!("“{text}” [1]"), &[(1, 1)]);
-        quoted.quoted = Some(crate::answer::quote::Quoted {
-            because: crate::answer::quote::NotAnswered::Declined,
-            text: text.into(),
-            score: 5.0,
-            reply: "The passages do not answer.".into(),
-        });
+        let mut quoted = answer("x += [1, 2, 3] extends x [1].", &[(1, 1)]);
+        let signals = Signals { best_logit: 5.0, terms: vec![], missing: vec![], missing_everywhere: vec![], asks: Asks::Other, kind_present: true, uncovered: 0.0 };
+        let unit = EvidenceUnit { passage: 1, index: 0, text: text.into(), score: 5.0, unit: Default::default() };
+        quoted.decision = Some(Decision { outcome: AnswerOutcome::Answered, score: 0.9, floor: 0.5, signals, evidence: vec![unit], ranked: Vec::new(), ms: 1.0 });
         assert_eq!(checked_citations(&quoted), (1, 1));
     }
 

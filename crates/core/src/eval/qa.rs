@@ -48,6 +48,10 @@ pub struct QaQuestion {
     /// The half it belongs to, `dev` or `test` (tune on dev, report test); none: both.
     #[serde(default)]
     pub split: Option<String>,
+    /// What kind of question it is (`fact`, `yes-no`, `how`, `why`, `unanswerable`,
+    /// `near-miss`), when the set says.
+    #[serde(default)]
+    pub kind: Option<String>,
 }
 
 /// What to evaluate.
@@ -124,13 +128,22 @@ pub struct QaRow {
     pub reference: Option<String>,
     /// Whether the documents answer it.
     pub answerable: bool,
+    /// Its kind, as the set gives it (`near-miss`: an unanswerable question next to what the
+    /// documents say).
+    pub kind: Option<String>,
     /// The answer text.
     pub answer: String,
     /// Why it was refused, if it was.
     pub refusal: Option<Refusal>,
-    /// When the answer quotes a passage sentence in place of the model's reply: why, the
-    /// sentence's logit and the reply (a quote floor can be tried on the rows without asking again).
-    pub quoted: Option<crate::answer::quote::Quoted>,
+    /// Answered, the documents do not say, or no good source.
+    pub outcome: crate::answer::evidence::AnswerOutcome,
+    /// The answerability decision, when the answer was evidence-first (or would have been:
+    /// `--prompts-only`): a decision floor or weights can be tried on a run's rows.
+    pub decision: Option<crate::answer::evidence::Decision>,
+    /// A yes/no question's verdict.
+    pub verdict: Option<String>,
+    /// The answer opens with a citation marker or ends mid-sentence (an answer, not a refusal).
+    pub fragment: bool,
     /// Token F1 against the reference (answerable questions).
     pub f1: f64,
     /// Share of the reference's tokens found in the answer.
@@ -232,8 +245,12 @@ pub struct QaReport {
     pub answerable: usize,
     /// Of those, refused (by the floor or the model): misses.
     pub answerable_refused: usize,
-    /// Answers (to any question) that quote a passage sentence in place of the model's reply.
-    pub quoted: usize,
+    /// Answers that open with a citation marker or end mid-sentence.
+    pub fragments: usize,
+    /// Near misses asked (unanswerable questions right next to what the documents say).
+    pub near_misses: usize,
+    /// Of those, refused (correct).
+    pub near_misses_refused: usize,
     /// Mean token F1 over answerable questions (a refusal scores 0).
     pub f1: f64,
     /// Mean token recall over answerable questions.
@@ -393,9 +410,13 @@ pub(crate) fn score(collection: &str, q: &QaQuestion, retrieval: &Retrieval, a: 
         question: q.question.clone(),
         reference: q.answer.clone(),
         answerable: q.answerable,
+        kind: q.kind.clone(),
         answer: a.answer.clone(),
         refusal: a.refusal,
-        quoted: a.quoted.clone(),
+        outcome: a.outcome,
+        decision: a.decision.clone(),
+        verdict: a.verdict.clone(),
+        fragment: !a.refused && is_fragment(&a.answer),
         f1,
         recall,
         exact: !a.refused && !reference_words.is_empty() && answer_words == reference_words,
@@ -427,6 +448,15 @@ pub(crate) fn score(collection: &str, q: &QaQuestion, retrieval: &Retrieval, a: 
         first_token_ms: a.timings.first_token_ms,
         total_ms,
     }
+}
+
+/// Whether an answer reads as a fragment: it opens with a citation marker, or its last sentence
+/// (markers aside) does not end in `.`, `!`, `?`, `…` or `:`.
+pub fn is_fragment(answer: &str) -> bool {
+    let text = answer.trim();
+    let words = strip_markers(text);
+    let end = words.trim_end().trim_end_matches(['"', '\'', ')', '*', '”', '’', '`']);
+    text.starts_with('[') || !end.ends_with(['.', '!', '?', '…', ':'])
 }
 
 /// Runs the plan with `embedder` (the index's model), `generator` and an optional reranker.
@@ -521,7 +551,9 @@ pub(crate) fn summarise(collection: &str, model: &str, options: &AnswerOptions, 
         read_chars_p50: percentile(&read_chars, 50.0),
         answerable: n,
         answerable_refused: answerable.iter().filter(|r| r.refusal.is_some()).count(),
-        quoted: rows.iter().filter(|r| r.quoted.is_some()).count(),
+        fragments: rows.iter().filter(|r| r.fragment).count(),
+        near_misses: rows.iter().filter(|r| r.kind.as_deref() == Some("near-miss")).count(),
+        near_misses_refused: rows.iter().filter(|r| r.kind.as_deref() == Some("near-miss") && r.refusal.is_some()).count(),
         f1: mean(&mut answerable.iter().map(|r| r.f1), n),
         recall: mean(&mut answerable.iter().map(|r| r.recall), n),
         exact: share(answerable.iter().filter(|r| r.exact).count(), n),
@@ -547,7 +579,7 @@ pub(crate) fn summarise(collection: &str, model: &str, options: &AnswerOptions, 
 /// One markdown table row of the report's headline figures (see [`markdown_header`]).
 pub fn markdown_row(r: &QaReport, label: &str) -> String {
     format!(
-        "| {label} | {} | {} | {:.0}% | {:.2} | {:.2} | {:.0}% | {:.0}% | {:.0}% | {:.0}% | {:.0}% | {:.0}% | {:.0}% | {:.0}% | {} | {}/{} | {}/{} | {:.0} | {:.1} | {:.1} |\n",
+        "| {label} | {} | {} | {:.0}% | {:.2} | {:.2} | {:.0}% | {:.0}% | {:.0}% | {:.0}% | {:.0}% | {:.0}% | {:.0}% | {:.0}% | {} | {}/{} | {}/{} | {}/{} | {:.0} | {:.1} | {:.1} |\n",
         r.collection,
         r.model,
         r.reached_and_cited * 100.0,
@@ -561,11 +593,13 @@ pub fn markdown_row(r: &QaReport, label: &str) -> String {
         r.copied_share * 100.0,
         r.hit_token_cap * 100.0,
         r.exact * 100.0,
-        r.quoted,
+        r.fragments,
         r.answerable_refused,
         r.answerable,
         r.unanswerable_refused,
         r.unanswerable,
+        r.near_misses_refused,
+        r.near_misses,
         r.prompt_tokens_p50,
         r.first_token_ms[0] / 1e3,
         r.total_ms[0] / 1e3,
@@ -574,8 +608,8 @@ pub fn markdown_row(r: &QaReport, label: &str) -> String {
 
 /// The header of [`markdown_row`]'s table.
 pub fn markdown_header() -> &'static str {
-    "| variant | collection | model | reached & cited | F1 | recall | evidence retrieved | read of retrieved | evidence cited | citation validity | unsupported | copied | hit cap | exact | quoted | answerable refused | unanswerable refused | prompt tokens p50 | first token p50 (s) | answer p50 (s) |\n\
-     |---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n"
+    "| variant | collection | model | reached & cited | F1 | recall | evidence retrieved | read of retrieved | evidence cited | citation validity | unsupported | copied | hit cap | exact | fragments | answerable refused | unanswerable refused | near misses refused | prompt tokens p50 | first token p50 (s) | answer p50 (s) |\n\
+     |---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n"
 }
 
 #[cfg(test)]

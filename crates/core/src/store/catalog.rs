@@ -348,6 +348,7 @@ impl Catalog {
         for tables in super::schema::ALL {
             conn.execute_batch(tables)?;
         }
+        super::schema::answer_columns(&conn)?;
         // A new catalog gets this build's version; `OR IGNORE` because two processes creating it
         // at once both find none (a plain insert failed the second: "UNIQUE constraint failed").
         conn.execute("INSERT OR IGNORE INTO meta (key, value) VALUES ('schema_version', ?1)", [SCHEMA_VERSION.to_string()])?;

@@ -21,7 +21,9 @@
 //!     chunk_ids: &[],
 //!     model: "",
 //!     refused: true,
+//!     outcome: "no_good_source",
 //!     answer: "I could not find this in the documents.",
+//!     evidence: &serde_json::Value::Null,
 //!     timings: &timings,
 //! })?;
 //! catalog.sessions().add_turn(session, "Who approves travel?", "Who approves travel?", "I could not find this.", Some(answer))?;
@@ -54,8 +56,12 @@ pub struct AnswerRecord<'a> {
     pub model: &'a str,
     /// Whether ragbox declined to answer.
     pub refused: bool,
+    /// `answered`, `does_not_say` or `no_good_source`.
+    pub outcome: &'a str,
     /// The answer text as shown.
     pub answer: &'a str,
+    /// The evidence quoted and the answerability decision (a JSON value; `null` when none).
+    pub evidence: &'a serde_json::Value,
     /// Stage timings (a JSON object).
     pub timings: &'a serde_json::Value,
 }
@@ -133,8 +139,13 @@ pub struct AnswerRow {
     pub model: String,
     /// Whether ragbox declined to answer.
     pub refused: bool,
+    /// `answered`, `does_not_say` or `no_good_source` (empty for answers logged before the
+    /// outcome was).
+    pub outcome: String,
     /// The answer text as shown.
     pub answer: String,
+    /// The evidence quoted and the answerability decision (`null` when none).
+    pub evidence: serde_json::Value,
     /// Stage timings (a JSON object).
     pub timings: serde_json::Value,
     /// When, in ms since the epoch.
@@ -176,11 +187,11 @@ fn sql_limit(limit: usize) -> i64 {
 }
 
 const ANSWER_COLUMNS: &str = "a.id, t.name, a.session_id, a.question, a.standalone, a.chunk_ids, a.model, a.refused, a.answer,
-     a.timings, a.created_ms
+     a.timings, a.created_ms, a.outcome, a.evidence
      FROM answers a JOIN tenants t ON t.id = a.tenant_id";
 
 /// An answer log row's columns, JSON still as text (parsed outside the rusqlite closure).
-type RawAnswer = (AnswerRow, String, String);
+type RawAnswer = (AnswerRow, String, String, String);
 
 fn answer_from_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<RawAnswer> {
     Ok((
@@ -196,10 +207,13 @@ fn answer_from_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<RawAnswer> {
             answer: r.get(8)?,
             timings: serde_json::Value::Null,
             created_ms: r.get(10)?,
+            outcome: r.get(11)?,
+            evidence: serde_json::Value::Null,
             feedback: Vec::new(),
         },
         r.get(5)?,
         r.get(9)?,
+        r.get(12)?,
     ))
 }
 
@@ -305,6 +319,7 @@ impl<'c> Answers<'c> {
     pub fn record(&self, record: &AnswerRecord) -> Result<i64> {
         let chunk_ids = serde_json::to_string(record.chunk_ids).map_err(|e| Error::Bug(format!("chunk ids to JSON: {e}")))?;
         let timings = serde_json::to_string(record.timings).map_err(|e| Error::Bug(format!("timings to JSON: {e}")))?;
+        let evidence = serde_json::to_string(record.evidence).map_err(|e| Error::Bug(format!("evidence to JSON: {e}")))?;
         let mut conn = self.conn.lock();
         let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
         if let Some(session) = record.session {
@@ -317,8 +332,8 @@ impl<'c> Answers<'c> {
             }
         }
         tx.execute(
-            "INSERT INTO answers (tenant_id, session_id, question, standalone, chunk_ids, model, refused, answer, timings, created_ms)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
+            "INSERT INTO answers (tenant_id, session_id, question, standalone, chunk_ids, model, refused, answer, timings, created_ms, outcome, evidence)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)",
             params![
                 record.tenant,
                 record.session,
@@ -329,7 +344,9 @@ impl<'c> Answers<'c> {
                 record.refused,
                 record.answer,
                 timings,
-                now_ms()
+                now_ms(),
+                record.outcome,
+                evidence
             ],
         )?;
         let id = tx.last_insert_rowid();
@@ -376,7 +393,8 @@ impl<'c> Answers<'c> {
 }
 
 /// Parses an answer log row's JSON columns and attaches its feedback.
-fn finish_answer(conn: &rusqlite::Connection, (mut row, chunk_ids, timings): RawAnswer) -> Result<AnswerRow> {
+fn finish_answer(conn: &rusqlite::Connection, (mut row, chunk_ids, timings, evidence): RawAnswer) -> Result<AnswerRow> {
+    row.evidence = serde_json::from_str(&evidence).map_err(|e| Error::Bug(format!("answer {}: evidence: {e}", row.id)))?;
     row.chunk_ids =
         serde_json::from_str(&chunk_ids).map_err(|e| Error::Bug(format!("answer {}: chunk ids: {e}", row.id)))?;
     row.timings = serde_json::from_str(&timings).map_err(|e| Error::Bug(format!("answer {}: timings: {e}", row.id)))?;
@@ -418,7 +436,9 @@ mod tests {
             chunk_ids: ids,
             model: "qwen",
             refused: false,
+            outcome: "answered",
             answer: "Contractors are covered up to £2,000 [1].",
+            evidence: &serde_json::Value::Null,
             timings,
         }
     }

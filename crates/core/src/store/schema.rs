@@ -80,7 +80,9 @@ CREATE TABLE IF NOT EXISTS answers (
     refused INTEGER NOT NULL,
     answer TEXT NOT NULL,
     timings TEXT NOT NULL,
-    created_ms INTEGER NOT NULL
+    created_ms INTEGER NOT NULL,
+    outcome TEXT NOT NULL DEFAULT '',
+    evidence TEXT NOT NULL DEFAULT 'null'
 );
 CREATE INDEX IF NOT EXISTS answers_by_tenant ON answers(tenant_id, id);
 CREATE TABLE IF NOT EXISTS turns (
@@ -130,6 +132,19 @@ pub(super) fn v1_to_v2(conn: &rusqlite::Connection) -> rusqlite::Result<()> {
     }
     conn.execute_batch("DROP INDEX IF EXISTS audit_by_tenant; DROP INDEX IF EXISTS feedback_by_audit;")?;
     conn.execute_batch(CONVERSATIONS)
+}
+
+/// Columns the answer log gained after its table was first made (`ADD COLUMN` has no `IF NOT
+/// EXISTS`): each is added where it is missing, old rows taking its default. Run after [`ALL`].
+pub(super) fn answer_columns(conn: &rusqlite::Connection) -> rusqlite::Result<()> {
+    for (name, decl) in [("outcome", "TEXT NOT NULL DEFAULT ''"), ("evidence", "TEXT NOT NULL DEFAULT 'null'")] {
+        let there: bool =
+            conn.query_row("SELECT EXISTS (SELECT 1 FROM pragma_table_info('answers') WHERE name = ?1)", [name], |r| r.get(0))?;
+        if !there {
+            conn.execute_batch(&format!("ALTER TABLE answers ADD COLUMN {name} {decl};"))?;
+        }
+    }
+    Ok(())
 }
 
 /// The contextual annotations of chunks (added later; an older catalog gains the table on open).
@@ -351,7 +366,9 @@ pub(super) mod tests {
                 chunk_ids: &[],
                 model: "",
                 refused: true,
+                outcome: "no_good_source",
                 answer: "a",
+                evidence: &serde_json::Value::Null,
                 timings: &v,
             })
             .unwrap();

@@ -202,10 +202,13 @@ class AnswerView {
     this.live.remove();
     const body = h('div', { class: 'answer' });
     if (a.refused) {
+      const doesNotSay = a.outcome === 'does_not_say';
+      const heading = { no_answer_written: 'No answer written', unsupported: 'No supported answer', documents_do_not_say: 'The documents do not say' }[a.refusal] || 'No good source';
       body.append(
-        h('div', { class: 'refusal', role: 'status' },
-          h('h2', {}, { no_answer_written: 'No answer written', unsupported: 'No supported answer' }[a.refusal] || 'No good source'),
-          h('p', {}, a.answer || 'The documents do not answer this question.')),
+        h('div', { class: doesNotSay ? 'refusal does-not-say' : 'refusal', role: 'status', dataset: { outcome: a.outcome || '' } },
+          h('h2', {}, heading),
+          h('p', {}, ...(doesNotSay ? this.withChips(a.answer || '', a.closest) : [a.answer || 'The documents do not answer this question.'])),
+          doesNotSay ? h('p', { class: 'muted' }, 'The passages below are about the subject of your question, but none of them gives what you asked.') : null),
       );
       if (a.refusal === 'unsupported' && a.sentences && a.sentences.length) {
         const list = h('ul', { class: 'flag-reasons muted' });
@@ -226,9 +229,9 @@ class AnswerView {
         text.append(h('span', { class: cls, title: reason, tabindex: reason ? 0 : null, 'aria-label': reason ? `${s.text} (warning: ${reason})` : null }, this.withChips(s.text, a.sources)));
       });
       body.append(text);
-      if (a.quoted) {
-        const why = { declined: 'the model said the passages do not answer', no_words: 'the model wrote no words', restated_question: 'the model only restated the question', unsupported: "no passage it cites supports the model's answer" }[a.quoted.because] || 'the model wrote no answer';
-        body.append(h('p', { class: 'quote-note muted' }, `A quote: ${why}, so the passage sentence that scores best against the question is shown as written (a passage's own question gives way to the sentence after it).`));
+      if (a.decision) {
+        const verdict = a.verdict ? ` “${a.verdict}” is the model's reading of it.` : '';
+        body.append(h('p', { class: 'quote-note muted', dataset: { outcome: 'answered' } }, `The evidence, quoted as the documents write it.${verdict}`));
       }
       const flagged = sentences.filter((s) => !s.supported && s.reason);
       if (flagged.length) {
@@ -241,7 +244,8 @@ class AnswerView {
       }
       if (a.cut_mid_sentence) body.append(h('p', { class: 'muted' }, 'The answer reached the length limit mid-sentence; that unfinished sentence is left out.'));
       else if (a.hit_token_cap) body.append(h('p', { class: 'muted' }, 'The answer reached the length limit and may be cut short.'));
-      this.renderSources(a.sources || [], false, a.quoted ? a.quoted.text : null);
+      const quotedText = a.decision && a.decision.evidence.length ? a.decision.evidence[0].text : null;
+      this.renderSources(a.sources || [], false, quotedText);
     }
     body.append(this.footer(a));
     if (a.answer_id) body.append(this.feedback(a.answer_id));
@@ -312,7 +316,7 @@ class AnswerView {
     const t = a.timings || {};
     const parts = [`retrieval ${ms(t.retrieve_ms || 0)}`];
     if (t.rewrite_ms) parts.push(`rewrite ${ms(t.rewrite_ms)}`);
-    if (t.focus_ms) parts.push(`focus ${ms(t.focus_ms)}`);
+    if (t.focus_ms) parts.push(`${a.decision ? 'evidence and decision' : 'focus'} ${ms(t.focus_ms)}`);
     if (t.first_token_ms) parts.push(`first token ${ms(t.first_token_ms)}`);
     parts.push(`total ${ms(t.total_ms || 0)}`);
     if (t.completion_tokens) parts.push(`${t.completion_tokens} tokens at ${Number(t.tokens_per_second || 0).toFixed(1)}/s`);
