@@ -64,6 +64,7 @@ def main():
     ap.add_argument("reports", nargs="+")
     ap.add_argument("--weights")
     ap.add_argument("--floor", type=float)
+    ap.add_argument("--shown-only", action="store_true", help="train on the answerable rows whose evidence was quoted only")
     args = ap.parse_args()
     rows = load(args.reports)
     collections = sorted({r["collection"] for r in rows})
@@ -71,7 +72,7 @@ def main():
     samples = []
     for c in collections:
         mine = [r for r in decided if r["collection"] == c]
-        pos = [r for r in mine if r["answerable"]]
+        pos = [r for r in mine if r["answerable"] and (not args.shown_only or r["evidence_stage"] == "shown")]
         neg = [r for r in mine if not r["answerable"]]
         for group in (pos, neg):
             for r in group:
@@ -81,7 +82,7 @@ def main():
     floors = [args.floor] if args.floor is not None else [0.3, 0.4, 0.5, 0.6, 0.7, 0.8]
     for floor in floors:
         line = [f"floor {floor:.2f}:"]
-        tot = {"a": 0, "ad": 0, "u": 0, "ud": 0, "n": 0, "nd": 0}
+        tot = {"a": 0, "ad": 0, "u": 0, "ud": 0, "n": 0, "nd": 0, "kept": 0}
         for c in collections:
             mine = [r for r in rows if r["collection"] == c]
 
@@ -94,12 +95,14 @@ def main():
             u = [r for r in mine if not r["answerable"]]
             n = [r for r in u if r.get("kind") == "near-miss"]
             ad, ud, nd = sum(map(declined, a)), sum(map(declined, u)), sum(map(declined, n))
+            tot["kept"] += sum(1 for r in a if not declined(r) and r["evidence_stage"] == "shown")
             for k, v in (("a", len(a)), ("ad", ad), ("u", len(u)), ("ud", ud), ("n", len(n)), ("nd", nd)):
                 tot[k] += v
             line.append(f"{c}: answerable declined {ad}/{len(a)}, unanswerable declined {ud}/{len(u)} (near misses {nd}/{len(n)});")
         line.append(
             f"all: answerable declined {tot['ad']}/{tot['a']} ({100 * tot['ad'] / max(tot['a'], 1):.0f}%), "
-            f"unanswerable declined {tot['ud']}/{tot['u']} ({100 * tot['ud'] / max(tot['u'], 1):.0f}%), near misses {tot['nd']}/{tot['n']}"
+            f"unanswerable declined {tot['ud']}/{tot['u']} ({100 * tot['ud'] / max(tot['u'], 1):.0f}%), near misses {tot['nd']}/{tot['n']}; "
+            f"answered with the evidence quoted {tot['kept']}/{tot['a']} ({100 * tot['kept'] / max(tot['a'], 1):.0f}%)"
         )
         print("\n  ".join(line))
 

@@ -1,6 +1,7 @@
-//! Grounded answers end to end with the real models: Qwen2.5-Coder-0.5B-Instruct (the default
-//! generator) answering from the sample corpus through `ragbox ask` and `ragbox chat`, citations
-//! checked against the passages given, refusal without loading the LLM, audit rows and feedback,
+//! Grounded answers end to end with the real models: the evidence-first reader (the cross-encoder
+//! choosing the evidence, Qwen2.5-Coder-0.5B-Instruct giving a yes/no verdict) answering from the
+//! sample corpus through `ragbox ask` and `ragbox chat`, citations checked against the passages
+//! given, near misses told apart, refusal without loading the LLM, audit rows and feedback,
 //! the LLM reranker's yes/no logits, and contextual annotation at ingest with SmolLM2-135M.
 
 use std::io::Write;
@@ -29,9 +30,16 @@ fn ask_answers_with_checked_citations_then_takes_feedback() {
     let data = sample_data();
     let a = ask_json(data, &["How many days after a trip do I have to submit my expense claim?"]);
     assert_eq!(a["refused"], false, "{a:#}");
-    assert_eq!(a["model"], "qwen2.5-coder-0.5b-instruct");
+    assert_eq!(a["outcome"], "answered", "{a:#}");
     let answer = a["answer"].as_str().unwrap();
     assert!(normalise(answer).contains("30 days"), "the answer states the deadline: {answer}");
+    // Evidence first: the answer is the passage's own words, a sentence that ends with its marker.
+    assert!(!answer.starts_with('['), "no answer opens with a marker: {answer}");
+    assert!(answer.trim_end().ends_with("].") || answer.trim_end().ends_with("]:"), "the sentence ends with its marker: {answer}");
+    let decision = &a["decision"];
+    assert!(decision["score"].as_f64().unwrap() >= decision["floor"].as_f64().unwrap(), "{decision:#}");
+    let evidence = decision["evidence"].as_array().unwrap();
+    assert!(!evidence.is_empty(), "{decision:#}");
     // Every citation left in the answer names a passage the model was given, and maps back to
     // its chunk, document, section path, span and page.
     let sources = a["sources"].as_array().unwrap();
@@ -54,8 +62,15 @@ fn ask_answers_with_checked_citations_then_takes_feedback() {
     let sentences = a["sentences"].as_array().unwrap();
     assert!(!sentences.is_empty());
     assert!(sentences.iter().all(|s| s["supported"].is_boolean() && s["citations"].is_array()));
+    for e in evidence {
+        let passage = a["sources"].as_array().unwrap().iter().find(|s| s["id"] == e["passage"]).unwrap_or_else(|| panic!("{e} names a source"));
+        let text = normalise(e["text"].as_str().unwrap());
+        let words = |s: &str| -> Vec<String> { s.split(|c: char| !c.is_alphanumeric()).filter(|w| !w.is_empty()).map(str::to_lowercase).collect() };
+        let own = words(passage["text"].as_str().unwrap());
+        assert!(words(&text).iter().all(|w| own.contains(w)), "the evidence is its passage's own words: {text}");
+    }
     let t = &a["timings"];
-    assert!(t["first_token_ms"].as_f64().unwrap() > 0.0 && t["completion_tokens"].as_u64().unwrap() > 0, "{t}");
+    assert!(t["first_token_ms"].as_f64().unwrap() > 0.0, "{t}");
     // The LLM loaded beside retrieval in this fresh process: what was left of its load is counted.
     let ms = |k: &str| t[k].as_f64().unwrap_or_else(|| panic!("timings.{k}: {t}"));
     assert!(ms("total_ms") >= ms("retrieve_ms") + ms("model_wait_ms") + ms("first_token_ms"), "{t}");
@@ -96,42 +111,44 @@ fn a_question_without_a_good_source_is_refused_without_waiting_for_the_llm() {
     assert!(out.contains("no good source") && out.contains("closest material (not a source)"), "{out}");
 }
 
-/// Questions the 0.5B model declines on the sample corpus (the dev half of
-/// tests/data/eval/qa/sample-corpus.jsonl, where the passages say it in other words than the
-/// question): the passage sentence the cross-encoder scores best is quoted instead.
+/// Near misses of the sample corpus's dev half (tests/data/eval/qa/sample-corpus.jsonl).
+pub(crate) const NEAR_MISSES: [&str; 2] = ["Who stands in for the CISO on the crisis management team?", "What day does ShredSafe empty the grey consoles at the Hamburg depot?"];
+
+/// Near misses of the sample corpus's dev half (tests/data/eval/qa/sample-corpus.jsonl): the
+/// documents are about the subject but never give what is asked. The answer says so, shows the
+/// closest passage as such, and calls no generator.
 #[test]
-fn a_reply_that_is_no_answer_gives_way_to_a_quote_of_the_best_passage_sentence() {
+fn a_near_miss_is_the_documents_do_not_say_with_the_closest_passage() {
     let data = sample_data();
-    let questions = [
-        "Is it OK to ask for a passport copy before handing over someone's data?",
-        "My PC seems infected, should I switch it off?",
-        "Can I use a USB stick to move files off my laptop?",
-    ];
-    let words = |s: &str| -> Vec<String> { s.split(|c: char| !c.is_alphanumeric()).filter(|w| !w.is_empty()).map(str::to_lowercase).collect() };
-    let mut quoted = 0;
-    for q in questions {
+    for q in NEAR_MISSES {
         let a = ask_json(data, &[q]);
-        let Some(quote) = a.get("quoted") else { continue };
-        quoted += 1;
-        assert_eq!(a["refused"], false, "{a:#}");
-        assert!(["declined", "no_words", "restated_question", "unsupported"].contains(&quote["because"].as_str().unwrap()), "{quote}");
-        assert!(quote["score"].as_f64().unwrap() >= 1.0, "the default floor: {quote}");
-        // The answer ends with the quoted words, cited; they are the cited passage's own (a table
-        // row's with its header), and the citation is valid.
+        assert_eq!(a["outcome"], "does_not_say", "{q}: {a:#}");
+        assert_eq!(a["refusal"], "documents_do_not_say");
+        assert!(a["model"].is_null(), "no generator was asked: {a:#}");
         let answer = a["answer"].as_str().unwrap();
-        let quoted_text = quote["text"].as_str().unwrap();
-        let cited = answer.rsplit_once(&format!("“{quoted_text}”")).unwrap_or_else(|| panic!("{answer} ends with the quote of {quote}")).1;
-        let marker: usize = cited.trim().trim_matches(['[', ']']).parse().unwrap_or_else(|e| panic!("{answer}: {e}"));
-        let source = a["sources"].as_array().unwrap().iter().find(|s| s["id"] == marker).unwrap_or_else(|| panic!("[{marker}] names a source: {a:#}"));
-        let passage = words(source["text"].as_str().unwrap());
-        assert!(words(quoted_text).iter().all(|w| passage.contains(w)), "the passage's own words: {quoted_text:?} in {source}");
-        assert!(a["citations"].as_array().unwrap().iter().any(|c| c["id"] == marker), "{a:#}");
-        // The human form says it is a quote and why.
+        assert!(answer.starts_with("The documents do not say"), "{answer}");
+        assert!(!a["closest"].as_array().unwrap().is_empty());
+        let d = &a["decision"];
+        assert!(d["score"].as_f64().unwrap() < d["floor"].as_f64().unwrap(), "{d:#}");
+        // The human form says so and lists the closest passages.
         let (code, out, err) = run(ragbox(data).args(["ask", q]));
         assert_eq!(code, 0, "{err}");
-        assert!(out.contains("(a quote: ") && out.contains(quoted_text), "{out}");
+        assert!(out.contains("The documents do not say") && out.contains("closest passages (they do not give what was asked):"), "{out}");
     }
-    assert!(quoted >= 1, "none of {questions:?} was quoted: the 0.5B model declined each on the dev run (docs/EVAL.md)");
+}
+
+/// A yes/no question: the model reads the deciding rule and says Yes or No before it.
+#[test]
+fn a_yes_no_question_opens_with_the_verdict_and_the_rule_that_decides_it() {
+    let data = sample_data();
+    let a = ask_json(data, &["Can I claim a hotel in London for 250 pounds a night?"]);
+    assert_eq!(a["outcome"], "answered", "{a:#}");
+    let answer = a["answer"].as_str().unwrap();
+    let verdict = a["verdict"].as_str().unwrap_or_else(|| panic!("a verdict: {a:#}"));
+    assert!(answer.starts_with(&format!("{verdict}. ")), "{answer}");
+    assert_eq!(verdict, "No", "the London cap is GBP 210: {answer}");
+    assert!(normalise(answer).contains("210"), "the rule that decides it: {answer}");
+    assert_eq!(a["model"], "qwen2.5-coder-0.5b-instruct");
 }
 
 fn chat(data: &Path, session: Option<i64>, lines: &[&str]) -> Vec<serde_json::Value> {

@@ -2,10 +2,11 @@
 //! (`chromedriver` on loopback, the `fantoccini` client) against a real `ragbox serve` with real
 //! models (the default LLM and prompt) and a copy of the sample corpus, inside the suite's
 //! network namespace. In order: the served page names no other origin; the one-time start-up
-//! link signs in (and works once); the admin view verifies the audit chain; a streamed answer
-//! with a citation chip whose passage is the expected document; the source opened at its span;
+//! link signs in (and works once); the admin view verifies the audit chain; an answer of quoted
+//! evidence, marked in its passage, with a citation chip whose passage is the expected document; the source opened at its span;
 //! thumbs up makes a feedback row; a chat session answers and is listed; 360 px wide without
-//! sideways scrolling; an out-of-domain question shows the refusal; a wrong key is refused in
+//! sideways scrolling; an out-of-domain question shows the refusal, a near miss "the documents
+//! do not say"; a wrong key is refused in
 //! words; a writer uploads a file, watches it reach "ingested" and sees none of the other
 //! tenant's documents; a reader has no upload control and the API refuses its upload anyway;
 //! the server killed mid-answer: the page says the connection was lost and offers a retry.
@@ -158,6 +159,8 @@ async fn page_fetch(c: &Client, method: &str, path: &str, form: bool) -> u16 {
 }
 
 const QUESTION: &str = "How many days after a trip do I have to submit my expense claim?";
+/// A near miss of the sample corpus: the documents never give it ([`crate::answer::NEAR_MISSES`]).
+const NEAR_MISS: &str = crate::answer::NEAR_MISSES[0];
 
 #[test]
 fn web_page_in_a_real_browser() {
@@ -209,22 +212,21 @@ fn web_page_in_a_real_browser() {
         tab(&c, "ask").await;
         find(&c, "#question").await.send_keys(QUESTION).await.unwrap();
         find(&c, "#ask-button").await.click().await.unwrap();
-        let mut streamed = false;
-        let deadline = Instant::now() + Duration::from_secs(300);
-        loop {
-            let state = c
-                .execute("const s = document.querySelector('#answer .streaming'); return [s ? s.textContent : '', !!document.querySelector('#answer .answer, #answer .error-box')]", vec![])
-                .await
-                .unwrap();
-            streamed |= !state[0].as_str().unwrap().is_empty();
-            if state[1] == true {
-                break;
-            }
-            assert!(Instant::now() < deadline, "no answer within 300 s");
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
+        until(&c, 300, "the answer", "return !!document.querySelector('#answer .answer, #answer .error-box')").await;
         assert!(!displayed(&c, "#answer .error-box").await, "{}", text(&c, "#answer").await);
-        assert!(streamed, "tokens appeared before the final answer");
+        // Evidence first: the answer is the deciding sentence as the documents write it, sent
+        // whole once chosen (so it may stream in one piece, or show at once), and the page says
+        // it is a quote; the sentence is marked in its source card.
+        assert!(text(&c, "#answer .quote-note").await.starts_with("The evidence, quoted as the documents write it."));
+        let marked = c
+            .execute(
+                "const a = document.querySelector('#answer .answer-text').textContent.replace(/\\s*\\[\\d+\\]/g, '').replace(/\\s+/g, ' '); \
+                 return [...document.querySelectorAll('#sources .excerpt mark')].some((m) => { const t = m.textContent.replace(/\\s+/g, ' ').replace(/[.:;!?]+$/, ''); return t.length > 10 && a.includes(t); });",
+                vec![],
+            )
+            .await
+            .unwrap();
+        assert_eq!(marked, serde_json::json!(true), "the quoted evidence is marked in its passage");
         let chip = find(&c, "#answer .chip").await;
         let n = chip.attr("data-source").await.unwrap().unwrap();
         let card = format!("#sources .source-card[data-source=\"{n}\"]");
@@ -288,36 +290,17 @@ fn web_page_in_a_real_browser() {
         }
         shot(&c, "refusal").await;
 
-        // Questions the 0.5B model declines (tests/integration/answer.rs): when an answer is a
-        // quote of the best passage sentence, the page says so and why.
-        for question in [
-            "Is it OK to ask for a passport copy before handing over someone's data?",
-            "My PC seems infected, should I switch it off?",
-            "Can I use a USB stick to move files off my laptop?",
-        ] {
-            let q = find(&c, "#question").await;
-            q.clear().await.unwrap();
-            q.send_keys(question).await.unwrap();
-            find(&c, "#ask-button").await.click().await.unwrap();
-            until(&c, 300, "the answer", "return !!document.querySelector('#answer .answer')").await;
-            if displayed(&c, "#answer .quote-note").await {
-                assert!(text(&c, "#answer .quote-note").await.starts_with("A quote: "));
-                assert!(text(&c, "#answer .answer-text").await.contains('“'));
-                // The quoted sentence is marked in its source card.
-                let marked = c
-                    .execute(
-                        "const a = document.querySelector('#answer .answer-text').textContent; \
-                         const q = a.slice(a.lastIndexOf('“') + 1, a.lastIndexOf('”')).replace(/\\s+/g, ' '); \
-                         return [...document.querySelectorAll('#sources .excerpt mark')].some((m) => m.textContent.replace(/\\s+/g, ' ') === q);",
-                        vec![],
-                    )
-                    .await
-                    .unwrap();
-                assert_eq!(marked, serde_json::json!(true), "the quote is marked in its passage");
-                shot(&c, "quote").await;
-                break;
-            }
-        }
+        // A near miss (tests/integration/answer.rs): the documents are about it but do not say;
+        // the page tells that apart from "No good source" and lists the closest passages.
+        let q = find(&c, "#question").await;
+        q.clear().await.unwrap();
+        q.send_keys(NEAR_MISS).await.unwrap();
+        find(&c, "#ask-button").await.click().await.unwrap();
+        until(&c, 300, "the documents do not say", "return !!document.querySelector('#answer .refusal.does-not-say')").await;
+        assert!(text(&c, "#answer .refusal").await.contains("The documents do not say"));
+        assert!(!text(&c, "#answer .refusal").await.contains("No good source"));
+        assert!(displayed(&c, "#sources .source-card").await, "the closest passages are listed");
+        shot(&c, "does-not-say").await;
 
         // A wrong key is refused in words.
         sign_out(&c).await;

@@ -359,16 +359,6 @@ pub fn verdict_messages(question: &str, rule: &str) -> Vec<Message> {
     ]
 }
 
-/// The verdict in a reply to [`verdict_messages`]: "Yes" or "No" as its first word, else `None`.
-pub fn verdict_of(reply: &str) -> Option<&'static str> {
-    let first = reply.trim_start().split(|c: char| !c.is_alphabetic()).next().unwrap_or("").to_lowercase();
-    match first.as_str() {
-        "yes" => Some("Yes"),
-        "no" => Some("No"),
-        _ => None,
-    }
-}
-
 /// Whether `text` is the model saying the passages do not answer the question: [`NO_ANSWER`]
 /// itself (citation markers and case aside), or, in a reply that cites nothing, a first sentence
 /// such as "The passages do not contain ...", "I don't have enough information ..." or "... is

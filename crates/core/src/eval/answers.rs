@@ -450,6 +450,7 @@ mod tests {
             outcome: crate::answer::evidence::AnswerOutcome::Answered,
             decision: None,
             verdict: None,
+            verdict_log_odds: None,
             citations: cited.iter().map(citation).collect(),
             invalid_citations: Vec::new(),
             sentences: Vec::new(),

@@ -140,8 +140,10 @@ pub struct QaRow {
     /// The answerability decision, when the answer was evidence-first (or would have been:
     /// `--prompts-only`): a decision floor or weights can be tried on a run's rows.
     pub decision: Option<crate::answer::evidence::Decision>,
-    /// A yes/no question's verdict.
+    /// A yes/no question's verdict, and the log-odds it came from.
     pub verdict: Option<String>,
+    /// The generator's log-odds of "Yes" over "No" (a verdict threshold can be tried on the rows).
+    pub verdict_log_odds: Option<f32>,
     /// The answer opens with a citation marker or ends mid-sentence (an answer, not a refusal).
     pub fragment: bool,
     /// Token F1 against the reference (answerable questions).
@@ -416,6 +418,7 @@ pub(crate) fn score(collection: &str, q: &QaQuestion, retrieval: &Retrieval, a: 
         outcome: a.outcome,
         decision: a.decision.clone(),
         verdict: a.verdict.clone(),
+        verdict_log_odds: a.verdict_log_odds,
         fragment: !a.refused && is_fragment(&a.answer),
         f1,
         recall,
