@@ -137,18 +137,21 @@ fn a_near_miss_is_the_documents_do_not_say_with_the_closest_passage() {
     }
 }
 
-/// A yes/no question: the model reads the deciding rule and says Yes or No before it.
+/// A yes/no question: the answer is the rule that decides it; the model's log-odds of "Yes" over
+/// "No" are kept, and a verdict opens the answer only when they are decisive.
 #[test]
-fn a_yes_no_question_opens_with_the_verdict_and_the_rule_that_decides_it() {
+fn a_yes_no_question_is_answered_by_the_rule_that_decides_it() {
     let data = sample_data();
     let a = ask_json(data, &["Can I claim a hotel in London for 250 pounds a night?"]);
     assert_eq!(a["outcome"], "answered", "{a:#}");
     let answer = a["answer"].as_str().unwrap();
-    let verdict = a["verdict"].as_str().unwrap_or_else(|| panic!("a verdict: {a:#}"));
-    assert!(answer.starts_with(&format!("{verdict}. ")), "{answer}");
-    assert_eq!(verdict, "No", "the London cap is GBP 210: {answer}");
-    assert!(normalise(answer).contains("210"), "the rule that decides it: {answer}");
+    assert!(normalise(answer).contains("210"), "the rule that decides it, the London cap: {answer}");
+    assert!(a["verdict_log_odds"].is_number(), "the model was asked: {a:#}");
     assert_eq!(a["model"], "qwen2.5-coder-0.5b-instruct");
+    match a["verdict"].as_str() {
+        Some(v) => assert!(v == "No" && answer.starts_with("No. "), "{answer}"),
+        None => assert!(!answer.starts_with("Yes") && !answer.starts_with("No"), "{answer}"),
+    }
 }
 
 fn chat(data: &Path, session: Option<i64>, lines: &[&str]) -> Vec<serde_json::Value> {
