@@ -443,7 +443,12 @@ pub fn decide(scorer: &FocusScorer, question: &str, passages: &[Passage<'_>]) ->
     let headings: String = picked.iter().map(|&(q, _)| passages[q].heading.to_lowercase()).collect::<Vec<_>>().join(" ");
     let around_text = format!("{evidence_text} {headings}");
     let all_text: String = passages.iter().map(|p| format!("{} {}\n", p.text, p.heading)).collect::<String>().to_lowercase();
-    let terms = specific_terms(question);
+    // A figure in a yes/no question is the asker's case ("Can I claim 250 pounds a night?"),
+    // not a thing the documents must name: the rule that decides it holds its own figure.
+    let terms: Vec<String> = specific_terms(question)
+        .into_iter()
+        .filter(|t| asked != Asks::YesNo || t.chars().any(char::is_alphabetic))
+        .collect();
     let missing: Vec<String> = terms.iter().filter(|t| !holds_term(&around_text, t)).cloned().collect();
     let missing_everywhere: Vec<String> = missing.iter().filter(|t| !holds_term(&all_text, t)).cloned().collect();
     let evidence_words = evidence.iter().map(|e| e.unit.shown()).collect::<Vec<_>>().join(" ");
@@ -597,6 +602,18 @@ mod tests {
         assert_eq!(d.signals.missing_everywhere, ["paris"]);
         assert!(d.score < probability(&Signals { missing: vec![], missing_everywhere: vec![], ..d.signals.clone() }));
         assert!(does_not_say(&d.signals).contains("“paris”"), "{}", does_not_say(&d.signals));
+    }
+
+    #[test]
+    fn a_figure_in_a_yes_no_question_is_the_askers_case_not_a_missing_term() {
+        let table = "| City | Meals | Hotel |\n|---|---|---|\n| London | GBP 65 | GBP 210 |";
+        let passages = [Passage { id: 1, text: table, heading: "Travel > Hotel caps".into(), context: String::new() }];
+        let d = decide(&scorer(), "Can I claim a hotel in London for 250 pounds", &passages).unwrap().unwrap();
+        assert_eq!(d.signals.asks, Asks::YesNo);
+        assert_eq!(d.signals.terms, ["london"]);
+        assert!(d.signals.missing.is_empty(), "{:?}", d.signals);
+        let d = decide(&scorer(), "What is the hotel cap in London for 2025", &passages).unwrap().unwrap();
+        assert_eq!(d.signals.missing, ["2025"], "a year asked about is a term: {:?}", d.signals);
     }
 
     #[test]

@@ -842,7 +842,8 @@ fn evidence_of(scorer: &FocusScorer, standalone: &str, retrieval: &Retrieval, op
         .collect();
     let decision = evidence::decide(scorer, standalone, &passages)?;
     for s in &mut sources {
-        let quoted: Vec<&str> = decision.iter().flat_map(|d| &d.evidence).filter(|e| e.passage == s.id).map(|e| e.text.as_str()).collect();
+        // As the passage writes it (a table row after its header row), so it can be found there.
+        let quoted: Vec<String> = decision.iter().flat_map(|d| &d.evidence).filter(|e| e.passage == s.id).map(|e| e.unit.shown()).collect();
         s.shown = Some(quoted.join(" "));
     }
     Ok((sources, decision))
