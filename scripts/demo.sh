@@ -16,4 +16,4 @@ cargo build --locked --workspace --all-targets --features "$FEATURES"
 ragbox="$CARGO_TARGET_DIR/debug/ragbox"
 "$ragbox" --data-dir "$DATA" ingest tests/data/corpus
 "$ragbox" --data-dir "$DATA" ask "$QUESTION"
-echo "(the binary is $ragbox; try: $ragbox --data-dir $DATA ask \"What should I do if I lose my laptop?\")" >&2
+echo "(the binary is $ragbox; try: $ragbox --data-dir $DATA ask \"Is the IT service desk open on Saturdays?\", or a question the documents do not answer: \"Who stands in for the CISO on the crisis management team?\")" >&2
