@@ -79,13 +79,13 @@ impl Drop for LlamaServer {
 }
 
 /// A `ragbox serve` configuration answering through `base_url`, with the generative reader
-/// (sentences focused by the embedder), which asks the generator for every answer: the
+/// (`answer.reader = "generate"`), which asks the generator for every answer: the
 /// evidence-first reader asks it only for yes/no verdicts.
 fn config(base_url: &str, allow: &str, extra: &str) -> String {
     format!(
         "[generate]\nbackend = \"openai\"\nmodel = \"smollm2-135m-instruct\"\nmax_tokens = 64\n\
          openai_base_url = \"{base_url}\"\nopenai_model = \"qwen-0.5b\"\nallow_hosts = [{allow}]\nopenai_connect_timeout_ms = 1000\n{extra}\
-         [answer]\nfocus_by = \"embedder\"\n\
+         [answer]\nreader = \"generate\"\n\
          [server]\nqueue = 1\ngenerate_concurrency = 1\nshutdown_grace_ms = 2000\n"
     )
 }

@@ -84,11 +84,11 @@ pub(crate) fn start() -> Server {
     // The fast test model answers the sample question from the labelled layout; with the default
     // (system-context) it declines it (SmolLM2's eval --qa row, docs/EVAL.md). This test is about
     // serving (streaming, the generation queue, cancellation), so it keeps the layout the small
-    // model answers with, and the generative reader (sentences focused by the embedder: the
-    // evidence-first reader, which needs the cross-encoder, asks no generator for most answers).
+    // model answers with, and the generative reader (`answer.reader = "generate"`: the
+    // evidence-first reader asks no generator for most answers).
     start_with(
         "[generate]\nmodel = \"smollm2-135m-instruct\"\nmax_tokens = 48\n\
-         [answer]\npassages = 2\npassage_chars = 400\nprompt = \"labelled\"\nfocus_by = \"embedder\"\n\
+         [answer]\npassages = 2\npassage_chars = 400\nprompt = \"labelled\"\nreader = \"generate\"\n\
          [server]\nqueue = 1\ngenerate_concurrency = 1\nmax_body_bytes = 65536\nmax_question_chars = 2000\n\
          max_upload_bytes = 200000\nshutdown_grace_ms = 3000\nauth_failures_per_minute = 50\nbody_timeout_ms = 2000\n",
     )

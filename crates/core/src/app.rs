@@ -361,6 +361,7 @@ impl App {
             prompt: a.prompt,
             focus: a.focus,
             focus_by: a.focus_by,
+            reader: a.reader,
         }
     }
 

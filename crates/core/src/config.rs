@@ -221,6 +221,11 @@ pub struct AnswerSection {
     /// tenant's retrieval has one, else the embedder) or `embedder`.
     #[serde(deserialize_with = "parsed")]
     pub focus_by: FocusBy,
+    /// Who writes the answer when the tenant has the cross-encoder: `evidence` (its sentences,
+    /// verbatim, after the answerability decision) or `generate` (the generator, the evidence
+    /// standing in for a reply that is no answer).
+    #[serde(deserialize_with = "parsed")]
+    pub reader: crate::answer::evidence::Reader,
 }
 
 /// `[server]`: `ragbox serve`.

@@ -63,6 +63,30 @@ impl AnswerOutcome {
     }
 }
 
+/// Who writes an answer when the tenant has the cross-encoder (`answer.reader`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Reader {
+    /// The evidence, verbatim and cited, after the answerability decision.
+    #[default]
+    Evidence,
+    /// The generator writes from the focused sentences; a reply that is no answer (declined, no
+    /// words, only the question restated, or supported by no passage it cites) gives way to the
+    /// evidence-first answer.
+    Generate,
+}
+
+impl std::str::FromStr for Reader {
+    type Err = crate::error::Error;
+    fn from_str(s: &str) -> Result<Self> {
+        match s {
+            "evidence" => Ok(Reader::Evidence),
+            "generate" => Ok(Reader::Generate),
+            other => Err(crate::error::Error::Invalid(format!("unknown reader `{other}`; use evidence or generate"))),
+        }
+    }
+}
+
 /// The kind of answer a question asks for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]

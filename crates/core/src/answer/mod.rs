@@ -73,11 +73,13 @@ pub struct AnswerOptions {
     pub focus: usize,
     /// Which model scores the sentences against the question.
     pub focus_by: focus::FocusBy,
+    /// Who writes the answer when the tenant has the cross-encoder.
+    pub reader: evidence::Reader,
 }
 
 impl Default for AnswerOptions {
     fn default() -> Self {
-        AnswerOptions { passages: 5, passage_chars: 800, max_tokens: 96, temperature: 0.0, support_floor: 0.65, prompt: prompt::AnswerPrompt::default(), focus: 4, focus_by: focus::FocusBy::default() }
+        AnswerOptions { passages: 5, passage_chars: 800, max_tokens: 96, temperature: 0.0, support_floor: 0.65, prompt: prompt::AnswerPrompt::default(), focus: 4, focus_by: focus::FocusBy::default(), reader: evidence::Reader::default() }
     }
 }
 
@@ -415,7 +417,7 @@ pub fn unasked(
     }
     let mut answer = blank(question, standalone, retrieval, support_method);
     let t = Instant::now();
-    if let Some(scorer) = focus.filter(|f| f.is_cross_encoder()) {
+    if let Some(scorer) = focus.filter(|f| f.is_cross_encoder() && options.reader == evidence::Reader::Evidence) {
         let (sources, decision) = evidence_of(scorer, standalone, retrieval, options)?;
         answer.sources = sources;
         answer.decision = decision;
@@ -694,7 +696,8 @@ impl Answerer {
             sink.token(&answer.answer);
             return Ok(answer);
         }
-        if let Some(scorer) = self.focus.as_ref().filter(|f| f.is_cross_encoder()) {
+        let cross = self.focus.as_ref().filter(|f| f.is_cross_encoder());
+        if let Some(scorer) = cross.filter(|_| self.options.reader == evidence::Reader::Evidence) {
             return self.evidence_first(scorer, question, standalone, retrieval, sink, started).await;
         }
         let mut answer = blank(question, standalone, retrieval, self.support.method());
@@ -804,6 +807,24 @@ impl Answerer {
                 answer.sources = sources;
             }
             answer.timings.support_ms = t.elapsed().as_secs_f64() * 1e3;
+        }
+        // A reply that is no answer gives way to the evidence, when there is a cross-encoder to
+        // choose it: after a blank line, or in place of the notice when nothing was shown.
+        let no_answer = matches!(answer.refusal, Some(Refusal::NoAnswerWritten | Refusal::Unsupported | Refusal::PassagesDoNotAnswer));
+        if let (true, Some(scorer)) = (no_answer, cross) {
+            sink.token("\n\n");
+            let mut instead = self.evidence_first(scorer, question, standalone, retrieval, sink, started).await?;
+            let mut prompts = std::mem::take(&mut answer.prompts);
+            prompts.append(&mut instead.prompts);
+            instead.prompts = prompts;
+            instead.model = answer.model.clone();
+            instead.written_by = answer.written_by.clone();
+            instead.second_try = answer.second_try;
+            let t = &answer.timings;
+            (instead.timings.prompt_tokens, instead.timings.completion_tokens) = (t.prompt_tokens, t.completion_tokens);
+            instead.timings.generate_ms += t.generate_ms;
+            instead.timings.first_token_ms = t.first_token_ms;
+            return Ok(instead);
         }
         answer.timings.total_ms = started.elapsed().as_secs_f64() * 1e3 + answer.timings.retrieve_ms;
         Ok(answer)
