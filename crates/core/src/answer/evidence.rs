@@ -516,8 +516,12 @@ pub const NOTHING_TO_QUOTE: &str = "The documents do not say: the passages found
 
 /// What the reader is told when the evidence does not state the answer: which of the asked
 /// things no passage names, or what kind of answer the closest passage lacks.
-pub fn does_not_say(signals: &Signals) -> String {
-    let named = |terms: &[String]| terms.iter().map(|t| format!("“{t}”")).collect::<Vec<_>>().join(", ");
+pub fn does_not_say(signals: &Signals, question: &str) -> String {
+    // Each term as the question spells it ("CISO", not "ciso").
+    let spelled = |t: &String| {
+        question.split_whitespace().map(trim_word).map(|w| w.strip_suffix("'s").or_else(|| w.strip_suffix("’s")).unwrap_or(w)).find(|w| w.to_lowercase() == *t).unwrap_or(t).to_string()
+    };
+    let named = |terms: &[String]| terms.iter().map(|t| format!("“{}”", spelled(t))).collect::<Vec<_>>().join(", ");
     if !signals.missing_everywhere.is_empty() {
         return format!("The documents do not say: none of the passages found mentions {}.", named(&signals.missing_everywhere));
     }
@@ -625,7 +629,8 @@ mod tests {
         let d = decide(&scorer(), "What is the hotel cap in Paris", &passages).unwrap().unwrap();
         assert_eq!(d.signals.missing_everywhere, ["paris"]);
         assert!(d.score < probability(&Signals { missing: vec![], missing_everywhere: vec![], ..d.signals.clone() }));
-        assert!(does_not_say(&d.signals).contains("“paris”"), "{}", does_not_say(&d.signals));
+        let said = does_not_say(&d.signals, "What is the hotel cap in Paris");
+        assert!(said.contains("none of the passages found mentions “Paris”"), "{said}");
     }
 
     #[test]

@@ -924,7 +924,7 @@ impl Answerer {
         };
         if decision.outcome == AnswerOutcome::DoesNotSay {
             let closest = evidence_sentences(&decision.evidence, None);
-            answer.answer = format!("{} The closest they come: {}", evidence::does_not_say(&decision.signals), closest.text);
+            answer.answer = format!("{} The closest they come: {}", evidence::does_not_say(&decision.signals, standalone), closest.text);
             sink.token(&answer.answer);
             answer.timings.first_token_ms = t.elapsed().as_secs_f64() * 1e3;
             answer.withhold(Refusal::DocumentsDoNotSay, &answer.answer.clone(), sources);
@@ -1276,7 +1276,7 @@ mod tests {
         assert_eq!(answer.outcome, AnswerOutcome::DoesNotSay);
         assert!(answer.refused && answer.refusal == Some(Refusal::DocumentsDoNotSay));
         assert_eq!(answer.refusal.map(Refusal::outcome), Some(AnswerOutcome::DoesNotSay));
-        assert!(answer.answer.starts_with("The documents do not say: none of the passages found mentions “singapore”."), "{}", answer.answer);
+        assert!(answer.answer.starts_with("The documents do not say: none of the passages found mentions “Singapore”."), "{}", answer.answer);
         assert!(answer.answer.contains("The closest they come: Receipts are kept for 7 years [2]."), "the closest passage: {}", answer.answer);
         assert_eq!(streamed, answer.answer);
         assert!(answer.sources.is_empty() && answer.closest.len() == 2 && answer.citations.is_empty());
