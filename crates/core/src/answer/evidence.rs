@@ -35,7 +35,7 @@
 
 use serde::Serialize;
 
-use super::focus::{units, FocusScorer, Unit};
+use super::focus::{answer_to, ranked, units, FocusScorer, Unit};
 use super::follow_up::content_words;
 use super::quote::readable;
 use crate::error::Result;
@@ -423,26 +423,10 @@ pub fn decide(scorer: &FocusScorer, question: &str, passages: &[Passage<'_>]) ->
     if shown.is_empty() {
         return Ok(None);
     }
-    let refs: Vec<&str> = shown.iter().map(String::as_str).collect();
-    let scores = scorer.scores(question, &refs)?;
-    let mut scored: Vec<(f32, usize, usize)> = Vec::with_capacity(shown.len());
-    let mut k = 0;
-    for (p, us) in per.iter().enumerate() {
-        for u in 0..us.len() {
-            scored.push((scores[k], p, u));
-            k += 1;
-        }
-    }
-    scored.sort_by(|a, b| b.0.total_cmp(&a.0).then(a.1.cmp(&b.1)).then(a.2.cmp(&b.2)));
+    let scored = ranked(scorer, question, &per, &shown)?;
+    let score_of = |p: usize, u: usize| scored.iter().find(|&&(_, q, i)| (q, i) == (p, u)).map_or(f32::NEG_INFINITY, |s| s.0);
     // A passage's own question gives way to the unit after it, at its score.
-    let best = scored.iter().find_map(|&(score, p, u)| {
-        let us = &per[p];
-        if us[u].is_question() {
-            us.get(u + 1).filter(|n| !n.is_question()).map(|_| (score, p, u + 1))
-        } else {
-            Some((score, p, u))
-        }
-    });
+    let best = scored.iter().find_map(|&(score, p, u)| Some((score, p, answer_to(&per[p], u)?)));
     let Some((best_logit, p, u)) = best else { return Ok(None) };
     let asked = asks(question);
     let mut picked: Vec<(usize, usize)> = around(&per[p], u, asked).into_iter().map(|i| (p, i)).collect();
@@ -453,10 +437,6 @@ pub fn decide(scorer: &FocusScorer, question: &str, passages: &[Passage<'_>]) ->
             picked.push((q, i));
         }
     }
-    let score_of = |p: usize, u: usize| {
-        let before: usize = per[..p].iter().map(Vec::len).sum();
-        scores[before + u]
-    };
     // In passage order, the best unit's passage first.
     picked.sort_by_key(|&(q, i)| (q != p, q, i));
     let evidence: Vec<EvidenceUnit> = picked

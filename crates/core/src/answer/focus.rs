@@ -217,31 +217,31 @@ pub fn units(text: &str) -> Vec<Unit> {
     out
 }
 
-/// The unit that scored best against the question, over all passages. A passage's own question
-/// ("Can I have Tk events handled while waiting for I/O?", a FAQ's heading written as a
-/// sentence) matches the question asked best and answers nothing: the unit after it, its
-/// answer, stands in for it at its score; a question with no answer after it is passed over.
-/// So the sentence quoted in place of a reply is never a question.
-#[derive(Debug, Clone, PartialEq)]
-pub struct BestUnit {
-    /// Index of its passage in the passages focused.
-    pub passage: usize,
-    /// The unit.
-    pub unit: Unit,
-    /// Its score: the cross-encoder's logit, or the embedder's cosine.
-    pub score: f32,
-    /// Whether the cross-encoder scored it (its logit means the same on every corpus; a cosine
-    /// does not).
-    pub by_cross_encoder: bool,
-}
-
 /// What [`focus`] chose.
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct Focused {
     /// The focused text of each passage, `None` for a passage none of whose units was kept.
     pub shown: Vec<Option<String>>,
-    /// The unit that scored best, if any passage had units.
-    pub best: Option<BestUnit>,
+}
+
+/// Every unit of `per` (the units of each passage) scored against `question` as `texts` (one per
+/// unit, in order) write it: `(score, passage, unit)`, best first, ties in passage order.
+pub fn ranked(scorer: &FocusScorer, question: &str, per: &[Vec<Unit>], texts: &[String]) -> Result<Vec<(f32, usize, usize)>> {
+    let refs: Vec<&str> = texts.iter().map(String::as_str).collect();
+    let scores = scorer.scores(question, &refs)?;
+    let mut scored: Vec<(f32, usize, usize)> = per.iter().enumerate().flat_map(|(p, us)| (0..us.len()).map(move |u| (p, u))).zip(scores).map(|((p, u), s)| (s, p, u)).collect();
+    scored.sort_by(|a, b| b.0.total_cmp(&a.0).then(a.1.cmp(&b.1)).then(a.2.cmp(&b.2)));
+    Ok(scored)
+}
+
+/// The unit that answers for unit `u` of `units`: itself, or, when it is a question (a FAQ's
+/// heading written as a sentence, which matches the question asked best and answers nothing),
+/// the unit after it; `None` for a question with no answer after it.
+pub fn answer_to(units: &[Unit], u: usize) -> Option<usize> {
+    if !units[u].is_question() {
+        return Some(u);
+    }
+    Some(u + 1).filter(|&n| units.get(n).is_some_and(|n| !n.is_question()))
 }
 
 /// The focused text of each passage: the `keep` units that `scorer` puts closest to `question`
@@ -252,27 +252,9 @@ pub fn focus(scorer: &FocusScorer, question: &str, passages: &[&str], keep: usiz
     let per: Vec<Vec<Unit>> = passages.iter().map(|p| units(p)).collect();
     let shown: Vec<String> = per.iter().flatten().map(Unit::shown).collect();
     if shown.is_empty() || keep == 0 {
-        return Ok(Focused { shown: vec![None; passages.len()], best: None });
+        return Ok(Focused { shown: vec![None; passages.len()] });
     }
-    let refs: Vec<&str> = shown.iter().map(String::as_str).collect();
-    let scores = scorer.scores(question, &refs)?;
-    // (score, passage, unit) best first.
-    let mut scored = Vec::with_capacity(shown.len());
-    let mut at = 0;
-    for (p, units) in per.iter().enumerate() {
-        for u in 0..units.len() {
-            scored.push((scores[at], p, u));
-            at += 1;
-        }
-    }
-    scored.sort_by(|a, b| b.0.total_cmp(&a.0).then(a.1.cmp(&b.1)).then(a.2.cmp(&b.2)));
-    let answer_to = |p: usize, u: usize| if per[p][u].is_question() { per[p].get(u + 1).filter(|n| !n.is_question()) } else { Some(&per[p][u]) };
-    let best = scored.iter().find_map(|&(score, p, u)| Some((score, p, answer_to(p, u)?))).map(|(score, p, unit)| BestUnit {
-        passage: p,
-        unit: unit.clone(),
-        score,
-        by_cross_encoder: matches!(scorer, FocusScorer::Reranker(_)),
-    });
+    let scored = ranked(scorer, question, &per, &shown)?;
     let mut chosen: Vec<Vec<usize>> = vec![Vec::new(); passages.len()];
     let mut kept = 0;
     for (_, p, u) in scored {
@@ -303,7 +285,7 @@ pub fn focus(scorer: &FocusScorer, question: &str, passages: &[&str], keep: usiz
             Some(parts.join(" "))
         })
         .collect();
-    Ok(Focused { shown, best })
+    Ok(Focused { shown })
 }
 
 #[cfg(test)]
@@ -347,28 +329,22 @@ mod tests {
         let scorer = FocusScorer::Reranker(cross);
         let got = focus(&scorer, "receipts kept years", &["Trains are second class. Receipts are kept for 7 years."], 1).unwrap();
         assert_eq!(got.shown, vec![Some("Receipts are kept for 7 years.".to_string())]);
-        let best = got.best.unwrap();
-        assert_eq!((best.passage, best.unit.text.as_str(), best.score, best.by_cross_encoder), (0, "Receipts are kept for 7 years.", 3.0, true));
     }
 
     #[test]
-    fn the_best_unit_is_never_a_question() {
-        let scorer = FocusScorer::Reranker(Arc::new(WordOverlap { cheap: true }));
-        // The passage's own question shares the most words with the one asked.
-        let faq = "Can I have Tk events handled while waiting for I/O? On platforms other than Windows, yes, and you don't need threads.";
-        let got = focus(&scorer, "can Tk events be handled while waiting for I/O without threads", &[faq], 2).unwrap();
-        let best = got.best.unwrap();
-        assert_eq!(best.unit.text, "On platforms other than Windows, yes, and you don't need threads.");
-        // At the question's score: the cross-encoder found the passage's question and answer.
-        assert_eq!(best.score, 8.0);
-        // The question is still read by the model: only the quote leaves it out.
-        assert!(got.shown[0].as_deref().unwrap().starts_with("Can I have Tk events"), "{:?}", got.shown);
+    fn a_question_gives_way_to_the_unit_after_it() {
+        let per = units("Can I have Tk events handled while waiting for I/O? On platforms other than Windows, yes. Why Tk? How? Tk is a toolkit.");
+        assert_eq!(answer_to(&per, 0), Some(1), "a FAQ's question: its answer stands in");
+        assert_eq!(answer_to(&per, 1), Some(1));
+        assert_eq!(answer_to(&per, 2), None, "a question with a question after it");
         assert!(Unit { text: "He asked: “is it free?”".into(), ..Unit::default() }.is_question());
         assert!(!Unit { text: "Why? Because it is.".into(), ..Unit::default() }.is_question());
-        // A question with a question after it is passed over; nothing but questions: nothing to quote.
-        let got = focus(&scorer, "why how tk", &["Why Tk? How? Tk is a toolkit."], 3).unwrap();
-        assert_eq!(got.best.unwrap().unit.text, "Tk is a toolkit.");
-        assert!(focus(&scorer, "why", &["Why? How?"], 2).unwrap().best.is_none());
+        // Ranked best first, every unit once.
+        let scorer = FocusScorer::Reranker(Arc::new(WordOverlap { cheap: true }));
+        let texts: Vec<String> = per.iter().map(Unit::shown).collect();
+        let got = ranked(&scorer, "tk toolkit", &[per.clone()], &texts).unwrap();
+        assert_eq!(got.len(), per.len());
+        assert_eq!(per[got[0].2].text, "Tk is a toolkit.");
     }
 
     #[test]
@@ -394,15 +370,13 @@ mod tests {
         let p1 = "Claims are due within 30 days of the trip. Trains are second class. Claims after 90 days are rejected.";
         let p2 = "Hotels are booked in the app. Claims within 30 days of the trip are paid.";
         let p3 = "The canteen opens at noon.";
-        let got = focus(&e, "claims within 30 days of the trip", &[p1, p2, p3], 3).unwrap();
-        assert!(!got.best.as_ref().unwrap().by_cross_encoder);
-        let got = got.shown;
+        let got = focus(&e, "claims within 30 days of the trip", &[p1, p2, p3], 3).unwrap().shown;
         assert_eq!(got.len(), 3);
         let one = got[0].as_deref().unwrap();
         assert!(one.starts_with("Claims are due within 30 days of the trip."), "{one}");
         assert!(!one.contains("Trains"), "{one}");
         assert_eq!(got[1].as_deref(), Some("Claims within 30 days of the trip are paid."));
         assert_eq!(got[2], None);
-        assert_eq!(focus(&e, "anything", &["## Only a heading"], 4).unwrap(), Focused { shown: vec![None], best: None });
+        assert_eq!(focus(&e, "anything", &["## Only a heading"], 4).unwrap(), Focused { shown: vec![None] });
     }
 }
