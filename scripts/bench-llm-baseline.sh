@@ -13,7 +13,7 @@
 # -DGGML_AVX512=ON -DGGML_AVX512_VNNI=ON -DGGML_AVX_VNNI=ON -DGGML_AMX_INT8=OFF" and
 # `pip install --no-cache-dir` (pip's cache otherwise hands back the AMX build; docs/BENCHMARKS.md).
 # llama.cpp maps the GGUF and decodes up to 15% faster from a freshly written file than from one
-# read back into the page cache over time (docs/BENCHMARKS.md, session 16), so it gets a fresh copy
+# read back into the page cache over time (docs/BENCHMARKS.md, "On a GPU"), so it gets a fresh copy
 # (under $CACHE, removed afterwards): the comparison is with llama.cpp at its best.
 # Output: a markdown table on stdout; the two JSON lines in ${OUT:-target/bench}/llm-baseline.jsonl.
 # Figures compare only when taken side by side on a quiet machine.

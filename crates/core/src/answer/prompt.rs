@@ -81,7 +81,7 @@ pub enum AnswerPrompt {
     /// the default. Without quotes ([`super::quote`]) it reached and cited 28% of the dev
     /// halves against system-context's 33%; with them 48% against 50% (2 points, 4 of 175
     /// questions), answering first and shorter ("[1] GBP 210"), with one more unanswerable
-    /// question refused and no policy wording (docs/EVAL.md, issue 35, third session).
+    /// question refused and no policy wording (docs/EVAL.md, the generative reader's runs).
     #[default]
     Direct,
 }
