@@ -1,4 +1,4 @@
-//! Criterion bench of the embedders on the real models (run `scripts/fetch-models.sh` first):
+//! Criterion bench of the embedders on the real models (run `scripts/setup/fetch-models.sh` first):
 //! throughput in texts per second over seeded pseudo-sentences of realistic length.
 //!
 //! `cargo bench --bench embed --features testing`
@@ -31,7 +31,7 @@ fn bench_embedders(c: &mut Criterion) {
     for (name, n, words) in [("all-minilm-l6-v2", 64, 150), ("nomic-embed-text-v1.5", 16, 150)] {
         let spec = store.manifest().get(name).expect("known model");
         let embedder = load_embedder(&store, spec, &EmbedOptions::default())
-            .unwrap_or_else(|e| panic!("{e} (run scripts/fetch-models.sh)"));
+            .unwrap_or_else(|e| panic!("{e} (run scripts/setup/fetch-models.sh)"));
         let data = texts(n, words, 42);
         let refs: Vec<&str> = data.iter().map(String::as_str).collect();
         let mut group = c.benchmark_group("embed");

@@ -6,12 +6,12 @@
 #   scripts/demo.sh [DATA_DIR] [QUESTION]
 set -euo pipefail
 cd "$(dirname "$0")/.."
-. scripts/build-env.sh
+. scripts/setup/build-env.sh
 DATA="${1:-/tmp/ragbox-demo}"
 QUESTION="${2:-How many days after a trip do I have to submit my expense claim?}"
 
-scripts/patch-crates.sh
-scripts/fetch-models.sh
+scripts/setup/patch-crates.sh
+scripts/setup/fetch-models.sh
 cargo build --locked --workspace --all-targets --features "$FEATURES"
 ragbox="$CARGO_TARGET_DIR/debug/ragbox"
 "$ragbox" --data-dir "$DATA" ingest tests/data/corpus

@@ -10,7 +10,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-. scripts/build-env.sh
+. scripts/setup/build-env.sh
 
 need() { command -v "$1" >/dev/null 2>&1; }
 if ! need unshare || ! need ip || ! need python3 || ! python3 -c 'import ensurepip' 2>/dev/null; then
@@ -30,13 +30,13 @@ fi
 step() { printf '\n== %s (%s)\n' "$1" "$(date +%T)" >&2; }
 
 step "models"
-scripts/fetch-models.sh
+scripts/setup/fetch-models.sh
 
 step "patched crates"
-scripts/patch-crates.sh
+scripts/setup/patch-crates.sh
 
 step "llama.cpp's server (the inference-server tests run against it)"
-LLAMA_SERVER_VENV="$(scripts/llama-server-venv.sh)"
+LLAMA_SERVER_VENV="$(scripts/setup/llama-server-venv.sh)"
 export LLAMA_SERVER_VENV
 
 step "build"
@@ -44,7 +44,7 @@ cargo fetch --locked
 time cargo build --locked --offline --workspace --all-targets --features "$FEATURES"
 
 step "layers"
-scripts/check-layers.sh
+scripts/check/layers.sh
 
 step "tests, network namespace with loopback only"
 run_tests="ip link set lo up && cargo test --locked --offline --workspace --features $FEATURES --all-targets && cargo test --locked --offline --workspace --features $FEATURES --doc"

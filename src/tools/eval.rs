@@ -168,7 +168,7 @@ pub fn run(g: &GlobalArgs, args: EvalArgs) -> anyhow::Result<u8> {
         present.sort();
         models = present.into_iter().map(|(_, n)| n).collect();
     }
-    anyhow::ensure!(!models.is_empty(), "no embedding model is present in the models folder; run `ragbox models pull` or scripts/fetch-models.sh");
+    anyhow::ensure!(!models.is_empty(), "no embedding model is present in the models folder; run `ragbox models pull` or scripts/setup/fetch-models.sh");
     let default_model = app.config.embed.model.clone();
     if !models.contains(&default_model) {
         models.push(default_model.clone());

@@ -115,7 +115,7 @@ fn missing_and_corrupted_model_files_name_the_file_and_the_fix() {
     let empty = tempfile::tempdir().unwrap();
     let (code, _, err) = run(ragbox(data.path()).env("RAGBOX_MODELS_DIR", empty.path()).args(["embed", "x"]));
     assert_eq!(code, 2, "{err}");
-    assert!(err.contains("missing") && err.contains("scripts/fetch-models.sh all-minilm-l6-v2"), "{err}");
+    assert!(err.contains("missing") && err.contains("scripts/setup/fetch-models.sh all-minilm-l6-v2"), "{err}");
 
     let models = tempfile::tempdir().unwrap();
     let repo = "models--sentence-transformers--all-MiniLM-L6-v2";
@@ -130,7 +130,7 @@ fn missing_and_corrupted_model_files_name_the_file_and_the_fix() {
     let (code, _, err) = run(ragbox(data.path()).env("RAGBOX_MODELS_DIR", models.path()).args(["embed", "x"]));
     assert_eq!(code, 3, "{err}");
     assert!(err.contains("model.safetensors") && err.contains("sha256"), "{err}");
-    assert!(err.contains("scripts/fetch-models.sh all-minilm-l6-v2"), "{err}");
+    assert!(err.contains("scripts/setup/fetch-models.sh all-minilm-l6-v2"), "{err}");
     let (code, out, _) = run(ragbox(data.path()).env("RAGBOX_MODELS_DIR", models.path()).args(["models", "verify"]));
     assert_ne!(code, 0);
     assert!(out.contains("CORRUPT"), "{out}");

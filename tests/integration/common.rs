@@ -3,7 +3,7 @@
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
-/// The models folder the tests use (fetched by `scripts/fetch-models.sh`).
+/// The models folder the tests use (fetched by `scripts/setup/fetch-models.sh`).
 pub fn models_dir() -> PathBuf {
     std::env::var_os("RAGBOX_MODELS_DIR")
         .map(PathBuf::from)

@@ -216,7 +216,7 @@ fn cross_encoder_int8_gate_decides_the_auto_precision() {
 /// ms-marco-MiniLM-L-12-v2 as its int8 ONNX file ships (the default reranker), run by ragbox's
 /// own int8 path on the file's codes, against onnxruntime's logits on the same file
 /// (tests/fixtures/golden-crossencoder-l12.json, 531 pairs, made by
-/// scripts/golden_crossencoder_l12.py, one pair per run). Activations are quantised as the
+/// scripts/fixtures/golden-crossencoder-l12.py, one pair per run). Activations are quantised as the
 /// export expects, one scale per sequence as `DynamicQuantizeLinear` does per tensor
 /// (`Int8Linear::with_sequence_scale`; one scale per row with outliers set aside gave worst 1.02,
 /// mean 0.082). What remains is float rounding (LayerNorm, softmax, GELU in another order) that

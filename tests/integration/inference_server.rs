@@ -1,6 +1,6 @@
 //! Generation on an inference server (`generate.backend = "openai"`) against a real one:
 //! llama.cpp's OpenAI-compatible server (llama-cpp-python, built by
-//! `scripts/llama-server-venv.sh` into a venv outside the clone) on a free loopback port,
+//! `scripts/setup/llama-server-venv.sh` into a venv outside the clone) on a free loopback port,
 //! serving the same qwen2.5-coder-0.5b GGUF ragbox fetches (the local fallback is SmolLM2).
 //! `ragbox serve` answers through it: a streamed, cited answer whose log row names the backend
 //! and host, the start-up line and `doctor` saying where prompts go, the queue's 503 with the
@@ -23,7 +23,7 @@ fn venv() -> PathBuf {
         let cache = std::env::var_os("RAGBOX_CACHE_DIR").map(PathBuf::from).unwrap_or_else(|| PathBuf::from(std::env::var("HOME").unwrap()).join(".cache/ragbox"));
         cache.join("llama-server-venv")
     });
-    assert!(dir.join("bin/python").exists(), "no llama.cpp server venv at {dir:?}: run scripts/llama-server-venv.sh (scripts/test.sh does)");
+    assert!(dir.join("bin/python").exists(), "no llama.cpp server venv at {dir:?}: run scripts/setup/llama-server-venv.sh (scripts/test.sh does)");
     dir
 }
 

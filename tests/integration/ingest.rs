@@ -179,7 +179,7 @@ fn dense_search_finds_the_passage_with_the_real_model() {
 fn bad_inputs_are_reported_with_path_and_reason_and_the_rest_is_ingested() {
     let tmp = tempfile::tempdir().unwrap();
     let (dir, data) = (tmp.path().join("bad"), tmp.path().join("data"));
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/make-bad-inputs.sh");
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/fixtures/make-bad-inputs.sh");
     let (code, out, err) = run(std::process::Command::new("bash").arg(&script).arg(&dir));
     assert_eq!(code, 0, "{out}{err}");
     let (code, report, err) = ingest_json(&data, &[dir.to_str().unwrap()]);
@@ -263,7 +263,7 @@ fn ingest_and_kill(data: &Path, config: &Path, corpus: &Path, delay: Duration) -
 }
 
 /// The crash test of the issue, at the size the suite can afford (20 kills);
-/// `scripts/crash-test.sh` runs it with RAGBOX_CRASH_RUNS=100 or more.
+/// `scripts/check/crash.sh` runs it with RAGBOX_CRASH_RUNS=100 or more.
 #[test]
 fn sigkill_at_random_moments_loses_nothing_acknowledged() {
     let runs: usize = std::env::var("RAGBOX_CRASH_RUNS").ok().and_then(|v| v.parse().ok()).unwrap_or(20);
@@ -721,6 +721,6 @@ fn without_the_ocr_model_scans_are_skipped_with_the_fetch_command() {
     let skipped = report["skipped"].as_array().unwrap();
     assert_eq!(skipped.len(), 1, "{report}");
     let reason = skipped[0]["reason"].as_str().unwrap();
-    assert!(reason.starts_with(ragbox_core::source::NEEDS_OCR) && reason.contains("scripts/fetch-models.sh pp-ocrv6-small"), "{reason}");
+    assert!(reason.starts_with(ragbox_core::source::NEEDS_OCR) && reason.contains("scripts/setup/fetch-models.sh pp-ocrv6-small"), "{reason}");
     assert_eq!(count(&report, "added"), 1, "the markdown note is ingested: {report}");
 }

@@ -1,6 +1,6 @@
 //! ragbox's integration tests: one binary, driving the library and the CLI over real model files,
 //! real fixtures and a real loopback HTTP server. Needs `models/` filled by
-//! `scripts/fetch-models.sh` (the normal test command runs it first); a missing model fails with a
+//! `scripts/setup/fetch-models.sh` (the normal test command runs it first); a missing model fails with a
 //! message naming that command.
 
 mod cli;

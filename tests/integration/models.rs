@@ -150,7 +150,7 @@ fn pull_refuses_files_that_fail_their_checksum_and_keeps_none() {
 #[test]
 fn import_copies_a_carried_folder_and_verifies_it() {
     let spec_dir = models_dir().join("models--sentence-transformers--all-MiniLM-L6-v2");
-    let snapshot = std::fs::read_to_string(spec_dir.join("refs/main")).expect("MiniLM fetched: run scripts/fetch-models.sh");
+    let snapshot = std::fs::read_to_string(spec_dir.join("refs/main")).expect("MiniLM fetched: run scripts/setup/fetch-models.sh");
     let carried = tempfile::tempdir().unwrap();
     // A flat folder of files, as someone would carry them on a stick.
     copy_tree(&spec_dir.join("snapshots").join(snapshot.trim()), &carried.path().join("all-minilm-l6-v2"));

@@ -20,7 +20,7 @@
 //!
 //! Above this crate: `ragbox-service` (what a request does; the only crate the faces may use),
 //! `ragbox-server` and `ragbox-cli` (the HTTP and command-line faces), and the `ragbox` binary
-//! with the measuring tools. `scripts/check-layers.sh` checks the module edges here; cargo
+//! with the measuring tools. `scripts/check/layers.sh` checks the module edges here; cargo
 //! checks the crates'. Models load only from the models folder, verified against the sha256
 //! pins of the manifest compiled into the binary; nothing at run time opens a network
 //! connection except `models pull`, which a person asks for.

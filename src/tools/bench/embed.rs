@@ -1,7 +1,7 @@
 //! `ragbox bench embed --data DIR`: embedding throughput on a BEIR corpus (title + " " + text per
 //! document), with peak memory, then the latency of embedding its queries one at a time (what a
 //! search waits for). The figures go to docs/BENCHMARKS.md beside the Python baseline
-//! (`scripts/bench-embed-baseline.sh` runs both in one go).
+//! (`scripts/bench/embed-baseline.sh` runs both in one go).
 
 use std::io::BufRead;
 use std::path::PathBuf;

@@ -7,7 +7,7 @@
 //! the chat template, tokenisation and sampling. Each timed run opens with a run number, so the
 //! prefix cache never serves a timed prompt. The prompt text is the sample corpus (plain English
 //! policy text), cut to length after one calibration request; `--json` prints the prompts used,
-//! so `scripts/bench-llm-baseline.sh` can give llama.cpp the very same messages.
+//! so `scripts/bench/llm-baseline.sh` can give llama.cpp the very same messages.
 
 use std::time::Instant;
 

@@ -9,7 +9,7 @@
 //! Passages are deterministic English-like text cut to `--passage-tokens` word pieces.
 //!
 //! With `--inputs FILE` it times the configured reranker itself, from the models folder, on the
-//! (query, passages) lists `scripts/bench_rerank_baseline.py --write-inputs` wrote, so the same
+//! (query, passages) lists `scripts/bench/rerank-baseline.py --write-inputs` wrote, so the same
 //! pairs can be timed with onnxruntime side by side.
 
 use std::path::{Path, PathBuf};

@@ -164,7 +164,7 @@ pub const FEATURES: usize = 6;
 
 /// The logistic regression's weights over [`Signals::features`]: logit, share of specific terms
 /// missing from the evidence, a term missing from every passage, the asked kind of answer
-/// absent, share of content words uncovered, bias. Fitted by `scripts/qa/fit_answerability.py
+/// absent, share of content words uncovered, bias. Fitted by `scripts/eval/qa/fit-answerability.py
 /// --shown-only` on the dev halves of the four QA sets, near misses included (positives: the
 /// answerable questions whose evidence was quoted; docs/EVAL.md, "Evidence first").
 pub const WEIGHTS: [f32; FEATURES] = [0.382, -0.611, -0.680, -0.194, 0.434, -0.966];

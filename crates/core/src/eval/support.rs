@@ -1,7 +1,7 @@
 //! Support-flag evaluation (`ragbox eval --support FILE`): labelled answer sentences with the
 //! passages they cite (`tests/data/eval/support-{dev,test}.jsonl`): true sentences the model
 //! wrote on questions it answered right, and false ones made from them by swapping a figure, a
-//! name or a negation (`scripts/make_support_set.py`). Every method flags them against the
+//! name or a negation (`scripts/eval/make-support-set.py`). Every method flags them against the
 //! configured floor; the report gives, per method, the share of true sentences flagged (false
 //! alarms), the share of false ones flagged per kind of swap, and the time per sentence.
 

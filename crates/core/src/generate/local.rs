@@ -36,7 +36,7 @@ pub fn check_architecture(file: &std::path::Path) -> Result<String> {
         .map(std::io::BufReader::new)
         .map_err(|e| Error::Invalid(format!("{}: {e}", file.display())))?;
     let architecture = crate::model::gguf::read_architecture(&mut reader)
-        .map_err(|e| Error::Invalid(format!("{}: not a readable GGUF file ({e}); fetch it again with scripts/fetch-models.sh", file.display())))?
+        .map_err(|e| Error::Invalid(format!("{}: not a readable GGUF file ({e}); fetch it again with scripts/setup/fetch-models.sh", file.display())))?
         .map(|s| s.to_ascii_lowercase())
         .ok_or_else(|| Error::Invalid(format!("{}: the GGUF file names no general.architecture", file.display())))?;
     if !ARCHITECTURES.contains(&architecture.as_str()) {

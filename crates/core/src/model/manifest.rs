@@ -56,7 +56,7 @@ pub struct ModelFile {
     pub size: Option<u64>,
     /// The hub's git blob id (`git hash-object`), when no sha256 is known.
     pub git_blob_sha1: Option<String>,
-    /// How `scripts/fetch-models.sh` carves the file out of PyPI wheels (not used by ragbox).
+    /// How `scripts/setup/fetch-models.sh` carves the file out of PyPI wheels (not used by ragbox).
     pub pypi: Option<toml::Value>,
 }
 
@@ -90,7 +90,7 @@ pub struct ModelSpec {
     /// passed the golden quality gate (tests/integration/golden.rs checks the claim both ways).
     /// None: f32.
     pub auto_precision: Option<crate::model::Precision>,
-    /// Whether `scripts/fetch-models.sh` fetches it with no arguments.
+    /// Whether `scripts/setup/fetch-models.sh` fetches it with no arguments.
     #[serde(default)]
     pub default_fetch: bool,
     /// The files, each pinned.
@@ -121,7 +121,7 @@ impl ModelSpec {
     /// The command that puts this model in place, for error messages.
     pub fn fix_command(&self) -> String {
         if self.fetchable() {
-            format!("scripts/fetch-models.sh {}", self.name)
+            format!("scripts/setup/fetch-models.sh {}", self.name)
         } else {
             format!("ragbox models pull {0}`, or offline `ragbox models import DIR --model {0}", self.name)
         }

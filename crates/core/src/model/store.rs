@@ -256,7 +256,7 @@ mod tests {
         let store = ModelStore::new(dir.path());
         let spec = store.manifest().get("all-minilm-l6-v2").unwrap();
         let err = store.verified_file(spec, "model.safetensors").unwrap_err().to_string();
-        assert!(err.contains("scripts/fetch-models.sh all-minilm-l6-v2"), "{err}");
+        assert!(err.contains("scripts/setup/fetch-models.sh all-minilm-l6-v2"), "{err}");
         assert!(!store.status(spec, Check::Full).ready);
     }
 

@@ -204,7 +204,7 @@ mod tests {
         let png = crate::source::testutil::fixture("scanned/page-1.png");
         let err = ImageParser.parse(Path::new("page.png"), &png).unwrap_err();
         assert_eq!(err, SkipReason::NeedsOcr);
-        assert!(err.to_string().contains("scripts/fetch-models.sh pp-ocrv6-small"), "{err}");
+        assert!(err.to_string().contains("scripts/setup/fetch-models.sh pp-ocrv6-small"), "{err}");
     }
 
     const TIFF: &str = "scanned/business-continuity-plan-pages-1-2.tif";

@@ -127,7 +127,7 @@ impl fmt::Display for SkipReason {
             SkipReason::OverLimit { what } => write!(f, "over a parser safety limit: {what}"),
             SkipReason::NeedsOcr => write!(
                 f,
-                "{NEEDS_OCR}: the OCR model is not installed (scripts/fetch-models.sh pp-ocrv6-small, \
+                "{NEEDS_OCR}: the OCR model is not installed (scripts/setup/fetch-models.sh pp-ocrv6-small, \
                  or ragbox models import), then ingest again"
             ),
             SkipReason::Encrypted => f.write_str("encrypted: cannot be read without its password (save a copy without one)"),
