@@ -34,18 +34,11 @@ struct Weights {
     matmul: QMatMul,
 }
 
-fn values(count: usize, seed: &mut u64) -> Vec<f32> {
-    (0..count)
-        .map(|_| {
-            *seed ^= *seed << 13;
-            *seed ^= *seed >> 7;
-            *seed ^= *seed << 17;
-            (*seed >> 40) as f32 / (1u64 << 23) as f32 - 1.0
-        })
-        .collect()
+fn values(count: usize, rng: &mut fastrand::Rng) -> Vec<f32> {
+    (0..count).map(|_| rng.f32() * 2.0 - 1.0).collect()
 }
 
-fn weights(dtype: GgmlDType, k: usize, n: usize, seed: &mut u64) -> Weights {
+fn weights(dtype: GgmlDType, k: usize, n: usize, seed: &mut fastrand::Rng) -> Weights {
     let dense = Tensor::from_vec(values(k * n, seed), (n, k), &Device::Cpu).expect("a tensor");
     let tensor = Arc::new(QTensor::quantize(&dense, dtype).expect("quantised"));
     let matmul = QMatMul::from_arc(tensor.clone()).expect("a QMatMul");
@@ -188,7 +181,7 @@ fn main() {
     let flag = |name: &str, default: usize| -> usize { args.iter().position(|a| a == name).and_then(|i| args.get(i + 1)).and_then(|s| s.parse().ok()).unwrap_or(default) };
     let steps = flag("--steps", 60);
     let rows = flag("--rows", 1);
-    let mut seed = 0x9e37_79b9_7f4a_7c15u64;
+    let mut seed = fastrand::Rng::with_seed(0x9e37_79b9_7f4a_7c15);
     let layers = 24;
     eprintln!("making random weights of the 0.5B model's shapes ...");
     let model = Model {

@@ -43,17 +43,10 @@ mod vnni;
 
 #[cfg(test)]
 mod testing {
-    /// A small deterministic generator (xorshift), values in [-1, 1): the kernels' tests' inputs.
+    /// Seeded values in [-1, 1): the kernels' tests' inputs.
     pub(crate) fn values(n: usize, seed: u64) -> Vec<f32> {
-        let mut s = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-        (0..n)
-            .map(|_| {
-                s ^= s << 13;
-                s ^= s >> 7;
-                s ^= s << 17;
-                (s >> 40) as f32 / (1u64 << 23) as f32 - 1.0
-            })
-            .collect()
+        let mut rng = fastrand::Rng::with_seed(seed);
+        (0..n).map(|_| rng.f32() * 2.0 - 1.0).collect()
     }
 }
 

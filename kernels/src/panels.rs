@@ -195,15 +195,8 @@ pub(crate) mod tests {
     }
 
     fn bytes(n: usize, seed: u32) -> Vec<u8> {
-        let mut s = seed.wrapping_mul(2654435761).wrapping_add(1);
-        (0..n)
-            .map(|_| {
-                s ^= s << 13;
-                s ^= s >> 17;
-                s ^= s << 5;
-                s as u8
-            })
-            .collect()
+        let mut rng = fastrand::Rng::with_seed(u64::from(seed));
+        (0..n).map(|_| rng.u8(..)).collect()
     }
 
     /// Tile `T` equals the plain sums for rows past a tile and a task, inputs not a multiple of a

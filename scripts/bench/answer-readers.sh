@@ -15,5 +15,5 @@ for reader in evidence-first generative; do
   config=()
   [ "$reader" = generative ] && config=(--config "$scratch/generative.toml")
   "$ragbox" "${config[@]}" eval --qa tests/data/corpus-questions.jsonl --corpus tests/data/corpus \
-    --scratch "$scratch/store" --label "$reader" --no-report -q | grep -E '^\| (variant|---|'"$reader"')'
+    --scratch "$scratch/store" --label "$reader" -q | grep -E '^\| (variant|---|'"$reader"')'
 done

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Enforces the dependency direction of STYLE.md and docs/ARCHITECTURE.md, in two parts:
+# Enforces the dependency direction of docs/ARCHITECTURE.md, in two parts:
 #  1. the crates: each workspace member may depend only on the ragbox crates below it. Cargo then
 #     refuses, at compile time, any import that skips a floor (a face reaching into the store);
 #     this guards the manifests, where such an edge would be added;
@@ -13,10 +13,12 @@ status=0
 declare -A crates=(
   [kernels]=""
   [crates/core]="ragbox-kernels"
+  [crates/eval]="ragbox-core"
+  [crates/fuzz]="ragbox-core"
   [crates/service]="ragbox-core"
   [crates/server]="ragbox-service"
   [crates/cli]="ragbox-service ragbox-server"
-  [.]="ragbox-core ragbox-service ragbox-server ragbox-cli"
+  [.]="ragbox-core ragbox-eval ragbox-service ragbox-server ragbox-cli"
 )
 for dir in "${!crates[@]}"; do
   # The ragbox crates named under [dependencies] (dev-dependencies may reach lower: tests).
@@ -31,6 +33,7 @@ done
 
 declare -A allowed=(
   [types]=""
+  [words]=""
   [error]="types"
   [allowlist]="types error"
   [config]="types error model allowlist chunk store answer"
@@ -41,13 +44,12 @@ declare -A allowed=(
   [chunk]="types error"
   [store]="types error"
   [ingest]="types error source chunk embed store"
-  [fuzz]="types error source chunk"
   [retrieve]="types error embed rerank store"
   [generate]="types error model rerank allowlist"
-  [annotate]="types error generate ingest answer"
-  [answer]="types error chunk embed rerank store retrieve generate"
-  [eval]="types error chunk embed rerank store ingest retrieve generate answer"
-  [app]="types error config model embed rerank source chunk store ingest retrieve generate answer annotate eval allowlist"
+  [annotation]="types error generate ingest answer"
+  [answer]="types error words chunk embed rerank store retrieve generate"
+  [conversation]="types error words generate"
+  [app]="types error config model embed rerank source chunk store ingest retrieve generate answer annotation allowlist"
   [testing]="types error model embed generate"
 )
 core=crates/core/src

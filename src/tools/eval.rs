@@ -1,13 +1,15 @@
 //! `ragbox eval --data DIR`: retrieval quality and latency on a BEIR-format set, each
-//! configuration side by side, as a table (stdout and appended to docs/EVAL.md), JSON and an SVG
-//! plot; with `--ood FILE`, the refusal floor chosen against out-of-domain questions.
+//! configuration side by side, as a table on stdout (`--json`: the report), and with `--report
+//! FILE` appended there with an SVG plot beside it; with `--ood FILE`, the refusal floor chosen
+//! against out-of-domain questions. The answer evaluations (`--qa`, `--answers`, `--support`,
+//! `--conversations`) run through `ragbox-eval` the same way.
 
 use std::path::PathBuf;
 
 use clap::Args;
 
-use ragbox_core::eval::run::{markdown, run as run_eval, standard_configs, EvalPlan, EvalReport};
-use ragbox_core::eval::plot;
+use ragbox_eval::run::{markdown, run as run_eval, standard_configs, EvalPlan, EvalReport};
+use ragbox_eval::plot;
 use ragbox_core::types::ModelRole;
 
 use super::app;
@@ -88,12 +90,10 @@ pub struct EvalArgs {
     /// the corpus's sha256, reused between runs).
     #[arg(long, value_name = "DIR")]
     pub scratch: Option<PathBuf>,
-    /// Markdown report to append to.
-    #[arg(long, default_value = "docs/EVAL.md", value_name = "FILE")]
-    pub report: PathBuf,
-    /// Do not write the markdown report or the plots.
-    #[arg(long)]
-    pub no_report: bool,
+    /// Append the run's markdown report to FILE (a BEIR run also writes its plots beside it);
+    /// without it the run writes nothing but its own output.
+    #[arg(long, value_name = "FILE")]
+    pub report: Option<PathBuf>,
     /// Rerank with this model instead of `rerank.model`: a cross-encoder, or a generate model
     /// scored by its yes/no logits (`qwen2.5-coder-0.5b-instruct`).
     #[arg(long, value_name = "MODEL")]
@@ -151,7 +151,7 @@ pub fn run(g: &GlobalArgs, args: EvalArgs) -> anyhow::Result<u8> {
         return run_qa(g, &app, &args);
     }
     let data = args.data.clone().ok_or_else(|| anyhow::anyhow!("--data DIR is required"))?;
-    let sha = ragbox_core::eval::beir::load(&data, &args.split)?.corpus_sha256;
+    let sha = ragbox_eval::beir::load(&data, &args.split)?.corpus_sha256;
     let scratch = args.scratch.clone().unwrap_or_else(|| cache_dir().join(&sha[..16]));
     if args.answers {
         return run_answers(g, &app, &args, scratch);
@@ -199,7 +199,7 @@ pub fn run(g: &GlobalArgs, args: EvalArgs) -> anyhow::Result<u8> {
         split: args.split.clone(),
         scratch,
         ingest: ragbox_core::ingest::IngestOptions {
-            contextualizer: if args.llm_context { Some(app.contextualizer()?) } else { None },
+            annotator: if args.llm_context { Some(app.annotator()?) } else { None },
             ..app.ingest_options("eval", None)?
         },
         configs,
@@ -217,8 +217,8 @@ pub fn run(g: &GlobalArgs, args: EvalArgs) -> anyhow::Result<u8> {
 
     let command = std::iter::once("ragbox".to_string()).chain(std::env::args().skip(1)).collect::<Vec<_>>().join(" ");
     let md = markdown(&report, &command, &machine());
-    if !args.no_report {
-        write_report(&args, &report, &md)?;
+    if let Some(path) = &args.report {
+        write_report(&args, path, &report, &md)?;
     }
     if g.json {
         print_json(&report)?;
@@ -231,14 +231,14 @@ pub fn run(g: &GlobalArgs, args: EvalArgs) -> anyhow::Result<u8> {
 /// What the answer evaluations run: the configured embedder, the generator (`--llm`), the reranker
 /// (`--reranker`), and retrieval with the floor of whichever model scores the hits.
 struct AnswerStack {
-    models: ragbox_core::eval::AnswerModels,
+    models: ragbox_eval::AnswerModels,
     retrieve: ragbox_core::retrieve::RetrieveOptions,
 }
 
 fn answer_stack(app: &ragbox_core::app::App, args: &EvalArgs) -> anyhow::Result<AnswerStack> {
     let RetrievalStack { embedder, reranker, retrieve } = retrieval_stack(app, args)?;
     let generator = app.generator(args.llm.as_deref())?;
-    Ok(AnswerStack { models: ragbox_core::eval::AnswerModels { embedder, generator, reranker }, retrieve })
+    Ok(AnswerStack { models: ragbox_eval::AnswerModels { embedder, generator, reranker }, retrieve })
 }
 
 /// [`AnswerStack`] without the generator: what `eval --qa --prompts-only` loads.
@@ -256,18 +256,17 @@ fn retrieval_stack(app: &ragbox_core::app::App, args: &EvalArgs) -> anyhow::Resu
         None => app.reranker()?,
     };
     let mut retrieve = app.retrieve_options();
-    let scorer = reranker.as_ref().map_or(model.clone(), |r| r.model_id().to_string());
-    retrieve.floor = app.config.retrieve.floors.get(&scorer).copied();
+    retrieve.floor = app.config.retrieve.floor_for(reranker.as_ref().map(|r| r.model_id()), &model)?;
     Ok(RetrievalStack { embedder, reranker, retrieve })
 }
 
 /// `eval --answers`: the default configuration's retrieval, the configured generator.
 fn run_answers(g: &GlobalArgs, app: &ragbox_core::app::App, args: &EvalArgs, scratch: PathBuf) -> anyhow::Result<u8> {
-    use ragbox_core::eval::answers::{markdown as answers_markdown, run as answers_run, AnswerPlan};
+    use ragbox_eval::answers::{markdown as answers_markdown, run as answers_run, AnswerPlan};
     let AnswerStack { models, retrieve } = answer_stack(app, args)?;
     let chunker = app.config.ingest.chunker;
     let mut ingest = app.ingest_options("eval", None)?;
-    ingest.tenant = ragbox_core::eval::run::tenant_name(models.embedder.model_id(), chunker, ingest.chunk.child_tokens, true);
+    ingest.tenant = ragbox_eval::run::tenant_name(models.embedder.model_id(), chunker, ingest.chunk.child_tokens, true);
     let plan = AnswerPlan {
         data: args.data.clone().ok_or_else(|| anyhow::anyhow!("--data DIR is required"))?,
         split: args.split.clone(),
@@ -289,12 +288,7 @@ fn run_answers(g: &GlobalArgs, app: &ragbox_core::app::App, args: &EvalArgs, scr
     })?;
     let command = std::iter::once("ragbox".to_string()).chain(std::env::args().skip(1)).collect::<Vec<_>>().join(" ");
     let md = answers_markdown(&report, &command, &machine());
-    if !args.no_report {
-        use std::io::Write;
-        let mut f = std::fs::OpenOptions::new().create(true).append(true).open(&args.report)?;
-        f.write_all(md.as_bytes())?;
-        eprintln!("report appended to {}", args.report.display());
-    }
+    append_report(&args, &md)?;
     if g.json {
         print_json(&report)?;
     } else {
@@ -341,7 +335,7 @@ fn qa_scratch(args: &EvalArgs, corpus: &std::path::Path, collection: &str, embed
 /// `eval --support`: every support method on labelled sentences.
 fn run_support(g: &GlobalArgs, app: &ragbox_core::app::App, args: &EvalArgs, file: &std::path::Path) -> anyhow::Result<u8> {
     use ragbox_core::answer::support::{SupportChecker, SupportMethod};
-    use ragbox_core::eval::support::{load, markdown, run};
+    use ragbox_eval::support::{load, markdown, run};
     let set = load(file)?;
     let embedder = app.embedder(Some(&app.config.embed.model))?;
     let floor = app.config.answer.support_floor;
@@ -367,19 +361,14 @@ fn run_support(g: &GlobalArgs, app: &ragbox_core::app::App, args: &EvalArgs, fil
         }
         print!("{md}");
     }
-    if !args.no_report {
-        use std::io::Write;
-        let mut f = std::fs::OpenOptions::new().create(true).append(true).open(&args.report)?;
-        writeln!(f, "\n<!-- eval --support on {}: `{command}` (llm: its floor is 0 log-odds) -->\n{md}", machine())?;
-        eprintln!("report appended to {}", args.report.display());
-    }
+    append_report(&args, &format!("\n<!-- eval --support on {}: `{command}` (llm: its floor is 0 log-odds) -->\n{md}\n", machine()))?;
     Ok(0)
 }
 
 /// `eval --conversations`: follow-ups through the chat path, rewrites judged, answers scored.
 fn run_conversations(g: &GlobalArgs, app: &ragbox_core::app::App, args: &EvalArgs, file: &std::path::Path) -> anyhow::Result<u8> {
-    use ragbox_core::eval::conversations::{run as conversations_run, ConversationPlan};
-    use ragbox_core::eval::qa::{markdown_header, markdown_row, QaSetup};
+    use ragbox_eval::conversations::{run as conversations_run, ConversationPlan};
+    use ragbox_eval::qa::{markdown_header, markdown_row, QaSetup};
     let corpus = args.corpus.first().ok_or_else(|| anyhow::anyhow!("--conversations needs --corpus DIR"))?;
     let AnswerStack { models, retrieve } = answer_stack(app, args)?;
     let answer = eval_answer_options(app, args)?;
@@ -421,19 +410,14 @@ fn run_conversations(g: &GlobalArgs, app: &ragbox_core::app::App, args: &EvalArg
         }
         print!("{summary}{}{rows}", markdown_header());
     }
-    if !args.no_report {
-        use std::io::Write;
-        let mut f = std::fs::OpenOptions::new().create(true).append(true).open(&args.report)?;
-        writeln!(f, "\n<!-- eval --conversations on {}: `{command}` -->\n{summary}\n{}{rows}", machine(), markdown_header())?;
-        eprintln!("report appended to {}", args.report.display());
-    }
+    append_report(&args, &format!("\n<!-- eval --conversations on {}: `{command}` -->\n{summary}\n{}{rows}\n", machine(), markdown_header()))?;
     Ok(0)
 }
 
 /// `eval --qa`: reference answers over folders of documents (one row per collection, one for
 /// all), the default retrieval, the configured generator.
 fn run_qa(g: &GlobalArgs, app: &ragbox_core::app::App, args: &EvalArgs) -> anyhow::Result<u8> {
-    use ragbox_core::eval::qa::{markdown_header, markdown_row, overall, run as qa_run, QaPlan, QaSetup};
+    use ragbox_eval::qa::{markdown_header, markdown_row, overall, run as qa_run, QaPlan, QaSetup};
     if args.qa.len() != args.corpus.len() {
         anyhow::bail!("give one --corpus DIR per --qa FILE, in the same order ({} --qa, {} --corpus)", args.qa.len(), args.corpus.len());
     }
@@ -491,25 +475,29 @@ fn run_qa(g: &GlobalArgs, app: &ragbox_core::app::App, args: &EvalArgs) -> anyho
             );
         }
     }
-    if !args.no_report && !args.prompts_only {
-        use std::io::Write;
-        let mut f = std::fs::OpenOptions::new().create(true).append(true).open(&args.report)?;
-        writeln!(f, "\n<!-- eval --qa ({} half) on {}: `{command}` -->\n{}{rows}", args.split, machine(), markdown_header())?;
-        eprintln!("report appended to {}", args.report.display());
+    if !args.prompts_only {
+        append_report(&args, &format!("\n<!-- eval --qa ({} half) on {}: `{command}` -->\n{}{rows}\n", args.split, machine(), markdown_header()))?;
     }
     Ok(0)
 }
 
-/// Appends the markdown to the report and writes the plots beside it.
-fn write_report(args: &EvalArgs, report: &EvalReport, md: &str) -> anyhow::Result<()> {
+/// Appends `text` to the `--report` file, when one is given.
+fn append_report(args: &EvalArgs, text: &str) -> anyhow::Result<()> {
     use std::io::Write;
-    if let Some(dir) = args.report.parent().filter(|d| !d.as_os_str().is_empty()) {
+    let Some(path) = &args.report else { return Ok(()) };
+    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
         std::fs::create_dir_all(dir)?;
     }
-    let mut f = std::fs::OpenOptions::new().create(true).append(true).open(&args.report)?;
-    f.write_all(md.as_bytes())?;
+    std::fs::OpenOptions::new().create(true).append(true).open(path)?.write_all(text.as_bytes())?;
+    eprintln!("report appended to {}", path.display());
+    Ok(())
+}
+
+/// Appends the markdown to the report at `path` and writes the plots beside it.
+fn write_report(args: &EvalArgs, path: &std::path::Path, report: &EvalReport, md: &str) -> anyhow::Result<()> {
+    append_report(args, md)?;
     let name = args.data.as_deref().and_then(|d| d.file_name()).map_or("data".into(), |n| n.to_string_lossy().to_string());
-    let dir = args.report.parent().unwrap_or(std::path::Path::new("."));
+    let dir = path.parent().unwrap_or(std::path::Path::new("."));
     let rows: Vec<(String, [f64; 4])> =
         report.configs.iter().map(|c| (c.name.clone(), c.metrics.to_array())).collect();
     if !rows.is_empty() {
@@ -530,6 +518,5 @@ fn write_report(args: &EvalArgs, report: &EvalReport, md: &str) -> anyhow::Resul
         )?;
         eprintln!("plot: {}", path.display());
     }
-    eprintln!("report appended to {}", args.report.display());
     Ok(())
 }

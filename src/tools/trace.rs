@@ -53,7 +53,8 @@ pub fn run(g: &GlobalArgs, args: TraceArgs) -> anyhow::Result<u8> {
     anyhow::ensure!(!expect.is_empty(), "--expect is empty: give a phrase the answer should come from");
     let app = app(g)?;
     let store = app.store()?;
-    let (retriever, note) = app.retriever(&store, &args.tenant, None, !args.no_rerank, app.retrieve_options())?;
+    let tenant = store.catalog().require_tenant(&args.tenant)?;
+    let (retriever, note) = app.retriever(&store, &tenant, None, !args.no_rerank, app.retrieve_options())?;
     let tenant = &retriever.reader().tenant;
 
     // 1. Which chunks hold the text (children only: they are what is retrieved).

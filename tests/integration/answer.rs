@@ -383,7 +383,7 @@ fn a_gguf_file_that_is_no_chat_model_is_refused_with_the_fix() {
 /// evidence stopped, and that stage agrees with what the model would have read.
 #[test]
 fn eval_prompts_only_reports_where_the_evidence_stopped_without_asking_the_model() {
-    use ragbox_core::eval::qa::words;
+    use ragbox_eval::qa::words;
     let tmp = tempfile::tempdir().unwrap();
     let all = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/eval/qa/sample-corpus.jsonl")).unwrap();
     let picked: Vec<&str> = ["What's the hotel cap in London?", "What should I do if I lose my laptop?", "How many days of annual leave do I get?"]

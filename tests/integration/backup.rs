@@ -1,4 +1,4 @@
-//! Backup and restore (issue 16): ingest the sample corpus, back it up, restore it into a fresh
+//! Backup and restore: ingest the sample corpus, back it up, restore it into a fresh
 //! data folder, and get the same search results (chunk ids and order) from a consistent store
 //! whose audit chain verifies.
 

@@ -1,4 +1,4 @@
-//! Faults (issue 16): a disk that fills during ingest, a read-only data folder, a damaged catalog,
+//! Faults: a disk that fills during ingest, a read-only data folder, a damaged catalog,
 //! two processes ingesting one tenant at once. Each must end with a clear message and a store
 //! whose catalog and indexes agree, with nothing acknowledged lost and nothing duplicated.
 //!

@@ -222,7 +222,7 @@ fn cross_encoder_int8_gate_decides_the_auto_precision() {
 /// mean 0.082). What remains is float rounding (LayerNorm, softmax, GELU in another order) that
 /// flips an activation's code here and there and grows through 12 layers: onnxruntime itself moves
 /// logits by up to 0.35 (mean 0.036) between its own optimisation levels
-/// (`ort_optimisation_spread`). Measured: worst |diff| 0.88, mean 0.057 (issue 33 asked for a
+/// (`ort_optimisation_spread`). Measured: worst |diff| 0.88, mean 0.057 (the target was a
 /// worst of 0.05: not met, docs/EVAL.md). What a reranker needs holds: the same best passage for
 /// every query whose reference top two are 0.5 apart or more. The bounds on the mean (0.075) and
 /// the worst (2.0: a broken layer moves logits by several units) guard against regressions.

@@ -221,15 +221,18 @@ fn eval_scores_each_configuration_on_a_tiny_beir_set() {
     let beir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/beir-mini");
     let ood = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/ood-questions.jsonl");
     let report = tmp.path().join("docs/EVAL.md");
-    let eval = |extra: &[&str]| {
+    let eval = |report: Option<&Path>, extra: &[&str]| {
         let mut cmd = ragbox(&tmp.path().join("data"));
         cmd.arg("eval").arg("--data").arg(&beir).args(["--models", "all-minilm-l6-v2", "--json"]);
-        cmd.arg("--scratch").arg(tmp.path().join("scratch")).arg("--report").arg(&report).args(extra);
+        cmd.arg("--scratch").arg(tmp.path().join("scratch")).args(extra);
+        if let Some(report) = report {
+            cmd.arg("--report").arg(report);
+        }
         let (code, out, err) = run(&mut cmd);
         assert_eq!(code, 0, "{out}\n{err}");
         serde_json::from_str::<serde_json::Value>(out.trim()).unwrap()
     };
-    let r = eval(&["--ood", ood.to_str().unwrap()]);
+    let r = eval(Some(&report), &["--ood", ood.to_str().unwrap()]);
     assert_eq!(r["queries"], 6, "the test split only");
     assert_eq!(r["documents"], 12);
     let configs = r["configs"].as_array().unwrap();
@@ -268,11 +271,11 @@ fn eval_scores_each_configuration_on_a_tiny_beir_set() {
     assert!(tmp.path().join("docs/refusal-beir-mini-all-minilm-l6-v2.svg").exists());
 
     // The scratch store is reused: a second run ingests nothing and scores the same.
-    let again = eval(&["--only", "hybrid", "--no-report"]);
+    let again = eval(None, &["--only", "hybrid"]);
     assert_eq!(again["ingest_s"], 0.0);
     let hybrid = |v: &serde_json::Value| v["configs"].as_array().unwrap().iter().find(|c| c["name"] == "hybrid-all-minilm-l6-v2").unwrap()["ndcg@10"].clone();
     assert_eq!(hybrid(&again), hybrid(&r));
-    assert_eq!(std::fs::read_to_string(&report).unwrap(), md, "--no-report writes nothing");
+    assert_eq!(std::fs::read_to_string(&report).unwrap(), md, "without --report nothing is written");
 }
 
 #[test]

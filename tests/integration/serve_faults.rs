@@ -1,4 +1,4 @@
-//! `ragbox serve` under faults and attack (issue 16, items 2 and 3), against the real binary on
+//! `ragbox serve` under faults and attack, against the real binary on
 //! loopback with real models and a copy of the sample data:
 //!
 //! - SIGKILL mid-answer, mid-upload (half a body sent) and mid-ingest (uploads acknowledged, their

@@ -39,7 +39,7 @@ pub struct IngestArgs {
     pub watch: bool,
 }
 
-/// The contextualisers.
+/// The annotators.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum ContextKind {
     /// Title and section path.

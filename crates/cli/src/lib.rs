@@ -29,14 +29,16 @@ use ragbox_service::config::DeviceChoice;
 /// Options every command honours.
 #[derive(Debug, Clone, Args)]
 pub struct GlobalArgs {
-    /// Where catalogs and indexes live.
-    #[arg(long, global = true, env = "RAGBOX_DATA_DIR", value_name = "DIR")]
+    /// Where catalogs and indexes live (else $RAGBOX_DATA_DIR, else the configuration's
+    /// `data_dir`, else ~/.local/share/ragbox).
+    #[arg(long, global = true, value_name = "DIR")]
     pub data_dir: Option<PathBuf>,
     /// A TOML configuration file (see config/default.toml).
     #[arg(long, global = true, env = "RAGBOX_CONFIG", value_name = "FILE")]
     pub config: Option<PathBuf>,
-    /// The models folder (hub cache layout).
-    #[arg(long, global = true, env = "RAGBOX_MODELS_DIR", value_name = "DIR")]
+    /// The models folder, hub cache layout (else $RAGBOX_MODELS_DIR, else the configuration's
+    /// `models_dir`, else ./models or the one beside the binary).
+    #[arg(long, global = true, value_name = "DIR")]
     pub models_dir: Option<PathBuf>,
     /// Where models run.
     #[arg(long, global = true, value_enum)]

@@ -8,7 +8,7 @@ use serde::Serialize;
 use crate::chunk::{ChunkOptions, ChunkerKind};
 use crate::config::{Config, GenerateBackend, GenerateFallback};
 use crate::ingest::IngestOptions;
-use crate::store::{Store, VectorOptions};
+use crate::store::{Store, TenantRow, VectorOptions};
 use crate::embed::{load_embedder, EmbedOptions, Embedder};
 use crate::allowlist::HostAllowlist;
 use crate::error::{Error, Result};
@@ -17,10 +17,38 @@ use crate::model::Precision;
 use crate::model::store::{Check, ModelStatus};
 use crate::model::{device, ModelStore};
 use crate::rerank::{load_reranker, RerankOptions, Reranker};
-use crate::retrieve::{RetrieveOptions, Retriever};
-use crate::answer::AnswerOptions;
+use crate::retrieve::{Retrieval, RetrieveOptions, Retriever};
+use crate::answer::support::SupportMethod;
+use crate::answer::{refuse, Answer, AnswerOptions, Answerer};
 use crate::generate::rerank::LlmReranker;
 use crate::generate::{ClaudeGenerator, ClaudeOptions, Fallback, GgufGenerator, Generator, LocalOptions, OpenAiGenerator, OpenAiOptions};
+
+/// A question's way through one tenant, set up by [`App::asking`].
+pub struct Asking<'s> {
+    app: &'s Arc<App>,
+    /// The tenant's retriever.
+    pub retriever: Retriever<'s>,
+    /// Why retrieval runs without a reranker, if it does.
+    pub note: Option<String>,
+    /// The answer settings.
+    pub options: AnswerOptions,
+    /// How answer sentences are checked against their passages.
+    pub support: SupportMethod,
+}
+
+impl Asking<'_> {
+    /// The refusal for a retrieval with no good source ([`Retrieval::no_good_source`]): no
+    /// generator is asked.
+    pub fn refusal(&self, question: &str, standalone: &str, retrieval: &Retrieval) -> Answer {
+        refuse(question, standalone, retrieval, &self.options, self.support)
+    }
+
+    /// The answerer over this retriever with `generator`; the support check embeds with the
+    /// retriever's embedder, or the configured one when the tenant's search has none.
+    pub fn answerer(&self, generator: Arc<dyn Generator>) -> Result<Answerer> {
+        Answerer::over(&self.retriever, generator, self.support, self.options.clone(), || self.app.embedder(None))
+    }
+}
 
 /// The assembled application.
 pub struct App {
@@ -341,12 +369,12 @@ impl App {
         }
     }
 
-    /// The `llm` contextualiser: on the inference server when `generate.backend = "openai"`,
+    /// The `llm` annotator: on the inference server when `generate.backend = "openai"`,
     /// else on the local model (whole documents never go to Claude).
-    pub fn contextualizer(&self) -> Result<crate::ingest::ContextWriter> {
+    pub fn annotator(&self) -> Result<Arc<dyn crate::ingest::Annotator>> {
         let g = &self.config.generate;
         let generator = self.generator((g.backend != GenerateBackend::OpenAi).then_some(g.model.as_str()))?;
-        Ok(crate::ingest::ContextWriter(Arc::new(crate::annotate::LlmContextualizer::new(generator))))
+        Ok(Arc::new(crate::annotation::LlmAnnotator::new(generator)))
     }
 
     /// Answer settings from the configuration.
@@ -368,21 +396,7 @@ impl App {
     /// Retrieval settings from the configuration (the floor is chosen per scorer, in
     /// [`App::retriever`]).
     pub fn retrieve_options(&self) -> RetrieveOptions {
-        let r = &self.config.retrieve;
-        RetrieveOptions {
-            dense_candidates: r.dense_candidates,
-            lexical_candidates: r.lexical_candidates,
-            dense_weight: r.dense_weight,
-            lexical_weight: r.lexical_weight,
-            rrf_k: r.rrf_k,
-            mmr_lambda: (r.mmr_lambda < 1.0).then_some(r.mmr_lambda),
-            rerank_depth: r.rerank_depth,
-            rerank_weight: r.rerank_weight,
-            statement_bm25_share: r.statement_bm25_share,
-            top_k: r.top_k,
-            floor: None,
-            expand_parents: r.expand_parents,
-        }
+        self.config.retrieve.options.clone()
     }
 
     /// A retriever over `tenant` with the model that built its index (an explicit `model` that
@@ -392,12 +406,11 @@ impl App {
     pub fn retriever<'s>(
         &self,
         store: &'s Store,
-        tenant: &str,
+        row: &TenantRow,
         model: Option<&str>,
         rerank: bool,
         mut options: RetrieveOptions,
     ) -> Result<(Retriever<'s>, Option<String>)> {
-        let row = store.catalog().require_tenant(tenant)?;
         let embedder = match (options.dense_candidates > 0, model) {
             (false, _) => None,
             (true, Some(name)) => Some(self.embedder(Some(name))?),
@@ -417,13 +430,20 @@ impl App {
                 ),
             },
         };
-        // Floors are per model, whatever the precision of its vectors.
-        let scorer = match &reranker {
-            Some(r) => r.model_id().to_string(),
-            None => Precision::split_identity(&row.model)?.0.to_string(),
-        };
-        options.floor = self.config.retrieve.floors.get(&scorer).copied();
-        Ok((Retriever::new(store, &row, embedder, reranker, options)?, note))
+        options.floor = self.config.retrieve.floor_for(reranker.as_ref().map(|r| r.model_id()), &row.model)?;
+        Ok((Retriever::new(store, row, embedder, reranker, options)?, note))
+    }
+
+    /// Everything answering a question in `tenant` needs, from the configuration at once: the
+    /// retriever (deep enough for the passages an answer reads; [`App::retriever`]), the answer
+    /// settings and the support method. The local generator `llm` (or the configured one)
+    /// starts loading beside retrieval ([`App::preload_generator`]).
+    pub fn asking<'s>(self: &'s Arc<Self>, store: &'s Store, tenant: &TenantRow, rerank: bool, llm: Option<&str>) -> Result<Asking<'s>> {
+        let mut options = self.retrieve_options();
+        options.top_k = options.top_k.max(self.config.answer.passages);
+        self.preload_generator(llm);
+        let (retriever, note) = self.retriever(store, tenant, None, rerank, options)?;
+        Ok(Asking { app: self, retriever, note, options: self.answer_options(), support: self.config.answer.support })
     }
 
     /// Opens the data folder's store.

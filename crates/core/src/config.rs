@@ -15,6 +15,7 @@ use crate::chunk::ChunkerKind;
 use crate::error::{Error, Result};
 pub use crate::model::DeviceChoice;
 use crate::model::{Manifest, Precision};
+use crate::retrieve::RetrieveOptions;
 use crate::store::Quantization;
 use crate::types::ModelRole;
 
@@ -78,37 +79,40 @@ pub struct StoreSection {
     pub exact_below: usize,
 }
 
-/// `[retrieve]`.
-#[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields)]
+/// `[retrieve]`: the read path's settings ([`RetrieveOptions`], every key but its per-query
+/// `floor`) and the refusal floors, by the model whose score they apply to (a reranker, or the
+/// embedder when no reranker runs); [`RetrieveSection::floor_for`] picks one.
+#[derive(Debug, Clone)]
 pub struct RetrieveSection {
-    /// Dense candidates.
-    pub dense_candidates: usize,
-    /// BM25 candidates.
-    pub lexical_candidates: usize,
-    /// Weight of the dense list in reciprocal rank fusion.
-    pub dense_weight: f32,
-    /// Weight of the BM25 list.
-    pub lexical_weight: f32,
-    /// The `k` of reciprocal rank fusion.
-    pub rrf_k: f32,
-    /// Maximal marginal relevance trade-off; 1 switches it off.
-    pub mmr_lambda: f32,
-    /// Fused candidates the reranker scores.
-    pub rerank_depth: usize,
-    /// Share of the reranker's standardised score in the order of the reranked candidates, the
-    /// rest the standardised cosine of the query to each (1: the reranker alone).
-    pub rerank_weight: f32,
-    /// For a query that is not a question (a claim, keywords), BM25's share of the first stage's
-    /// vote in that order, the cosine the rest.
-    pub statement_bm25_share: f32,
-    /// Passages returned.
-    pub top_k: usize,
-    /// Merge sibling children into their parent section.
-    pub expand_parents: bool,
-    /// Refusal floors, by the model whose score they apply to (a reranker, or the embedder
-    /// when no reranker runs).
+    /// The settings, read from the keys of `[retrieve]`.
+    pub options: RetrieveOptions,
+    /// `[retrieve.floors]`.
     pub floors: std::collections::BTreeMap<String, f32>,
+}
+
+impl RetrieveSection {
+    /// The refusal floor for retrieval whose hits are scored by `reranker` when one runs, else
+    /// by the cosine of `index_model` (an index identity: floors are per model, whatever the
+    /// precision of its vectors). The one rule for every caller.
+    pub fn floor_for(&self, reranker: Option<&str>, index_model: &str) -> Result<Option<f32>> {
+        let scorer = match reranker {
+            Some(r) => r,
+            None => Precision::split_identity(index_model)?.0,
+        };
+        Ok(self.floors.get(scorer).copied())
+    }
+}
+
+impl<'de> Deserialize<'de> for RetrieveSection {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
+        let mut table = toml::Table::deserialize(d)?;
+        let floors = match table.remove("floors") {
+            Some(f) => f.try_into().map_err(serde::de::Error::custom)?,
+            None => Default::default(),
+        };
+        let options = toml::Value::Table(table).try_into().map_err(serde::de::Error::custom)?;
+        Ok(RetrieveSection { options, floors })
+    }
 }
 
 /// `[generate]`: the LLM that writes answers, contextual annotations and rewrites.
@@ -328,7 +332,9 @@ fn merge(base: &mut toml::Value, top: toml::Value) {
 fn env_layer(env: &dyn Fn(&str) -> Option<String>) -> toml::Value {
     let mut t = toml::Table::new();
     let mut embed = toml::Table::new();
-    for (var, key) in [("RAGBOX_DATA_DIR", "data_dir"), ("RAGBOX_MODELS_DIR", "models_dir"), ("RAGBOX_DEVICE", "device")] {
+    // RAGBOX_DATA_DIR and RAGBOX_MODELS_DIR are read in `Config::validate`: a path from the
+    // environment resolves against the working directory, as a flag's does.
+    for (var, key) in [("RAGBOX_DEVICE", "device")] {
         if let Some(v) = env(var).filter(|v| !v.is_empty()) {
             t.insert(key.into(), toml::Value::String(v));
         }
@@ -419,13 +425,16 @@ impl Config {
                 _ => absolute(&p),
             }
         };
-        let data_dir = match &o.data_dir {
-            Some(p) => absolute(p),
+        // A flag, else the environment (both against the working directory), else the file
+        // (against the file's folder), else the default.
+        let given = |flag: &Option<PathBuf>, var: &str| flag.clone().or_else(|| env(var).filter(|v| !v.is_empty()).map(PathBuf::from));
+        let data_dir = match given(&o.data_dir, "RAGBOX_DATA_DIR") {
+            Some(p) => absolute(&p),
             None if raw.data_dir.is_empty() => default_data_dir(env),
             None => relative_to_file(&raw.data_dir),
         };
-        let models_dir = match &o.models_dir {
-            Some(p) => absolute(p),
+        let models_dir = match given(&o.models_dir, "RAGBOX_MODELS_DIR") {
+            Some(p) => absolute(&p),
             None if raw.models_dir.is_empty() => default_models_dir(),
             None => relative_to_file(&raw.models_dir),
         };
@@ -444,14 +453,14 @@ impl Config {
         if raw.embed.batch_size == 0 || raw.embed.max_batch_tokens == 0 || raw.rerank.batch_size == 0 {
             return Err(Error::Config("batch sizes must be at least 1".into()));
         }
-        let r = &raw.retrieve;
+        let r = &raw.retrieve.options;
         if r.dense_candidates + r.lexical_candidates == 0 || r.top_k == 0 || r.rrf_k <= 0.0 {
             return Err(Error::Config(
                 "retrieve: at least one candidate list above 0, top_k at least 1, rrf_k above 0".into(),
             ));
         }
-        if !(0.0..=1.0).contains(&r.mmr_lambda) || !(0.0..=1.0).contains(&r.rerank_weight) || !(0.0..=1.0).contains(&r.statement_bm25_share) || r.dense_weight < 0.0 || r.lexical_weight < 0.0 {
-            return Err(Error::Config("retrieve: mmr_lambda, rerank_weight and statement_bm25_share between 0 and 1, weights not negative".into()));
+        if !(0.0..=1.0).contains(&r.rerank_weight) || !(0.0..=1.0).contains(&r.statement_bm25_share) || r.dense_weight < 0.0 || r.lexical_weight < 0.0 {
+            return Err(Error::Config("retrieve: rerank_weight and statement_bm25_share between 0 and 1, weights not negative".into()));
         }
         if raw.ingest.child_tokens == 0 || raw.ingest.max_child_tokens < raw.ingest.child_tokens || raw.ingest.commit_chunks == 0 {
             return Err(Error::Config(

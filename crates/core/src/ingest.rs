@@ -1,6 +1,6 @@
 //! The write path: walk a folder, hash each file, and bring a tenant's store in line with it —
 //! new files added, changed files replaced (old chunks gone in the same commit), deleted files
-//! pruned, unchanged files not touched — parsing, chunking, contextualising and embedding only
+//! pruned, unchanged files not touched — parsing, chunking, annotating and embedding only
 //! what changed, with vectors from the embedding cache where the exact text was seen before.
 //!
 //! May import `types`, `error`, `source`, `chunk`, `embed` and `store`.
@@ -30,7 +30,7 @@ use crate::source::guard::{caught, parse_guarded_in, ParseLimits};
 use crate::source::walk::{walk, WalkEntry};
 use crate::source::{self, SkipReason};
 use crate::store::{
-    text_hash, CommitBatch, ContextualChunk, DocumentContent, DocumentRow, DocumentStatus, DocumentWrite, Store,
+    text_hash, CommitBatch, AnnotatedChunk, DocumentContent, DocumentRow, DocumentStatus, DocumentWrite, Store,
     TenantRow, TenantWriter, TextHash,
 };
 use crate::types::{indexed_text, ChunkRole, ParsedDocument, TextKind};
@@ -55,44 +55,40 @@ pub struct IngestOptions {
     /// Put the structural context (title > sections) in front of each child for embedding and
     /// BM25 (`ragbox eval` measures what it buys).
     pub structural_context: bool,
-    /// Writes a situating context for each child from its whole document (the `llm`
-    /// contextualiser); `None`: structural context only.
-    pub contextualizer: Option<ContextWriter>,
+    /// Writes a situating note for each child from its whole document (the `llm`
+    /// annotator); `None`: structural context only.
+    pub annotator: Option<Arc<dyn Annotator>>,
     /// What parsers may use: the OCR engine for scanned pages and images.
     pub parse: crate::source::ParseContext,
 }
 
-/// Writes the situating context of a document's child chunks: a sentence or two that place
+/// Writes the annotation of a document's child chunks: a sentence or two that place
 /// each chunk in its whole document (contextual retrieval). Results are cached in the catalog by
 /// [`annotation_key`], so it never runs twice for the same chunk of the same document.
-pub trait Contextualizer: Send + Sync {
+pub trait Annotator: Send + Sync {
     /// Names the model and prompt; part of the cache key.
     fn id(&self) -> &str;
     /// One context per chunk: `chunks` are byte ranges of `document`, in order.
     fn contexts(&self, title: &str, document: &str, chunks: &[Range<usize>]) -> Result<Vec<String>>;
 }
 
-/// A shared [`Contextualizer`] in [`IngestOptions`].
-#[derive(Clone)]
-pub struct ContextWriter(pub Arc<dyn Contextualizer>);
-
-impl std::fmt::Debug for ContextWriter {
+impl std::fmt::Debug for dyn Annotator {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "ContextWriter({})", self.0.id())
+        write!(f, "Annotator({})", self.id())
     }
 }
 
 /// Tokens reserved in front of each child for an LLM-written context (on top of the structural
 /// one): a note of at most 32 of the LLM's tokens, with room for the embedder's tokenizer. Not
 /// fewer: at 40 the chunks grew and hybrid nDCG@10 on the SciFact subset fell from 0.838 to 0.795
-/// with the same prompt (docs/BENCHMARKS.md).
+/// with the same prompt (measured on SciFact's 250-abstract subset).
 pub const LLM_CONTEXT_TOKENS: usize = 64;
 
-/// The annotation cache key: the contextualiser, the whole document and the chunk.
-pub fn annotation_key(contextualizer: &str, document: &str, chunk: &str) -> TextHash {
+/// The annotation cache key: the annotator, the whole document and the chunk.
+pub fn annotation_key(annotator: &str, document: &str, chunk: &str) -> TextHash {
     use sha2::Digest;
     let mut h = sha2::Sha256::new();
-    for part in [contextualizer, document, chunk] {
+    for part in [annotator, document, chunk] {
         h.update((part.len() as u64).to_le_bytes());
         h.update(part.as_bytes());
     }
@@ -110,7 +106,7 @@ impl Default for IngestOptions {
             commit_chunks: 2048,
             parse_batch: 64,
             structural_context: true,
-            contextualizer: None,
+            annotator: None,
             parse: crate::source::ParseContext::default(),
         }
     }
@@ -138,7 +134,7 @@ pub enum IngestEvent<'a> {
         /// Why.
         reason: &'a str,
     },
-    /// The contextualiser wrote contexts for a document's chunks.
+    /// The annotator wrote notes for a document's chunks.
     Annotated {
         /// Its path.
         path: &'a Path,
@@ -196,7 +192,7 @@ pub struct StageTimes {
     pub parse_s: f64,
     /// Chunking (token counting included).
     pub chunk_s: f64,
-    /// Writing LLM contexts (the `llm` contextualiser).
+    /// Writing LLM contexts (the `llm` annotator).
     pub annotate_s: f64,
     /// Embedding.
     pub embed_s: f64,
@@ -234,7 +230,7 @@ pub struct IngestReport {
     pub embedded: usize,
     /// Chunks whose vectors came from the cache.
     pub cached: usize,
-    /// Chunks the contextualiser annotated in this run (not from its cache).
+    /// Chunks the annotator annotated in this run (not from its cache).
     pub annotated: usize,
     /// Embedded texts that were longer than the model's window (truncated).
     pub truncated: usize,
@@ -281,10 +277,10 @@ pub fn structural_context(title: &str, section_path: &[String]) -> String {
     parts.join(" > ")
 }
 
-/// Adds the contextualiser's sentences after each child's structural context: from the catalog's
+/// Adds the annotator's sentences after each child's structural context: from the catalog's
 /// cache where this chunk of this document was annotated before, else written now and cached.
 /// Returns how many chunks were newly annotated.
-fn annotate(store: &Store, writer: &dyn Contextualizer, doc: &ParsedDocument, chunks: &mut [ContextualChunk]) -> Result<usize> {
+fn annotate(store: &Store, writer: &dyn Annotator, doc: &ParsedDocument, chunks: &mut [AnnotatedChunk]) -> Result<usize> {
     let children: Vec<usize> = (0..chunks.len()).filter(|&i| chunks[i].chunk.role == ChunkRole::Child).collect();
     let keys: Vec<TextHash> =
         children.iter().map(|&i| annotation_key(writer.id(), &doc.text, &doc.text[chunks[i].chunk.span.range()])).collect();
@@ -470,7 +466,7 @@ fn ingest_into(
         .collect();
     report.stages.walk_hash_s = t.elapsed().as_secs_f64();
 
-    let reserved = CONTEXT_TOKENS + if opts.contextualizer.is_some() { LLM_CONTEXT_TOKENS } else { 0 };
+    let reserved = CONTEXT_TOKENS + if opts.annotator.is_some() { LLM_CONTEXT_TOKENS } else { 0 };
     let limit = embedder.max_tokens().saturating_sub(2 + reserved).max(16);
     let chunk_opts = ChunkOptions {
         child_tokens: opts.chunk.child_tokens.min(limit),
@@ -501,7 +497,7 @@ fn ingest_into(
     while todo.peek().is_some() {
         let group: Vec<Pending> = todo.by_ref().take(opts.parse_batch.max(1)).collect();
         // Parse and chunk in parallel.
-        let mut parsed: Vec<(Pending, std::result::Result<(ParsedDocument, &'static str, Vec<ContextualChunk>), SkipReason>, Duration, Duration)> = group
+        let mut parsed: Vec<(Pending, std::result::Result<(ParsedDocument, &'static str, Vec<AnnotatedChunk>), SkipReason>, Duration, Duration)> = group
             .into_par_iter()
             .map(|mut p| {
                 let t = Instant::now();
@@ -535,7 +531,7 @@ fn ingest_into(
                                 ChunkRole::Child => String::new(),
                                 ChunkRole::Parent => String::new(),
                             };
-                            ContextualChunk { chunk: c, context }
+                            AnnotatedChunk { chunk: c, context }
                         })
                         .collect();
                     Ok((doc, chunker.name(), chunks))
@@ -543,7 +539,7 @@ fn ingest_into(
                 (p, result, parse_time, t.elapsed())
             })
             .collect();
-        if let Some(ContextWriter(writer)) = &opts.contextualizer {
+        if let Some(writer) = &opts.annotator {
             let t = Instant::now();
             for (p, result, _, _) in parsed.iter_mut() {
                 if let Ok((doc, _, chunks)) = result {

@@ -1,6 +1,6 @@
 //! ragbox-core: the pipeline of ragbox, a local-first, fully offline retrieval-augmented
 //! answering appliance. Everything below the service: parsing, chunking, the models, the store,
-//! ingest, retrieval, answers, evaluation, and the composition root that assembles them.
+//! ingest, retrieval, answers, conversation, and the composition root that assembles them.
 //!
 //! # Architecture
 //!
@@ -8,13 +8,14 @@
 //! depend in one direction:
 //!
 //! ```text
-//! types <- error <- config
+//! types, words <- error <- config
 //! model (manifest, models folder, checksums, device, tokenizer, batching)
 //!   <- embed (Embedder: BERT / nomic-bert on candle)
 //!   <- rerank (Reranker: BERT cross-encoder on candle)
 //! source, chunk, store <- ingest (write path)
 //! embed, rerank, store <- retrieve (read path: hybrid search, fusion, rerank, refusal floor)
-//!   <- answer (prompt, focus, citations, support) <- eval (BEIR metrics, QA, side by side)
+//!   <- answer (prompt, focus, evidence, citations, support)
+//! generate, words <- conversation (follow-ups, session memory, the standalone question)
 //! app (composition root: the only place that names concrete backends)
 //! ```
 //!
@@ -28,15 +29,14 @@
 #![warn(missing_docs)]
 
 pub mod allowlist;
-pub mod annotate;
+pub mod annotation;
 pub mod answer;
 pub mod app;
 pub mod chunk;
 pub mod config;
+pub mod conversation;
 pub mod embed;
 pub mod error;
-pub mod eval;
-pub mod fuzz;
 pub mod generate;
 pub mod ingest;
 pub mod model;
@@ -45,6 +45,7 @@ pub mod retrieve;
 pub mod source;
 pub mod store;
 pub mod types;
+pub mod words;
 
 #[cfg(any(test, feature = "testing"))]
 pub mod testing;

@@ -55,33 +55,27 @@ impl Embedder for HashEmbedder {
     }
 }
 
-/// Deterministic pseudo-random numbers (xorshift), so generated models are the same every run.
-pub struct SeededRng(u64);
+/// Deterministic pseudo-random numbers ([`fastrand::Rng`], seeded), so generated models are the
+/// same every run.
+pub struct SeededRng(fastrand::Rng);
 
 impl SeededRng {
     /// A generator from a seed.
     pub fn new(seed: u64) -> SeededRng {
-        SeededRng(seed.max(1))
-    }
-    fn step(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
+        SeededRng(fastrand::Rng::with_seed(seed))
     }
 
     /// A float in [-scale, scale).
     pub fn next_f32(&mut self, scale: f32) -> f32 {
-        ((self.step() >> 40) as f32 / (1u64 << 24) as f32 * 2.0 - 1.0) * scale
+        (self.0.f32() * 2.0 - 1.0) * scale
     }
 
     /// An integer in [0, n) (0 when `n` is 0).
     pub fn below(&mut self, n: usize) -> usize {
-        let x = self.step();
         if n == 0 {
             0
         } else {
-            (x % n as u64) as usize
+            self.0.usize(..n)
         }
     }
 }

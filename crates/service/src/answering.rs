@@ -7,8 +7,9 @@ use std::sync::Arc;
 use serde::Serialize;
 
 use super::{Caller, Service};
-use ragbox_core::answer::memory::PriorTurn;
-use ragbox_core::answer::{refuse, standalone, Answer, Answerer, Standalone};
+use ragbox_core::conversation::memory::PriorTurn;
+use ragbox_core::answer::Answer;
+use ragbox_core::conversation::{standalone, Standalone};
 use ragbox_core::error::{Error, Result};
 use ragbox_core::generate::{block_on, Generator, TokenSink};
 use ragbox_core::retrieve::{Retrieval, Retriever};
@@ -78,7 +79,7 @@ impl Service {
         if let Some(k) = top_k {
             options.top_k = k;
         }
-        self.app.retriever(&self.store, &tenant.name, model, rerank, options)
+        self.app.retriever(&self.store, tenant, model, rerank, options)
     }
 
     /// Ranked passages of `tenant` for `query`.
@@ -124,26 +125,21 @@ impl Service {
         action: &str,
         sink: &mut (dyn TokenSink + Send),
     ) -> Result<Asked> {
-        let passages = self.app.config.answer.passages;
-        let top_k = self.app.retrieve_options().top_k.max(passages);
         // The LLM loads while retrieval runs; a refusal does not wait for it.
-        self.app.preload_generator(o.llm.as_deref());
-        let (retriever, note) = self.retriever(tenant, None, !o.no_rerank, Some(top_k))?;
+        let asking = self.app.asking(&self.store, tenant, !o.no_rerank, o.llm.as_deref())?;
+        let note = asking.note.clone();
         let mut warnings = Vec::new();
         let result = (|| -> Result<(Retrieval, Answer)> {
-            let retrieval = retriever.retrieve(standalone)?;
-            let options = self.app.answer_options();
-            let answer = if retrieval.refused || retrieval.hits.is_empty() {
-                let method = self.app.config.answer.support;
-                let a = refuse(question, standalone, &retrieval, &options, method);
+            let retrieval = asking.retriever.retrieve(standalone)?;
+            let answer = if retrieval.no_good_source() {
+                let a = asking.refusal(question, standalone, &retrieval);
                 sink.token(&a.answer);
                 a
             } else {
                 let waited = std::time::Instant::now();
                 let generator = self.generator(o.llm.as_deref(), &mut warnings)?;
                 let model_wait_ms = waited.elapsed().as_secs_f64() * 1e3;
-                let method = self.app.config.answer.support;
-                let answerer = Answerer::over(&retriever, generator, method, options, || self.app.embedder(None))?;
+                let answerer = asking.answerer(generator)?;
                 let mut answer = block_on(answerer.answer(question, standalone, &retrieval, sink))?;
                 answer.timings.model_wait_ms = model_wait_ms;
                 answer.timings.total_ms += model_wait_ms;
@@ -267,7 +263,7 @@ impl Service {
     /// [`Service::resolve`] over turns the caller holds (the OpenAI-compatible route's messages).
     pub fn resolve_with(&self, prior: &[PriorTurn<'_>], question: &str, llm: Option<&str>) -> Result<Standalone> {
         let max_turns = self.app.config.answer.memory_turns;
-        if prior.is_empty() || ragbox_core::answer::follow_up::refers_back(question).is_none() {
+        if prior.is_empty() || ragbox_core::conversation::follow_up::refers_back(question).is_none() {
             block_on(standalone(question, prior, max_turns, None))
         } else {
             let generator = self.app.generator(llm)?;

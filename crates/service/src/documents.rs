@@ -271,13 +271,13 @@ impl Service {
     }
 
     /// The ingest settings of `tenant` (the configuration's, with `chunker` if given), with the
-    /// local LLM as contextualiser when `llm_context` (it writes each chunk a context from its
+    /// local LLM as annotator when `llm_context` (it writes each chunk a context from its
     /// whole document) and without the structural context when `structural` is false.
     pub fn ingest_options(&self, tenant: &str, chunker: Option<super::ChunkerKind>, structural: bool, llm_context: bool) -> Result<IngestOptions> {
         let mut opts = self.app.ingest_options(tenant, chunker)?;
         opts.structural_context = structural;
         if llm_context {
-            opts.contextualizer = Some(self.app.contextualizer()?);
+            opts.annotator = Some(self.app.annotator()?);
         }
         Ok(opts)
     }

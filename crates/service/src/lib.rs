@@ -39,7 +39,8 @@ use ragbox_core::app::App;
 use ragbox_core::config::Config;
 use ragbox_core::store::{EventRecord, Store};
 
-pub use ragbox_core::answer::{evidence::AnswerOutcome, Answer, Refusal, Source, Standalone};
+pub use ragbox_core::answer::{evidence::AnswerOutcome, Answer, Refusal, Source};
+pub use ragbox_core::conversation::Standalone;
 pub use ragbox_core::generate::{Discard, Message, TokenSink};
 pub use ragbox_core::chunk::ChunkerKind;
 pub use ragbox_core::ingest::{Change, IngestEvent, IngestOptions, IngestReport};

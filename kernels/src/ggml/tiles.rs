@@ -1,10 +1,8 @@
 //! A few rows of activations against GGML weight blocks in register tiles: what runs where the
 //! other kernels of [`super`] do not, that is 2 to 31 rows (sequences decoding together, a short
 //! prompt) on every CPU, and a prompt's rows on a CPU without AVX-512 VNNI (whose panels,
-//! [`super::gemm`], need it). Ported from candle's patch (patches/README.md, candle items 2-5,
-//! which lived in candle's `avx.rs` and `k_quants::matmul` until issue 34 moved them here): the
-//! tiles read the GGUF's block bytes instead of candle's block types, and give the same results
-//! bit for bit.
+//! [`super::gemm`], need it). The tiles read the GGUF's block bytes (through candle's matmul hook,
+//! patches/README.md) and give the same results as candle's own kernels, bit for bit.
 //!
 //! Each parallel task owns a block of [`COLUMNS`] weight rows (small enough to stay in the core's
 //! L2 cache) and runs every activation row against them, so the weights are read from memory once

@@ -10,7 +10,7 @@ use std::time::Instant;
 use clap::Args;
 use serde::Serialize;
 
-use ragbox_core::eval::metrics::percentile;
+use ragbox_eval::metrics::percentile;
 use ragbox_core::types::TextKind;
 
 use ragbox_cli::{print_json, GlobalArgs};

@@ -16,7 +16,7 @@ use serde::Serialize;
 
 use ragbox_core::generate::{block_on, Discard, GenerateRequest, Generation, Message};
 
-use ragbox_core::eval::metrics::percentile;
+use ragbox_eval::metrics::percentile;
 
 use super::{sorted, status_mb};
 use ragbox_cli::{print_json, GlobalArgs};

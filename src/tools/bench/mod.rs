@@ -42,32 +42,23 @@ pub fn run(g: &GlobalArgs, cmd: BenchCmd) -> anyhow::Result<()> {
 }
 
 /// splitmix64: a tiny seedable generator, plenty for synthetic benchmark data (no `rand` here).
-struct SeededRng(u64);
+struct SeededRng(fastrand::Rng);
 
 impl SeededRng {
     fn new(seed: u64) -> SeededRng {
-        SeededRng(seed)
+        SeededRng(fastrand::Rng::with_seed(seed))
     }
 
     /// A generator for item `i` of stream `stream`: independent of every other item, so items can
     /// be generated in any order, in chunks or in parallel, and come out the same.
     fn for_item(seed: u64, stream: u64, i: u64) -> SeededRng {
-        let mut h = SeededRng(seed ^ stream.rotate_left(40));
-        let a = h.next_u64();
-        SeededRng(a ^ i.wrapping_mul(0xD6E8_FEB8_6659_FD93))
-    }
-
-    fn next_u64(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
+        let base = fastrand::Rng::with_seed(seed ^ stream.rotate_left(40)).u64(..);
+        SeededRng::new(base ^ i.wrapping_mul(0xD6E8_FEB8_6659_FD93))
     }
 
     /// Uniform in [0, 1).
     fn uniform(&mut self) -> f64 {
-        (self.next_u64() >> 11) as f64 / (1u64 << 53) as f64
+        self.0.f64()
     }
 
     /// Fills `out` with standard normal values (Box-Muller, both outputs used).
@@ -101,7 +92,7 @@ fn status_mb(field: &str) -> Option<f64> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use ragbox_core::eval::metrics::percentile;
+    use ragbox_eval::metrics::percentile;
 
     #[test]
     fn percentile_by_nearest_rank() {

@@ -25,7 +25,7 @@ use ragbox_core::model::bert::BertBody;
 use ragbox_core::model::TextTokenizer;
 use ragbox_core::rerank::{CrossEncoder, RerankOptions, Reranker};
 
-use ragbox_core::eval::metrics::percentile;
+use ragbox_eval::metrics::percentile;
 
 use super::{sorted, status_mb, SeededRng};
 use ragbox_cli::{print_json, GlobalArgs};

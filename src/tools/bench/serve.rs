@@ -20,7 +20,7 @@ use std::time::{Duration, Instant};
 use clap::Args;
 use serde::Serialize;
 
-use ragbox_core::eval::metrics::percentile;
+use ragbox_eval::metrics::percentile;
 use ragbox_service::{Caller, KeyRole, Service};
 
 use super::{sorted, status_mb};

@@ -27,7 +27,7 @@ use serde::Serialize;
 use ragbox_core::store::{Quantization, VectorHit, VectorIndex, VectorOptions};
 use ragbox_core::types::ChunkId;
 
-use ragbox_core::eval::metrics::percentile;
+use ragbox_eval::metrics::percentile;
 
 use super::{sorted, status_mb, SeededRng};
 use ragbox_cli::{print_json, GlobalArgs};

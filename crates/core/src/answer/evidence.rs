@@ -2,7 +2,7 @@
 //! state its answer.
 //!
 //! Imports `answer::focus` (units and the scorer), `answer::quote` (a table row as a reader reads
-//! it), `answer::follow_up` (content words) and `error`. No generator: the decision is made before any is asked.
+//! it), `words` (content words) and `error`. No generator: the decision is made before any is asked.
 //!
 //! Every unit (sentence, list item, table row with its header) of the passages given is scored
 //! against the question by the cross-encoder, whose logit means the same on every corpus. The
@@ -35,8 +35,9 @@
 
 use serde::Serialize;
 
-use super::focus::{answer_to, ranked, units, FocusScorer, Unit};
-use super::follow_up::content_words;
+use super::focus::{answer_to, ranked, FocusScorer};
+use super::segment::{units, Unit};
+use crate::words::content_words;
 use super::quote::readable;
 use crate::error::Result;
 

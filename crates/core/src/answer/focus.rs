@@ -2,42 +2,24 @@
 //! generator reads those instead of whole passages.
 //!
 //! Imports `embed` and `rerank` (what scores each sentence against the question: the
-//! cross-encoder when the tenant has one, else its embedder; [`FocusScorer`]), `chunk::sentence`
-//! and `error`. A passage is cut into units: sentences (UAX#29, with the chunk
-//! splitter's fix-ups), list items and table rows (each row with its table's header row, which
-//! gives the row's cells their meaning). Heading lines are dropped: a passage's section is in its
-//! source label already, and a small model answers with a heading it sees ("[1] 3 Passwords").
-//! The units that score best against the question are kept, at most
+//! cross-encoder when the tenant has one, else its embedder; [`FocusScorer`]), `answer::segment`
+//! (a passage's units) and `error`. The units that score best against the question are kept, at most
 //! [`PER_PASSAGE`] from one passage, in the order they have in it; a passage with none kept
 //! leaves the prompt.
 //!
-//! Why (docs/EVAL.md, issue 12): on the sample questions the 0.5B model, given whole passages,
+//! Why (docs/ANSWERS.md): on the sample questions the 0.5B model, given whole passages,
 //! answered with a heading or copied the first sentence; given the four closest sentences it
 //! reached and cited the reference more often, with half the prompt tokens (the time to the first
 //! token is the prompt's prefill). Scored by the embedder's cosine, the four kept dropped the
 //! evidence sentence of a fifth of the held-out questions whose evidence retrieval had found (a
 //! FAQ's answer is seldom the sentence worded most like the question); the cross-encoder reads
-//! the question and the sentence together (docs/EVAL.md, issue 35).
-//!
-//! ```
-//! use ragbox_core::answer::focus::units;
-//! let text = "## 3 Passwords\n\n3.1 Every password must be at least 14 characters long. It is never\nshared.\n\n\
-//!             | Record | Kept |\n|---|---|\n| Receipts | 7 years |\n\n- Lock your screen.\n- Report a loss.";
-//! let got: Vec<String> = units(text).into_iter().map(|u| u.shown()).collect();
-//! assert_eq!(got, [
-//!     "3.1 Every password must be at least 14 characters long.",
-//!     "It is never shared.",
-//!     "| Record | Kept | | Receipts | 7 years |",
-//!     "- Lock your screen.",
-//!     "- Report a loss.",
-//! ]);
-//! ```
+//! the question and the sentence together.
 
 use std::sync::Arc;
 
 use serde::Serialize;
 
-use crate::chunk::sentence::sentences;
+use super::segment::{units, Unit};
 use crate::embed::Embedder;
 use crate::error::{Error, Result};
 use crate::rerank::Reranker;
@@ -113,109 +95,6 @@ impl FocusScorer {
 
 /// Most units kept from one passage: the kept units then come from at least two passages.
 pub const PER_PASSAGE: usize = 2;
-
-/// One unit of a passage: a sentence, a list item or a table row.
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
-pub struct Unit {
-    /// The unit's text, whitespace collapsed.
-    pub text: String,
-    /// A table row's header row (empty for other units).
-    pub header: String,
-    /// The block of the passage it stands in (blocks are separated by blank lines): a list's
-    /// items, a table's rows and a paragraph's sentences share one.
-    pub block: usize,
-    /// A list item (or a sentence of one).
-    pub item: bool,
-}
-
-impl Unit {
-    /// A sentence that asks (ends with a question mark, closing quotes and brackets aside).
-    pub fn is_question(&self) -> bool {
-        self.text.trim_end_matches(['"', '\'', '”', '’', ')', ']', '*', '_', ' ']).ends_with('?')
-    }
-
-    /// The unit as the prompt shows it and the embedder reads it: a table row after its header.
-    pub fn shown(&self) -> String {
-        if self.header.is_empty() {
-            self.text.clone()
-        } else {
-            format!("{} {}", self.header, self.text)
-        }
-    }
-}
-
-fn collapse(text: &str) -> String {
-    text.split_whitespace().collect::<Vec<_>>().join(" ")
-}
-
-/// A markdown heading (`# …`) or a setext underline (`===`, `---`, `~~~`).
-fn is_underline(line: &str) -> bool {
-    line.len() >= 3 && line.chars().all(|c| matches!(c, '=' | '-' | '~'))
-}
-
-/// A list item's opening: `-`, `*`, `+`, `1.` or `1)` and a space.
-fn opens_item(line: &str) -> bool {
-    let digits = line.chars().take_while(char::is_ascii_digit).count();
-    let rest = &line[digits..];
-    let marker = if digits > 0 { rest.starts_with(". ") || rest.starts_with(") ") } else { false };
-    marker || line.starts_with("- ") || line.starts_with("* ") || line.starts_with("+ ")
-}
-
-/// The units of `text`, in order. Heading lines are left out; a passage of nothing but headings
-/// has no units.
-pub fn units(text: &str) -> Vec<Unit> {
-    // Lines without headings, grouped into blocks at blank lines.
-    let mut blocks: Vec<Vec<&str>> = vec![Vec::new()];
-    for line in text.lines().map(str::trim) {
-        if line.starts_with('#') {
-            continue;
-        }
-        if is_underline(line) {
-            // A setext heading's title is the line above its underline.
-            blocks.last_mut().map(Vec::pop);
-            continue;
-        }
-        if line.is_empty() {
-            blocks.push(Vec::new());
-        } else {
-            blocks.last_mut().expect("one block at least").push(line);
-        }
-    }
-    let mut out = Vec::new();
-    for (b, block) in blocks.into_iter().filter(|b| !b.is_empty()).enumerate() {
-        if block[0].starts_with('|') {
-            let rows: Vec<&str> =
-                block.into_iter().filter(|l| !l.chars().all(|c| matches!(c, '|' | '-' | ':' | ' '))).collect();
-            let Some((header, body)) = rows.split_first() else { continue };
-            if body.is_empty() {
-                out.push(Unit { text: collapse(header), block: b, ..Unit::default() });
-            }
-            out.extend(body.iter().map(|row| Unit { text: collapse(row), header: collapse(header), block: b, item: false }));
-            continue;
-        }
-        let mut items: Vec<String> = Vec::new();
-        for line in block {
-            match items.last_mut() {
-                Some(item) if !opens_item(line) => {
-                    item.push(' ');
-                    item.push_str(line);
-                }
-                _ => items.push(line.to_string()),
-            }
-        }
-        for item in items {
-            let listed = opens_item(&item);
-            out.extend(
-                sentences(&item)
-                    .into_iter()
-                    .map(|r| collapse(&item[r]))
-                    .filter(|s| !s.is_empty())
-                    .map(|text| Unit { text, block: b, item: listed, ..Unit::default() }),
-            );
-        }
-    }
-    out
-}
 
 /// What [`focus`] chose.
 #[derive(Debug, Clone, PartialEq, Default)]

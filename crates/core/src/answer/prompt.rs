@@ -179,7 +179,7 @@ const FULL_SENTENCE: &str = "Answer in one complete sentence that states what th
 /// questions (16 with the system-context rule) and open most answers with "No". On the dev
 /// halves of the sample corpus and the PostgreSQL manual this rule reached and cited 28% (the
 /// system-context rule 33%, its policy wording helping on the policy corpus; "states what the
-/// passage says" 27%; docs/EVAL.md, issue 35).
+/// passage says" 27%; docs/EVAL.md).
 const ANSWER_FIRST: &str = "Reply with one complete sentence that answers the question with the exact figures, dates \
      or names and any condition the passage attaches to them. End the sentence with the number of the passage it \
      comes from, in square brackets:";
@@ -207,7 +207,7 @@ fn system_context(question: &str, passages: &[PromptPassage], rule: &str) -> Vec
 
 /// The rule of a try without citation markers: the 0.5B model, told to end its sentence with
 /// "[1], [2] or [3]", wrote only the marker for a third of the held-out questions it was not
-/// refused on (docs/EVAL.md, issue 35); the marker it wrote names the passage, and the sentence it
+/// refused on (docs/EVAL.md); the marker it wrote names the passage, and the sentence it
 /// then writes without the marker rule is cited to it.
 const PLAIN_SENTENCE: &str = "Answer in one complete sentence with the exact figures, dates or names from the passages \
      and any condition they attach to them.";
@@ -299,7 +299,7 @@ const CHUNK_OPENING_WORDS: usize = 12;
 /// the chunk; a chunk the document shown already holds (`shown`) is pointed at by its opening
 /// words rather than repeated: a few tokens to compute instead of the chunk's hundreds.
 /// Worded for the 0.5B model, which echoed the published contextual-retrieval prompt back and,
-/// asked for a sentence, quoted the chunk's first one (docs/BENCHMARKS.md).
+/// asked for a sentence, quoted the chunk's first one.
 pub fn context_messages(document_title: &str, document: &str, chunk: &str, shown: bool) -> Vec<Message> {
     let mut user = String::with_capacity(400 + document.len() + chunk.len());
     let _ = writeln!(user, "<document title=\"{}\">", escape_attr(document_title.trim()));

@@ -3,7 +3,7 @@
 //! it for no answer), and [`readable`] writes a table row as "Column: value; …", the way an
 //! evidence-first answer quotes it.
 //!
-//! Imports `answer::focus` (units) and `answer::follow_up` (content words).
+//! Imports `answer::focus` (units) and `words` (content words).
 //!
 //! Why (docs/EVAL.md): a fifth of the 0.5B model's written answers on the held-out dev halves
 //! restated the question as a statement ("The passage requires that += on a list creates a new
@@ -21,8 +21,8 @@ use std::collections::HashSet;
 
 use serde::Serialize;
 
-use super::focus::Unit;
-use super::follow_up::content_words;
+use super::segment::Unit;
+use crate::words::content_words;
 
 /// Why the model's reply was not taken as the answer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]

@@ -20,9 +20,9 @@ use std::sync::Arc;
 
 use serde::Serialize;
 
-use super::follow_up::stem;
+use crate::words::stem;
 use super::prompt::support_messages;
-use crate::chunk::sentence::sentences;
+use super::segment::units;
 use crate::embed::Embedder;
 use crate::error::Result;
 use crate::generate::Generator;
@@ -253,8 +253,8 @@ pub fn ungrounded(question: &str, claim: &str, passages: &[&str]) -> Option<Stri
     let mine = content(&body);
     let best = passages
         .iter()
-        .flat_map(|p| sentences_of(p))
-        .map(|s| tokens(&s))
+        .flat_map(|p| units(p))
+        .map(|u| tokens(&u.shown()))
         .map(|ws| (content(&ws).intersection(&mine).count(), ws))
         .max_by_key(|(n, _)| *n);
     if let Some((common, sentence)) = best.filter(|(n, _)| *n >= 2 && 2 * n >= mine.len()) {
@@ -269,34 +269,6 @@ pub fn ungrounded(question: &str, claim: &str, passages: &[&str]) -> Option<Stri
     None
 }
 
-/// The sentences of a passage for matching: table rows, headings and list items one each, wrapped
-/// lines of a paragraph or a list item joined, paragraphs split at `.`, `!`, `?` and `;`.
-fn sentences_of(passage: &str) -> Vec<String> {
-    let mut blocks: Vec<String> = Vec::new();
-    let mut open = false;
-    for line in passage.lines().map(str::trim) {
-        let item = line.starts_with("- ") || line.starts_with("* ");
-        let single = line.starts_with('|') || line.starts_with('#');
-        if line.is_empty() || item || single {
-            // A list item's wrapped lines continue it; a table row or heading is one line.
-            open = item;
-            if item || single {
-                blocks.push(line.to_string());
-            }
-            continue;
-        }
-        match blocks.last_mut() {
-            Some(last) if open => {
-                last.push(' ');
-                last.push_str(line);
-            }
-            _ => blocks.push(line.to_string()),
-        }
-        open = true;
-    }
-    blocks.iter().flat_map(|b| b.split(['.', '!', '?', ';'])).map(str::to_string).collect()
-}
-
 /// Whether `words` hold a negation ("not only … but" adds, it does not negate).
 fn negates(words: &[String]) -> bool {
     words.iter().enumerate().any(|(i, w)| {
@@ -307,27 +279,26 @@ fn negates(words: &[String]) -> bool {
 
 /// Cosine of each cited claim to the closest sentence of the passages it cites.
 fn similarity_scores(embedder: &dyn Embedder, claims: &[Claim<'_>], cited: &[usize]) -> Result<Vec<f32>> {
-    // Every distinct passage sentence once, then every claim.
-    let mut pieces: Vec<&str> = Vec::new();
+    // Every distinct passage unit once (the segmentation the focus and the quotes read), then
+    // every claim.
+    let mut owned: Vec<String> = Vec::new();
     let mut per_claim: Vec<Vec<usize>> = Vec::new();
     let mut seen = std::collections::HashMap::new();
     for &i in cited {
         let mut mine = Vec::new();
         for passage in &claims[i].passages {
-            for r in sentences(passage) {
-                let s = passage[r].trim();
-                if s.is_empty() {
-                    continue;
-                }
-                let at = *seen.entry(s).or_insert_with(|| {
-                    pieces.push(s);
-                    pieces.len() - 1
+            for unit in units(passage) {
+                let s = unit.shown();
+                let at = *seen.entry(s.clone()).or_insert_with(|| {
+                    owned.push(s);
+                    owned.len() - 1
                 });
                 mine.push(at);
             }
         }
         per_claim.push(mine);
     }
+    let pieces: Vec<&str> = owned.iter().map(String::as_str).collect();
     let claim_texts: Vec<&str> =
         cited.iter().map(|&i| if claims[i].text.trim().is_empty() { "-" } else { claims[i].text.as_str() }).collect();
     let passage_vectors = if pieces.is_empty() { Vec::new() } else { embedder.embed(&pieces, TextKind::Passage)? };

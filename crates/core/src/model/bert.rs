@@ -80,7 +80,7 @@ impl Layer {
             attn_norm: layer_norm(h, cfg.layer_norm_eps, att.pp("output").pp("LayerNorm"))?,
             intermediate: Dense::from_weights(dense(vb.pp("intermediate").pp("dense"), h, cfg.intermediate_size)?, precision, false, device)?,
             // 8-bit weights cost MiniLM's embeddings most here (golden worst cosine 0.9987 with
-            // them, 0.99958 with this layer exact: docs/BENCHMARKS.md); 15 bits keep the gate.
+            // them, 0.99958 with this layer exact, tests/integration/golden.rs); 15 bits keep the gate.
             // (A model stored as int8 codes runs its own codes.)
             output: Dense::from_weights(dense(vb.pp("output").pp("dense"), cfg.intermediate_size, h)?, precision, true, device)?,
             out_norm: layer_norm(h, cfg.layer_norm_eps, vb.pp("output").pp("LayerNorm"))?,

@@ -20,7 +20,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Instant;
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use crate::embed::Embedder;
 use crate::error::{Error, Result};
@@ -30,8 +30,11 @@ use crate::types::{cosine, indexed_text, ChunkId, TextKind};
 
 use fusion::{maximal_marginal_relevance, reciprocal_rank_fusion, RankedList};
 
-/// Settings of the read path. Defaults are the ones `ragbox eval` chose on SciFact (docs/EVAL.md).
-#[derive(Debug, Clone, Serialize)]
+/// Settings of the read path, as `[retrieve]` in the configuration spells them (each key the
+/// field's name; `floor` is chosen per query's scorer, from `[retrieve.floors]`). The defaults
+/// here are the library's; the shipped ones are `config/default.toml`'s (docs/RETRIEVAL.md).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
 pub struct RetrieveOptions {
     /// Dense candidates (0: no dense retrieval, no query embedding).
     pub dense_candidates: usize,
@@ -43,7 +46,9 @@ pub struct RetrieveOptions {
     pub lexical_weight: f32,
     /// The `k` of reciprocal rank fusion.
     pub rrf_k: f32,
-    /// Maximal marginal relevance trade-off (1: relevance only); `None`: off.
+    /// Maximal marginal relevance trade-off; `None` (written 1.0 in the configuration: relevance
+    /// only): off.
+    #[serde(deserialize_with = "mmr_lambda")]
     pub mmr_lambda: Option<f32>,
     /// Fused candidates the reranker scores.
     pub rerank_depth: usize,
@@ -58,9 +63,19 @@ pub struct RetrieveOptions {
     /// Passages returned.
     pub top_k: usize,
     /// Evidence below this on every candidate means "no good source"; `None`: never refuse.
+    #[serde(skip_deserializing)]
     pub floor: Option<f32>,
     /// Merge sibling children into their parent section.
     pub expand_parents: bool,
+}
+
+/// `mmr_lambda` as the configuration writes it: 1.0 (relevance only) is off.
+fn mmr_lambda<'de, D: serde::Deserializer<'de>>(d: D) -> std::result::Result<Option<f32>, D::Error> {
+    let lambda = f32::deserialize(d)?;
+    if !(0.0..=1.0).contains(&lambda) {
+        return Err(serde::de::Error::custom(format!("mmr_lambda = {lambda}: it must be between 0 and 1 (1: off)")));
+    }
+    Ok((lambda < 1.0).then_some(lambda))
 }
 
 impl Default for RetrieveOptions {
@@ -222,6 +237,14 @@ pub struct Retrieval {
     pub candidates: Vec<Candidate>,
     /// Time per stage.
     pub timings: Timings,
+}
+
+impl Retrieval {
+    /// Whether there is nothing to answer from: no candidate cleared the floor, or nothing was
+    /// found at all. The one refusal test of every answer path: no generator is asked then.
+    pub fn no_good_source(&self) -> bool {
+        self.refused || self.hits.is_empty()
+    }
 }
 
 /// Searches one tenant.

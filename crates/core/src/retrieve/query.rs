@@ -1,7 +1,7 @@
 //! What kind of query retrieval is given: a question put in words ("How long is CCTV footage
 //! kept?", "who wrote the lppl") or a statement (a claim, a few keywords). Claims and keywords
 //! lean on their exact terms, which BM25 matches; questions on their meaning, which the
-//! embedder's cosine carries better (docs/EVAL.md, issue 33: the first stage's vote in the
+//! embedder's cosine carries better (docs/EVAL.md: the first stage's vote in the
 //! rerank mix).
 //!
 //! ```

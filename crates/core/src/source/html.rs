@@ -20,7 +20,7 @@
 //! checks walk the stack of open elements, so building a page nested `d` deep costs `d²` (100,000
 //! nested `div`s ran for minutes). Below [`MAX_DEPTH`] elements the walk stops descending and takes
 //! the rest of the subtree as plain text (a walk that recursed once per element overflowed the
-//! stack on deep pages; both found by fuzzing, issue 16).
+//! stack on deep pages; both found by fuzzing).
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -377,7 +377,7 @@ fn collect(el: ElementRef<'_>, buf: &mut String, depth: usize) {
 /// Appends a list's items as lines (`- item`, `1. item`), nested lists indented two spaces (up to
 /// [`MAX_DEPTH`] levels; deeper lists are read as text). Numbering saturates: `start` may be any
 /// number a page writes (`<ol start=18446744073709551615>` overflowed it before; found by fuzzing,
-/// issue 16).
+/// fuzzing).
 fn render_list(list: ElementRef<'_>, depth: usize, out: &mut String) {
     let ordered = list.value().name() == "ol";
     let mut n: i64 = list.value().attr("start").and_then(|s| s.trim().parse().ok()).unwrap_or(1);

@@ -257,21 +257,21 @@ mod tests {
     #[test]
     fn mutated_tiffs_give_pages_or_reasons_never_a_panic() {
         let tif = crate::source::testutil::fixture(TIFF);
-        let mut rng = crate::source::testutil::Xorshift(0x9e37_79b9_7f4a_7c15);
+        let mut rng = fastrand::Rng::with_seed(0x9e37_79b9_7f4a_7c15);
         for case in 0..120 {
             let mut bytes = tif.clone();
             // Set bytes, two in three of them in the header (the first 16 bytes) or near the end,
             // where tiffcp writes the last page's image directory after its data.
-            for _ in 0..1 + rng.below(8) {
-                let at = match rng.below(3) {
-                    0 => rng.below(16),
-                    1 => bytes.len() - 1 - rng.below(400),
-                    _ => rng.below(bytes.len()),
+            for _ in 0..1 + rng.usize(..8) {
+                let at = match rng.usize(..3) {
+                    0 => rng.usize(..16),
+                    1 => bytes.len() - 1 - rng.usize(..400),
+                    _ => rng.usize(..bytes.len()),
                 };
-                bytes[at] = rng.next() as u8;
+                bytes[at] = rng.u8(..);
             }
             if case % 10 == 0 {
-                bytes.truncate(rng.below(bytes.len()));
+                bytes.truncate(rng.usize(..bytes.len()));
             }
             let Ok(mut pages) = Pages::of(&bytes) else { continue };
             let mut n = 0;

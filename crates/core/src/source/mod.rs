@@ -26,10 +26,11 @@ pub mod epub;
 pub mod guard;
 pub mod html;
 pub mod image;
+pub mod invariants;
 pub mod markdown;
 pub mod ocr;
 pub mod odf;
-pub(crate) mod package;
+pub mod package;
 pub mod pdf;
 pub mod pdf_images;
 pub mod pptx;
@@ -533,9 +534,8 @@ impl TextBuilder {
 
 #[cfg(test)]
 pub(crate) mod testutil {
-    //! The invariants every parser keeps, checked on a parsed document.
+    //! What the parsers' unit tests share: fixtures and the parser invariants as an assertion.
 
-    use super::LineIndex;
     use crate::types::{BlockKind, ParsedDocument};
 
     /// The bytes of `tests/data/NAME` (the Office fixtures live in `tests/data/office/`).
@@ -544,56 +544,15 @@ pub(crate) mod testutil {
         std::fs::read(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
     }
 
-    /// A small deterministic random source for the parsers' mutation tests (xorshift64).
-    pub struct Xorshift(pub u64);
-
-    impl Xorshift {
-        /// The next number.
-        pub fn next(&mut self) -> u64 {
-            self.0 ^= self.0 << 13;
-            self.0 ^= self.0 >> 7;
-            self.0 ^= self.0 << 17;
-            self.0
-        }
-
-        /// A number below `n` (`n` > 0).
-        pub fn below(&mut self, n: usize) -> usize {
-            (self.next() % n as u64) as usize
-        }
-    }
-
     /// Each block's kind and text.
     pub fn blocks_of(doc: &ParsedDocument) -> Vec<(BlockKind, String)> {
         doc.blocks.iter().map(|b| (b.kind.clone(), doc.text[b.span.range()].to_string())).collect()
     }
 
-    /// Panics unless `doc` keeps the parser invariants: normalised text; blocks in order, not
-    /// overlapping, non-empty, inside `text` on char boundaries, not starting or ending with
-    /// whitespace (code may start with indentation); lines agreeing with spans.
+    /// Panics unless `doc` keeps the parser invariants ([`super::invariants`]).
     pub fn check_document(doc: &ParsedDocument) {
-        assert!(!doc.text.contains('\r'), "text has a CR");
-        assert!(!doc.text.contains('\0'), "text has a NUL");
-        assert!(!doc.text.starts_with('\u{feff}'), "text starts with a BOM");
-        assert!(!doc.title.contains('\n'), "title spans lines: {:?}", doc.title);
-        let index = LineIndex::new(&doc.text);
-        let mut prev_end = 0;
-        for (i, b) in doc.blocks.iter().enumerate() {
-            assert!(!b.span.is_empty(), "block {i} is empty: {b:?}");
-            assert!(b.span.start >= prev_end, "block {i} overlaps or is out of order: {b:?}");
-            assert!(b.span.end <= doc.text.len(), "block {i} runs past the text: {b:?}");
-            assert!(doc.text.is_char_boundary(b.span.start), "block {i} starts inside a char");
-            assert!(doc.text.is_char_boundary(b.span.end), "block {i} ends inside a char");
-            let s = &doc.text[b.span.range()];
-            assert!(!s.trim().is_empty(), "block {i} is blank");
-            assert!(!s.ends_with(char::is_whitespace), "block {i} ends with whitespace: {s:?}");
-            assert!(!s.starts_with('\n'), "block {i} starts with a line end: {s:?}");
-            assert_eq!(b.lines, index.lines(b.span), "block {i} lines disagree with its span");
-            assert!(b.lines.first >= 1 && b.lines.first <= b.lines.last);
-            if let crate::types::BlockKind::Heading { level, title } = &b.kind {
-                assert!((1..=6).contains(level), "heading level {level}");
-                assert!(!title.is_empty(), "heading {i} has no title");
-            }
-            prev_end = b.span.end;
+        if let Err(broken) = super::invariants::check_document(doc) {
+            panic!("{broken}");
         }
     }
 }

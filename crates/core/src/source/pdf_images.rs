@@ -628,15 +628,15 @@ mod tests {
         let xobjects = own.unwrap().get(b"XObject").and_then(Object::as_dict).unwrap();
         let id = xobjects.iter().next().unwrap().1.as_reference().unwrap();
         let stream = doc.get_object(id).and_then(Object::as_stream).unwrap().clone();
-        let mut rng = crate::source::testutil::Xorshift(0x2545_f491_4f6c_dd1d);
+        let mut rng = fastrand::Rng::with_seed(0x2545_f491_4f6c_dd1d);
         for case in 0..60 {
             let mut data = stream.content.clone();
-            for _ in 0..1 + rng.below(16) {
-                let at = rng.below(data.len());
-                data[at] = rng.next() as u8;
+            for _ in 0..1 + rng.usize(..16) {
+                let at = rng.usize(..data.len());
+                data[at] = rng.u8(..);
             }
             if case % 6 == 0 {
-                data.truncate(rng.below(data.len()));
+                data.truncate(rng.usize(..data.len()));
             }
             let mut dict = stream.dict.clone();
             dict.remove(b"Length");

@@ -81,7 +81,7 @@ impl Parser for SheetParser {
 }
 
 /// Runs a calamine read with its panics caught: malformed workbooks make calamine 0.38 index out
-/// of bounds and overflow (found by fuzzing, issue 31); such a file is `Corrupt`, not a crash.
+/// of bounds and overflow (found by fuzzing); such a file is `Corrupt`, not a crash.
 fn calamine_guarded(read: impl FnOnce() -> Result<usize, SkipReason>) -> Result<usize, SkipReason> {
     std::panic::catch_unwind(std::panic::AssertUnwindSafe(read)).unwrap_or_else(|panic| {
         let what = super::guard::panic_message(panic.as_ref());
@@ -132,7 +132,7 @@ fn is_number(cell: &str) -> bool {
 
 /// calamine 0.38 reserves room for as many shared strings as the part's `uniqueCount` declares
 /// before it reads one: a 7 KB workbook declaring 10^13 asked for 240 TB, and a failed allocation
-/// aborts the process, which no `catch_unwind` stops (found by fuzzing, issue 31). A count the
+/// aborts the process, which no `catch_unwind` stops (found by fuzzing). A count the
 /// part's own bytes cannot hold (a string takes at least `<si/>`, 5 bytes) is refused here.
 fn check_shared_string_count(package: &mut Package) -> Result<(), SkipReason> {
     for name in package.names().into_iter().filter(|n| n.to_ascii_lowercase().ends_with("sharedstrings.xml")) {

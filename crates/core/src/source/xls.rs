@@ -1,7 +1,7 @@
 //! Legacy Excel workbooks (`.xls`, Excel 97-2003), read by calamine in a child process that has
 //! a memory bound and a deadline.
 //!
-//! calamine reads `.xls`, but a mutated workbook made it allocate 24 GB (fuzzing, issue 31:
+//! calamine reads `.xls`, but a mutated workbook made it allocate 24 GB (found by fuzzing:
 //! `tests/fixtures/fuzz/xls-calamine-memory-bomb.xls`). A panic can be caught inside the process;
 //! an allocation that size cannot, and it would take an ingest or the server down with it. So the
 //! workbook is read by the `ragbox` executable itself, started as a child ([`CHILD_ARG`]) with its
@@ -235,7 +235,7 @@ fn bound_self() {
 /// Every sheet of a workbook, at most [`MAX_CELLS`] positions in all. Only the cells that hold a
 /// value are taken from calamine's grid, as the `.xlsx` reader streams them: a sheet that spans
 /// 65,536 × 256 positions for three values replies three values, not 16 million empty strings
-/// (a 5.6 KB workbook cost 1.2 GB that way and lost its far cells to the budget; issue 31).
+/// (a 5.6 KB workbook cost 1.2 GB that way and lost its far cells to the budget).
 fn read_workbook(bytes: &[u8]) -> Reply {
     let mut book: Xls<_> = match Xls::new(Cursor::new(bytes)) {
         Ok(book) => book,

@@ -1,5 +1,5 @@
-//! The annotation cache: contexts the `llm` contextualiser wrote, keyed by the sha256 of
-//! (contextualiser, whole document, chunk text), so no chunk is ever annotated twice — not on a
+//! The annotation cache: notes the `llm` annotator wrote, keyed by the sha256 of
+//! (annotator, whole document, chunk text), so no chunk is ever annotated twice — not on a
 //! re-run, not after an edit elsewhere in another document, not in another tenant.
 
 use std::collections::HashMap;
@@ -33,15 +33,15 @@ impl<'c> Annotations<'c> {
         Ok(out)
     }
 
-    /// Caches contexts written by `contextualizer` (existing entries are kept).
-    pub fn put(&self, contextualizer: &str, rows: &[(TextHash, String)]) -> Result<()> {
+    /// Caches notes written by `annotator` (existing entries are kept).
+    pub fn put(&self, annotator: &str, rows: &[(TextHash, String)]) -> Result<()> {
         let mut conn = self.conn.lock();
         let tx = conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
         {
             let mut put =
                 tx.prepare_cached("INSERT OR IGNORE INTO annotations (key, contextualizer, context) VALUES (?1, ?2, ?3)")?;
             for (k, c) in rows {
-                put.execute(params![&k[..], contextualizer, c])?;
+                put.execute(params![&k[..], annotator, c])?;
             }
         }
         tx.commit()?;

@@ -172,7 +172,7 @@ pub enum DocumentContent {
         /// Chunker name.
         chunker: String,
         /// Its chunks, each with its situating context.
-        chunks: Vec<ContextualChunk>,
+        chunks: Vec<AnnotatedChunk>,
     },
     /// Skipped, with the reason shown to the user.
     Skipped {
@@ -183,7 +183,7 @@ pub enum DocumentContent {
 
 /// A chunk with the context that is embedded and indexed with it (children only).
 #[derive(Debug, Clone)]
-pub struct ContextualChunk {
+pub struct AnnotatedChunk {
     /// The chunk.
     pub chunk: Chunk,
     /// Its situating context; empty for parents.
@@ -780,8 +780,8 @@ mod tests {
                 doc,
                 chunker: "structural".into(),
                 chunks: vec![
-                    ContextualChunk { chunk: parent, context: String::new() },
-                    ContextualChunk { chunk: child, context: "T".into() },
+                    AnnotatedChunk { chunk: parent, context: String::new() },
+                    AnnotatedChunk { chunk: child, context: "T".into() },
                 ],
             },
         }

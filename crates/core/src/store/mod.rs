@@ -39,7 +39,7 @@ use serde::Serialize;
 
 pub use annotation::Annotations;
 pub use catalog::{
-    Catalog, ChunkRow, CommitBatch, CommitChanges, ContextualChunk, DocumentContent, DocumentRow, DocumentStatus,
+    Catalog, ChunkRow, CommitBatch, CommitChanges, AnnotatedChunk, DocumentContent, DocumentRow, DocumentStatus,
     DocumentWrite, IndexEntry, TenantRow,
 };
 pub use conversation::{AnswerRecord, AnswerRow, Answers, FeedbackRow, Rating, Sessions, TurnRow};
@@ -204,6 +204,9 @@ impl Store {
     /// repaired first when no writer holds the tenant; otherwise the last committed indexes are
     /// served (hits are resolved through the catalog, so removed chunks never surface).
     pub fn reader(&self, tenant: &TenantRow) -> Result<TenantReader> {
+        if let Some(reader) = self.fresh_reader(tenant) {
+            return Ok(reader);
+        }
         let repair = if !self.needs_repair(tenant) {
             Repair::default()
         } else {
@@ -222,6 +225,24 @@ impl Store {
         let vector = self.view_vector(tenant)?;
         let lexical = LexicalIndex::open_or_create(&self.layout.lexical(&tenant.name))?.searcher()?;
         Ok(TenantReader { tenant: tenant.clone(), vector: Box::new(vector), lexical: Box::new(lexical), repair })
+    }
+
+    /// The common case of [`Store::reader`], each index opened once: both at `tenant`'s
+    /// generation (as the caller just read it from the catalog) and whole. `None` sends the
+    /// reader down the careful path (repair, a writer mid-save, a newer commit).
+    fn fresh_reader(&self, tenant: &TenantRow) -> Option<TenantReader> {
+        let path = self.layout.vector(&tenant.name, &tenant.model);
+        let meta = VectorIndex::check(&path, &self.layout.vector_meta(&tenant.name, &tenant.model)).ok()?;
+        if meta.generation != tenant.generation || meta.model != tenant.model || meta.dims != tenant.dims {
+            return None;
+        }
+        let lexical = LexicalIndex::open_or_create(&self.layout.lexical(&tenant.name)).ok()?;
+        if lexical.generation().ok()? != tenant.generation {
+            return None;
+        }
+        let vector = VectorIndex::view(&path, meta, self.vector_options).ok()?;
+        let lexical = lexical.searcher().ok()?;
+        Some(TenantReader { tenant: tenant.clone(), vector: Box::new(vector), lexical: Box::new(lexical), repair: Repair::default() })
     }
 
     /// Maps the tenant's vector index read-only. A writer's save replaces the index file and then
@@ -606,7 +627,7 @@ pub mod in_memory {
                 lines: Lines { first: 1, last: 1 },
                 tokens: 1,
             };
-            chunks.push(ContextualChunk { chunk, context: String::new() });
+            chunks.push(AnnotatedChunk { chunk, context: String::new() });
             at += p.len() + 2;
         }
         let doc = ParsedDocument { parser: "text".into(), title: path.into(), text, blocks, metadata: Default::default() };

@@ -1,4 +1,4 @@
-//! The `llm` contextualiser: the local LLM reads a child chunk within its whole document and
+//! The `llm` annotator: the local LLM reads a child chunk within its whole document and
 //! writes a short note on what it covers, in its key terms (contextual retrieval); the note
 //! follows the chunk's structural context (title and sections) in front of it, for embedding
 //! and BM25.
@@ -15,7 +15,7 @@ use std::sync::Arc;
 use crate::answer::prompt::context_messages;
 use crate::error::Result;
 use crate::generate::{block_on, Discard, GenerateRequest, Generator};
-use crate::ingest::Contextualizer;
+use crate::ingest::Annotator;
 
 /// Most characters of a document shown with its chunks (its head): bounds the prompt on a CPU.
 pub const DOCUMENT_CHARS: usize = 6000;
@@ -25,17 +25,17 @@ pub const DOCUMENT_CHARS: usize = 6000;
 const CONTEXT_MAX_TOKENS: usize = 32;
 
 /// Annotates chunks with a [`Generator`].
-pub struct LlmContextualizer {
+pub struct LlmAnnotator {
     generator: Arc<dyn Generator>,
     id: String,
 }
 
-impl LlmContextualizer {
-    /// A contextualiser over `generator`.
-    pub fn new(generator: Arc<dyn Generator>) -> LlmContextualizer {
+impl LlmAnnotator {
+    /// An annotator over `generator`.
+    pub fn new(generator: Arc<dyn Generator>) -> LlmAnnotator {
         // The id names the model and this prompt's version: a change to either re-annotates.
         let id = format!("llm-context-v4:{}", generator.model_id());
-        LlmContextualizer { generator, id }
+        LlmAnnotator { generator, id }
     }
 }
 
@@ -57,7 +57,7 @@ fn clean(reply: &str) -> String {
     text.split_whitespace().collect::<Vec<_>>().join(" ")
 }
 
-impl Contextualizer for LlmContextualizer {
+impl Annotator for LlmAnnotator {
     fn id(&self) -> &str {
         &self.id
     }
@@ -72,8 +72,8 @@ impl Contextualizer for LlmContextualizer {
         };
         // One at a time, so a later request can find the document's prefix in the generator's
         // prefix cache (all at once, every request computed it anew and held its own KV cache:
-        // 5 GB for SmolLM2 on one policy). Measured with the 0.5B model (docs/BENCHMARKS.md): 4.8
-        // chunks/min with the prefix cache, 1.8 without. Four at a time after the first (which
+        // 5 GB for SmolLM2 on one policy); with the 0.5B model the prefix cache made it 2-3 times
+        // faster (docs/BENCHMARKS.md has today's rate). Four at a time after the first (which
         // fills the prefix cache) took 14-340 s a chunk instead of ~3.5: mistralrs batches only
         // sequences of equal length and makes the others wait.
         block_on(async {
@@ -94,7 +94,7 @@ mod tests {
     #[test]
     fn every_chunk_gets_a_context_and_the_document_leads_every_prompt() {
         let g = Arc::new(ScriptedGenerator::new(&["Context: From the travel policy.", "This chunk covers\ninsurance abroad.\n"]));
-        let c = LlmContextualizer::new(g.clone());
+        let c = LlmAnnotator::new(g.clone());
         let doc = "The travel policy. chunk one. chunk two.";
         let out = c.contexts("Travel", doc, &[19..29, 30..40]).unwrap();
         assert_eq!(out, vec!["From the travel policy.".to_string(), "insurance abroad.".to_string()]);

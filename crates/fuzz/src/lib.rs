@@ -1,7 +1,6 @@
-//! Parser fuzzing on stable Rust: seeded mutation of real files and generated hostile inputs, run
-//! through every parser and the chunkers, checking the properties the write path relies on.
-//!
-//! May import `types`, `error`, `source` and `chunk`.
+//! ragbox-fuzz: parser fuzzing on stable Rust: seeded mutation of real files and generated
+//! hostile inputs, run through every parser and the chunkers, checking the properties the write
+//! path relies on. A tool beside the pipeline: nothing in the product depends on it.
 //!
 //! Each case `i` of a run is a pure function of the run's seed and `i` ([`case`]), so any finding
 //! can be regenerated from two numbers. A case picks a target (a parser, by file name: markdown,
@@ -9,10 +8,9 @@
 //! target's seeds (bit flips, interesting bytes and numbers, format tokens from a dictionary,
 //! deletions, duplications of a range (which builds nesting), splices with another seed,
 //! truncation) or generates a hostile input (deep nesting, long lines, huge numbers, many parts).
-//! [`check_case`] then runs [`source::parse`] (the parser itself, not its guard, so that a panic
+//! [`check_case`] then runs [`ragbox_core::source::parse`] (the parser itself, not its guard, so that a panic
 //! counts) and one chunker chosen by the case, and checks:
-//! - the document: normalised text; blocks in order, not overlapping, non-empty, on character
-//!   boundaries inside the text; lines agreeing with spans; heading levels 1-6;
+//! - the document: the parser invariants of [`ragbox_core::source::invariants`];
 //! - the chunks: ordinals `0..n`; every span on character boundaries inside the text and
 //!   non-blank; a child's parent an earlier parent chunk that contains it.
 //!
@@ -21,7 +19,7 @@
 //! `examples/fuzz_parsers.rs`; docs/RELIABILITY.md has the figures and the command.
 //!
 //! ```
-//! use ragbox_core::fuzz::{run, Corpus, FuzzOptions};
+//! use ragbox_fuzz::{run, Corpus, FuzzOptions};
 //! let report = run(&Corpus::builtin(), &FuzzOptions { count: 50, ..FuzzOptions::default() }, &mut |_| {}, &mut |_| {});
 //! assert_eq!(report.inputs(), 50);
 //! assert_eq!(report.failures(), 0);
@@ -36,13 +34,14 @@ use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
 
-use crate::chunk::{
+use ragbox_core::chunk::{
     ChunkOptions, Chunker, CodeChunker, FixedChunker, FixedOptions, SemanticChunker, SemanticOptions, SentenceEmbedder,
     StructuralChunker, WholeChunker, WordCounter,
 };
-use crate::source::guard::panic_message;
-use crate::source::{parser_for, LineIndex};
-use crate::types::{BlockKind, ChunkRole, ParsedDocument};
+use ragbox_core::source::guard::panic_message;
+use ragbox_core::source::invariants::check_document;
+use ragbox_core::source::parser_for;
+use ragbox_core::types::{ChunkRole, ParsedDocument};
 
 /// One parser target: a label and the file name that routes to it.
 #[derive(Debug, Clone, Copy)]
@@ -105,29 +104,25 @@ fn is_container(target: &str) -> bool {
     matches!(target, "docx" | "odt" | "odp" | "ods" | "pptx" | "xlsx" | "epub")
 }
 
-/// A small, fast, seedable generator (SplitMix64).
+/// The fuzzer's random source: [`fastrand::Rng`], seeded, with the draws a mutation needs.
 #[derive(Debug, Clone)]
-pub struct Rng(u64);
+pub struct Rng(fastrand::Rng);
 
 impl Rng {
     /// A generator from a seed.
     pub fn new(seed: u64) -> Rng {
-        Rng(seed)
+        Rng(fastrand::Rng::with_seed(seed))
     }
     /// The next 64 random bits.
     pub fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
+        self.0.u64(..)
     }
     /// A number in `0..n` (0 when `n` is 0).
     pub fn below(&mut self, n: usize) -> usize {
         if n == 0 {
             0
         } else {
-            (self.next() % n as u64) as usize
+            self.0.usize(..n)
         }
     }
     /// True with probability `1/n`.
@@ -264,8 +259,8 @@ impl Corpus {
     /// Adds every file under `dir` (or `dir` itself when it is a file) that a parser reads.
     pub fn add_path(&mut self, dir: &Path) -> std::io::Result<usize> {
         let mut added = 0;
-        for entry in crate::source::walk::walk(dir) {
-            if let crate::source::walk::WalkEntry::File { path, .. } = entry {
+        for entry in ragbox_core::source::walk::walk(dir) {
+            if let ragbox_core::source::walk::WalkEntry::File { path, .. } = entry {
                 if parser_for(&path).is_some() {
                     self.add_file(&path, std::fs::read(&path)?);
                     added += 1;
@@ -485,7 +480,7 @@ fn zip_of(members: &[(String, Vec<u8>)]) -> Vec<u8> {
     zip_with(members, false, None)
 }
 
-/// Bytes one member of the zip bomb inflates to: past [`MAX_MEMBER_BYTES`](crate::source::package::MAX_MEMBER_BYTES).
+/// Bytes one member of the zip bomb inflates to: past [`MAX_MEMBER_BYTES`](ragbox_core::source::package::MAX_MEMBER_BYTES).
 pub const BOMB_BYTES: usize = 300 << 20;
 
 /// A zip of one member: [`BOMB_BYTES`] of `a`, deflated (about 300 KB). Built once per process.
@@ -844,7 +839,7 @@ pub fn zip_bomb(target: &str) -> Vec<u8> {
 /// `target`'s first fixture with `MAX_MEMBERS + 1 + extra` empty members added (about 2 MB).
 pub fn too_many_members(target: &str, extra: usize) -> Vec<u8> {
     let mut members = office_members(target);
-    let n = crate::source::package::MAX_MEMBERS + 1 + extra;
+    let n = ragbox_core::source::package::MAX_MEMBERS + 1 + extra;
     members.extend((0..n).map(|k| (format!("x/{k}"), Vec::new())));
     zip_with(&members, true, None)
 }
@@ -1141,7 +1136,7 @@ pub enum Outcome {
 struct ByteEmbedder;
 
 impl SentenceEmbedder for ByteEmbedder {
-    fn embed_sentences(&self, sentences: &[&str]) -> crate::error::Result<Vec<Vec<f32>>> {
+    fn embed_sentences(&self, sentences: &[&str]) -> ragbox_core::error::Result<Vec<Vec<f32>>> {
         Ok(sentences
             .iter()
             .map(|s| {
@@ -1159,7 +1154,7 @@ impl SentenceEmbedder for ByteEmbedder {
 /// invariants. `Err` is an invariant broken; a panic is left to the caller.
 pub fn check_case(file: &str, bytes: &[u8], i: u64) -> Result<Outcome, String> {
     let path = Path::new(file);
-    let doc = match crate::source::parse(path, bytes, u64::MAX) {
+    let doc = match ragbox_core::source::parse(path, bytes, u64::MAX) {
         Ok(doc) => doc,
         Err(_) => return Ok(Outcome::Skipped),
     };
@@ -1185,46 +1180,9 @@ pub fn check_case(file: &str, bytes: &[u8], i: u64) -> Result<Outcome, String> {
     Ok(Outcome::Parsed { blocks: doc.blocks.len(), chunks: chunks.len() })
 }
 
-/// The parser invariants of [`crate::source`], as an error instead of a panic.
-pub fn check_document(doc: &ParsedDocument) -> Result<(), String> {
-    let fail = |what: String| Err(what);
-    if doc.text.contains('\r') || doc.text.contains('\0') || doc.text.starts_with('\u{feff}') {
-        return fail("text is not normalised (CR, NUL or BOM)".into());
-    }
-    if doc.title.contains('\n') {
-        return fail(format!("title spans lines: {:?}", doc.title));
-    }
-    let index = LineIndex::new(&doc.text);
-    let mut prev_end = 0;
-    for (i, b) in doc.blocks.iter().enumerate() {
-        let Some(s) = doc.text.get(b.span.range()) else {
-            return fail(format!("block {i} {:?} is outside the text ({} bytes) or inside a character", b.span, doc.text.len()));
-        };
-        if b.span.start < prev_end {
-            return fail(format!("block {i} overlaps the one before or is out of order: {b:?}"));
-        }
-        if s.trim().is_empty() {
-            return fail(format!("block {i} is blank"));
-        }
-        if s.ends_with(char::is_whitespace) || s.starts_with('\n') {
-            return fail(format!("block {i} is not trimmed: {:?}", s.chars().take(40).collect::<String>()));
-        }
-        if b.lines != index.lines(b.span) {
-            return fail(format!("block {i} lines {:?} disagree with its span", b.lines));
-        }
-        if let BlockKind::Heading { level, title } = &b.kind {
-            if !(1..=6).contains(level) || title.is_empty() {
-                return fail(format!("block {i}: heading level {level}, title {title:?}"));
-            }
-        }
-        prev_end = b.span.end;
-    }
-    Ok(())
-}
-
 /// The chunk invariants: ordinals `0..n`, spans on character boundaries inside the text and not
 /// blank, a child's parent an earlier parent that contains it.
-pub fn check_chunks(doc: &ParsedDocument, chunks: &[crate::types::Chunk]) -> Result<(), String> {
+pub fn check_chunks(doc: &ParsedDocument, chunks: &[ragbox_core::types::Chunk]) -> Result<(), String> {
     for (i, c) in chunks.iter().enumerate() {
         if c.ordinal as usize != i {
             return Err(format!("chunk {i} has ordinal {}", c.ordinal));
@@ -1355,7 +1313,7 @@ impl FuzzReport {
 
 /// Runs cases `options.start..options.start + options.count`, calling `progress` with each case
 /// number before it runs and `on_finding` for each finding. Call it on a thread with the stack of
-/// a guarded parse ([`PARSE_STACK_BYTES`](crate::source::guard::PARSE_STACK_BYTES)), as
+/// a guarded parse ([`PARSE_STACK_BYTES`](ragbox_core::source::guard::PARSE_STACK_BYTES)), as
 /// [`run_on_parse_stack`] does, so that stack depth is what it is in production.
 pub fn run(
     corpus: &Corpus,
@@ -1405,7 +1363,7 @@ pub fn run(
 pub fn run_on_parse_stack(corpus: Corpus, options: FuzzOptions) -> (FuzzReport, Vec<Finding>) {
     std::thread::Builder::new()
         .name("ragbox-fuzz".into())
-        .stack_size(crate::source::guard::PARSE_STACK_BYTES)
+        .stack_size(ragbox_core::source::guard::PARSE_STACK_BYTES)
         .spawn(move || {
             let mut findings = Vec::new();
             let report = run(&corpus, &options, &mut |_| {}, &mut |f| findings.push(f.clone()));
@@ -1482,16 +1440,16 @@ mod tests {
     /// a zip bomb over the member cap, too many members, an encrypted OLE file, a DTD refused.
     #[test]
     fn hostile_office_inputs_are_skipped_with_their_reason() {
-        use crate::source::SkipReason;
+        use ragbox_core::source::SkipReason;
         let mut wrong = Vec::new();
         for target in ["docx", "odt", "odp", "ods", "pptx", "xlsx", "epub"] {
             let file = format!("fuzz.{target}");
-            let parse = |b: &[u8]| crate::source::parse(Path::new(&file), b, u64::MAX);
+            let parse = |b: &[u8]| ragbox_core::source::parse(Path::new(&file), b, u64::MAX);
             let fixture = OFFICE_SEEDS.iter().find(|(n, _)| *n == target).unwrap().1;
             assert!(parse(fixture).is_ok(), "{target}: the fixture parses: {:?}", parse(fixture).err());
             let rezipped = zip_of(&office_members(target));
             assert!(parse(&rezipped).is_ok(), "{target}: the fixture unzipped and zipped again parses: {:?}", parse(&rezipped).err());
-            let mut check = |what: &str, r: Result<crate::types::ParsedDocument, SkipReason>, ok: fn(&SkipReason) -> bool| match r {
+            let mut check = |what: &str, r: Result<ragbox_core::types::ParsedDocument, SkipReason>, ok: fn(&SkipReason) -> bool| match r {
                 Err(e) if ok(&e) => {}
                 other => wrong.push(format!("{target} {what}: {:?}", other.map(|d| d.text.len()))),
             };
@@ -1504,7 +1462,7 @@ mod tests {
                 matches!(e, SkipReason::Encrypted)
             });
         }
-        assert_eq!(crate::source::parse(Path::new("a.docx"), &encrypted_ooxml(&mut Rng::new(7)), u64::MAX).err(), Some(SkipReason::Encrypted));
+        assert_eq!(ragbox_core::source::parse(Path::new("a.docx"), &encrypted_ooxml(&mut Rng::new(7)), u64::MAX).err(), Some(SkipReason::Encrypted));
         assert!(wrong.is_empty(), "{wrong:#?}");
     }
 
@@ -1521,7 +1479,7 @@ mod tests {
             let bytes = std::fs::read(&path).unwrap();
             let name = format!("fuzz.{}", path.extension().unwrap().to_string_lossy());
             let checked = std::thread::Builder::new()
-                .stack_size(crate::source::guard::PARSE_STACK_BYTES)
+                .stack_size(ragbox_core::source::guard::PARSE_STACK_BYTES)
                 .spawn(move || (0..6).map(|i| check_case(&name, &bytes, i).map(|_| ())).collect::<Result<Vec<()>, String>>())
                 .unwrap()
                 .join();

@@ -1,9 +1,8 @@
-//! The long fuzz run of every parser and the chunkers (issue 16), on stable Rust.
+//! The long fuzz run of every parser and the chunkers, on stable Rust.
 //!
 //! ```text
-//! cargo build --offline --workspace --features testing --example fuzz_parsers \
-//!     --config 'profile.dev.package.ragbox-core.opt-level=3'
-//! "$CARGO_TARGET_DIR/debug/examples/fuzz_parsers" --inputs 1000000 --seed 16 --out target/fuzz \
+//! cargo build --offline -p ragbox-fuzz --config 'profile.dev.package.ragbox-core.opt-level=3'
+//! "$CARGO_TARGET_DIR/debug/fuzz_parsers" --inputs 1000000 --seed 16 --out target/fuzz \
 //!     [--corpus tests/data/corpus --corpus tests/fixtures/source/lppl.pdf] [--hang-s 60] [--slow-ms 10000] \
 //!     [--targets docx,odt,odp,ods,pptx,xlsx,xls,csv,tsv,epub,rtf] [--xls-reader target/debug/ragbox] \
 //!     [--mutated-only]
@@ -17,7 +16,7 @@
 //! mutates a seed file. Its mutated cases are those of a run with the same seed, so give it seeds
 //! of its own. The report counts each target's generated inputs apart (`generated`).
 //!
-//! `--targets` runs only the named targets (see `ragbox_core::fuzz::TARGETS`), drawn by their weights;
+//! `--targets` runs only the named targets (see `ragbox_fuzz::TARGETS`), drawn by their weights;
 //! a case number then means another input than in a run of every target.
 //!
 //! A driver process runs the cases in worker processes (this same program with `--worker`). Each
@@ -26,7 +25,7 @@
 //! driver saves that case as a finding, and a new worker goes on from the next case. Panics,
 //! broken invariants and slow cases are caught inside the worker. Findings are written to
 //! `OUT/<kind>-<case>-<target>.<ext>` with a `.txt` beside each; `OUT/report.json` has the counts
-//! per target. Any case can be regenerated from `--seed` and its number (`ragbox_core::fuzz::case`).
+//! per target. Any case can be regenerated from `--seed` and its number (`ragbox_fuzz::case`).
 
 use std::io::Read;
 use std::path::{Path, PathBuf};
@@ -34,7 +33,7 @@ use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use ragbox_core::fuzz::{case, run, Case, Corpus, Finding, FindingKind, FuzzOptions, FuzzReport, TARGETS};
+use ragbox_fuzz::{case, run, Case, Corpus, Finding, FindingKind, FuzzOptions, FuzzReport, TARGETS};
 
 #[derive(Debug, Clone)]
 struct Args {
@@ -89,7 +88,7 @@ fn parse_args() -> Result<Args, String> {
             "--worker-start" => start = Some(value()?.parse::<u64>().map_err(|e| e.to_string())?),
             "--worker-count" => count = Some(value()?.parse::<u64>().map_err(|e| e.to_string())?),
             "--worker-progress" => progress = Some(PathBuf::from(value()?)),
-            other => return Err(format!("unknown argument {other}; see the header of examples/fuzz_parsers.rs")),
+            other => return Err(format!("unknown argument {other}; see the header of crates/fuzz/src/main.rs")),
         }
     }
     if a.corpus.is_empty() {

@@ -12,7 +12,7 @@ use plotters::coord::Shift;
 use plotters::prelude::*;
 
 use super::metrics::QueryMetrics;
-use crate::error::{Error, Result};
+use ragbox_core::error::{Error, Result};
 
 /// What drawing on an SVG area returns.
 type Drawn = std::result::Result<(), DrawingAreaErrorKind<std::io::Error>>;

@@ -4,11 +4,12 @@
 //! deterministic fallback ([`fallback_rewrite`]). Whether a question refers back at all is
 //! [`follow_up`](super::follow_up)'s. It neither stores nor generates: the caller loads the
 //! session's turns from the store and runs the generator. May import `types`, `error`,
-//! `generate` (for [`Message`]) and `answer::follow_up`.
+//! `generate` (for [`Message`]), `words` and `conversation::follow_up`.
 
 use std::collections::HashSet;
 
-use super::follow_up::{content_words, continues, refers_back};
+use super::follow_up::{continues, refers_back};
+use crate::words::content_words;
 use crate::generate::Message;
 
 /// Answers longer than this (in characters) are cut in the rewrite prompt.

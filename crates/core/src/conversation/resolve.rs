@@ -16,15 +16,16 @@
 //! - A person pronoun ("Is she …?", "her deputy") takes the topic as the others do: after "Who
 //!   is the data protection officer?" the officer is who "she" is.
 //!
-//! Imports `answer::follow_up` (the follow-up detector and its word lists) only.
+//! Imports `conversation::follow_up` (the follow-up detector) and `words` only.
 //!
 //! ```
-//! use ragbox_core::answer::resolve::resolve;
+//! use ragbox_core::conversation::resolve::resolve;
 //! assert_eq!(resolve("How long are they kept?", "Who owns the visitor logs?").as_deref(), Some("How long are the visitor logs kept?"));
 //! assert_eq!(resolve("And in New York?", "What's the hotel cap in London?").as_deref(), Some("What's the hotel cap in New York?"));
 //! ```
 
-use super::follow_up::{continues, is_preposition, is_stop, is_verb, refers_back, CueKind};
+use super::follow_up::{continues, refers_back, CueKind};
+use crate::words::{is_preposition, is_stop, is_verb};
 
 /// Connectives a follow-up opens with, dropped from the standalone question.
 const OPENERS: &[&str] = &["and", "but", "so", "also", "then", "plus", "or"];

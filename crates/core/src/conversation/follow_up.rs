@@ -1,7 +1,5 @@
-//! Follow-up detection: whether a question refers back to the conversation ([`refers_back`]),
-//! and the reading of a question's words that the rewrite and the resolver share (content
-//! words, stems, stop words, prepositions, verbs). Rule-based, no model; may import nothing
-//! but `std` and `serde`.
+//! Follow-up detection: whether a question refers back to the conversation ([`refers_back`]).
+//! Rule-based, no model; reads words through [`crate::words`].
 //!
 //! A self-contained question sees no history at all, so detection must be precise both ways. It
 //! is a rule-based reading of the question (no model):
@@ -38,9 +36,9 @@
 //! assert!(refers_back("What is the travel insurance limit for staff?").is_none());
 //! ```
 
-use std::collections::HashSet;
-
 use serde::Serialize;
+
+use crate::words::*;
 
 /// What kind of reference back to the conversation a question makes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -88,34 +86,6 @@ impl std::fmt::Display for FollowUpCue {
 // ---------------------------------------------------------------------------------------------
 // Word lists (lowercase).
 
-/// Function words: never content, never antecedents.
-const STOPWORDS: &[&str] = &[
-    "a", "an", "the", "this", "that", "these", "those", "such", "some", "any", "all", "each", "every", "no", "none",
-    "both", "either", "neither", "another", "other", "others", "same", "own", "one", "ones", "much", "many", "more",
-    "most", "less", "least", "few", "fewer", "several", "enough", "i", "me", "my", "mine", "myself", "we", "us", "our",
-    "ours", "ourselves", "you", "your", "yours", "yourself", "yourselves", "he", "him", "his", "himself", "she", "her",
-    "hers", "herself", "it", "its", "itself", "they", "them", "their", "theirs", "themselves", "what", "which", "who",
-    "whom", "whose", "where", "when", "why", "how", "whether", "am", "is", "are", "was", "were", "be", "been",
-    "being", "do", "does", "did", "doing", "done", "have", "has", "had", "having", "can", "could", "will", "would",
-    "shall", "should", "may", "might", "must", "ought", "get", "gets", "got", "not", "and", "or", "but", "nor", "if",
-    "then", "than", "so", "because", "while", "although", "though", "unless", "once", "until", "about", "above",
-    "across", "after", "against", "along", "among", "around", "as", "at", "before", "behind", "below", "beneath",
-    "beside", "besides", "between", "beyond", "by", "despite", "down", "during", "except", "for", "from", "in",
-    "inside", "into", "like", "near", "of", "off", "on", "onto", "out", "outside", "over", "past", "per",
-    "regarding", "since", "through", "throughout", "to", "toward", "towards", "under", "underneath", "up", "upon",
-    "via", "with", "within", "without", "there", "here", "now", "also", "too", "very", "just", "only", "even",
-    "still", "already", "really", "exactly", "again", "ever", "never", "always", "often", "sometimes", "usually",
-    "please", "yes", "ok", "okay", "well", "long", "far", "soon", "else", "instead", "former", "latter", "etc",
-];
-
-/// Prepositions: a fragment starting with one is an ellipsis ("For contractors?").
-const PREPOSITIONS: &[&str] = &[
-    "about", "above", "across", "after", "against", "along", "among", "around", "at", "before", "behind", "below",
-    "beneath", "beside", "between", "beyond", "by", "despite", "during", "except", "for", "from", "in", "inside",
-    "into", "near", "of", "off", "on", "onto", "outside", "over", "past", "per", "regarding", "since", "through",
-    "throughout", "to", "toward", "towards", "under", "underneath", "until", "upon", "via", "with", "within",
-    "without",
-];
 
 /// Words after which a content word is a noun even when it could be a verb ("the pay", "a claim").
 const NOUN_MARKERS: &[&str] = &[
@@ -136,29 +106,6 @@ const CLAUSE_WORDS: &[&str] = &[
     "so", "that", "which", "who", "whom", "whose", "where", "why", "how", "what", "after", "before", "until",
 ];
 
-/// Punctuation that separates clauses or sentences.
-const CLAUSE_PUNCT: &[&str] = &[",", ";", ":", "—", "–", "-", "(", ")", ".", "?", "!", "/"];
-
-/// Common verbs of policy questions (base forms); inflections are recognised by [`is_verb`].
-/// Words that are mostly nouns in this domain (leave, travel, claim, contact) are left out.
-const VERBS: &[&str] = &[
-    "accept", "affect", "agree", "allow", "apply", "approve", "arrange", "ask", "attend", "authorise", "authorize",
-    "become", "begin", "belong", "book", "bring", "buy", "call", "cancel", "carry", "change", "check", "choose",
-    "come", "complete", "confirm", "contain", "continue", "cost", "count", "cover", "decide", "define", "depend",
-    "describe", "do", "end", "ensure", "expire", "explain", "fill", "find", "follow", "get", "give", "go", "handle",
-    "happen", "have", "help", "hold", "include", "join", "keep", "know", "last", "let", "list", "look", "lose", "make",
-    "manage", "matter", "mean", "meet", "mention", "need", "offer", "own", "pay", "permit", "provide", "qualify",
-    "receive", "refer", "refund", "reimburse", "remain", "renew", "replace", "report", "request", "require",
-    "resign", "return", "review", "run", "say", "see", "sell", "send", "set", "show", "sign", "spend", "start",
-    "state", "stay", "stop", "submit", "take", "tell", "think", "use", "want", "work", "write",
-];
-
-/// Irregular verb forms.
-const IRREGULAR_VERBS: &[&str] = &[
-    "said", "took", "taken", "got", "gotten", "paid", "kept", "lost", "made", "gave", "given", "sent", "ran", "knew",
-    "known", "thought", "told", "found", "meant", "went", "gone", "came", "bought", "brought", "held", "sold",
-    "spent", "wrote", "written", "saw", "seen", "chose", "chosen", "began", "begun", "did", "done", "had", "set",
-];
 
 /// Adjectives of an expletive "it" ("Is it possible to ...").
 const EXPLETIVE_WORDS: &[&str] = &[
@@ -226,139 +173,7 @@ const BACK_COMPARANDS: &[&str] = &[
     "usual", "mentioned", "discussed",
 ];
 
-/// Words allowed in a question with no content ("Why?", "Tell me more.", "Which one?").
-const CONTINUATION_WORDS: &[&str] = &[
-    "tell", "explain", "elaborate", "expand", "clarify", "mean", "sure", "example", "examples", "detail", "details",
-    "continue", "go", "more", "why", "how", "so", "really", "exactly", "else", "one", "ones", "please", "again",
-    "give", "show",
-];
 
-/// Extra words left out of content-word overlap (time and reference words carry no topic).
-const OVERLAP_STOPWORDS: &[&str] = &[
-    "week", "weeks", "month", "months", "year", "years", "time", "times", "today", "yesterday", "ago", "last",
-    "previous", "earlier", "previously", "said", "mentioned", "discussed", "agree", "agreed", "tell", "know", "say",
-    "mean", "thing", "things", "lot", "kind", "sort", "question", "answer",
-];
-
-fn is_in(list: &[&str], w: &str) -> bool {
-    list.contains(&w)
-}
-
-// ---------------------------------------------------------------------------------------------
-// Tokens.
-
-/// A word (lowercased, contractions expanded) or a clause-separating punctuation mark.
-#[derive(Debug, Clone)]
-struct Tok {
-    /// Lowercase word, or the punctuation mark.
-    w: String,
-    /// Byte range in the question (a contraction's parts share one).
-    start: usize,
-    end: usize,
-    /// Punctuation, not a word.
-    punct: bool,
-    /// Written with a capital (names: "Sarah", "Leeds").
-    cap: bool,
-}
-
-fn is_word_char(c: char) -> bool {
-    c.is_alphanumeric() || matches!(c, '£' | '$' | '€' | '%' | '&')
-}
-
-/// Splits `text` into words and clause punctuation; quotes and other marks are dropped.
-fn tokenize(text: &str) -> Vec<Tok> {
-    // In a question that is not all capitals, "IT", "US" or "WHO" is an acronym, not a word.
-    let acronyms = text.chars().any(char::is_lowercase);
-    let chars: Vec<(usize, char)> = text.char_indices().collect();
-    let mut toks = Vec::new();
-    let mut i = 0;
-    while i < chars.len() {
-        let (start, c) = chars[i];
-        if is_word_char(c) {
-            let mut j = i + 1;
-            while j < chars.len() {
-                let cj = chars[j].1;
-                let joins = |pred: fn(char) -> bool| {
-                    j + 1 < chars.len() && pred(chars[j - 1].1) && pred(chars[j + 1].1)
-                };
-                if is_word_char(cj)
-                    || (matches!(cj, '-' | '\'' | '’') && joins(char::is_alphanumeric))
-                    || (matches!(cj, '.' | ',') && joins(|c| c.is_ascii_digit()))
-                {
-                    j += 1;
-                } else {
-                    break;
-                }
-            }
-            let end = chars.get(j).map_or(text.len(), |&(b, _)| b);
-            let raw = &text[start..end];
-            let lower = raw.to_lowercase();
-            if acronyms && raw.len() >= 2 && raw.chars().all(char::is_uppercase) && is_stop(&lower) && lower != "ok" {
-                toks.push(Tok { w: raw.to_string(), start, end, punct: false, cap: true });
-            } else {
-                push_word(&mut toks, raw, start, end);
-            }
-            i = j;
-        } else {
-            // A hyphen only separates clauses when it stands alone (" - ").
-            let s = c.to_string();
-            if is_in(CLAUSE_PUNCT, &s) {
-                toks.push(Tok { w: s, start, end: start + c.len_utf8(), punct: true, cap: false });
-            }
-            i += 1;
-        }
-    }
-    toks
-}
-
-/// Pushes one written word, expanding contractions ("it's" -> it is, "doesn't" -> does not).
-fn push_word(toks: &mut Vec<Tok>, raw: &str, start: usize, end: usize) {
-    let cap = raw.chars().next().is_some_and(char::is_uppercase);
-    let w = raw.to_lowercase().replace('’', "'");
-    let mut push = |w: &str, cap: bool| toks.push(Tok { w: w.to_string(), start, end, punct: false, cap });
-    if let Some(base) = w.strip_suffix("n't") {
-        let base = match base {
-            "ca" => "can",
-            "wo" => "will",
-            "sha" => "shall",
-            b => b,
-        };
-        push(base, cap);
-        push("not", false);
-    } else if let Some(base) = w.strip_suffix("'s") {
-        push(base, cap);
-        // "it's" is "it is"; "policy's" is a possessive and stays one word.
-        if is_in(&["it", "that", "what", "there", "he", "she", "who", "where", "how", "when", "here", "this"], base) {
-            push("is", false);
-        }
-    } else if let Some((base, rest)) = w.split_once('\'') {
-        let expanded = match rest {
-            "re" => Some("are"),
-            "ll" => Some("will"),
-            "ve" => Some("have"),
-            "d" => Some("would"),
-            "m" => Some("am"),
-            _ => None,
-        };
-        match expanded {
-            Some(x) => {
-                push(base, cap);
-                push(x, false);
-            }
-            None => push(&w, cap),
-        }
-    } else {
-        push(&w, cap);
-    }
-}
-
-pub(super) fn is_stop(w: &str) -> bool {
-    is_in(STOPWORDS, w)
-}
-
-pub(super) fn is_preposition(w: &str) -> bool {
-    is_in(PREPOSITIONS, w)
-}
 
 fn is_clause_break(t: &Tok) -> bool {
     if t.punct {
@@ -368,30 +183,6 @@ fn is_clause_break(t: &Tok) -> bool {
     }
 }
 
-/// Whether `w` is a form of one of the listed verbs.
-pub(super) fn is_verb(w: &str) -> bool {
-    if is_in(IRREGULAR_VERBS, w) || is_in(VERBS, w) {
-        return true;
-    }
-    let mut bases: Vec<String> = Vec::new();
-    for suffix in ["s", "es", "ed", "d", "ing"] {
-        if let Some(b) = w.strip_suffix(suffix) {
-            bases.push(b.to_string());
-            bases.push(format!("{b}e"));
-            // Doubled consonant: "stopped", "setting".
-            let bytes = b.as_bytes();
-            if bytes.len() >= 2 && bytes[bytes.len() - 1] == bytes[bytes.len() - 2] {
-                bases.push(b[..b.len() - 1].to_string());
-            }
-        }
-    }
-    for suffix in ["ies", "ied"] {
-        if let Some(b) = w.strip_suffix(suffix) {
-            bases.push(format!("{b}y"));
-        }
-    }
-    bases.iter().any(|b| is_in(VERBS, b))
-}
 
 /// Looks like a plural noun (cannot be the antecedent of "it").
 fn looks_plural(w: &str) -> bool {
@@ -401,12 +192,6 @@ fn looks_plural(w: &str) -> bool {
         && !is_in(&["news", "series", "species", "means", "politics", "economics", "physics", "sales"], w)
 }
 
-/// The word's Snowball (Porter 2) English stem, the stemmer BM25 uses too: "policies" and
-/// "policy" meet, as do "clients" and "client".
-pub(super) fn stem(w: &str) -> String {
-    // Creating one only picks the algorithm's function.
-    rust_stemmers::Stemmer::create(rust_stemmers::Algorithm::English).stem(w).into_owned()
-}
 
 /// The words of a question, with the helpers the rules need.
 struct Question<'q> {
@@ -777,15 +562,6 @@ fn no_content(q: &Question) -> Option<FollowUpCue> {
     Some(q.cue(CueKind::Ellipsis, 0, q.toks.len() - 1))
 }
 
-/// Content words of `text`: lowercased, stopwords removed, stemmed.
-pub(super) fn content_words(text: &str) -> HashSet<String> {
-    tokenize(text)
-        .into_iter()
-        .filter(|t| !t.punct && !is_stop(&t.w) && !is_in(OVERLAP_STOPWORDS, &t.w) && !is_in(CONTINUATION_WORDS, &t.w))
-        .map(|t| stem(t.w.trim_matches('\'')))
-        .filter(|w| !w.is_empty())
-        .collect()
-}
 
 #[cfg(test)]
 mod tests {

@@ -10,15 +10,15 @@ use std::time::Instant;
 
 use serde::Serialize;
 
-use crate::chunk::ChunkerKind;
-use crate::embed::Embedder;
-use crate::error::{Error, Result};
-use crate::eval::beir::{self, BeirSet};
-use crate::eval::metrics::{self, percentile, QueryMetrics};
-use crate::ingest::{ingest, IngestOptions};
-use crate::rerank::Reranker;
-use crate::retrieve::{RetrieveOptions, Retriever};
-use crate::store::{Store, TenantRow, VectorOptions};
+use ragbox_core::chunk::ChunkerKind;
+use ragbox_core::embed::Embedder;
+use ragbox_core::error::{Error, Result};
+use crate::beir::{self, BeirSet};
+use crate::metrics::{self, percentile, QueryMetrics};
+use ragbox_core::ingest::{ingest, IngestOptions};
+use ragbox_core::rerank::Reranker;
+use ragbox_core::retrieve::{RetrieveOptions, Retriever};
+use ragbox_core::store::{Store, TenantRow, VectorOptions};
 
 /// One way of running retrieval.
 #[derive(Debug, Clone, Serialize)]
@@ -270,14 +270,14 @@ pub fn run(plan: &EvalPlan, embedder: &dyn Fn(&str) -> Result<Arc<dyn Embedder>>
         // The store's tenant is named by the vectors' identity (`model@int8` apart from `model`),
         // so a run at another precision never reuses or mixes in the other's vectors.
         let stored = tenant_name(e.model_id(), c.chunker, plan.ingest.chunk.child_tokens, c.context);
-        // An LLM contextualiser (`eval --llm-context`) writes the context of the configurations that
+        // An LLM annotator (`eval --llm-context`) writes the context of the configurations that
         // have one; the others stay without.
-        let contextualizer = plan.ingest.contextualizer.clone().filter(|_| c.context);
-        let opts = IngestOptions { tenant: stored, chunker: c.chunker, structural_context: c.context, contextualizer, ..plan.ingest.clone() };
+        let annotator = plan.ingest.annotator.clone().filter(|_| c.context);
+        let opts = IngestOptions { tenant: stored, chunker: c.chunker, structural_context: c.context, annotator, ..plan.ingest.clone() };
         progress(&format!("ingest: tenant {}", opts.tenant));
         let mut done = 0usize;
         let report = ingest(&store, &e, &docs_dir, &opts, &mut |ev| {
-            if let crate::ingest::IngestEvent::Visited { .. } = ev {
+            if let ragbox_core::ingest::IngestEvent::Visited { .. } = ev {
                 done += 1;
                 if done.is_multiple_of(500) {
                     progress(&format!("  {done}/{documents} documents"));
@@ -534,7 +534,7 @@ mod tests {
     fn tenant_names_are_valid_and_distinct() {
         let a = tenant_name("nomic-embed-text-v1.5", ChunkerKind::Structural, 256, true);
         assert_eq!(a, "nomic-embed-text-v1-5-structural-256-ctx");
-        crate::store::check_tenant_name(&a).unwrap();
+        ragbox_core::store::check_tenant_name(&a).unwrap();
         assert_ne!(a, tenant_name("nomic-embed-text-v1.5", ChunkerKind::Structural, 256, false));
         assert_eq!(tenant_name("all-minilm-l6-v2", ChunkerKind::Whole, 256, true), "all-minilm-l6-v2-whole-ctx");
     }

@@ -15,18 +15,18 @@ use std::sync::Arc;
 
 use serde::Serialize;
 
-use crate::answer::cite;
-use crate::answer::support::{Claim, SupportChecker, SupportMethod};
-use crate::answer::{Answer, AnswerOptions, Answerer};
-use crate::embed::Embedder;
-use crate::error::{Error, Result};
-use crate::eval::{beir, AnswerModels};
-use crate::eval::metrics::percentile;
-use crate::eval::run::{load_questions, Progress};
-use crate::generate::{block_on, Discard, Generator};
-use crate::ingest::{ingest, IngestOptions};
-use crate::retrieve::{RetrieveOptions, Retriever};
-use crate::store::{Store, VectorOptions};
+use ragbox_core::answer::cite;
+use ragbox_core::answer::support::{Claim, SupportChecker, SupportMethod};
+use ragbox_core::answer::{Answer, AnswerOptions, Answerer};
+use ragbox_core::embed::Embedder;
+use ragbox_core::error::{Error, Result};
+use crate::{beir, AnswerModels};
+use crate::metrics::percentile;
+use crate::run::{load_questions, Progress};
+use ragbox_core::generate::{block_on, Discard, Generator};
+use ragbox_core::ingest::{ingest, IngestOptions};
+use ragbox_core::retrieve::{RetrieveOptions, Retriever};
+use ragbox_core::store::{Store, VectorOptions};
 
 /// What to evaluate.
 pub struct AnswerPlan {
@@ -230,12 +230,12 @@ pub fn run(plan: &AnswerPlan, models: &AnswerModels, progress: Progress<'_>) -> 
         record(&a, total_ms);
         out.in_domain += 1;
         match a.refusal {
-            Some(crate::answer::Refusal::NoGoodSource) => out.in_domain_refused_floor += 1,
+            Some(ragbox_core::answer::Refusal::NoGoodSource) => out.in_domain_refused_floor += 1,
             Some(
-                crate::answer::Refusal::PassagesDoNotAnswer
-                | crate::answer::Refusal::NoAnswerWritten
-                | crate::answer::Refusal::Unsupported
-                | crate::answer::Refusal::DocumentsDoNotSay,
+                ragbox_core::answer::Refusal::PassagesDoNotAnswer
+                | ragbox_core::answer::Refusal::NoAnswerWritten
+                | ragbox_core::answer::Refusal::Unsupported
+                | ragbox_core::answer::Refusal::DocumentsDoNotSay,
             ) => out.in_domain_declined += 1,
             None => {
                 out.answered += 1;
@@ -273,7 +273,7 @@ pub fn run(plan: &AnswerPlan, models: &AnswerModels, progress: Progress<'_>) -> 
             record(&a, t.elapsed().as_secs_f64() * 1e3);
             out.out_of_domain += 1;
             out.out_of_domain_refused += usize::from(a.refused);
-            out.out_of_domain_refused_floor += usize::from(a.refusal == Some(crate::answer::Refusal::NoGoodSource));
+            out.out_of_domain_refused_floor += usize::from(a.refusal == Some(ragbox_core::answer::Refusal::NoGoodSource));
         }
         progress(&format!("out of domain: {}/{} refused", out.out_of_domain_refused, out.out_of_domain));
     }
@@ -340,7 +340,7 @@ fn compare_support(
         let r = retriever.retrieve(claim)?;
         let judged = &set.qrels[qid];
         let is_relevant =
-            |h: &crate::retrieve::Hit| beir::doc_id_for_path(&h.chunk.path).and_then(|d| judged.get(&d).copied()).is_some_and(|g| g > 0);
+            |h: &ragbox_core::retrieve::Hit| beir::doc_id_for_path(&h.chunk.path).and_then(|d| judged.get(&d).copied()).is_some_and(|g| g > 0);
         let positive = r.hits.iter().find(|h| is_relevant(h));
         let negative = r.hits.iter().find(|h| !is_relevant(h));
         if let (Some(p), Some(n)) = (positive, negative) {
@@ -415,8 +415,8 @@ mod tests {
     }
 
     fn answer(text: &str, cited: &[(usize, u64)]) -> Answer {
-        use crate::answer::{Citation, Source};
-        use crate::types::{ChunkId, DocId, Lines, Span};
+        use ragbox_core::answer::{Citation, Source};
+        use ragbox_core::types::{ChunkId, DocId, Lines, Span};
         let source = |id: usize| Source {
             id,
             chunk: ChunkId(id as u64),
@@ -447,7 +447,7 @@ mod tests {
             question: String::new(),
             standalone: String::new(),
             answer: text.into(),
-            outcome: crate::answer::evidence::AnswerOutcome::Answered,
+            outcome: ragbox_core::answer::evidence::AnswerOutcome::Answered,
             decision: None,
             verdict: None,
             verdict_log_odds: None,
@@ -477,7 +477,7 @@ mod tests {
         assert_eq!(checked_citations(&answer("A [1]. B [2].", &[(1, 1), (2, 1)])), (1, 2));
         assert_eq!(checked_citations(&answer("No markers.", &[])), (0, 0));
         // Quoted evidence's brackets are its passage's words.
-        use crate::answer::evidence::{AnswerOutcome, Asks, Decision, EvidenceUnit, Signals};
+        use ragbox_core::answer::evidence::{AnswerOutcome, Asks, Decision, EvidenceUnit, Signals};
         let text = "x += [1, 2, 3] extends x.";
         let mut quoted = answer("x += [1, 2, 3] extends x [1].", &[(1, 1)]);
         let signals = Signals { best_logit: 5.0, terms: vec![], missing: vec![], missing_everywhere: vec![], asks: Asks::Other, kind_present: true, uncovered: 0.0 };

@@ -1,6 +1,6 @@
 //! Follow-up evaluation (`ragbox eval --conversations FILE --corpus DIR`): conversations of two
 //! or three turns (`tests/data/eval/conversations.jsonl`) asked in order through the chat path:
-//! each turn made standalone with the turns before it ([`crate::answer::standalone`], the
+//! each turn made standalone with the turns before it ([`ragbox_core::answer::standalone`], the
 //! generator's rewrite or the fallback), retrieved and answered like a single question.
 //!
 //! A follow-up's rewrite is judged against the conversation's reference: it must contain every
@@ -12,14 +12,14 @@ use std::path::PathBuf;
 
 use serde::{Deserialize, Serialize};
 
-use crate::answer::memory::PriorTurn;
-use crate::answer::{standalone, Rewriter};
-use crate::error::{Error, Result};
-use crate::eval::qa::{score, summarise, words, QaQuestion, QaReport, QaSetup};
-use crate::eval::run::Progress;
-use crate::eval::AnswerModels;
-use crate::generate::{block_on, Discard};
-use crate::store::{Store, VectorOptions};
+use ragbox_core::conversation::memory::PriorTurn;
+use ragbox_core::conversation::{standalone, Rewriter};
+use ragbox_core::error::{Error, Result};
+use crate::qa::{score, summarise, words, QaQuestion, QaReport, QaSetup};
+use crate::run::Progress;
+use crate::AnswerModels;
+use ragbox_core::generate::{block_on, Discard};
+use ragbox_core::store::{Store, VectorOptions};
 
 /// One turn of a conversation: a question of the QA set plus its reference rewrite.
 #[derive(Debug, Clone, Deserialize)]

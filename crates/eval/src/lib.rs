@@ -1,11 +1,16 @@
-//! Retrieval evaluation on BEIR-format data: metrics, data loading, plots; the runner lives here too.
-//! The answer evaluations ([`answers`], [`qa`], [`conversations`]) ask through the whole answer path.
+//! ragbox-eval: how well the pipeline retrieves and answers, measured. Retrieval on BEIR-format
+//! data (metrics, data loading, plots, the runner); the answer evaluations ([`answers`], [`qa`],
+//! [`conversations`]) ask through the whole answer path; [`support`] scores the support check.
+//! The measuring tools (`ragbox eval`, `ragbox bench`) drive it; nothing in the product depends
+//! on it.
+
+#![warn(missing_docs)]
 
 use std::sync::Arc;
 
-use crate::embed::Embedder;
-use crate::generate::Generator;
-use crate::rerank::Reranker;
+use ragbox_core::embed::Embedder;
+use ragbox_core::generate::Generator;
+use ragbox_core::rerank::Reranker;
 
 pub mod answers;
 pub mod beir;

@@ -19,8 +19,8 @@ use serde::Deserialize;
 use sha2::{Digest, Sha256};
 
 use super::metrics::Qrels;
-use crate::error::{Error, Result};
-use crate::store::layout::write_atomically;
+use ragbox_core::error::{Error, Result};
+use ragbox_core::store::layout::write_atomically;
 
 /// What a BEIR folder holds, for error messages.
 const LAYOUT_HINT: &str = "a BEIR folder holds corpus.jsonl, queries.jsonl and qrels/<split>.tsv";

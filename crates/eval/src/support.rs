@@ -10,9 +10,9 @@ use std::path::Path;
 
 use serde::{Deserialize, Serialize};
 
-use crate::answer::support::{Claim, SupportChecker};
-use crate::error::{Error, Result};
-use crate::generate::block_on;
+use ragbox_core::answer::support::{Claim, SupportChecker};
+use ragbox_core::error::{Error, Result};
+use ragbox_core::generate::block_on;
 
 /// One labelled sentence.
 #[derive(Debug, Clone, Deserialize)]
@@ -127,7 +127,7 @@ pub fn markdown(reports: &[MethodReport], floor: f32) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::testing::HashEmbedder;
+    use ragbox_core::testing::HashEmbedder;
     use std::sync::Arc;
 
     #[test]

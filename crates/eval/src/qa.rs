@@ -14,20 +14,20 @@ use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
-use crate::answer::cite::strip_markers;
-use crate::answer::support::SupportMethod;
-use crate::answer::focus::FocusScorer;
-use crate::answer::{unasked, Answer, AnswerOptions, Answerer, Refusal};
-use crate::embed::Embedder;
-use crate::error::{Error, Result};
-use crate::eval::answers::checked_citations;
-use crate::eval::metrics::percentile;
-use crate::eval::run::Progress;
-use crate::generate::{block_on, Discard, Generator};
-use crate::ingest::{ingest, IngestOptions};
-use crate::rerank::Reranker;
-use crate::retrieve::{RetrieveOptions, Retrieval, Retriever};
-use crate::store::{Store, VectorOptions};
+use ragbox_core::answer::cite::strip_markers;
+use ragbox_core::answer::support::SupportMethod;
+use ragbox_core::answer::focus::FocusScorer;
+use ragbox_core::answer::{unasked, Answer, AnswerOptions, Answerer, Refusal};
+use ragbox_core::embed::Embedder;
+use ragbox_core::error::{Error, Result};
+use crate::answers::checked_citations;
+use crate::metrics::percentile;
+use crate::run::Progress;
+use ragbox_core::generate::{block_on, Discard, Generator};
+use ragbox_core::ingest::{ingest, IngestOptions};
+use ragbox_core::rerank::Reranker;
+use ragbox_core::retrieve::{RetrieveOptions, Retrieval, Retriever};
+use ragbox_core::store::{Store, VectorOptions};
 
 /// Words in a row, copied verbatim from a passage, that count as copying.
 pub const COPY_RUN: usize = 8;
@@ -136,10 +136,10 @@ pub struct QaRow {
     /// Why it was refused, if it was.
     pub refusal: Option<Refusal>,
     /// Answered, the documents do not say, or no good source.
-    pub outcome: crate::answer::evidence::AnswerOutcome,
+    pub outcome: ragbox_core::answer::evidence::AnswerOutcome,
     /// The answerability decision, when the answer was evidence-first (or would have been:
     /// `--prompts-only`): a decision floor or weights can be tried on a run's rows.
-    pub decision: Option<crate::answer::evidence::Decision>,
+    pub decision: Option<ragbox_core::answer::evidence::Decision>,
     /// A yes/no question's verdict, and the log-odds it came from.
     pub verdict: Option<String>,
     /// The generator's log-odds of "Yes" over "No" (a verdict threshold can be tried on the rows).
@@ -381,13 +381,13 @@ fn evidence_stage(evidence: &[String], retrieval: &Retrieval, a: &Answer, passag
     if retrieval.refused {
         return EvidenceStage::Refused;
     }
-    let whole = |h: &crate::retrieve::Hit| holds(&h.chunk.text, evidence) || h.section.as_ref().is_some_and(|s| holds(&s.text, evidence));
+    let whole = |h: &ragbox_core::retrieve::Hit| holds(&h.chunk.text, evidence) || h.section.as_ref().is_some_and(|s| holds(&s.text, evidence));
     let Some(rank) = retrieval.hits.iter().position(whole) else { return EvidenceStage::NotRetrieved };
     if rank >= passages {
         return EvidenceStage::BelowPassages;
     }
     // The model declined: its passages are the closest material.
-    let given: Vec<&crate::answer::Source> = a.served().iter().filter(|s| holds(&s.text, evidence)).collect();
+    let given: Vec<&ragbox_core::answer::Source> = a.served().iter().filter(|s| holds(&s.text, evidence)).collect();
     if given.is_empty() {
         return EvidenceStage::CutByBudget;
     }
@@ -404,7 +404,7 @@ pub(crate) fn score(collection: &str, q: &QaQuestion, retrieval: &Retrieval, a: 
     let reference_words = q.answer.as_deref().map(words).unwrap_or_default();
     let (f1, recall) = if a.refused { (0.0, 0.0) } else { f1_recall(&answer_words, &reference_words) };
     let evidence = q.evidence.as_deref().map(words).unwrap_or_default();
-    let given: Vec<&crate::answer::Source> = a.sources.iter().filter(|s| holds(&s.text, &evidence)).collect();
+    let given: Vec<&ragbox_core::answer::Source> = a.sources.iter().filter(|s| holds(&s.text, &evidence)).collect();
     let evidence_cited = !a.refused && a.citations.iter().any(|c| given.iter().any(|s| s.id == c.id && s.chunk == c.chunk));
     let (valid, written) = if a.refused { (0, 0) } else { checked_citations(a) };
     let passages: Vec<Vec<String>> = a.sources.iter().map(|s| words(&s.text)).collect();
