@@ -551,10 +551,10 @@ impl App {
                 let floor = r.floors.get(&m.name).map_or("no refusal floor".to_string(), |f| format!("refusal floor {f} on its logit"));
                 format!(
                     "ready: retrieval reranks the top {} with the cross-encoder, {precision}; order {} x its score + {} x the query's cosine (standardised; for a query that is not a question, {} of that vote is BM25's); {floor}",
-                    r.rerank_depth,
-                    r.rerank_weight,
-                    1.0 - r.rerank_weight,
-                    r.statement_bm25_share
+                    r.options.rerank_depth,
+                    r.options.rerank_weight,
+                    1.0 - r.options.rerank_weight,
+                    r.options.statement_bm25_share
                 )
             }
             Some(m) => format!(
