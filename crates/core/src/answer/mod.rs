@@ -1,6 +1,6 @@
 //! Grounded answers: the evidence of the retrieved passages is quoted and cited, or the
 //! generator's reply becomes an answer whose every sentence carries checked citations and a
-//! support flag. The question arrives standalone ([`crate::conversation`] rewrites follow-ups).
+//! support flag. The question arrives standalone (the conversation module rewrites follow-ups).
 //!
 //! May import `types`, `error`, `words`, `chunk`, `embed`, `rerank`, `store`, `retrieve` and
 //! `generate`.

@@ -2,7 +2,7 @@
 //! [`follow_up`] decides whether it refers back at all (rule-based), [`memory`] picks the earlier
 //! turns that matter and writes the rewrite prompt, [`resolve`] replaces a reference without a
 //! model, and [`standalone`] puts them together. Nothing here stores turns or answers: the caller
-//! loads the session's turns from the store, and answering ([`crate::answer`]) sees only the
+//! loads the session's turns from the store, and answering sees only the
 //! standalone question.
 //!
 //! May import `types`, `error`, `generate` and `words`.
