@@ -31,7 +31,7 @@
 //! follow-ups detected, 96% of detections right (see the tests, which keep those questions).
 //!
 //! ```
-//! use ragbox_core::answer::follow_up::{refers_back, CueKind};
+//! use ragbox_core::conversation::follow_up::{refers_back, CueKind};
 //! assert_eq!(refers_back("Who approves it?").map(|c| c.kind), Some(CueKind::Pronoun));
 //! assert!(refers_back("What is the travel insurance limit for staff?").is_none());
 //! ```
