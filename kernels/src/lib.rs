@@ -10,8 +10,8 @@
 //! builds short; the per-element loops here (quantising activations, the dequantising epilogue
 //! with GELU) must be vectorised or they undo what int8 gains: even at opt-level 3, overflow
 //! checks alone kept the GELU pass scalar (31 ms instead of 3.7 ms for a 2048×1536 output), so
-//! this crate is built without them in dev too (Cargo.toml). Everything else of ragbox
-//! stays in its one crate (STYLE.md). The int8 matrix multiplication is our own AVX-512 VNNI
+//! this crate is built without them in dev too (Cargo.toml). The rest of ragbox sits on the
+//! floors above (docs/ARCHITECTURE.md). The int8 matrix multiplication is our own AVX-512 VNNI
 //! tile where the CPU has it (`vnni.rs`: 2.6-3.4x rten-gemm's kernel on BERT's shapes), our AVX2
 //! tile on other x86 CPUs (`avx2.rs`: 16-bit products, so the activations keep 8 bits where
 //! rten-gemm's AVX2 kernel keeps 7), and rten-gemm, a maintained int8 GEMM with Arm

@@ -2,7 +2,10 @@
 //!
 //! [`RawConfig`] is what the files say (unknown keys are refused, and each choice, such as
 //! `ingest.chunker`, is read into its enum there, so a misspelt one is refused at load);
-//! [`Config`] is the same settings validated, with paths resolved. Only `app` reads `Config`; library constructors take typed options.
+//! [`Config`] is the same settings validated, with paths resolved. `app` turns it into the typed
+//! options the library's constructors take; the service reads it through `App` (and hands the
+//! faces the read-only [`Config`] for `doctor` and the server's limits); the measuring tools
+//! read it directly, since they vary its settings.
 
 use std::path::{Path, PathBuf};
 

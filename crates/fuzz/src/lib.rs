@@ -16,7 +16,7 @@
 //!
 //! [`run`] drives a range of cases, catching panics and timing each case. The driver that
 //! survives aborts (a stack overflow kills the process) and hangs lives in
-//! `examples/fuzz_parsers.rs`; docs/RELIABILITY.md has the figures and the command.
+//! `src/main.rs` (the `fuzz_parsers` binary); docs/RELIABILITY.md has the figures and the command.
 //!
 //! ```
 //! use ragbox_fuzz::{run, Corpus, FuzzOptions};
