@@ -11,7 +11,7 @@
 //! with no relevant document scores 0 on every metric (never NaN).
 //!
 //! ```
-//! use crate::metrics::{evaluate, rank_documents, Judgments};
+//! use ragbox_eval::metrics::{evaluate, rank_documents, Judgments};
 //!
 //! let hits = vec![("d1".to_string(), 0.9), ("d2".to_string(), 0.8), ("d1".to_string(), 0.7)];
 //! let ranked = rank_documents(hits);
