@@ -9,7 +9,7 @@
 #
 # CPU-only and portable: GGML_NATIVE=OFF with AVX2/FMA/F16C (the x86-64-v3 baseline ragbox itself
 # needs), no AVX-512 and no AMX, whose -march=native builds crashed on some CPUs (docs/BENCHMARKS.md).
-# Building compiles llama.cpp: ~10 minutes on 2 cores.
+# Building compiles llama.cpp: about 4 minutes on 2 cores (docs/BENCHMARKS.md, "First run").
 set -euo pipefail
 CACHE="${RAGBOX_CACHE_DIR:-$HOME/.cache/ragbox}"
 VENV="${LLAMA_SERVER_VENV:-$CACHE/llama-server-venv}"
@@ -18,7 +18,7 @@ if "$VENV/bin/python" -c 'import llama_cpp.server.app' 2>/dev/null; then
   echo "$VENV"
   exit 0
 fi
-echo "[llama-server-venv] building $PACKAGE in $VENV (once, ~10 minutes on 2 cores)" >&2
+echo "[llama-server-venv] building $PACKAGE in $VENV (once, a few minutes on 2 cores)" >&2
 mkdir -p "$(dirname "$VENV")"
 python3 -m venv "$VENV"
 CMAKE_ARGS="-DGGML_NATIVE=OFF -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_AVX512=OFF -DGGML_AMX_INT8=OFF -DLLAMA_CURL=OFF" \
