@@ -114,7 +114,10 @@ PAGES = [
     "app-pgdump.html",
 ]
 
-KINDS = {"fact", "yes-no", "how", "why", "unanswerable"}
+KINDS = {"fact", "yes-no", "how", "why", "unanswerable", "near-miss"}
+# The kinds of a question the documents do not answer (a near miss sits right next to what they
+# say, and carries the question it is near and a note: tests/data/eval/qa/README.md).
+UNANSWERABLE_KINDS = {"unanswerable", "near-miss"}
 STOPWORDS = {"a", "an", "the"}
 BLOCK_TAGS = {
     "p", "div", "pre", "li", "ul", "ol", "dl", "dt", "dd", "tr", "td", "th", "table", "thead",
@@ -158,6 +161,8 @@ def check(questions: Path, folder: Path) -> tuple:
             problems.append(f"{where}: not JSON ({err})")
             continue
         keys = {"question", "answer", "file", "evidence", "answerable", "split", "kind"}
+        if q.get("kind") == "near-miss":
+            keys |= {"near", "note"}
         if set(q) != keys:
             problems.append(f"{where}: keys {sorted(q)} (want {sorted(keys)})")
             continue
@@ -168,10 +173,10 @@ def check(questions: Path, folder: Path) -> tuple:
         seen.add(q["question"].strip().lower())
         counts[(q["split"], q["kind"])] += 1
         if not q["answerable"]:
-            if q["kind"] != "unanswerable" or any(q[k] is not None for k in ("answer", "file", "evidence")):
+            if q["kind"] not in UNANSWERABLE_KINDS or any(q[k] is not None for k in ("answer", "file", "evidence")):
                 problems.append(f"{where}: an unanswerable question needs kind 'unanswerable' and null answer/file/evidence")
             continue
-        if q["kind"] == "unanswerable" or not q["answer"] or not q["file"] or not q["evidence"]:
+        if q["kind"] in UNANSWERABLE_KINDS or not q["answer"] or not q["file"] or not q["evidence"]:
             problems.append(f"{where}: an answerable question needs answer, file, evidence and a real kind")
             continue
         n = len(q["evidence"].split())

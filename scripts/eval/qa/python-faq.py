@@ -62,7 +62,10 @@ FAQ_PAGES = ["design", "extending", "general", "gui", "installed", "library", "p
 COLLECTION = "python-faq"
 QUESTIONS = (Path(__file__).resolve().parents[3]
              / "tests" / "data" / "eval" / "qa" / f"{COLLECTION}.jsonl")
-KINDS = {"fact", "yes-no", "how", "why", "unanswerable"}
+KINDS = {"fact", "yes-no", "how", "why", "unanswerable", "near-miss"}
+# The kinds of a question the documents do not answer (a near miss sits right next to what they
+# say, and carries the question it is near and a note: tests/data/eval/qa/README.md).
+UNANSWERABLE_KINDS = {"unanswerable", "near-miss"}
 STOP_WORDS = {"a", "an", "the"}
 
 
@@ -108,12 +111,16 @@ def check_questions(questions: Path, folder: Path) -> tuple[list[str], dict]:
             problems.append(f"{where}: not JSON ({e})")
             continue
         keys = {"question", "answer", "file", "evidence", "answerable", "split", "kind"}
+        if q.get("kind") == "near-miss":
+            keys |= {"near", "note"}
         if set(q) != keys:
             problems.append(f"{where}: fields {sorted(q)} instead of {sorted(keys)}")
             continue
-        if q["split"] != expected_split:
-            problems.append(f"{where}: split {q['split']!r}, expected {expected_split!r} (dev/test alternate)")
-        expected_split = "test" if expected_split == "dev" else "dev"
+        if q.get("kind") != "near-miss":
+            # The near misses are balanced between the halves (below), the rest alternate.
+            if q["split"] != expected_split:
+                problems.append(f"{where}: split {q['split']!r}, expected {expected_split!r} (dev/test alternate)")
+            expected_split = "test" if expected_split == "dev" else "dev"
         if q["kind"] not in KINDS:
             problems.append(f"{where}: kind {q['kind']!r} not one of {sorted(KINDS)}")
         key = " ".join(words(q["question"]))
@@ -123,11 +130,11 @@ def check_questions(questions: Path, folder: Path) -> tuple[list[str], dict]:
         counts.setdefault(q["split"], {}).setdefault(q["kind"], 0)
         counts[q["split"]][q["kind"]] += 1
         if not q["answerable"]:
-            if q["kind"] != "unanswerable" or any(q[k] is not None for k in ("answer", "file", "evidence")):
+            if q["kind"] not in UNANSWERABLE_KINDS or any(q[k] is not None for k in ("answer", "file", "evidence")):
                 problems.append(f"{where}: an unanswerable question needs kind 'unanswerable' "
                                 f"and null answer, file and evidence")
             continue
-        if q["kind"] == "unanswerable":
+        if q["kind"] in UNANSWERABLE_KINDS:
             problems.append(f"{where}: answerable but of kind 'unanswerable'")
         if not q["answer"] or not q["file"] or not q["evidence"]:
             problems.append(f"{where}: an answerable question needs answer, file and evidence")
@@ -145,6 +152,9 @@ def check_questions(questions: Path, folder: Path) -> tuple[list[str], dict]:
             page_words[q["file"]] = words(visible_text(path.read_text(encoding="utf-8")))
         if n == 0 or not contains(page_words[q["file"]], words(q["evidence"])):
             problems.append(f"{where}: evidence not found in {q['file']}: {q['evidence']!r}")
+    near = [counts.get(split, {}).get("near-miss", 0) for split in ("dev", "test")]
+    if abs(near[0] - near[1]) > 1:
+        problems.append(f"{questions.name}: near misses {near[0]} dev against {near[1]} test (balance them)")
     return problems, counts
 
 
