@@ -175,17 +175,18 @@ impl Store {
         }
     }
 
-    /// Whether a tenant's indexes for its active model lag the catalog or are damaged.
-    fn needs_repair(&self, tenant: &TenantRow) -> bool {
-        let vector_ok = VectorIndex::check(
+    /// The tenant's indexes for its active model when both are whole and at `tenant`'s
+    /// generation: the vector index's checked metadata and the opened lexical index; `None` when
+    /// either lags the catalog or is damaged.
+    fn fresh_indexes(&self, tenant: &TenantRow) -> Option<(VectorMeta, LexicalIndex)> {
+        let meta = VectorIndex::check(
             &self.layout.vector(&tenant.name, &tenant.model),
             &self.layout.vector_meta(&tenant.name, &tenant.model),
         )
-        .is_ok_and(|m| m.generation == tenant.generation && m.model == tenant.model && m.dims == tenant.dims);
-        let lexical_ok = LexicalIndex::open_or_create(&self.layout.lexical(&tenant.name))
-            .and_then(|ix| ix.generation())
-            .is_ok_and(|g| g == tenant.generation);
-        !(vector_ok && lexical_ok)
+        .ok()
+        .filter(|m| m.generation == tenant.generation && m.model == tenant.model && m.dims == tenant.dims)?;
+        let lexical = LexicalIndex::open_or_create(&self.layout.lexical(&tenant.name)).ok()?;
+        (lexical.generation().ok()? == tenant.generation).then_some((meta, lexical))
     }
 
     /// Opens a tenant for writing: takes its lock, repairs its indexes for `tenant.model` if they
@@ -207,7 +208,7 @@ impl Store {
         if let Some(reader) = self.fresh_reader(tenant) {
             return Ok(reader);
         }
-        let repair = if !self.needs_repair(tenant) {
+        let repair = if self.fresh_indexes(tenant).is_some() {
             Repair::default()
         } else {
             match self.lock(&tenant.name, std::time::Duration::ZERO) {
@@ -231,16 +232,8 @@ impl Store {
     /// generation (as the caller just read it from the catalog) and whole. `None` sends the
     /// reader down the careful path (repair, a writer mid-save, a newer commit).
     fn fresh_reader(&self, tenant: &TenantRow) -> Option<TenantReader> {
-        let path = self.layout.vector(&tenant.name, &tenant.model);
-        let meta = VectorIndex::check(&path, &self.layout.vector_meta(&tenant.name, &tenant.model)).ok()?;
-        if meta.generation != tenant.generation || meta.model != tenant.model || meta.dims != tenant.dims {
-            return None;
-        }
-        let lexical = LexicalIndex::open_or_create(&self.layout.lexical(&tenant.name)).ok()?;
-        if lexical.generation().ok()? != tenant.generation {
-            return None;
-        }
-        let vector = VectorIndex::view(&path, meta, self.vector_options).ok()?;
+        let (meta, lexical) = self.fresh_indexes(tenant)?;
+        let vector = VectorIndex::view(&self.layout.vector(&tenant.name, &tenant.model), meta, self.vector_options).ok()?;
         let lexical = lexical.searcher().ok()?;
         Some(TenantReader { tenant: tenant.clone(), vector: Box::new(vector), lexical: Box::new(lexical), repair: Repair::default() })
     }
