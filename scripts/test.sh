@@ -4,7 +4,8 @@
 #   2. build every crate of the workspace once (tests, benches, the binary they drive) with the tuned dev profile,
 #      target dir kept outside the clone so repeated runs stay incremental;
 #   3. check the module layering (and build llama.cpp's OpenAI-compatible server once, in a venv
-#      under ~/.cache/ragbox, for the inference-server tests);
+#      under ~/.cache/ragbox, for the inference-server tests; install PostgreSQL and the pinned
+#      Milvus wheel for the shared-backend tests);
 #   4. run every test inside a network namespace that has nothing but loopback: proof that nothing
 #      after set-up needs the network.
 set -euo pipefail
@@ -34,6 +35,9 @@ scripts/setup/fetch-models.sh
 
 step "patched crates"
 scripts/setup/patch-crates.sh
+
+step "PostgreSQL and Milvus (the shared-backend tests start them inside the namespace)"
+scripts/setup/shared-servers.sh
 
 step "llama.cpp's server (the inference-server tests run against it)"
 LLAMA_SERVER_VENV="$(scripts/setup/llama-server-venv.sh)"

@@ -3,7 +3,7 @@
 
 use clap::{Parser, Subcommand};
 
-use ragbox_cli::{ask, audit, backup, chat, doctor, documents, feedback, ingest, keys, search, serve, GlobalArgs};
+use ragbox_cli::{ask, audit, backup, chat, doctor, documents, feedback, ingest, keys, migrate, search, serve, GlobalArgs};
 
 use crate::tools;
 
@@ -32,6 +32,8 @@ pub enum Command {
     Backup(backup::BackupArgs),
     /// Bring a backup back into an empty data folder (`--force` replaces a used one).
     Restore(backup::RestoreArgs),
+    /// Build every tenant's indexes on the other backend (shared servers or local files) from the catalog.
+    Migrate(migrate::MigrateArgs),
     /// Ranked passages for a query (`--explain`: every stage's view of every candidate).
     Search(search::SearchArgs),
     /// A grounded answer with checked citations, or a plain "no good source".
@@ -75,6 +77,7 @@ pub fn run(cli: Cli) -> anyhow::Result<u8> {
         Command::Reembed(args) => documents::reembed(g, args),
         Command::Backup(args) => backup::backup(g, args),
         Command::Restore(args) => backup::restore_cmd(g, args),
+        Command::Migrate(args) => migrate::run(g, args),
         Command::Search(args) => search::run(g, args),
         Command::Trace(args) => tools::trace::run(g, args),
         Command::Ask(args) => ask::run(g, args),

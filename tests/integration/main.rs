@@ -17,3 +17,5 @@ mod answer;
 mod backup;
 mod faults;
 mod inference_server;
+mod shared;
+mod shared_servers;

@@ -27,6 +27,9 @@ pub fn run(g: &GlobalArgs) -> anyhow::Result<()> {
     println!("reranker:   {}: {}", report.rerank_model, report.rerank_status);
     println!("ocr:        {}", report.ocr_status);
     println!("generator:  {}", report.generator);
+    for line in &report.store {
+        println!("store:      {line}");
+    }
     let sv = &report.server;
     println!(
         "server:     listen {} · queue {} (generating {} at once) · body {} B, question {} chars, upload {} B · timeouts {} ms / answer {} ms / body {} ms · CORS {}",

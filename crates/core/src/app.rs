@@ -8,7 +8,7 @@ use serde::Serialize;
 use crate::chunk::{ChunkOptions, ChunkerKind};
 use crate::config::{Config, GenerateBackend, GenerateFallback};
 use crate::ingest::IngestOptions;
-use crate::store::{Store, TenantRow, VectorOptions};
+use crate::store::{Store, TenantRow};
 use crate::embed::{load_embedder, EmbedOptions, Embedder};
 use crate::allowlist::HostAllowlist;
 use crate::error::{Error, Result};
@@ -108,6 +108,8 @@ pub struct DoctorReport {
     pub ocr_status: String,
     /// Where prompts go (`generate.backend`), and whether an inference server answers.
     pub generator: String,
+    /// Where the indexes live (`store.backend`), and whether shared servers answer.
+    pub store: Vec<String>,
     /// What retrieval will do about reranking.
     pub rerank_status: String,
     /// Every model in the manifest.
@@ -448,8 +450,8 @@ impl App {
 
     /// Opens the data folder's store.
     pub fn store(&self) -> Result<Store> {
-        let options = VectorOptions { quantization: self.config.store.quantization, exact_below: self.config.store.exact_below, ..VectorOptions::default() };
-        Store::open(&self.config.data_dir, options)
+        let store = &self.config.store;
+        Store::open_with(&self.config.data_dir, store.backends(store.backend, &self.config.data_dir)?)
     }
 
     /// The OCR engine that reads scanned pages and images (the manifest's `ocr` model, verified
@@ -535,6 +537,18 @@ impl App {
         }
     }
 
+    /// Where the indexes live; for the shared backend, whether each server answers.
+    pub fn store_status(&self) -> Vec<String> {
+        let s = &self.config.store;
+        match (s.backend, &s.shared) {
+            (crate::config::StoreBackend::Shared, Some(shared)) => match shared.options() {
+                Ok(options) => options.probe(),
+                Err(e) => vec![format!("shared: {e}")],
+            },
+            _ => vec![format!("local: usearch ({:?} vectors) and tantivy files in the data folder", s.quantization).to_lowercase()],
+        }
+    }
+
     /// Features, device, and every model's files verified.
     pub fn doctor(&self) -> DoctorReport {
         let models: Vec<ModelStatus> = self.models.manifest().models.iter().map(|m| self.models.status(m, Check::Full)).collect();
@@ -596,6 +610,7 @@ impl App {
             rerank_status,
             ocr_status: self.ocr_status(&models),
             generator: self.generator_status(true),
+            store: self.store_status(),
             models,
         }
     }

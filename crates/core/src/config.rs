@@ -76,10 +76,99 @@ pub struct IngestSection {
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct StoreSection {
-    /// How vectors are stored: `f32`, `f16` or `i8`.
+    /// Where the indexes live: `local` (the data folder) or `shared` (the servers of
+    /// `[store.shared]`).
+    #[serde(default)]
+    pub backend: StoreBackend,
+    /// How vectors are stored: `f32`, `f16` or `i8` (local vectors).
     pub quantization: Quantization,
-    /// Exact vector search below this many vectors.
+    /// Exact vector search below this many vectors (local vectors).
     pub exact_below: usize,
+    /// `[store.shared]`: the servers of the shared backend.
+    #[serde(default)]
+    pub shared: Option<SharedSection>,
+}
+
+/// `store.backend`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum StoreBackend {
+    /// usearch and tantivy files in the data folder.
+    #[default]
+    Local,
+    /// Vectors on Milvus, BM25 on PostgreSQL.
+    Shared,
+}
+
+/// `[store.shared]`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SharedSection {
+    /// PostgreSQL URL, `postgresql://user@host:port/db`.
+    pub postgres: String,
+    /// A file holding the PostgreSQL password, when the URL does not.
+    #[serde(default)]
+    pub postgres_password_file: Option<PathBuf>,
+    /// Milvus URL, `http://host:19530`.
+    pub milvus: String,
+    /// The Milvus user (with `milvus_password_file`), when the server checks users.
+    #[serde(default)]
+    pub milvus_user: Option<String>,
+    /// A file holding the Milvus user's password.
+    #[serde(default)]
+    pub milvus_password_file: Option<PathBuf>,
+    /// The prefix of the Milvus collections this deployment owns.
+    #[serde(default = "default_collection_prefix")]
+    pub collection_prefix: String,
+}
+
+impl StoreSection {
+    /// The local vector index's settings.
+    pub fn vector_options(&self) -> crate::store::VectorOptions {
+        crate::store::VectorOptions { quantization: self.quantization, exact_below: self.exact_below, ..Default::default() }
+    }
+
+    /// The index backends `backend` names, connected: the data folder's files, or the shared
+    /// servers of `[store.shared]`.
+    pub fn backends(&self, backend: StoreBackend, data_dir: &std::path::Path) -> Result<crate::store::Backends> {
+        match backend {
+            StoreBackend::Local => Ok(crate::store::Backends::local(&crate::store::Layout::new(data_dir), self.vector_options())),
+            StoreBackend::Shared => {
+                let shared = self.shared.as_ref().ok_or_else(|| {
+                    Error::Config("the shared backend needs a [store.shared] section with the postgres and milvus URLs (docs/SERVING.md, \"Several nodes\")".into())
+                })?;
+                crate::store::Backends::shared(&shared.options()?)
+            }
+        }
+    }
+}
+
+fn default_collection_prefix() -> String {
+    "ragbox".into()
+}
+
+impl SharedSection {
+    /// The servers and credentials, the password files read.
+    pub fn options(&self) -> Result<crate::store::shared::SharedOptions> {
+        let read = |key: &str, path: &PathBuf| {
+            std::fs::read_to_string(path)
+                .map(|s| s.trim_end_matches(['\n', '\r']).to_string())
+                .map_err(|e| Error::Config(format!("store.shared.{key} = {path:?} cannot be read ({e})")))
+        };
+        let postgres_password = self.postgres_password_file.as_ref().map(|p| read("postgres_password_file", p)).transpose()?;
+        let milvus_credentials = match (&self.milvus_user, &self.milvus_password_file) {
+            (Some(user), Some(file)) => Some((user.clone(), read("milvus_password_file", file)?)),
+            (None, None) => None,
+            _ => return Err(Error::Config("store.shared: set milvus_user and milvus_password_file together".into())),
+        };
+        Ok(crate::store::shared::SharedOptions {
+            postgres: self.postgres.clone(),
+            postgres_password,
+            milvus: self.milvus.clone(),
+            milvus_credentials,
+            collection_prefix: self.collection_prefix.clone(),
+        })
+    }
 }
 
 /// `[retrieve]`: the read path's settings ([`RetrieveOptions`], every key but its per-query
@@ -496,6 +585,21 @@ impl Config {
         }
         if sv.request_timeout_ms == 0 || sv.generate_timeout_ms == 0 || sv.body_timeout_ms == 0 {
             return Err(Error::Config("server: timeouts must be above 0 ms".into()));
+        }
+        let prefix_ok = |p: &str| p.chars().next().is_some_and(|c| c.is_ascii_alphabetic() || c == '_') && p.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
+        match (&raw.store.backend, &raw.store.shared) {
+            (StoreBackend::Shared, None) => {
+                return Err(Error::Config(
+                    "store.backend = \"shared\" needs a [store.shared] section with the postgres and milvus URLs (docs/SERVING.md, \"Several nodes\")".into(),
+                ))
+            }
+            (_, Some(shared)) if !prefix_ok(&shared.collection_prefix) => {
+                return Err(Error::Config(format!(
+                    "store.shared.collection_prefix = `{}`: use letters, digits and _ , starting with a letter",
+                    shared.collection_prefix
+                )))
+            }
+            _ => {}
         }
         Ok(Config {
             data_dir,

@@ -180,6 +180,16 @@ pub enum Error {
         /// What the connection said.
         detail: String,
     },
+    /// A shared backend's server (PostgreSQL or Milvus) failed or could not be reached.
+    #[error("the shared store's {server} failed while {what} ({detail}); check that it is running and reachable (`ragbox doctor` checks both servers): nothing half-written is served, and running the command again once it is back finishes the job")]
+    SharedServer {
+        /// Which server, and where (`Milvus at http://10.0.0.7:19530`).
+        server: String,
+        /// What ragbox was doing.
+        what: String,
+        /// What the server or the connection said.
+        detail: String,
+    },
     /// A thing asked for by id (session, document, answer, job, key) that does not exist, or
     /// that the caller may not see: the two read alike, so existence does not leak.
     #[error("{0}")]
@@ -218,7 +228,8 @@ impl Error {
             | Error::DiskFull { .. }
             | Error::CatalogDamaged { .. }
             | Error::Generate(_)
-            | Error::Unreachable { .. } => Fault::Runtime,
+            | Error::Unreachable { .. }
+            | Error::SharedServer { .. } => Fault::Runtime,
             Error::Bug(_) => Fault::Bug,
         }
     }

@@ -623,7 +623,7 @@ fn ingest_into(
         // Each commit rewrites the whole vector file, so on a large index commits are spaced in
         // proportion to its size (at most ~1/8 of the work is redone after a crash); that keeps the
         // total bytes written proportional to the index size times a small factor.
-        if batch_chunks >= opts.commit_chunks.max(writer.vector_len() / 8) {
+        if batch_chunks >= opts.commit_chunks.max(writer.vector_len()? / 8) {
             commit(&mut writer, &mut batch, &mut batch_changes, &mut report, on_event)?;
             batch_chunks = 0;
         }

@@ -4,6 +4,7 @@
 //! Shared here: the subcommand enum, its dispatch, and what the benches have in common: a seeded
 //! generator for synthetic data, percentiles and resident memory.
 
+mod backends;
 mod embed;
 mod llm;
 mod rerank;
@@ -28,6 +29,8 @@ pub enum BenchCmd {
     /// The HTTP server under loopback load: search p50/p99 and req/s at N clients, during an
     /// ingest, and asking with the queue full; RSS at start and end.
     Serve(serve::ServeBenchArgs),
+    /// The index backends side by side: local files against the shared servers, same tenant.
+    Backends(backends::BackendsArgs),
 }
 
 /// Runs one benchmark.
@@ -38,6 +41,7 @@ pub fn run(g: &GlobalArgs, cmd: BenchCmd) -> anyhow::Result<()> {
         BenchCmd::Rerank(args) => rerank::run(g, args),
                 BenchCmd::Llm(args) => llm::run(g, args),
         BenchCmd::Serve(args) => serve::run(g, args),
+        BenchCmd::Backends(args) => backends::run(g, args),
     }
 }
 

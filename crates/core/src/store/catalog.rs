@@ -368,6 +368,18 @@ impl Catalog {
         self.conn.lock()
     }
 
+    /// This catalog's identity, made once (random) and kept: what a shared index backend
+    /// records as its owner, so that a second catalog is refused rather than mixed in.
+    pub fn id(&self) -> Result<String> {
+        let conn = self.conn();
+        let made = {
+            let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos());
+            hex::encode(&crate::types::text_hash(&format!("{nanos} {} {:?}", std::process::id(), self.path))[..16])
+        };
+        conn.execute("INSERT OR IGNORE INTO meta (key, value) VALUES ('catalog_id', ?1)", [&made])?;
+        Ok(conn.query_row("SELECT value FROM meta WHERE key = 'catalog_id'", [], |r| r.get(0))?)
+    }
+
     /// The API keys.
     pub fn keys(&self) -> Keys<'_> {
         Keys::new(&self.conn)

@@ -52,6 +52,22 @@ fn err(what: String) -> impl FnOnce(tantivy::TantivyError) -> Error {
     move |e| Error::Index { what, source: Box::new(e) }
 }
 
+/// The terms of `text` as the index sees them (tantivy's English analyser: split on
+/// non-alphanumerics, drop tokens over 40 bytes, lower-case, stem), in order; what a lexical
+/// backend kept elsewhere than tantivy indexes and queries with, so that both count the same terms.
+pub fn analyze(text: &str) -> Vec<String> {
+    static ANALYZER: std::sync::OnceLock<TextAnalyzer> = std::sync::OnceLock::new();
+    let mut analyzer = ANALYZER
+        .get_or_init(|| tantivy::tokenizer::TokenizerManager::default().get(TOKENIZER).expect("tantivy registers en_stem"))
+        .clone();
+    let mut stream = analyzer.token_stream(text);
+    let mut out = Vec::new();
+    while let Some(token) = stream.next() {
+        out.push(token.text.clone());
+    }
+    out
+}
+
 /// BM25 search over one commit of a tenant's lexical index, as a reader uses it.
 pub trait LexicalSearch: Send + Sync {
     /// The `k` best chunks for a free-text query, best first.

@@ -20,15 +20,21 @@
 //! running again finishes the job. [`backup`] copies a data folder online and restores it.
 
 pub mod annotation;
+pub mod backend;
 pub mod backup;
 pub mod catalog;
 mod connection;
+#[cfg(any(test, feature = "testing"))]
+pub mod contract;
 pub mod conversation;
 pub mod events;
 pub mod keys;
 pub mod layout;
 pub mod lexical;
+pub mod local;
+pub mod migrate;
 mod schema;
+pub mod shared;
 pub mod vector;
 
 use std::collections::{BTreeSet, HashMap};
@@ -38,6 +44,7 @@ use std::path::Path;
 use serde::Serialize;
 
 pub use annotation::Annotations;
+pub use backend::{Backends, Committed, LexicalBackend, LexicalWrite, VectorBackend, VectorWriter};
 pub use catalog::{
     Catalog, ChunkRow, CommitBatch, CommitChanges, AnnotatedChunk, DocumentContent, DocumentRow, DocumentStatus,
     DocumentWrite, IndexEntry, TenantRow,
@@ -47,6 +54,7 @@ pub use crate::types::{text_hash, TextHash};
 pub use events::{Audit, BrokenLink, ChainReport, EventFilter, EventRecord, EventRow};
 pub use keys::{KeyRole, KeyRow, Keys, KEY_PREFIX};
 pub use layout::{check_tenant_name, Layout, DEFAULT_TENANT, TENANTS_DIR};
+pub use local::{LocalLexical, LocalVectors};
 pub use lexical::{LexicalHit, LexicalIndex, LexicalSearch, LexicalSearcher};
 #[cfg(any(test, feature = "testing"))]
 pub use vector::MemoryVectors;
@@ -65,7 +73,7 @@ const READER_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
 pub struct Store {
     layout: Layout,
     catalog: Catalog,
-    vector_options: VectorOptions,
+    backends: Backends,
 }
 
 /// What opening a tenant's indexes found and fixed.
@@ -113,11 +121,23 @@ impl Store {
     /// Opens (creating if needed) the data folder. Refuses one it cannot write, and a damaged
     /// catalog.
     pub fn open(data_dir: &Path, vector_options: VectorOptions) -> Result<Store> {
+        Store::open_with(data_dir, Backends::local(&Layout::new(data_dir), vector_options))
+    }
+
+    /// Opens the data folder with its indexes kept by `backends` (the local files, or shared
+    /// servers).
+    pub fn open_with(data_dir: &Path, backends: Backends) -> Result<Store> {
         std::fs::create_dir_all(data_dir).map_err(|e| not_writable(data_dir, e))?;
         check_writable(data_dir)?;
         let layout = Layout::new(data_dir);
         let catalog = Catalog::open(&layout.catalog()).map_err(|e| explain_write_error(data_dir, e))?;
-        Ok(Store { layout, catalog, vector_options })
+        backends.lexical.claim(&catalog.id()?)?;
+        Ok(Store { layout, catalog, backends })
+    }
+
+    /// Where the indexes live.
+    pub fn backends(&self) -> &Backends {
+        &self.backends
     }
 
     /// `e`, or [`Error::DiskFull`] naming the data folder when `e` is a write that failed for
@@ -175,18 +195,12 @@ impl Store {
         }
     }
 
-    /// The tenant's indexes for its active model when both are whole and at `tenant`'s
-    /// generation: the vector index's checked metadata and the opened lexical index; `None` when
-    /// either lags the catalog or is damaged.
-    fn fresh_indexes(&self, tenant: &TenantRow) -> Option<(VectorMeta, LexicalIndex)> {
-        let meta = VectorIndex::check(
-            &self.layout.vector(&tenant.name, &tenant.model),
-            &self.layout.vector_meta(&tenant.name, &tenant.model),
-        )
-        .ok()
-        .filter(|m| m.generation == tenant.generation && m.model == tenant.model && m.dims == tenant.dims)?;
-        let lexical = LexicalIndex::open_or_create(&self.layout.lexical(&tenant.name)).ok()?;
-        (lexical.generation().ok()? == tenant.generation).then_some((meta, lexical))
+    /// Whether both of the tenant's indexes for its active model are whole and at `tenant`'s
+    /// generation (as the caller just read it from the catalog).
+    fn is_fresh(&self, tenant: &TenantRow) -> bool {
+        let at = Committed::At(tenant.generation);
+        self.backends.vectors.committed(tenant, &tenant.model, tenant.dims).is_ok_and(|c| c == at)
+            && self.backends.lexical.committed(tenant).is_ok_and(|c| c == at)
     }
 
     /// Opens a tenant for writing: takes its lock, repairs its indexes for `tenant.model` if they
@@ -195,10 +209,10 @@ impl Store {
         let lock = self.lock(&tenant.name, WRITER_WAIT)?;
         // Re-read the tenant under the lock: another writer may have committed meanwhile.
         let tenant = &self.catalog.require_tenant(&tenant.name)?;
-        let (vector, repair_v) = self.open_vector(tenant, &tenant.model, tenant.dims, true)?;
-        let (lexical, repair_l) = self.open_lexical(tenant)?;
+        let (vector, repair_v) = self.open_vector(tenant, &tenant.model, tenant.dims)?;
+        let repair_l = self.open_lexical(tenant)?;
         let repair = Repair { vector: repair_v, lexical: repair_l };
-        Ok(TenantWriter { store: self, tenant: tenant.clone(), vector, lexical, repair, _lock: lock })
+        Ok(TenantWriter { store: self, tenant: tenant.clone(), vector, repair, _lock: lock })
     }
 
     /// Opens a tenant for reading with its active model's index. Lagging or damaged indexes are
@@ -208,14 +222,14 @@ impl Store {
         if let Some(reader) = self.fresh_reader(tenant) {
             return Ok(reader);
         }
-        let repair = if self.fresh_indexes(tenant).is_some() {
+        let repair = if self.is_fresh(tenant) {
             Repair::default()
         } else {
             match self.lock(&tenant.name, std::time::Duration::ZERO) {
             Ok(_lock) => {
                 let tenant = &self.catalog.require_tenant(&tenant.name)?;
-                let (_, v) = self.open_vector(tenant, &tenant.model, tenant.dims, false)?;
-                let (_, l) = self.open_lexical(tenant)?;
+                let (_, v) = self.open_vector(tenant, &tenant.model, tenant.dims)?;
+                let l = self.open_lexical(tenant)?;
                 Repair { vector: v, lexical: l }
             }
             Err(Error::Invalid(_)) => Repair::default(),
@@ -224,31 +238,28 @@ impl Store {
         };
         let tenant = &self.catalog.require_tenant(&tenant.name)?;
         let vector = self.view_vector(tenant)?;
-        let lexical = LexicalIndex::open_or_create(&self.layout.lexical(&tenant.name))?.searcher()?;
-        Ok(TenantReader { tenant: tenant.clone(), vector: Box::new(vector), lexical: Box::new(lexical), repair })
+        let lexical = self.backends.lexical.reader(tenant)?;
+        Ok(TenantReader { tenant: tenant.clone(), vector, lexical, repair })
     }
 
     /// The common case of [`Store::reader`], each index opened once: both at `tenant`'s
     /// generation (as the caller just read it from the catalog) and whole. `None` sends the
     /// reader down the careful path (repair, a writer mid-save, a newer commit).
     fn fresh_reader(&self, tenant: &TenantRow) -> Option<TenantReader> {
-        let (meta, lexical) = self.fresh_indexes(tenant)?;
-        let vector = VectorIndex::view(&self.layout.vector(&tenant.name, &tenant.model), meta, self.vector_options).ok()?;
-        let lexical = lexical.searcher().ok()?;
-        Some(TenantReader { tenant: tenant.clone(), vector: Box::new(vector), lexical: Box::new(lexical), repair: Repair::default() })
+        let vector = self.backends.vectors.reader_at(tenant, &tenant.model, tenant.dims, tenant.generation).ok()??;
+        let lexical = self.backends.lexical.reader_at(tenant, tenant.generation).ok()??;
+        Some(TenantReader { tenant: tenant.clone(), vector, lexical, repair: Repair::default() })
     }
 
-    /// Maps the tenant's vector index read-only. A writer's save replaces the index file and then
-    /// its sidecar, so a reader that looks between the two renames sees a file its sidecar does not
-    /// describe; while a writer holds the tenant such a mismatch is retried for up to
-    /// [`READER_WAIT`], after which (or with no writer) it is reported as damage.
-    fn view_vector(&self, tenant: &TenantRow) -> Result<VectorIndex> {
-        let path = self.layout.vector(&tenant.name, &tenant.model);
-        let meta_path = self.layout.vector_meta(&tenant.name, &tenant.model);
+    /// Opens the last commit of the tenant's vector index. A local writer's save replaces the
+    /// index file and then its sidecar, so a reader that looks between the two renames sees a
+    /// file its sidecar does not describe; while a writer holds the tenant such a failure is
+    /// retried for up to [`READER_WAIT`], after which (or with no writer) it is reported.
+    fn view_vector(&self, tenant: &TenantRow) -> Result<Box<dyn VectorSearch>> {
         let started = std::time::Instant::now();
         loop {
-            match VectorIndex::check(&path, &meta_path) {
-                Ok(meta) => return VectorIndex::view(&path, meta, self.vector_options),
+            match self.backends.vectors.reader(tenant, &tenant.model, tenant.dims) {
+                Ok(reader) => return Ok(reader),
                 Err(e) if started.elapsed() >= READER_WAIT || !self.writer_active(&tenant.name)? => return Err(e),
                 Err(_) => std::thread::sleep(std::time::Duration::from_millis(10)),
             }
@@ -264,27 +275,18 @@ impl Store {
         }
     }
 
-    /// Opens the vector index of `model`, rebuilding it from the catalog when it is missing,
-    /// damaged, of another model, or behind the catalog. `load` picks an in-memory (writable)
-    /// index; otherwise the rebuilt index is saved and dropped.
-    fn open_vector(&self, tenant: &TenantRow, model: &str, dims: usize, load: bool) -> Result<(VectorIndex, Option<String>)> {
-        let path = self.layout.vector(&tenant.name, model);
-        let meta_path = self.layout.vector_meta(&tenant.name, model);
-        let problem = match VectorIndex::check(&path, &meta_path) {
-            Ok(meta) if meta.model != model || meta.dims != dims => Some(format!("built with {} ({} dims)", meta.model, meta.dims)),
-            Ok(meta) if meta.generation != tenant.generation => {
-                Some(format!("at generation {}, catalog at {}", meta.generation, tenant.generation))
-            }
-            Ok(meta) => {
-                if load {
-                    return Ok((VectorIndex::load(&path, meta, self.vector_options)?, None));
-                }
-                return Ok((VectorIndex::create(model, dims, self.vector_options)?, None));
-            }
-            Err(_) if tenant.generation == 0 && !path.exists() => None,
-            Err(e) => Some(format!("{e:#}")),
+    /// Opens the vector index of `model` for changes, rebuilding it from the catalog when it is
+    /// missing, damaged, of another model, or behind the catalog; and why it was rebuilt.
+    fn open_vector(&self, tenant: &TenantRow, model: &str, dims: usize) -> Result<(Box<dyn VectorWriter>, Option<String>)> {
+        let vectors = &self.backends.vectors;
+        let problem = match vectors.committed(tenant, model, dims)? {
+            Committed::At(g) if g == tenant.generation => return Ok((vectors.writer(tenant, model, dims, false)?, None)),
+            Committed::At(g) => Some(format!("at generation {g}, catalog at {}", tenant.generation)),
+            Committed::Damaged(why) => Some(why),
+            Committed::Missing if tenant.generation == 0 => None,
+            Committed::Missing => Some(format!("no index in {}", vectors.describe())),
         };
-        let mut index = VectorIndex::create(model, dims, self.vector_options)?;
+        let mut index = vectors.writer(tenant, model, dims, true)?;
         if let Some(why) = &problem {
             tracing::warn!(tenant = %tenant.name, model, "rebuilding the vector index from the catalog: {why}");
             let entries = self.catalog.index_entries(tenant.id)?;
@@ -299,34 +301,29 @@ impl Store {
             }
             let items: Vec<(ChunkId, &[f32])> =
                 entries.iter().zip(&vectors).filter_map(|(e, v)| v.as_deref().map(|v| (e.id, v))).collect();
-            index.add(&items)?;
+            index.upsert(&items)?;
         }
-        index.save(&path, &meta_path, tenant.generation)?;
+        index.commit(tenant.generation)?;
         Ok((index, problem))
     }
 
-    /// Opens the lexical index, rebuilding it when it cannot be opened or lags the catalog.
-    fn open_lexical(&self, tenant: &TenantRow) -> Result<(LexicalIndex, Option<String>)> {
-        let dir = self.layout.lexical(&tenant.name);
-        let (index, problem) = match LexicalIndex::open_or_create(&dir).and_then(|ix| ix.generation().map(|g| (ix, g))) {
-            Ok((ix, g)) if g == tenant.generation => return Ok((ix, None)),
-            Ok((ix, g)) => (ix, format!("at generation {g}, catalog at {}", tenant.generation)),
-            Err(e) => {
-                let why = format!("{e:#}");
-                if dir.exists() {
-                    std::fs::remove_dir_all(&dir).map_err(Error::path(&dir))?;
-                }
-                (LexicalIndex::open_or_create(&dir)?, why)
-            }
+    /// Rebuilds the lexical index from the catalog when it cannot be opened or lags the catalog;
+    /// why it was rebuilt.
+    fn open_lexical(&self, tenant: &TenantRow) -> Result<Option<String>> {
+        let (reset, problem) = match self.backends.lexical.committed(tenant)? {
+            Committed::At(g) if g == tenant.generation => return Ok(None),
+            Committed::At(g) => (false, format!("at generation {g}, catalog at {}", tenant.generation)),
+            Committed::Missing => (false, format!("no index in {}", self.backends.lexical.describe())),
+            Committed::Damaged(why) => (true, why),
         };
         tracing::warn!(tenant = %tenant.name, "rebuilding the lexical index from the catalog: {problem}");
-        let mut w = index.writer()?;
+        let mut w = self.backends.lexical.writer(tenant, reset)?;
         w.clear()?;
         for e in self.catalog.index_entries(tenant.id)? {
             w.add(e.id, e.doc, &e.text)?;
         }
         w.commit(tenant.generation)?;
-        Ok((index, Some(problem)))
+        Ok(Some(problem))
     }
 
     /// Builds (or refreshes) the tenant's vector index for another model from the catalog, with
@@ -363,14 +360,14 @@ impl Store {
             self.catalog.put_embeddings(model, &new)?;
             fresh.extend(new);
         }
-        let mut index = VectorIndex::create(model, dims, self.vector_options)?;
+        let mut index = self.backends.vectors.writer(tenant, model, dims, true)?;
         let items: Vec<(ChunkId, &[f32])> = entries
             .iter()
             .filter_map(|e| cached.get(&e.hash).or_else(|| fresh.get(&e.hash)).map(|v| (e.id, v.as_slice())))
             .collect();
-        index.add(&items)?;
+        index.upsert(&items)?;
         // The catalog generation cannot move while we hold the lock.
-        index.save(&self.layout.vector(&tenant.name, model), &self.layout.vector_meta(&tenant.name, model), tenant.generation)?;
+        index.commit(tenant.generation)?;
         self.catalog.set_tenant_model(tenant.id, model, dims)?;
         Ok(ReembedReport { chunks: entries.len(), embedded: todo.len(), cached: entries.len() - todo.len() })
     }
@@ -378,25 +375,23 @@ impl Store {
     /// Compares the chunk ids of a tenant's catalog, vector index and lexical index.
     pub fn check_consistency(&self, tenant: &TenantRow) -> Result<Consistency> {
         let entries = self.catalog.index_entries(tenant.id)?;
-        let path = self.layout.vector(&tenant.name, &tenant.model);
-        let meta_path = self.layout.vector_meta(&tenant.name, &tenant.model);
-        let vector = VectorIndex::check(&path, &meta_path)
-            .ok()
-            .and_then(|m| VectorIndex::view(&path, m, self.vector_options).ok());
-        let lexical = LexicalIndex::open_or_create(&self.layout.lexical(&tenant.name)).ok();
-        let lexical_ids = match &lexical {
-            Some(ix) => ix.all_chunk_ids()?,
+        let vector = self.backends.vectors.reader(tenant, &tenant.model, tenant.dims).ok();
+        let lexical_generation = self.backends.lexical.committed(tenant)?.generation();
+        let lexical_ids = match lexical_generation {
+            Some(_) => self.backends.lexical.chunk_ids(tenant)?,
             None => Vec::new(),
         };
         let lexical_set: BTreeSet<ChunkId> = lexical_ids.iter().copied().collect();
         let missing_vectors = match &vector {
-            Some(v) => entries.iter().filter(|e| !v.contains(e.id)).count(),
+            Some(v) => {
+                let ids: Vec<ChunkId> = entries.iter().map(|e| e.id).collect();
+                v.contains(&ids)?.iter().filter(|present| !**present).count()
+            }
             None => entries.len(),
         };
         let missing_lexical = entries.iter().filter(|e| !lexical_set.contains(&e.id)).count();
         let vector_count = vector.as_ref().map_or(0, |v| v.len());
         let vector_generation = vector.as_ref().map(|v| v.meta().generation);
-        let lexical_generation = lexical.as_ref().and_then(|l| l.generation().ok());
         let duplicate_lexical = lexical_ids.len() - lexical_set.len();
         let consistent = missing_vectors == 0
             && missing_lexical == 0
@@ -517,8 +512,7 @@ pub struct ReembedReport {
 pub struct TenantWriter<'s> {
     store: &'s Store,
     tenant: TenantRow,
-    vector: VectorIndex,
-    lexical: LexicalIndex,
+    vector: Box<dyn VectorWriter>,
     repair: Repair,
     _lock: File,
 }
@@ -535,7 +529,7 @@ impl TenantWriter<'_> {
     }
 
     /// Vectors in its index now.
-    pub fn vector_len(&self) -> usize {
+    pub fn vector_len(&self) -> Result<usize> {
         self.vector.len()
     }
 
@@ -546,7 +540,6 @@ impl TenantWriter<'_> {
     }
 
     fn commit_inner(&mut self, batch: &CommitBatch) -> Result<CommitChanges> {
-        let layout = &self.store.layout;
         let changes = self.store.catalog.commit(&self.tenant, batch)?;
         self.tenant.generation = changes.generation;
 
@@ -560,16 +553,12 @@ impl TenantWriter<'_> {
             items.push((e.id, *v));
         }
         self.vector.remove(&changes.removed)?;
-        self.vector.add(&items)?;
-        self.vector.save(
-            &layout.vector(&self.tenant.name, &self.tenant.model),
-            &layout.vector_meta(&self.tenant.name, &self.tenant.model),
-            changes.generation,
-        )?;
+        self.vector.upsert(&items)?;
+        self.vector.commit(changes.generation)?;
 
-        let mut w = self.lexical.writer()?;
+        let mut w = self.store.backends.lexical.writer(&self.tenant, false)?;
         for doc in &changes.removed_docs {
-            w.remove_document(*doc);
+            w.remove_document(*doc)?;
         }
         for e in &changes.added {
             w.add(e.id, e.doc, &e.text)?;
@@ -660,73 +649,30 @@ pub mod in_memory {
 
 #[cfg(test)]
 mod tests {
-    use super::in_memory::doc_write;
+    use super::contract::batch;
     use super::*;
 
-    fn fake_vector(text: &str) -> Vec<f32> {
-        let mut v = vec![0.01f32; 8];
-        for (i, b) in text.bytes().enumerate() {
-            v[(b as usize + i) % 8] += 1.0;
-        }
-        let n = v.iter().map(|x| x * x).sum::<f32>().sqrt();
-        v.iter().map(|x| x / n).collect()
-    }
-
-    fn batch(docs: &[(&str, &[&str])]) -> CommitBatch {
-        let mut b = CommitBatch::default();
-        for (path, paras) in docs {
-            let (w, texts) = doc_write(path, paras);
-            for t in texts {
-                b.embeddings.push((text_hash(&t), fake_vector(&t)));
-            }
-            b.documents.push(w);
-        }
-        b
+    #[test]
+    fn the_commit_protocol_holds_over_the_local_files() {
+        let dir = tempfile::tempdir().unwrap();
+        contract::store(&Store::open(dir.path(), VectorOptions::default()).unwrap());
     }
 
     #[test]
-    fn commits_keep_indexes_consistent_and_damage_is_repaired() {
+    fn damaged_local_files_are_rebuilt_from_the_catalog() {
         let dir = tempfile::tempdir().unwrap();
         let store = Store::open(dir.path(), VectorOptions::default()).unwrap();
         let t = store.tenant_for_model("acme", "fake", 8).unwrap();
-        {
-            let mut w = store.writer(&t).unwrap();
-            assert!(store.writer(&t).is_err(), "a second writer is refused");
-            w.commit(&batch(&[("/a.txt", &["alpha one", "beta two"]), ("/b.txt", &["gamma three"])])).unwrap();
-            w.commit(&batch(&[("/a.txt", &["alpha changed"])])).unwrap();
-        }
+        store.writer(&t).unwrap().commit(&batch(&[("/a.txt", &["alpha one", "beta two"]), ("/b.txt", &["gamma three"])])).unwrap();
         let t = store.catalog().require_tenant("acme").unwrap();
-        assert_eq!(t.generation, 2);
-        let c = store.check_consistency(&t).unwrap();
-        assert!(c.consistent, "{c:?}");
-        assert_eq!(c.catalog_children, 2);
 
-        let r = store.reader(&t).unwrap();
-        assert!(!r.repair.any());
-        let hits = r.lexical.search("gamma", 3).unwrap();
-        let rows = store.catalog().chunks(t.id, &[hits[0].0]).unwrap();
-        assert_eq!(rows[0].text, "gamma three");
-        let dense = r.vector.search(&fake_vector("alpha changed"), 1).unwrap();
-        assert_eq!(store.catalog().chunks(t.id, &[dense[0].0]).unwrap()[0].text, "alpha changed");
-        drop(r);
-
-        // Damage both indexes; opening repairs them from the catalog.
         std::fs::write(store.layout().vector("acme", "fake"), b"garbage").unwrap();
         std::fs::remove_dir_all(store.layout().lexical("acme")).unwrap();
         std::fs::create_dir_all(store.layout().lexical("acme")).unwrap();
         std::fs::write(store.layout().lexical("acme").join("meta.json"), b"{not json").unwrap();
         let r = store.reader(&t).unwrap();
         assert!(r.repair.vector.is_some() && r.repair.lexical.is_some(), "{:?}", r.repair);
-        drop(r);
-        assert!(store.check_consistency(&t).unwrap().consistent);
-
-        // An index lagging the catalog (a crash between the catalog commit and the index writes).
-        store.catalog().commit(&t, &batch(&[("/c.txt", &["delta four"])])).unwrap();
-        let t = store.catalog().require_tenant("acme").unwrap();
-        assert!(!store.check_consistency(&t).unwrap().consistent);
-        let r = store.reader(&t).unwrap();
-        assert!(r.repair.any());
-        assert_eq!(r.lexical.search("delta", 1).unwrap().len(), 1);
+        assert_eq!(r.lexical.search("gamma", 1).unwrap().len(), 1);
         drop(r);
         assert!(store.check_consistency(&t).unwrap().consistent);
     }
@@ -760,14 +706,5 @@ mod tests {
             }
             assert!(opened > 0);
         });
-    }
-
-    #[test]
-    fn another_model_is_refused_with_the_fix() {
-        let dir = tempfile::tempdir().unwrap();
-        let store = Store::open(dir.path(), VectorOptions::default()).unwrap();
-        store.tenant_for_model("t", "m1", 8).unwrap();
-        let e = store.tenant_for_model("t", "m2", 8).unwrap_err().to_string();
-        assert!(e.contains("ragbox reembed --tenant t --model m2"), "{e}");
     }
 }

@@ -101,6 +101,10 @@ pub trait VectorSearch: Send + Sync {
     fn search(&self, query: &[f32], k: usize) -> Result<Vec<VectorHit>>;
     /// The stored vectors of `ids`, in input order (`None` where absent).
     fn vectors(&self, ids: &[ChunkId]) -> Result<Vec<Option<Vec<f32>>>>;
+    /// Whether each of `ids` has a vector, in input order.
+    fn contains(&self, ids: &[ChunkId]) -> Result<Vec<bool>> {
+        Ok(self.vectors(ids)?.iter().map(Option::is_some).collect())
+    }
 }
 
 /// A vector index, open for reading (mapped) or writing (in memory).
@@ -315,10 +319,13 @@ impl VectorSearch for VectorIndex {
     fn vectors(&self, ids: &[ChunkId]) -> Result<Vec<Option<Vec<f32>>>> {
         VectorIndex::vectors(self, ids)
     }
+    fn contains(&self, ids: &[ChunkId]) -> Result<Vec<bool>> {
+        Ok(ids.iter().map(|id| VectorIndex::contains(self, *id)).collect())
+    }
 }
 
 /// A query of the index's width, or [`Error::IndexMismatch`].
-fn check_query(meta: &VectorMeta, query: &[f32]) -> Result<()> {
+pub(crate) fn check_query(meta: &VectorMeta, query: &[f32]) -> Result<()> {
     if query.len() == meta.dims {
         return Ok(());
     }

@@ -1,0 +1,255 @@
+//! The contract every index backend keeps, as one test suite: run against the local files in the
+//! unit tests and against the shared servers in the integration tests, so that the store's commit
+//! protocol can rely on the same behaviour from each.
+//!
+//! What it checks: a new index reports `Missing` (vectors) or generation 0 (lexical); a commit
+//! is visible at exactly its generation; upserts replace, removals remove, an empty writer
+//! replaces everything on commit; a writer dropped before its commit leaves the committed
+//! generation where it was; searches rank as cosine and BM25 do; one tenant never sees
+//! another's entries; dropping a tenant leaves nothing behind.
+
+use crate::error::Error;
+use crate::store::backend::{Committed, LexicalBackend, VectorBackend};
+use crate::store::catalog::TenantRow;
+use crate::types::{ChunkId, DocId};
+
+/// A tenant row as the catalog would hand it to a backend.
+pub fn tenant(id: i64, name: &str, model: &str, dims: usize) -> TenantRow {
+    TenantRow { id, name: name.into(), model: model.into(), dims, generation: 0 }
+}
+
+fn unit(v: &[f32]) -> Vec<f32> {
+    let n = v.iter().map(|x| x * x).sum::<f32>().sqrt();
+    v.iter().map(|x| x / n).collect()
+}
+
+fn close(a: &[f32], b: &[f32]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).all(|(x, y)| (x - y).abs() < 1e-4)
+}
+
+/// The vector contract, on tenants named `contract-a` and `contract-b` (dropped at the end).
+pub fn vectors(backend: &dyn VectorBackend) {
+    let (model, dims) = ("contract-model", 3);
+    let a = tenant(1, "contract-a", model, dims);
+    let b = tenant(2, "contract-b", model, dims);
+    for t in [&a, &b] {
+        backend.drop_tenant(t).unwrap();
+    }
+    assert_eq!(backend.committed(&a, model, dims).unwrap(), Committed::Missing, "a new index is missing");
+
+    let (x, y, xy) = (unit(&[1.0, 0.0, 0.0]), unit(&[0.0, 1.0, 0.0]), unit(&[1.0, 1.0, 0.0]));
+    let mut w = backend.writer(&a, model, dims, true).unwrap();
+    w.upsert(&[(ChunkId(1), &x), (ChunkId(2), &y), (ChunkId(3), &xy)]).unwrap();
+    assert_eq!(w.len().unwrap(), 3);
+    w.commit(1).unwrap();
+    drop(w);
+    assert_eq!(backend.committed(&a, model, dims).unwrap(), Committed::At(1));
+    assert!(backend.reader_at(&a, model, dims, 2).unwrap().is_none(), "no reader at a generation not committed");
+    let r = backend.reader_at(&a, model, dims, 1).unwrap().expect("a reader at the committed generation");
+    assert_eq!((r.len(), r.meta().generation, r.meta().dims), (3, 1, dims));
+    let hits = r.search(&x, 2).unwrap();
+    assert_eq!(hits.iter().map(|h| h.0).collect::<Vec<_>>(), [ChunkId(1), ChunkId(3)], "{hits:?}");
+    assert!((hits[0].1 - 1.0).abs() < 1e-4 && (hits[1].1 - std::f32::consts::FRAC_1_SQRT_2).abs() < 1e-3, "cosine similarity: {hits:?}");
+    let got = r.vectors(&[ChunkId(2), ChunkId(99)]).unwrap();
+    assert!(close(got[0].as_deref().unwrap(), &y) && got[1].is_none(), "{got:?}");
+    assert!(matches!(r.search(&[1.0, 0.0], 1), Err(Error::IndexMismatch { .. })), "a query of another width is refused");
+    assert!(r.search(&x, 0).unwrap().is_empty());
+    drop(r);
+
+    // Another tenant's identical vector is never a hit of this one.
+    let mut w = backend.writer(&b, model, dims, true).unwrap();
+    w.upsert(&[(ChunkId(50), &x)]).unwrap();
+    w.commit(7).unwrap();
+    drop(w);
+    assert_eq!(backend.committed(&b, model, dims).unwrap(), Committed::At(7));
+    assert_eq!(backend.committed(&a, model, dims).unwrap(), Committed::At(1), "tenants keep their own generation");
+    let hits = backend.reader(&a, model, dims).unwrap().search(&x, 10).unwrap();
+    assert!(hits.iter().all(|h| h.0 != ChunkId(50)) && hits.len() == 3, "{hits:?}");
+
+    // Changes on top of the committed contents: removal, replacement, addition.
+    let mut w = backend.writer(&a, model, dims, false).unwrap();
+    w.remove(&[ChunkId(1), ChunkId(404)]).unwrap();
+    w.upsert(&[(ChunkId(2), &x), (ChunkId(4), &y)]).unwrap();
+    w.commit(2).unwrap();
+    drop(w);
+    let r = backend.reader(&a, model, dims).unwrap();
+    assert_eq!((r.len(), r.meta().generation), (3, 2));
+    let hits = r.search(&x, 3).unwrap();
+    assert_eq!(hits[0].0, ChunkId(2), "a replaced vector is found by its new value: {hits:?}");
+    assert!(hits.iter().all(|h| h.0 != ChunkId(1)), "a removed vector is gone: {hits:?}");
+    assert!(r.vectors(&[ChunkId(1)]).unwrap()[0].is_none());
+    drop(r);
+
+    // A writer that never commits leaves the committed generation where it was.
+    let mut w = backend.writer(&a, model, dims, false).unwrap();
+    w.upsert(&[(ChunkId(5), &y)]).unwrap();
+    drop(w);
+    assert_eq!(backend.committed(&a, model, dims).unwrap(), Committed::At(2));
+
+    // An empty writer replaces everything on commit (a rebuild).
+    let mut w = backend.writer(&a, model, dims, true).unwrap();
+    w.upsert(&[(ChunkId(7), &xy)]).unwrap();
+    w.commit(3).unwrap();
+    drop(w);
+    let r = backend.reader_at(&a, model, dims, 3).unwrap().expect("rebuilt at 3");
+    assert_eq!(r.len(), 1);
+    assert_eq!(r.search(&x, 5).unwrap().iter().map(|h| h.0).collect::<Vec<_>>(), [ChunkId(7)]);
+    drop(r);
+
+    // An index of another width is not this model's index.
+    assert!(matches!(backend.committed(&a, model, 4).unwrap(), Committed::Damaged(_)));
+
+    for t in [&a, &b] {
+        backend.drop_tenant(t).unwrap();
+        assert_eq!(backend.committed(t, model, dims).unwrap(), Committed::Missing, "a dropped tenant leaves nothing");
+    }
+}
+
+/// The lexical contract, on tenants named `contract-a` and `contract-b` (dropped at the end).
+pub fn lexical(backend: &dyn LexicalBackend) {
+    let a = tenant(1, "contract-a", "m", 3);
+    let b = tenant(2, "contract-b", "m", 3);
+    for t in [&a, &b] {
+        backend.drop_tenant(t).unwrap();
+    }
+    assert_eq!(backend.committed(&a).unwrap(), Committed::At(0), "a new index is at generation 0");
+
+    let mut w = backend.writer(&a, false).unwrap();
+    w.add(ChunkId(1), DocId(1), "Travel policy\n\nEmployees book economy flights.").unwrap();
+    w.add(ChunkId(2), DocId(2), "Security policy\n\nPasswords have at least 14 characters.").unwrap();
+    w.add(ChunkId(3), DocId(2), "Security policy\n\nPasswords expire after 90 days; passwords are never shared.").unwrap();
+    w.commit(1).unwrap();
+    assert_eq!(backend.committed(&a).unwrap(), Committed::At(1));
+    assert!(backend.reader_at(&a, 2).unwrap().is_none());
+    let r = backend.reader_at(&a, 1).unwrap().expect("a searcher at the committed generation");
+    assert_eq!(r.len(), 3);
+    assert_eq!(r.search("flight booking", 5).unwrap()[0].0, ChunkId(1), "stemming: flight ~ flights");
+    let hits = r.search("passwords", 5).unwrap();
+    assert_eq!(hits.iter().map(|h| h.0).collect::<Vec<_>>(), [ChunkId(3), ChunkId(2)], "BM25 favours the higher term frequency: {hits:?}");
+    assert!(hits[0].1 > hits[1].1 && hits[1].1 > 0.0);
+    assert_eq!(r.search("password: \"14 (characters", 5).unwrap()[0].0, ChunkId(2), "odd syntax is tolerated");
+    assert!(r.search("   ", 5).unwrap().is_empty());
+    assert!(r.search("passwords", 0).unwrap().is_empty());
+    assert!(r.search("zebra", 5).unwrap().is_empty());
+    drop(r);
+
+    // Another tenant's text is never a hit of this one.
+    let mut w = backend.writer(&b, false).unwrap();
+    w.add(ChunkId(50), DocId(50), "Flights to the board meeting are booked in business class.").unwrap();
+    w.commit(9).unwrap();
+    assert_eq!(backend.committed(&a).unwrap(), Committed::At(1));
+    let hits = backend.reader(&a).unwrap().search("flights business", 10).unwrap();
+    assert_eq!(hits.iter().map(|h| h.0).collect::<Vec<_>>(), [ChunkId(1)], "{hits:?}");
+
+    // Removing a document removes all its chunks.
+    let mut w = backend.writer(&a, false).unwrap();
+    w.remove_document(DocId(2)).unwrap();
+    w.commit(2).unwrap();
+    let r = backend.reader(&a).unwrap();
+    assert!(r.search("passwords", 5).unwrap().is_empty());
+    assert_eq!(r.len(), 1);
+    drop(r);
+
+    // A writer that never commits changes nothing.
+    let mut w = backend.writer(&a, false).unwrap();
+    w.add(ChunkId(8), DocId(8), "Zebra crossings near the office.").unwrap();
+    drop(w);
+    assert_eq!(backend.committed(&a).unwrap(), Committed::At(2));
+    assert!(backend.reader(&a).unwrap().search("zebra", 5).unwrap().is_empty());
+
+    // Clearing replaces everything on commit (a rebuild).
+    let mut w = backend.writer(&a, true).unwrap();
+    w.clear().unwrap();
+    w.add(ChunkId(9), DocId(9), "Expense claims are filed within 30 days.").unwrap();
+    w.commit(3).unwrap();
+    let r = backend.reader_at(&a, 3).unwrap().expect("rebuilt at 3");
+    assert!(r.search("flights", 5).unwrap().is_empty());
+    assert_eq!(r.search("expense", 5).unwrap()[0].0, ChunkId(9));
+    drop(r);
+    assert_eq!(backend.chunk_ids(&a).unwrap(), [ChunkId(9)]);
+
+    for t in [&a, &b] {
+        backend.drop_tenant(t).unwrap();
+        assert_eq!(backend.committed(t).unwrap(), Committed::At(0), "a dropped tenant leaves nothing");
+        assert!(backend.chunk_ids(t).unwrap().is_empty());
+    }
+}
+
+/// A unit vector of 8 dims standing in for an embedding of `text` (similar texts, similar
+/// vectors, enough for ranking checks).
+pub fn fake_vector(text: &str) -> Vec<f32> {
+    let mut v = vec![0.01f32; 8];
+    for (i, b) in text.bytes().enumerate() {
+        v[(b as usize + i) % 8] += 1.0;
+    }
+    let n = v.iter().map(|x| x * x).sum::<f32>().sqrt();
+    v.iter().map(|x| x / n).collect()
+}
+
+/// A commit of plain-text documents (path, paragraphs), with their [`fake_vector`]s.
+pub fn batch(docs: &[(&str, &[&str])]) -> crate::store::CommitBatch {
+    let mut b = crate::store::CommitBatch::default();
+    for (path, paras) in docs {
+        let (w, texts) = crate::store::in_memory::doc_write(path, paras);
+        for t in texts {
+            b.embeddings.push((crate::types::text_hash(&t), fake_vector(&t)));
+        }
+        b.documents.push(w);
+    }
+    b
+}
+
+/// The store's commit protocol over whatever backends `store` was opened with: commits keep the
+/// catalog and both indexes consistent, one writer per tenant, readers find what was committed,
+/// and an index left behind the catalog (a crash between the two commits) is caught up from the
+/// catalog, without re-embedding, by the next reader.
+pub fn store(store: &crate::store::Store) {
+    let t = store.tenant_for_model("acme", "fake", 8).unwrap();
+    {
+        let mut w = store.writer(&t).unwrap();
+        assert!(store.writer(&t).is_err(), "a second writer is refused");
+        w.commit(&batch(&[("/a.txt", &["alpha one", "beta two"]), ("/b.txt", &["gamma three"])])).unwrap();
+        w.commit(&batch(&[("/a.txt", &["alpha changed"])])).unwrap();
+    }
+    let t = store.catalog().require_tenant("acme").unwrap();
+    assert_eq!(t.generation, 2);
+    let c = store.check_consistency(&t).unwrap();
+    assert!(c.consistent, "{c:?}");
+    assert_eq!(c.catalog_children, 2);
+
+    let r = store.reader(&t).unwrap();
+    assert!(!r.repair.any(), "{:?}", r.repair);
+    let hits = r.lexical.search("gamma", 3).unwrap();
+    let rows = store.catalog().chunks(t.id, &[hits[0].0]).unwrap();
+    assert_eq!(rows[0].text, "gamma three");
+    let dense = r.vector.search(&fake_vector("alpha changed"), 1).unwrap();
+    assert_eq!(store.catalog().chunks(t.id, &[dense[0].0]).unwrap()[0].text, "alpha changed");
+    assert!(r.lexical.search("alpha one", 5).unwrap().iter().all(|h| store.catalog().chunks(t.id, &[h.0]).unwrap()[0].text != "alpha one"));
+    drop(r);
+
+    // An index lagging the catalog (a crash between the catalog commit and the index writes).
+    store.catalog().commit(&t, &batch(&[("/c.txt", &["delta four"])])).unwrap();
+    let t = store.catalog().require_tenant("acme").unwrap();
+    assert!(!store.check_consistency(&t).unwrap().consistent);
+    let r = store.reader(&t).unwrap();
+    assert!(r.repair.vector.is_some() && r.repair.lexical.is_some(), "{:?}", r.repair);
+    assert_eq!(r.lexical.search("delta", 1).unwrap().len(), 1);
+    assert_eq!(r.vector.len(), 3);
+    drop(r);
+    let c = store.check_consistency(&t).unwrap();
+    assert!(c.consistent, "{c:?}");
+
+    // A writer opened over a lagging index catches it up first, and commits on top.
+    store.catalog().commit(&t, &batch(&[("/d.txt", &["epsilon five"])])).unwrap();
+    let t = store.catalog().require_tenant("acme").unwrap();
+    let mut w = store.writer(&t).unwrap();
+    assert!(w.repair().any());
+    w.commit(&batch(&[("/e.txt", &["zeta six"])])).unwrap();
+    drop(w);
+    let t = store.catalog().require_tenant("acme").unwrap();
+    let c = store.check_consistency(&t).unwrap();
+    assert!(c.consistent && c.catalog_children == 5, "{c:?}");
+
+    let e = store.tenant_for_model("acme", "other", 8).unwrap_err().to_string();
+    assert!(e.contains("ragbox reembed --tenant acme --model other"), "{e}");
+}
