@@ -207,6 +207,10 @@ pub fn run(g: &GlobalArgs, args: EvalArgs) -> anyhow::Result<u8> {
         ood: args.ood.clone(),
         max_in_domain_refused: args.max_refused,
         shipped_floors: app.config.retrieve.floors.clone(),
+        shared: match (app.config.store.backend, &app.config.store.shared) {
+            (ragbox_service::config::StoreBackend::Shared, Some(shared)) => Some(shared.options()?),
+            _ => None,
+        },
     };
     let quiet = g.quiet;
     let report = run_eval(&plan, &|name| app.embedder(Some(name)), &mut |msg| {

@@ -62,6 +62,9 @@ pub struct EvalPlan {
     pub shipped_floors: std::collections::BTreeMap<String, f32>,
     /// Evaluate only the first N queries.
     pub limit: Option<usize>,
+    /// The shared servers to keep the indexes on (`store.backend = "shared"`); `None`: the
+    /// scratch folder's files.
+    pub shared: Option<ragbox_core::store::shared::SharedOptions>,
 }
 
 /// One configuration's scores.
@@ -247,7 +250,10 @@ pub fn run(plan: &EvalPlan, embedder: &dyn Fn(&str) -> Result<Arc<dyn Embedder>>
     let docs_dir = plan.scratch.join("docs");
     progress(&format!("writing {} as documents under {}", set.corpus.display(), docs_dir.display()));
     let documents = beir::write_documents(&set.corpus, &docs_dir)?;
-    let store = Store::open(&plan.scratch.join("store"), VectorOptions::default())?;
+    let store = match &plan.shared {
+        Some(shared) => Store::open_with(&plan.scratch.join("store"), ragbox_core::store::Backends::shared(shared)?)?,
+        None => Store::open(&plan.scratch.join("store"), VectorOptions::default())?,
+    };
 
     // Ingest each variant (model, chunker, context) once; unchanged files cost a hash each.
     let mut tenants: HashMap<String, TenantRow> = HashMap::new();
