@@ -9,11 +9,19 @@
 //! lexical_postings (tenant, term, chunk, tf)                 one row per distinct term of a chunk
 //! ```
 //!
+//! lexical_terms    (tenant, term, df)                         each term's document frequency
+//!
+//! A search does not score every posting of its terms (a common word's list runs to tens of
+//! thousands): it takes each term's [`CANDIDATES_PER_TERM`] postings of highest weight (the
+//! term-frequency factor, stored with the posting at its commit's average length, and indexed)
+//! as candidates, and scores those exactly: tantivy's skipping of postings that cannot reach the
+//! top, done with an index.
+//!
 //! A writer gathers its changes in memory and applies them in one transaction with the new
 //! generation, so a commit is all or nothing; a searcher reads the latest commit at each query.
 //! Every statement names its tenant.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
 use crate::error::Result;
@@ -23,6 +31,8 @@ use crate::store::lexical::{analyze, LexicalHit, LexicalSearch};
 use crate::store::shared::postgres::Postgres;
 use crate::types::{ChunkId, DocId};
 
+/// Candidates each query term contributes, at least (ten times the `k` asked for, when more).
+const CANDIDATES_PER_TERM: usize = 1_000;
 /// Postings per insert statement.
 const POSTINGS_PER_STATEMENT: usize = 20_000;
 
@@ -46,33 +56,47 @@ CREATE TABLE IF NOT EXISTS lexical_postings (
     term text NOT NULL,
     chunk bigint NOT NULL,
     tf integer NOT NULL,
+    w real NOT NULL,
     PRIMARY KEY (tenant, term, chunk)
 );
 CREATE INDEX IF NOT EXISTS lexical_postings_chunk ON lexical_postings (tenant, chunk);
+CREATE INDEX IF NOT EXISTS lexical_postings_impact ON lexical_postings (tenant, term, w DESC, chunk);
+CREATE TABLE IF NOT EXISTS lexical_terms (
+    tenant text NOT NULL,
+    term text NOT NULL,
+    df bigint NOT NULL,
+    PRIMARY KEY (tenant, term)
+);
 CREATE TABLE IF NOT EXISTS ragbox_owner (
     singleton boolean PRIMARY KEY DEFAULT true CHECK (singleton),
     catalog_id text NOT NULL
 );
 ";
 
-/// The BM25 score of every chunk holding at least one of the query's terms ($2), best first.
+/// The BM25 score of the best chunks for the query's terms ($2), best first: each term's $4
+/// postings of highest weight are the candidates, scored exactly over all the query's terms.
 const SEARCH: &str = "
 WITH st AS (
     SELECT chunks::float8 AS n, greatest(total_len, 1)::float8 / greatest(chunks, 1) AS avgdl
     FROM lexical_state WHERE tenant = $1
+), q AS (
+    SELECT DISTINCT unnest($2::text[]) AS term
 ), df AS (
-    SELECT term, count(*)::float8 AS n FROM lexical_postings
-    WHERE tenant = $1 AND term = ANY($2) GROUP BY term
+    SELECT t.term, t.df::float8 AS n FROM lexical_terms t JOIN q ON q.term = t.term WHERE t.tenant = $1
+), cand AS (
+    SELECT DISTINCT c.chunk FROM q CROSS JOIN LATERAL (
+        SELECT p.chunk FROM lexical_postings p WHERE p.tenant = $1 AND p.term = q.term ORDER BY p.w DESC LIMIT $4
+    ) c
 )
 SELECT p.chunk, sum(
     ln(1 + (st.n - df.n + 0.5) / (df.n + 0.5))
     * p.tf * 2.2 / (p.tf + 1.2 * (0.25 + 0.75 * c.len / st.avgdl))
 )::float4 AS score
-FROM lexical_postings p
+FROM cand
+JOIN lexical_postings p ON p.tenant = $1 AND p.chunk = cand.chunk AND p.term = ANY($2)
 JOIN df ON df.term = p.term
-JOIN lexical_chunks c ON c.tenant = p.tenant AND c.chunk = p.chunk
+JOIN lexical_chunks c ON c.tenant = $1 AND c.chunk = p.chunk
 CROSS JOIN st
-WHERE p.tenant = $1 AND p.term = ANY($2)
 GROUP BY p.chunk
 ORDER BY score DESC, p.chunk
 LIMIT $3
@@ -145,7 +169,7 @@ impl LexicalBackend for PostgresLexical {
     fn drop_tenant(&self, tenant: &TenantRow) -> Result<()> {
         self.pg.with("dropping a tenant's lexical index", |c| {
             let mut tx = c.transaction()?;
-            for table in ["lexical_postings", "lexical_chunks", "lexical_state"] {
+            for table in ["lexical_postings", "lexical_terms", "lexical_chunks", "lexical_state"] {
                 tx.execute(&format!("DELETE FROM {table} WHERE tenant = $1"), &[&tenant.name])?;
             }
             tx.commit()
@@ -191,7 +215,9 @@ impl LexicalWrite for PostgresWriter {
             let mut tx = c.transaction()?;
             // The state row is the commit point and, locked, the one writer per tenant.
             tx.execute("INSERT INTO lexical_state VALUES ($1, 0, 0, 0) ON CONFLICT (tenant) DO NOTHING", &[&tenant])?;
-            tx.query_one("SELECT generation FROM lexical_state WHERE tenant = $1 FOR UPDATE", &[&tenant])?;
+            let state = tx.query_one("SELECT chunks, total_len FROM lexical_state WHERE tenant = $1 FOR UPDATE", &[&tenant])?;
+            let (chunks, total_len): (i64, i64) = (state.get(0), state.get(1));
+            let mut index = Indexing { avgdl: (chunks > 0).then(|| total_len as f64 / chunks as f64), touched: HashSet::new(), cleared: false };
             let mut adds: Vec<(ChunkId, DocId, &str)> = Vec::new();
             for op in &ops {
                 match op {
@@ -200,22 +226,39 @@ impl LexicalWrite for PostgresWriter {
                         continue;
                     }
                     Op::RemoveDocument(doc) => {
-                        insert(&mut tx, tenant, &std::mem::take(&mut adds))?;
+                        insert(&mut tx, tenant, &std::mem::take(&mut adds), &mut index)?;
                         let doc = doc.0 as i64;
-                        tx.execute(
-                            "DELETE FROM lexical_postings WHERE tenant = $1 AND chunk IN (SELECT chunk FROM lexical_chunks WHERE tenant = $1 AND doc = $2)",
+                        let gone = tx.query(
+                            "DELETE FROM lexical_postings WHERE tenant = $1 AND chunk IN (SELECT chunk FROM lexical_chunks WHERE tenant = $1 AND doc = $2) RETURNING term",
                             &[&tenant, &doc],
                         )?;
+                        index.touched.extend(gone.iter().map(|r| r.get::<_, String>(0)));
                         tx.execute("DELETE FROM lexical_chunks WHERE tenant = $1 AND doc = $2", &[&tenant, &doc])?;
                     }
                     Op::Clear => {
                         adds.clear();
+                        index.cleared = true;
                         tx.execute("DELETE FROM lexical_postings WHERE tenant = $1", &[&tenant])?;
                         tx.execute("DELETE FROM lexical_chunks WHERE tenant = $1", &[&tenant])?;
                     }
                 }
             }
-            insert(&mut tx, tenant, &adds)?;
+            insert(&mut tx, tenant, &adds, &mut index)?;
+            // Document frequencies of every term whose postings changed (all of them after a clear).
+            if index.cleared {
+                tx.execute("DELETE FROM lexical_terms WHERE tenant = $1", &[&tenant])?;
+                tx.execute(
+                    "INSERT INTO lexical_terms SELECT $1::text, term, count(*) FROM lexical_postings WHERE tenant = $1 GROUP BY term",
+                    &[&tenant],
+                )?;
+            } else if !index.touched.is_empty() {
+                let terms: Vec<&String> = index.touched.iter().collect();
+                tx.execute("DELETE FROM lexical_terms WHERE tenant = $1 AND term = ANY($2)", &[&tenant, &terms])?;
+                tx.execute(
+                    "INSERT INTO lexical_terms SELECT $1::text, term, count(*) FROM lexical_postings WHERE tenant = $1 AND term = ANY($2) GROUP BY term",
+                    &[&tenant, &terms],
+                )?;
+            }
             tx.execute(
                 "UPDATE lexical_state SET generation = $2,
                      chunks = (SELECT count(*) FROM lexical_chunks WHERE tenant = $1),
@@ -228,28 +271,51 @@ impl LexicalWrite for PostgresWriter {
     }
 }
 
+/// What a commit keeps track of while it writes postings.
+struct Indexing {
+    /// The tenant's average chunk length before this commit (`None`: no chunks yet).
+    avgdl: Option<f64>,
+    /// Terms whose postings changed.
+    touched: HashSet<String>,
+    /// Whether the commit cleared the index.
+    cleared: bool,
+}
+
 /// Inserts chunks and their postings (a chunk already present is replaced).
-fn insert(tx: &mut r2d2_postgres::postgres::Transaction<'_>, tenant: &str, adds: &[(ChunkId, DocId, &str)]) -> std::result::Result<(), r2d2_postgres::postgres::Error> {
+fn insert(
+    tx: &mut r2d2_postgres::postgres::Transaction<'_>,
+    tenant: &str,
+    adds: &[(ChunkId, DocId, &str)],
+    index: &mut Indexing,
+) -> std::result::Result<(), r2d2_postgres::postgres::Error> {
     // A chunk added twice in one commit keeps its last text.
-    let mut seen = std::collections::HashSet::new();
+    let mut seen = HashSet::new();
     let mut adds: Vec<&(ChunkId, DocId, &str)> = adds.iter().rev().filter(|a| seen.insert(a.0)).collect();
     adds.reverse();
     if adds.is_empty() {
         return Ok(());
     }
     let chunks: Vec<i64> = adds.iter().map(|a| a.0 .0 as i64).collect();
-    tx.execute("DELETE FROM lexical_postings WHERE tenant = $1 AND chunk = ANY($2)", &[&tenant, &chunks])?;
+    let replaced = tx.query("DELETE FROM lexical_postings WHERE tenant = $1 AND chunk = ANY($2) RETURNING term", &[&tenant, &chunks])?;
+    index.touched.extend(replaced.iter().map(|r| r.get::<_, String>(0)));
+    let analysed: Vec<Vec<String>> = adds.iter().map(|(_, _, text)| analyze(text)).collect();
+    // The weights order candidates only (scores are computed at query time): the average length
+    // before this commit, or this batch's own for a tenant's first.
+    let avgdl = index.avgdl.unwrap_or_else(|| analysed.iter().map(Vec::len).sum::<usize>() as f64 / analysed.len() as f64).max(1.0);
     let (mut docs, mut lens) = (Vec::with_capacity(adds.len()), Vec::with_capacity(adds.len()));
-    let (mut terms, mut term_chunks, mut tfs): (Vec<String>, Vec<i64>, Vec<i32>) = (Vec::new(), Vec::new(), Vec::new());
-    for (chunk, doc, text) in adds {
-        let tokens = analyze(text);
+    let (mut terms, mut term_chunks, mut tfs, mut weights): (Vec<String>, Vec<i64>, Vec<i32>, Vec<f32>) = Default::default();
+    for ((chunk, doc, _), tokens) in adds.iter().zip(analysed) {
         docs.push(doc.0 as i64);
-        lens.push(tokens.len() as i32);
+        let len = tokens.len();
+        lens.push(len as i32);
         let mut tf: HashMap<String, i32> = HashMap::new();
         for t in tokens {
             *tf.entry(t).or_default() += 1;
         }
         for (term, n) in tf {
+            let n_f = n as f64;
+            weights.push((n_f * 2.2 / (n_f + 1.2 * (0.25 + 0.75 * len as f64 / avgdl))) as f32);
+            index.touched.insert(term.clone());
             terms.push(term);
             term_chunks.push(chunk.0 as i64);
             tfs.push(n);
@@ -263,8 +329,8 @@ fn insert(tx: &mut r2d2_postgres::postgres::Transaction<'_>, tenant: &str, adds:
     for start in (0..terms.len()).step_by(POSTINGS_PER_STATEMENT) {
         let end = (start + POSTINGS_PER_STATEMENT).min(terms.len());
         tx.execute(
-            "INSERT INTO lexical_postings (tenant, term, chunk, tf) SELECT $1::text, * FROM unnest($2::text[], $3::int8[], $4::int4[])",
-            &[&tenant, &&terms[start..end], &&term_chunks[start..end], &&tfs[start..end]],
+            "INSERT INTO lexical_postings (tenant, term, chunk, tf, w) SELECT $1::text, * FROM unnest($2::text[], $3::int8[], $4::int4[], $5::float4[])",
+            &[&tenant, &&terms[start..end], &&term_chunks[start..end], &&tfs[start..end], &&weights[start..end]],
         )?;
     }
     Ok(())
@@ -285,7 +351,8 @@ impl LexicalSearch for PostgresSearcher {
         if k == 0 || terms.is_empty() {
             return Ok(Vec::new());
         }
-        let rows = self.pg.with("searching the lexical index", |c| c.query(SEARCH, &[&self.tenant, &terms, &(k as i64)]))?;
+        let per_term = CANDIDATES_PER_TERM.max(k * 10) as i64;
+        let rows = self.pg.with("searching the lexical index", |c| c.query(SEARCH, &[&self.tenant, &terms, &(k as i64), &per_term]))?;
         Ok(rows.iter().map(|r| (ChunkId(r.get::<_, i64>(0) as u64), r.get::<_, f32>(1))).collect())
     }
 
