@@ -69,3 +69,19 @@ pub fn copy_tree(from: &Path, to: &Path) {
         }
     }
 }
+
+/// Every file below `dir`, recursively (an unreadable folder counts as empty).
+pub fn files_under(dir: &Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    if let Ok(entries) = std::fs::read_dir(dir) {
+        for e in entries.flatten() {
+            let p = e.path();
+            if p.is_dir() {
+                out.extend(files_under(&p));
+            } else {
+                out.push(p);
+            }
+        }
+    }
+    out
+}

@@ -3,7 +3,7 @@
 
 use std::io::{BufRead, BufReader, Write};
 use std::net::TcpListener;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::Arc;
 
 use ragbox_core::model::checksum::sha256_file;
@@ -11,7 +11,7 @@ use ragbox_core::model::pull::pull_model;
 use ragbox_core::model::{Manifest, ModelStore};
 use ragbox_core::rerank::{load_reranker, RerankOptions};
 
-use crate::common::{copy_tree, fixture, json_fixture, models_dir, ragbox, run};
+use crate::common::{copy_tree, files_under, fixture, json_fixture, models_dir, ragbox, run};
 
 /// A hub endpoint on loopback serving `files` (repo, name, bytes) the way the hub's resolve URLs
 /// do: `GET /{repo}/resolve/main/{name}`, honouring `Range`, with etag and commit headers.
@@ -96,20 +96,6 @@ fn tiny_manifest() -> &'static Manifest {
     Box::leak(Box::new(Manifest::parse(&text).unwrap()))
 }
 
-fn files_under(dir: &Path) -> Vec<PathBuf> {
-    let mut out = Vec::new();
-    if let Ok(entries) = std::fs::read_dir(dir) {
-        for e in entries.flatten() {
-            let p = e.path();
-            if p.is_dir() {
-                out.extend(files_under(&p));
-            } else {
-                out.push(p);
-            }
-        }
-    }
-    out
-}
 
 #[test]
 fn pull_from_a_hub_endpoint_lands_verified_files_in_hub_layout() {

@@ -51,7 +51,7 @@ fn the_commit_protocol_holds_over_the_shared_servers() {
 /// The paragraphs of the sample corpus's text files, as chunk texts.
 fn corpus_paragraphs() -> Vec<String> {
     let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/corpus");
-    let mut files: Vec<_> = walk(&root).into_iter().filter(|p| p.extension().is_some_and(|e| e == "md" || e == "txt")).collect();
+    let mut files: Vec<_> = crate::common::files_under(&root).into_iter().filter(|p| p.extension().is_some_and(|e| e == "md" || e == "txt")).collect();
     files.sort();
     files
         .iter()
@@ -59,18 +59,6 @@ fn corpus_paragraphs() -> Vec<String> {
         .collect()
 }
 
-fn walk(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
-    let mut out = Vec::new();
-    for e in std::fs::read_dir(dir).unwrap().flatten() {
-        let p = e.path();
-        if p.is_dir() {
-            out.extend(walk(&p));
-        } else {
-            out.push(p);
-        }
-    }
-    out
-}
 
 #[test]
 fn bm25_in_postgres_ranks_as_tantivy_does() {

@@ -88,17 +88,15 @@ WITH st AS (
         SELECT p.chunk FROM lexical_postings p WHERE p.tenant = $1 AND p.term = q.term ORDER BY p.w DESC LIMIT $4
     ) c
 )
-SELECT p.chunk, sum(
-    ln(1 + (st.n - df.n + 0.5) / (df.n + 0.5))
-    * p.tf * 2.2 / (p.tf + 1.2 * (0.25 + 0.75 * c.len / st.avgdl))
-)::float4 AS score
+SELECT cand.chunk, s.score::float4
 FROM cand
-JOIN lexical_postings p ON p.tenant = $1 AND p.chunk = cand.chunk AND p.term = ANY($2)
-JOIN df ON df.term = p.term
-JOIN lexical_chunks c ON c.tenant = $1 AND c.chunk = p.chunk
 CROSS JOIN st
-GROUP BY p.chunk
-ORDER BY score DESC, p.chunk
+JOIN lexical_chunks c ON c.tenant = $1 AND c.chunk = cand.chunk
+CROSS JOIN LATERAL (
+    SELECT sum(ln(1 + (st.n - df.n + 0.5) / (df.n + 0.5)) * p.tf * 2.2 / (p.tf + 1.2 * (0.25 + 0.75 * c.len / st.avgdl))) AS score
+    FROM df JOIN lexical_postings p ON p.tenant = $1 AND p.term = df.term AND p.chunk = cand.chunk
+) s
+ORDER BY s.score DESC, cand.chunk
 LIMIT $3
 ";
 
