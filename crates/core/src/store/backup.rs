@@ -185,7 +185,7 @@ impl Store {
         let mut tenants = Vec::new();
         for t in self.catalog.tenants()? {
             // Indexes that lag the catalog (a crash mid-commit) are brought up to it first.
-            self.open_vector(&t, &t.model, t.dims)?;
+            self.open_vector(&t, &t.model, t.dims, false)?;
             self.open_lexical(&t)?;
             let (documents, _, _, chunks) = self.catalog.counts(t.id)?;
             tenants.push(TenantState { name: t.name.clone(), model: t.model.clone(), generation: t.generation, documents, chunks });

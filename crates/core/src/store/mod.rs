@@ -209,7 +209,8 @@ impl Store {
         let lock = self.lock(&tenant.name, WRITER_WAIT)?;
         // Re-read the tenant under the lock: another writer may have committed meanwhile.
         let tenant = &self.catalog.require_tenant(&tenant.name)?;
-        let (vector, repair_v) = self.open_vector(tenant, &tenant.model, tenant.dims)?;
+        let (vector, repair_v) = self.open_vector(tenant, &tenant.model, tenant.dims, true)?;
+        let vector = vector.ok_or_else(|| Error::Bug("no vector writer after opening with load".into()))?;
         let repair_l = self.open_lexical(tenant)?;
         let repair = Repair { vector: repair_v, lexical: repair_l };
         Ok(TenantWriter { store: self, tenant: tenant.clone(), vector, repair, _lock: lock })
@@ -228,7 +229,7 @@ impl Store {
             match self.lock(&tenant.name, std::time::Duration::ZERO) {
             Ok(_lock) => {
                 let tenant = &self.catalog.require_tenant(&tenant.name)?;
-                let (_, v) = self.open_vector(tenant, &tenant.model, tenant.dims)?;
+                let (_, v) = self.open_vector(tenant, &tenant.model, tenant.dims, false)?;
                 let l = self.open_lexical(tenant)?;
                 Repair { vector: v, lexical: l }
             }
@@ -275,12 +276,15 @@ impl Store {
         }
     }
 
-    /// Opens the vector index of `model` for changes, rebuilding it from the catalog when it is
-    /// missing, damaged, of another model, or behind the catalog; and why it was rebuilt.
-    fn open_vector(&self, tenant: &TenantRow, model: &str, dims: usize) -> Result<(Box<dyn VectorWriter>, Option<String>)> {
+    /// Rebuilds the vector index of `model` from the catalog when it is missing, damaged, of
+    /// another model, or behind the catalog; and why it was rebuilt. With `load`, also a writer
+    /// over it (a whole index is loaded for changes only then: readers and backups repair and go).
+    fn open_vector(&self, tenant: &TenantRow, model: &str, dims: usize, load: bool) -> Result<(Option<Box<dyn VectorWriter>>, Option<String>)> {
         let vectors = &self.backends.vectors;
         let problem = match vectors.committed(tenant, model, dims)? {
-            Committed::At(g) if g == tenant.generation => return Ok((vectors.writer(tenant, model, dims, false)?, None)),
+            Committed::At(g) if g == tenant.generation => {
+                return Ok((if load { Some(vectors.writer(tenant, model, dims, false)?) } else { None }, None))
+            }
             Committed::At(g) => Some(format!("at generation {g}, catalog at {}", tenant.generation)),
             Committed::Damaged(why) => Some(why),
             Committed::Missing if tenant.generation == 0 => None,
@@ -304,7 +308,7 @@ impl Store {
             index.upsert(&items)?;
         }
         index.commit(tenant.generation)?;
-        Ok((index, problem))
+        Ok((load.then_some(index), problem))
     }
 
     /// Rebuilds the lexical index from the catalog when it cannot be opened or lags the catalog;
