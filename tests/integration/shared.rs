@@ -20,13 +20,15 @@ fn milvus() -> (std::sync::RwLockReadGuard<'static, ()>, &'static str) {
     (servers.gate.read().unwrap_or_else(|p| p.into_inner()), &servers.milvus_url)
 }
 
-/// Both shared backends on the common servers, under `name` (its own database and prefix).
+/// The shared backend on the common servers, catalog included, under `name` (its own database
+/// and collection prefix).
 fn backends(name: &str) -> (std::sync::RwLockReadGuard<'static, ()>, Backends) {
     let (gate, milvus) = milvus();
     let pg = Arc::new(Postgres::connect(&shared().pg.database(name)).unwrap());
     let backends = Backends {
         vectors: Box::new(MilvusVectors::connect(milvus, None, name).unwrap()),
-        lexical: Box::new(PostgresLexical::open(pg).unwrap()),
+        lexical: Box::new(PostgresLexical::open(pg.clone()).unwrap()),
+        catalog: Some(pg),
     };
     (gate, backends)
 }
@@ -141,7 +143,7 @@ fn a_server_stopped_mid_commit_fails_by_name_and_the_next_run_finishes() {
     let dir = tempfile::tempdir().unwrap();
     let open = |pg: &PgServer, milvus: &MilvusServer| {
         let lexical = PostgresLexical::open(Arc::new(Postgres::connect(&pg.url("postgres")).unwrap())).unwrap();
-        let backends = Backends { vectors: Box::new(MilvusVectors::connect(&milvus.url(), None, "faults").unwrap()), lexical: Box::new(lexical) };
+        let backends = Backends { vectors: Box::new(MilvusVectors::connect(&milvus.url(), None, "faults").unwrap()), lexical: Box::new(lexical), catalog: None };
         Store::open_with(dir.path(), backends).unwrap()
     };
     let store = open(&pg, &milvus);

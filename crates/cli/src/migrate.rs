@@ -1,6 +1,6 @@
-//! `ragbox migrate --to shared|local`: every tenant's indexes built on the other backend from the
-//! catalog and its embedding cache (nothing re-embedded), the current ones left as they are; then
-//! switch `store.backend` in the configuration.
+//! `ragbox migrate --to shared|local`: the catalog copied to the other backend's database, then
+//! every tenant's indexes built there from it and its embedding cache (nothing re-embedded), the
+//! current ones left as they are; then switch `store.backend` in the configuration.
 
 use clap::{Args, ValueEnum};
 
@@ -34,10 +34,17 @@ pub fn run(g: &GlobalArgs, args: MigrateArgs) -> anyhow::Result<u8> {
     };
     let report = ragbox_service::migrate(&config, to)?;
     if g.json {
-        print_json(&serde_json::json!({ "to": name, "tenants": report }))?;
+        print_json(&serde_json::json!({ "to": name, "catalog": report.catalog, "tenants": report.tenants }))?;
         return Ok(0);
     }
-    for m in &report {
+    if let Some(copy) = &report.catalog {
+        let rows: usize = copy.rows.iter().map(|(_, n)| n).sum();
+        println!("catalog copied from {} to {}: {rows} rows in {} tables, audit chain verified", copy.from, copy.to, copy.rows.len());
+        if let Some(old) = &copy.replaced {
+            println!("  (an earlier copy was replaced: {old})");
+        }
+    }
+    for m in &report.tenants {
         let built = match (&m.vector, &m.lexical) {
             (None, None) => "already current".to_string(),
             _ => "built from the catalog, 0 texts re-embedded".to_string(),

@@ -45,7 +45,7 @@ pub use ragbox_core::generate::{Discard, Message, TokenSink};
 pub use ragbox_core::chunk::ChunkerKind;
 pub use ragbox_core::ingest::{Change, IngestEvent, IngestOptions, IngestReport};
 pub use ragbox_core::store::backup::{restore, BackupManifest};
-pub use ragbox_core::store::migrate::Migrated;
+pub use ragbox_core::store::migrate::{CatalogCopy, Migrated, Migration};
 pub use ragbox_core::retrieve::{Candidate, Evidence, Hit, Outcome, Retrieval, StageRank};
 pub use ragbox_core::store::{
     ChainReport, ChunkRow, DocumentRow, DocumentStatus, EventFilter, EventRow, KeyRole, KeyRow, Rating, TenantRow, TurnRow,
@@ -139,10 +139,12 @@ pub struct Health {
     pub problems: Vec<String>,
 }
 
-/// Builds every tenant's indexes of the configured data folder on the backend `to`, from the
-/// catalog and its embedding cache (`ragbox migrate`).
-pub fn migrate(config: &config::Config, to: config::StoreBackend) -> Result<Vec<Migrated>> {
-    ragbox_core::store::migrate::migrate(&config.data_dir, config.store.backends(to, &config.data_dir)?)
+/// Moves the configured data folder from its backend to `to` (`ragbox migrate`): the catalog
+/// copied when it changes place, then every tenant's indexes built from it and its embedding
+/// cache.
+pub fn migrate(config: &config::Config, to: config::StoreBackend) -> Result<Migration> {
+    let source = config.store.backends(config.store.backend, &config.data_dir)?;
+    ragbox_core::store::migrate::migrate(&config.data_dir, source, config.store.backends(to, &config.data_dir)?)
 }
 
 /// The shared service: one per process, behind an [`Arc`] in the server.

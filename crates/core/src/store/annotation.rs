@@ -4,48 +4,44 @@
 
 use std::collections::HashMap;
 
-use rusqlite::{params, OptionalExtension};
-
-use super::connection::Shared;
+use super::sql::{params, Database, Scope};
 use crate::error::Result;
 use crate::types::TextHash;
 
 /// The annotation cache of a catalog ([`super::Catalog::annotations`]).
 pub struct Annotations<'c> {
-    conn: &'c Shared,
+    db: &'c Database,
 }
 
 impl<'c> Annotations<'c> {
-    pub(super) fn new(conn: &'c Shared) -> Annotations<'c> {
-        Annotations { conn }
+    pub(super) fn new(db: &'c Database) -> Annotations<'c> {
+        Annotations { db }
     }
 
     /// The cached contexts for those of `keys` that have one.
     pub fn cached(&self, keys: &[TextHash]) -> Result<HashMap<TextHash, String>> {
-        let conn = self.conn.lock();
-        let mut st = conn.prepare_cached("SELECT context FROM annotations WHERE key = ?1")?;
-        let mut out = HashMap::new();
-        for k in keys {
-            if let Some(c) = st.query_row([&k[..]], |r| r.get::<_, String>(0)).optional()? {
-                out.insert(*k, c);
+        self.db.read(Scope::All, |sql| {
+            let mut out = HashMap::new();
+            for k in keys {
+                if let Some(r) = sql.query_opt("SELECT context FROM annotations WHERE key = ?1", params![&k[..]])? {
+                    out.insert(*k, r.text(0)?);
+                }
             }
-        }
-        Ok(out)
+            Ok(out)
+        })
     }
 
     /// Caches notes written by `annotator` (existing entries are kept).
     pub fn put(&self, annotator: &str, rows: &[(TextHash, String)]) -> Result<()> {
-        let mut conn = self.conn.lock();
-        let tx = conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
-        {
-            let mut put =
-                tx.prepare_cached("INSERT OR IGNORE INTO annotations (key, contextualizer, context) VALUES (?1, ?2, ?3)")?;
-            for (k, c) in rows {
-                put.execute(params![&k[..], annotator, c])?;
+        let mut sorted: Vec<&(TextHash, String)> = rows.iter().collect();
+        // In key order, for the reason `Catalog`'s embedding cache gives.
+        sorted.sort_by(|a, b| a.0.cmp(&b.0));
+        self.db.write(Scope::All, |sql| {
+            for (k, c) in &sorted {
+                sql.execute("INSERT INTO annotations (key, contextualizer, context) VALUES (?1, ?2, ?3) ON CONFLICT DO NOTHING", params![&k[..], annotator, c])?;
             }
-        }
-        tx.commit()?;
-        Ok(())
+            Ok(())
+        })
     }
 }
 

@@ -105,10 +105,13 @@ pub trait LexicalWrite: Send {
     fn commit(self: Box<Self>, generation: u64) -> Result<()>;
 }
 
-/// The two index backends of a store.
+/// Where a store keeps its indexes and its catalog.
 pub struct Backends {
     /// Dense vectors.
     pub vectors: Box<dyn VectorBackend>,
     /// BM25.
     pub lexical: Box<dyn LexicalBackend>,
+    /// The PostgreSQL server that holds the catalog, the tenants' write locks and everything
+    /// else the nodes share; `None`: the data folder's SQLite file and lock files.
+    pub catalog: Option<std::sync::Arc<super::shared::Postgres>>,
 }

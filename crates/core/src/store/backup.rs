@@ -164,6 +164,12 @@ impl Store {
     /// Backs the data folder up into `dest` (a new or empty folder) while it stays in use: see
     /// the module docs. Writers wait for it (up to their lock timeout).
     pub fn backup(&self, dest: &Path) -> Result<BackupManifest> {
+        if self.catalog.sqlite().is_none() {
+            return Err(Error::Invalid(format!(
+                "the catalog is on {}: back it up with the server's own tools (pg_dump, and Milvus's backup), or `ragbox migrate --to local` and back that up",
+                self.catalog.path().display()
+            )));
+        }
         if !is_empty_dir(dest)? {
             return Err(Error::Invalid(format!("the backup folder {dest:?} is not empty; give a new or empty folder")));
         }
@@ -192,7 +198,7 @@ impl Store {
         }
         let catalog_copy = dest.join(CATALOG_FILE);
         {
-            let conn = self.catalog.conn();
+            let conn = self.catalog.sqlite().ok_or_else(|| Error::Bug("a SQLite catalog was checked above".into()))?;
             conn.backup(rusqlite::MAIN_DB, &catalog_copy, None)?;
         }
         // The copy is a complete database on its own: check it, and make it durable.

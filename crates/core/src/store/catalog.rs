@@ -1,20 +1,22 @@
-//! The catalog: one SQLite file (WAL) holding the truth of a data folder: tenants, documents with
-//! their normalised text, chunks with all their metadata, the embedding cache and the generation
-//! counter the derived indexes are checked against.
+//! The catalog: the truth of a data folder, in one SQLite file (WAL) or, for several nodes, on
+//! the shared PostgreSQL server: tenants, documents with their normalised text, chunks with all
+//! their metadata, the embedding cache and the generation counter the derived indexes are
+//! checked against.
 //!
 //! Every write is one transaction ([`Catalog::commit`]); the usearch and tantivy indexes are
 //! rebuilt from these rows (vectors from the embedding cache) whenever they disagree.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
-use std::sync::MutexGuard;
+use std::sync::{Arc, MutexGuard};
 
-use rusqlite::{params, Connection, OptionalExtension};
+use rusqlite::{Connection, OptionalExtension};
 use serde::Serialize;
 
 use crate::error::{Error, Result};
 use super::annotation::Annotations;
-use super::connection::Shared;
+use super::shared::Postgres;
+use super::sql::{params, Database, Dialect, Row, Scope, Sql};
 use super::conversation::{Answers, Sessions};
 use super::events::Audit;
 use super::keys::Keys;
@@ -269,9 +271,10 @@ pub struct ChunkRow {
 
 /// The catalog: tenants, documents, chunks and the embedding cache here, and through its handles
 /// ([`Catalog::keys`], [`Catalog::sessions`], [`Catalog::answers`], [`Catalog::audit`],
-/// [`Catalog::annotations`]) the rest of the file's tables, all over one connection.
+/// [`Catalog::annotations`]) the rest of its tables, all over one [`Database`]: the data folder's
+/// SQLite file, or the shared PostgreSQL server ([`Catalog::on_postgres`]).
 pub struct Catalog {
-    conn: Shared,
+    db: Database,
     path: PathBuf,
 }
 
@@ -288,6 +291,21 @@ fn vector_to_blob(v: &[f32]) -> Vec<u8> {
 
 fn blob_to_vector(b: &[u8]) -> Vec<f32> {
     b.chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect()
+}
+
+/// Adds vectors to the embedding cache of `model` (existing entries are kept), in hash order:
+/// two PostgreSQL transactions that insert overlapping keys then wait for each other in one
+/// order, never in a cycle.
+fn insert_embeddings(sql: &mut dyn Sql, model: &str, vectors: &[(TextHash, Vec<f32>)]) -> Result<()> {
+    let mut sorted: Vec<&(TextHash, Vec<f32>)> = vectors.iter().collect();
+    sorted.sort_by(|a, b| a.0.cmp(&b.0));
+    for (hash, v) in sorted {
+        sql.execute(
+            "INSERT INTO embeddings (model, sha256, vector) VALUES (?1, ?2, ?3) ON CONFLICT DO NOTHING",
+            params![model, &hash[..], vector_to_blob(v)],
+        )?;
+    }
+    Ok(())
 }
 
 impl Catalog {
@@ -349,76 +367,115 @@ impl Catalog {
             conn.execute_batch(tables)?;
         }
         super::schema::answer_columns(&conn)?;
-        // A new catalog gets this build's version; `OR IGNORE` because two processes creating it
-        // at once both find none (a plain insert failed the second: "UNIQUE constraint failed").
-        conn.execute("INSERT OR IGNORE INTO meta (key, value) VALUES ('schema_version', ?1)", [SCHEMA_VERSION.to_string()])?;
-        let version: String = conn.query_row("SELECT value FROM meta WHERE key = 'schema_version'", [], |r| r.get(0))?;
-        if version != SCHEMA_VERSION.to_string() {
-            return Err(schema_mismatch(path, &version));
-        }
-        Ok(Catalog { conn: Shared::new(conn), path: path.to_path_buf() })
+        let catalog = Catalog { db: Database::Sqlite(std::sync::Mutex::new(conn)), path: path.to_path_buf() };
+        catalog.stamp_version()?;
+        Ok(catalog)
     }
 
-    /// The catalog file.
+    /// The catalog on the shared PostgreSQL server, its tables made (or completed) on first use.
+    /// Nodes starting at once make them one after the other (an advisory lock for the length of
+    /// the transaction).
+    pub fn on_postgres(pg: Arc<Postgres>) -> Result<Catalog> {
+        let path = PathBuf::from(pg.server());
+        let db = Database::Postgres(pg);
+        db.write(Scope::All, |sql| {
+            sql.query("SELECT pg_advisory_xact_lock(?1)", params![SCHEMA_LOCK])?;
+            sql.batch(super::schema::POSTGRES)
+        })?;
+        let catalog = Catalog { db, path };
+        catalog.stamp_version()?;
+        Ok(catalog)
+    }
+
+    /// Gives a new catalog this build's version, and refuses one of another.
+    fn stamp_version(&self) -> Result<()> {
+        // `ON CONFLICT`: two processes creating the catalog at once both find none (a plain
+        // insert failed the second: "UNIQUE constraint failed").
+        let version = self.db.write(Scope::All, |sql| {
+            sql.execute("INSERT INTO meta (key, value) VALUES ('schema_version', ?1) ON CONFLICT DO NOTHING", params![SCHEMA_VERSION.to_string()])?;
+            sql.query_one("SELECT value FROM meta WHERE key = 'schema_version'", &[])?.text(0)
+        })?;
+        if version != SCHEMA_VERSION.to_string() {
+            return Err(schema_mismatch(&self.path, &version));
+        }
+        Ok(())
+    }
+
+    /// The catalog file (on PostgreSQL: the server, as `PostgreSQL at host:port/db`).
     pub fn path(&self) -> &Path {
         &self.path
     }
 
+    /// The database the catalog is in.
+    pub fn database(&self) -> &Database {
+        &self.db
+    }
+
+    /// The SQLite connection, for SQLite's own tools (pragmas, the backup API) and tests; `None`
+    /// for a catalog on PostgreSQL.
+    pub(super) fn sqlite(&self) -> Option<MutexGuard<'_, Connection>> {
+        self.db.sqlite()
+    }
+
+    /// The SQLite connection of a catalog that must be a file's.
+    #[cfg(test)]
     pub(super) fn conn(&self) -> MutexGuard<'_, Connection> {
-        self.conn.lock()
+        self.sqlite().expect("a SQLite catalog")
     }
 
     /// This catalog's identity, made once (random) and kept: what a shared index backend
     /// records as its owner, so that a second catalog is refused rather than mixed in.
     pub fn id(&self) -> Result<String> {
-        let conn = self.conn();
         let made = {
             let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos());
             hex::encode(&crate::types::text_hash(&format!("{nanos} {} {:?}", std::process::id(), self.path))[..16])
         };
-        conn.execute("INSERT OR IGNORE INTO meta (key, value) VALUES ('catalog_id', ?1)", [&made])?;
-        Ok(conn.query_row("SELECT value FROM meta WHERE key = 'catalog_id'", [], |r| r.get(0))?)
+        self.db.write(Scope::All, |sql| {
+            sql.execute("INSERT INTO meta (key, value) VALUES ('catalog_id', ?1) ON CONFLICT DO NOTHING", params![&made])?;
+            sql.query_one("SELECT value FROM meta WHERE key = 'catalog_id'", &[])?.text(0)
+        })
     }
 
     /// The API keys.
     pub fn keys(&self) -> Keys<'_> {
-        Keys::new(&self.conn)
+        Keys::new(&self.db)
     }
 
     /// The conversations: sessions and their turns.
     pub fn sessions(&self) -> Sessions<'_> {
-        Sessions::new(&self.conn)
+        Sessions::new(&self.db)
     }
 
     /// The answer log, with its feedback.
     pub fn answers(&self) -> Answers<'_> {
-        Answers::new(&self.conn)
+        Answers::new(&self.db)
     }
 
     /// The hash-chained audit events.
     pub fn audit(&self) -> Audit<'_> {
-        Audit::new(&self.conn)
+        Audit::new(&self.db)
     }
 
     /// The annotation cache.
     pub fn annotations(&self) -> Annotations<'_> {
-        Annotations::new(&self.conn)
+        Annotations::new(&self.db)
     }
 
     /// All tenants, by name.
     pub fn tenants(&self) -> Result<Vec<TenantRow>> {
-        let conn = self.conn();
-        let mut st = conn.prepare("SELECT id, name, model, dims, generation FROM tenants ORDER BY name")?;
-        let rows = st.query_map([], tenant_from_row)?.collect::<rusqlite::Result<Vec<_>>>()?;
-        Ok(rows)
+        self.db.read(Scope::All, |sql| {
+            sql.query("SELECT id, name, model, dims, generation FROM tenants ORDER BY name", &[])?.iter().map(tenant_from_row).collect()
+        })
     }
 
     /// The tenant called `name`, if any.
     pub fn tenant(&self, name: &str) -> Result<Option<TenantRow>> {
-        let conn = self.conn();
-        Ok(conn
-            .query_row("SELECT id, name, model, dims, generation FROM tenants WHERE name = ?1", [name], tenant_from_row)
-            .optional()?)
+        self.db.read(Scope::All, |sql| {
+            sql.query_opt("SELECT id, name, model, dims, generation FROM tenants WHERE name = ?1", params![name])?
+                .as_ref()
+                .map(tenant_from_row)
+                .transpose()
+        })
     }
 
     /// The tenant called `name`, or [`Error::UnknownTenant`].
@@ -434,159 +491,250 @@ impl Catalog {
 
     /// Creates a tenant whose vectors come from `model` (`dims` wide).
     pub fn create_tenant(&self, name: &str, model: &str, dims: usize) -> Result<TenantRow> {
-        let conn = self.conn();
-        // OR IGNORE: two processes creating one tenant at once both get it.
-        conn.execute("INSERT OR IGNORE INTO tenants (name, model, dims) VALUES (?1, ?2, ?3)", params![name, model, dims as i64])?;
-        drop(conn);
+        // ON CONFLICT: two processes creating one tenant at once both get it.
+        self.db.write(Scope::All, |sql| {
+            sql.execute("INSERT INTO tenants (name, model, dims) VALUES (?1, ?2, ?3) ON CONFLICT DO NOTHING", params![name, model, dims as i64])
+        })?;
         self.tenant(name)?.ok_or_else(|| Error::Bug("tenant vanished after insert".into()))
     }
 
     /// Switches a tenant's active model (after its index for that model is built).
     pub fn set_tenant_model(&self, tenant: i64, model: &str, dims: usize) -> Result<()> {
-        self.conn().execute("UPDATE tenants SET model = ?2, dims = ?3 WHERE id = ?1", params![tenant, model, dims as i64])?;
+        self.db.write(Scope::Tenant(tenant), |sql| {
+            sql.execute("UPDATE tenants SET model = ?2, dims = ?3 WHERE id = ?1", params![tenant, model, dims as i64])
+        })?;
         Ok(())
     }
 
     /// The tenant's documents (indexed and skipped), by path.
     pub fn documents(&self, tenant: i64) -> Result<Vec<DocumentRow>> {
-        let conn = self.conn();
-        let mut st = conn.prepare(
-            "SELECT d.id, d.path, d.sha256, d.size, d.mtime_ns, d.status, d.skip_reason, d.parser, d.title,
-                    (SELECT COUNT(*) FROM chunks c WHERE c.doc_id = d.id)
-             FROM documents d WHERE d.tenant_id = ?1 ORDER BY d.path",
-        )?;
-        let rows = st
-            .query_map([tenant], |r| {
-                let status: String = r.get(5)?;
+        let rows = self.db.read(Scope::Tenant(tenant), |sql| {
+            sql.query(
+                "SELECT d.id, d.path, d.sha256, d.size, d.mtime_ns, d.status, d.skip_reason, d.parser, d.title,
+                        (SELECT COUNT(*) FROM chunks c WHERE c.doc_id = d.id)
+                 FROM documents d WHERE d.tenant_id = ?1 ORDER BY d.path",
+                params![tenant],
+            )
+        })?;
+        rows.iter()
+            .map(|r| {
                 Ok(DocumentRow {
-                    id: DocId(r.get::<_, i64>(0)? as u64),
-                    path: PathBuf::from(r.get::<_, String>(1)?),
-                    sha256: r.get(2)?,
-                    size: r.get::<_, i64>(3)? as u64,
-                    mtime_ns: r.get(4)?,
-                    status: if status == "indexed" { DocumentStatus::Indexed } else { DocumentStatus::Skipped },
-                    skip_reason: r.get(6)?,
-                    parser: r.get(7)?,
-                    title: r.get(8)?,
-                    chunks: r.get::<_, i64>(9)? as usize,
+                    id: DocId(r.int(0)? as u64),
+                    path: PathBuf::from(r.text(1)?),
+                    sha256: r.text(2)?,
+                    size: r.int(3)? as u64,
+                    mtime_ns: r.int(4)?,
+                    status: if r.text(5)? == "indexed" { DocumentStatus::Indexed } else { DocumentStatus::Skipped },
+                    skip_reason: r.opt_text(6)?,
+                    parser: r.opt_text(7)?,
+                    title: r.opt_text(8)?,
+                    chunks: r.int(9)? as usize,
                 })
-            })?
-            .collect::<rusqlite::Result<Vec<_>>>()?;
-        Ok(rows)
+            })
+            .collect()
     }
 
     /// Vectors cached for `model`, for those of `hashes` it has.
     pub fn cached_embeddings(&self, model: &str, hashes: &[TextHash]) -> Result<HashMap<TextHash, Vec<f32>>> {
-        let conn = self.conn();
-        let mut st = conn.prepare_cached("SELECT vector FROM embeddings WHERE model = ?1 AND sha256 = ?2")?;
-        let mut out = HashMap::new();
-        for h in hashes {
-            if out.contains_key(h) {
-                continue;
+        self.db.read(Scope::All, |sql| {
+            let mut out = HashMap::new();
+            for h in hashes {
+                if out.contains_key(h) {
+                    continue;
+                }
+                if let Some(r) = sql.query_opt("SELECT vector FROM embeddings WHERE model = ?1 AND sha256 = ?2", params![model, &h[..]])? {
+                    out.insert(*h, blob_to_vector(&r.blob(0)?));
+                }
             }
-            if let Some(blob) = st.query_row(params![model, &h[..]], |r| r.get::<_, Vec<u8>>(0)).optional()? {
-                out.insert(*h, blob_to_vector(&blob));
-            }
-        }
-        Ok(out)
+            Ok(out)
+        })
     }
 
     /// Adds vectors to the embedding cache of `model` (existing entries are kept).
     pub fn put_embeddings(&self, model: &str, vectors: &[(TextHash, Vec<f32>)]) -> Result<()> {
-        let mut conn = self.conn();
-        let tx = conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
-        {
-            let mut put = tx.prepare_cached("INSERT OR IGNORE INTO embeddings (model, sha256, vector) VALUES (?1, ?2, ?3)")?;
-            for (hash, v) in vectors {
-                put.execute(params![model, &hash[..], vector_to_blob(v)])?;
-            }
-        }
-        tx.commit()?;
-        Ok(())
+        self.db.write(Scope::All, |sql| insert_embeddings(sql, model, vectors))
     }
 
     /// Writes one batch of changes for `tenant` in a single transaction and bumps its generation.
     /// Returns what the indexes must do to catch up.
     pub fn commit(&self, tenant: &TenantRow, batch: &CommitBatch) -> Result<CommitChanges> {
-        let mut conn = self.conn();
-        // IMMEDIATE: take the write lock up front. A deferred transaction that reads and then
-        // writes cannot wait for another process's writer (SQLite returns "database is locked"
-        // at once to avoid a deadlock); an immediate one waits out the busy timeout.
-        let tx = conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
-        let generation: i64 =
-            tx.query_row("SELECT generation FROM tenants WHERE id = ?1", [tenant.id], |r| r.get(0))?;
-        let generation = generation + 1;
-        let mut changes = CommitChanges { generation: generation as u64, ..Default::default() };
-        {
-            let mut old_children = tx.prepare_cached("SELECT id FROM chunks WHERE doc_id = ?1 AND role = 'child'")?;
-            let mut removed_ids = |doc: i64, changes: &mut CommitChanges| -> rusqlite::Result<()> {
-                for id in old_children.query_map([doc], |r| r.get::<_, i64>(0))? {
-                    changes.removed.push(ChunkId(id? as u64));
-                }
-                changes.removed_docs.push(DocId(doc as u64));
-                Ok(())
-            };
-            for doc in &batch.removed {
-                removed_ids(doc.0 as i64, &mut changes)?;
-                tx.execute("DELETE FROM chunks WHERE doc_id = ?1", [doc.0 as i64])?;
-                tx.execute("DELETE FROM documents WHERE id = ?1 AND tenant_id = ?2", params![doc.0 as i64, tenant.id])?;
-            }
-            let mut find_doc = tx.prepare_cached("SELECT id FROM documents WHERE tenant_id = ?1 AND path = ?2")?;
-            let mut insert_chunk = tx.prepare_cached(
-                "INSERT INTO chunks (doc_id, tenant_id, ordinal, role, parent_id, section_path, start, end, page,
-                                     line_first, line_last, tokens, context, embed_sha256)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14)",
+        self.db.write(Scope::Tenant(tenant.id), |sql| commit_batch(sql, tenant, batch))
+    }
+
+    /// Every child chunk of a tenant as the indexes need it, document by document, in id order
+    /// within each.
+    pub fn index_entries(&self, tenant: i64) -> Result<Vec<IndexEntry>> {
+        self.db.read(Scope::Tenant(tenant), |sql| {
+            // The document's text is read once per document, not joined into every chunk row: a
+            // join sorted by (doc, chunk) had SQLite's sorter hold each document's whole text once
+            // per chunk (2.5 GB of peak memory for a `reembed` of 9,797 rust-doc chunks).
+            let rows = sql.query(
+                "SELECT id, doc_id, context, start, \"end\", embed_sha256 FROM chunks
+                 WHERE tenant_id = ?1 AND role = 'child' ORDER BY doc_id, id",
+                params![tenant],
             )?;
-            for d in &batch.documents {
-                let path = path_text(&d.path)?;
-                let existing: Option<i64> = find_doc.query_row(params![tenant.id, path], |r| r.get(0)).optional()?;
-                if let Some(id) = existing {
-                    removed_ids(id, &mut changes)?;
-                    tx.execute("DELETE FROM chunks WHERE doc_id = ?1", [id])?;
+            let mut out = Vec::with_capacity(rows.len());
+            let mut current: Option<(i64, String)> = None;
+            for r in &rows {
+                let doc = r.int(1)?;
+                if current.as_ref().map(|(id, _)| *id) != Some(doc) {
+                    let text = sql.query_one("SELECT text FROM documents WHERE id = ?1", params![doc])?.text(0)?;
+                    current = Some((doc, text));
                 }
-                let (status, skip, parser, chunker, title, metadata, text) = match &d.content {
-                    DocumentContent::Indexed { doc, chunker, .. } => (
-                        "indexed",
-                        None,
-                        Some(doc.parser.as_str()),
-                        Some(chunker.as_str()),
-                        Some(doc.title.as_str()),
-                        Some(serde_json::to_string(&doc.metadata).map_err(|e| Error::Bug(e.to_string()))?),
-                        Some(doc.text.as_str()),
-                    ),
-                    DocumentContent::Skipped { reason } => ("skipped", Some(reason.as_str()), None, None, None, None, None),
-                };
-                let doc_id = match existing {
-                    Some(id) => {
-                        tx.execute(
-                            "UPDATE documents SET sha256 = ?2, size = ?3, mtime_ns = ?4, status = ?5, skip_reason = ?6,
-                                    parser = ?7, chunker = ?8, title = ?9, metadata = ?10, text = ?11, generation = ?12
-                             WHERE id = ?1",
-                            params![id, d.sha256, d.size as i64, d.mtime_ns, status, skip, parser, chunker, title, metadata, text, generation],
-                        )?;
-                        id
-                    }
-                    None => {
-                        tx.execute(
-                            "INSERT INTO documents (tenant_id, path, sha256, size, mtime_ns, status, skip_reason, parser,
-                                                    chunker, title, metadata, text, generation)
-                             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13)",
-                            params![tenant.id, path, d.sha256, d.size as i64, d.mtime_ns, status, skip, parser, chunker, title, metadata, text, generation],
-                        )?;
-                        tx.last_insert_rowid()
-                    }
-                };
-                let DocumentContent::Indexed { doc, chunks, .. } = &d.content else { continue };
-                // Ordinal -> chunk id, for the parent links (parents come before their children
-                // in ordinal order only by convention, so resolve after inserting all).
-                let mut ids: HashMap<u32, i64> = HashMap::new();
-                for c in chunks {
-                    let ch = &c.chunk;
-                    let text = doc.text.get(ch.span.range()).ok_or_else(|| {
-                        Error::Bug(format!("chunk span {:?} outside {:?}", ch.span, d.path))
-                    })?;
-                    let hash = (ch.role == ChunkRole::Child).then(|| text_hash(&indexed_text(&c.context, text)));
-                    insert_chunk.execute(params![
+                let text = &current.as_ref().expect("set just above").1;
+                let context = r.text(2)?;
+                let (start, end) = (r.int(3)? as usize, r.int(4)? as usize);
+                let slice = text.get(start..end).ok_or_else(|| Error::Bug(format!("chunk span {start}..{end} outside its document")))?;
+                out.push(IndexEntry {
+                    id: ChunkId(r.int(0)? as u64),
+                    doc: DocId(doc as u64),
+                    text: indexed_text(&context, slice),
+                    hash: r.blob(5)?.try_into().map_err(|_| Error::Bug("embedding hash is not 32 bytes".into()))?,
+                });
+            }
+            Ok(out)
+        })
+    }
+
+    /// Chunks by id, resolved through their documents, restricted to `tenant` (ids of other
+    /// tenants are dropped: defence in depth behind the per-tenant indexes; on PostgreSQL the
+    /// row-level security is a second wall). Input order is kept.
+    pub fn chunks(&self, tenant: i64, ids: &[ChunkId]) -> Result<Vec<ChunkRow>> {
+        let rows = self.db.read(Scope::Tenant(tenant), |sql| {
+            // The chunk's text is its byte span of the document's text.
+            let slice = match sql.dialect() {
+                Dialect::Sqlite => "substr(CAST(d.text AS BLOB), c.start + 1, c.\"end\" - c.start)",
+                Dialect::Postgres => "substring(convert_to(d.text, 'UTF8') from (c.start + 1)::int for (c.\"end\" - c.start)::int)",
+            };
+            let query = format!(
+                "SELECT c.id, c.doc_id, d.path, d.title, c.ordinal, c.role, c.parent_id, c.section_path, c.start, c.\"end\",
+                        c.page, c.line_first, c.line_last, c.tokens, c.context, {slice}
+                 FROM chunks c JOIN documents d ON d.id = c.doc_id
+                 WHERE c.id = ?1 AND c.tenant_id = ?2"
+            );
+            let mut found = Vec::with_capacity(ids.len());
+            for id in ids {
+                found.extend(sql.query_opt(&query, params![id.0 as i64, tenant])?);
+            }
+            Ok(found)
+        })?;
+        rows.iter()
+            .map(|r| {
+                Ok(ChunkRow {
+                    id: ChunkId(r.int(0)? as u64),
+                    doc: DocId(r.int(1)? as u64),
+                    path: PathBuf::from(r.text(2)?),
+                    title: r.opt_text(3)?.unwrap_or_default(),
+                    ordinal: r.int(4)? as u32,
+                    role: if r.text(5)? == "parent" { ChunkRole::Parent } else { ChunkRole::Child },
+                    parent: r.opt_int(6)?.map(|p| ChunkId(p as u64)),
+                    section_path: serde_json::from_str(&r.text(7)?).map_err(|e| Error::Bug(format!("section path: {e}")))?,
+                    span: Span::new(r.int(8)? as usize, r.int(9)? as usize),
+                    page: r.opt_int(10)?.map(|p| p as u32),
+                    lines: Lines { first: r.int(11)? as u32, last: r.int(12)? as u32 },
+                    tokens: r.int(13)? as usize,
+                    context: r.text(14)?,
+                    text: String::from_utf8(r.blob(15)?).map_err(|e| Error::Bug(format!("chunk text: {e}")))?,
+                })
+            })
+            .collect()
+    }
+
+    /// Vectors of `model` for the given text hashes, in input order; `None` where not cached.
+    pub fn vectors(&self, model: &str, hashes: &[TextHash]) -> Result<Vec<Option<Vec<f32>>>> {
+        let cached = self.cached_embeddings(model, hashes)?;
+        Ok(hashes.iter().map(|h| cached.get(h).cloned()).collect())
+    }
+
+    /// Counts for doctor and tests: (indexed documents, skipped documents, parents, children).
+    pub fn counts(&self, tenant: i64) -> Result<(usize, usize, usize, usize)> {
+        self.db.read(Scope::Tenant(tenant), |sql| {
+            let mut q = |query: &str| -> Result<usize> { Ok(sql.query_one(query, params![tenant])?.int(0)? as usize) };
+            Ok((
+                q("SELECT COUNT(*) FROM documents WHERE tenant_id = ?1 AND status = 'indexed'")?,
+                q("SELECT COUNT(*) FROM documents WHERE tenant_id = ?1 AND status = 'skipped'")?,
+                q("SELECT COUNT(*) FROM chunks WHERE tenant_id = ?1 AND role = 'parent'")?,
+                q("SELECT COUNT(*) FROM chunks WHERE tenant_id = ?1 AND role = 'child'")?,
+            ))
+        })
+    }
+}
+
+/// The advisory lock key nodes take while they make the catalog's tables.
+const SCHEMA_LOCK: i64 = 0x7261_6762_6f78_0001;
+
+/// [`Catalog::commit`]'s transaction.
+fn commit_batch(sql: &mut dyn Sql, tenant: &TenantRow, batch: &CommitBatch) -> Result<CommitChanges> {
+    // The bump first: on PostgreSQL it locks the tenant's row, so a second writer waits here.
+    let generation = sql.query_one("UPDATE tenants SET generation = generation + 1 WHERE id = ?1 RETURNING generation", params![tenant.id])?.int(0)?;
+    let mut changes = CommitChanges { generation: generation as u64, ..Default::default() };
+    let removed_ids = |sql: &mut dyn Sql, doc: i64, changes: &mut CommitChanges| -> Result<()> {
+        for r in sql.query("SELECT id FROM chunks WHERE doc_id = ?1 AND role = 'child' ORDER BY id", params![doc])? {
+            changes.removed.push(ChunkId(r.int(0)? as u64));
+        }
+        changes.removed_docs.push(DocId(doc as u64));
+        Ok(())
+    };
+    for doc in &batch.removed {
+        removed_ids(sql, doc.0 as i64, &mut changes)?;
+        sql.execute("DELETE FROM chunks WHERE doc_id = ?1", params![doc.0 as i64])?;
+        sql.execute("DELETE FROM documents WHERE id = ?1 AND tenant_id = ?2", params![doc.0 as i64, tenant.id])?;
+    }
+    for d in &batch.documents {
+        let path = path_text(&d.path)?;
+        let existing = sql.query_opt("SELECT id FROM documents WHERE tenant_id = ?1 AND path = ?2", params![tenant.id, path])?;
+        let existing = existing.map(|r| r.int(0)).transpose()?;
+        if let Some(id) = existing {
+            removed_ids(sql, id, &mut changes)?;
+            sql.execute("DELETE FROM chunks WHERE doc_id = ?1", params![id])?;
+        }
+        let (status, skip, parser, chunker, title, metadata, text) = match &d.content {
+            DocumentContent::Indexed { doc, chunker, .. } => (
+                "indexed",
+                None,
+                Some(doc.parser.as_str()),
+                Some(chunker.as_str()),
+                Some(doc.title.as_str()),
+                Some(serde_json::to_string(&doc.metadata).map_err(|e| Error::Bug(e.to_string()))?),
+                Some(doc.text.as_str()),
+            ),
+            DocumentContent::Skipped { reason } => ("skipped", Some(reason.as_str()), None, None, None, None, None),
+        };
+        let doc_id = match existing {
+            Some(id) => {
+                sql.execute(
+                    "UPDATE documents SET sha256 = ?2, size = ?3, mtime_ns = ?4, status = ?5, skip_reason = ?6,
+                            parser = ?7, chunker = ?8, title = ?9, metadata = ?10, text = ?11, generation = ?12
+                     WHERE id = ?1",
+                    params![id, d.sha256.as_str(), d.size as i64, d.mtime_ns, status, skip, parser, chunker, title, metadata, text, generation],
+                )?;
+                id
+            }
+            None => sql
+                .query_one(
+                    "INSERT INTO documents (tenant_id, path, sha256, size, mtime_ns, status, skip_reason, parser,
+                                            chunker, title, metadata, text, generation)
+                     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13) RETURNING id",
+                    params![tenant.id, path, d.sha256.as_str(), d.size as i64, d.mtime_ns, status, skip, parser, chunker, title, metadata, text, generation],
+                )?
+                .int(0)?,
+        };
+        let DocumentContent::Indexed { doc, chunks, .. } = &d.content else { continue };
+        // Ordinal -> chunk id, for the parent links (parents come before their children
+        // in ordinal order only by convention, so resolve after inserting all).
+        let mut ids: HashMap<u32, i64> = HashMap::new();
+        for c in chunks {
+            let ch = &c.chunk;
+            let text = doc.text.get(ch.span.range()).ok_or_else(|| {
+                Error::Bug(format!("chunk span {:?} outside {:?}", ch.span, d.path))
+            })?;
+            let hash = (ch.role == ChunkRole::Child).then(|| text_hash(&indexed_text(&c.context, text)));
+            let id = sql
+                .query_one(
+                    "INSERT INTO chunks (doc_id, tenant_id, ordinal, role, parent_id, section_path, start, \"end\", page,
+                                         line_first, line_last, tokens, context, embed_sha256)
+                     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14) RETURNING id",
+                    params![
                         doc_id,
                         tenant.id,
                         ch.ordinal,
@@ -599,147 +747,41 @@ impl Catalog {
                         ch.lines.first,
                         ch.lines.last,
                         ch.tokens as i64,
-                        c.context,
+                        c.context.as_str(),
                         hash.as_ref().map(|h| &h[..]),
-                    ])?;
-                    let id = tx.last_insert_rowid();
-                    ids.insert(ch.ordinal, id);
-                    if let Some(hash) = hash {
-                        changes.added.push(IndexEntry {
-                            id: ChunkId(id as u64),
-                            doc: DocId(doc_id as u64),
-                            text: indexed_text(&c.context, text),
-                            hash,
-                        });
-                    }
-                }
-                for c in chunks {
-                    if let Some(parent) = c.chunk.parent {
-                        let parent_id = ids.get(&parent).ok_or_else(|| {
-                            Error::Bug(format!("chunk {} of {:?} names a missing parent {parent}", c.chunk.ordinal, d.path))
-                        })?;
-                        tx.execute("UPDATE chunks SET parent_id = ?2 WHERE id = ?1", params![ids[&c.chunk.ordinal], parent_id])?;
-                    }
-                }
-            }
-            let mut put = tx.prepare_cached("INSERT OR IGNORE INTO embeddings (model, sha256, vector) VALUES (?1, ?2, ?3)")?;
-            for (hash, v) in &batch.embeddings {
-                put.execute(params![tenant.model, &hash[..], vector_to_blob(v)])?;
+                    ],
+                )?
+                .int(0)?;
+            ids.insert(ch.ordinal, id);
+            if let Some(hash) = hash {
+                changes.added.push(IndexEntry {
+                    id: ChunkId(id as u64),
+                    doc: DocId(doc_id as u64),
+                    text: indexed_text(&c.context, text),
+                    hash,
+                });
             }
         }
-        tx.execute("UPDATE tenants SET generation = ?2 WHERE id = ?1", params![tenant.id, generation])?;
-        tx.commit()?;
-        Ok(changes)
-    }
-
-    /// Every child chunk of a tenant as the indexes need it, document by document, in id order
-    /// within each.
-    pub fn index_entries(&self, tenant: i64) -> Result<Vec<IndexEntry>> {
-        let conn = self.conn();
-        // The document's text is read once per document, not joined into every chunk row: a
-        // join sorted by (doc, chunk) had SQLite's sorter hold each document's whole text once
-        // per chunk (2.5 GB of peak memory for a `reembed` of 9,797 rust-doc chunks).
-        let mut st = conn.prepare(
-            "SELECT id, doc_id, context, start, end, embed_sha256 FROM chunks
-             WHERE tenant_id = ?1 AND role = 'child' ORDER BY doc_id, id",
-        )?;
-        let mut text_of = conn.prepare_cached("SELECT text FROM documents WHERE id = ?1")?;
-        let mut rows = st.query([tenant])?;
-        let mut out = Vec::new();
-        let mut current: Option<(i64, String)> = None;
-        while let Some(r) = rows.next()? {
-            let doc: i64 = r.get(1)?;
-            if current.as_ref().map(|(id, _)| *id) != Some(doc) {
-                current = Some((doc, text_of.query_row([doc], |d| d.get(0))?));
-            }
-            let text = &current.as_ref().expect("set just above").1;
-            let context: String = r.get(2)?;
-            let (start, end) = (r.get::<_, i64>(3)? as usize, r.get::<_, i64>(4)? as usize);
-            let hash: Vec<u8> = r.get(5)?;
-            let slice = text.get(start..end).ok_or_else(|| Error::Bug(format!("chunk span {start}..{end} outside its document")))?;
-            out.push(IndexEntry {
-                id: ChunkId(r.get::<_, i64>(0)? as u64),
-                doc: DocId(doc as u64),
-                text: indexed_text(&context, slice),
-                hash: hash.try_into().map_err(|_| Error::Bug("embedding hash is not 32 bytes".into()))?,
-            });
-        }
-        Ok(out)
-    }
-
-    /// Chunks by id, resolved through their documents, restricted to `tenant` (ids of other
-    /// tenants are dropped: defence in depth behind the per-tenant indexes). Input order is kept.
-    pub fn chunks(&self, tenant: i64, ids: &[ChunkId]) -> Result<Vec<ChunkRow>> {
-        let conn = self.conn();
-        let mut st = conn.prepare_cached(
-            "SELECT c.id, c.doc_id, d.path, d.title, c.ordinal, c.role, c.parent_id, c.section_path, c.start, c.end,
-                    c.page, c.line_first, c.line_last, c.tokens, c.context, substr(CAST(d.text AS BLOB), c.start + 1, c.end - c.start)
-             FROM chunks c JOIN documents d ON d.id = c.doc_id
-             WHERE c.id = ?1 AND c.tenant_id = ?2",
-        )?;
-        let mut out = Vec::with_capacity(ids.len());
-        for id in ids {
-            let row = st
-                .query_row(params![id.0 as i64, tenant], |r| {
-                    let section: String = r.get(7)?;
-                    let text: Vec<u8> = r.get(15)?;
-                    Ok((
-                        ChunkRow {
-                            id: ChunkId(r.get::<_, i64>(0)? as u64),
-                            doc: DocId(r.get::<_, i64>(1)? as u64),
-                            path: PathBuf::from(r.get::<_, String>(2)?),
-                            title: r.get::<_, Option<String>>(3)?.unwrap_or_default(),
-                            ordinal: r.get(4)?,
-                            role: if r.get::<_, String>(5)? == "parent" { ChunkRole::Parent } else { ChunkRole::Child },
-                            parent: r.get::<_, Option<i64>>(6)?.map(|p| ChunkId(p as u64)),
-                            section_path: Vec::new(),
-                            span: Span::new(r.get::<_, i64>(8)? as usize, r.get::<_, i64>(9)? as usize),
-                            page: r.get(10)?,
-                            lines: Lines { first: r.get(11)?, last: r.get(12)? },
-                            tokens: r.get::<_, i64>(13)? as usize,
-                            context: r.get(14)?,
-                            text: String::new(),
-                        },
-                        section,
-                        text,
-                    ))
-                })
-                .optional()?;
-            if let Some((mut chunk, section, text)) = row {
-                chunk.section_path = serde_json::from_str(&section).map_err(|e| Error::Bug(format!("section path: {e}")))?;
-                chunk.text = String::from_utf8(text).map_err(|e| Error::Bug(format!("chunk text: {e}")))?;
-                out.push(chunk);
+        for c in chunks {
+            if let Some(parent) = c.chunk.parent {
+                let parent_id = ids.get(&parent).ok_or_else(|| {
+                    Error::Bug(format!("chunk {} of {:?} names a missing parent {parent}", c.chunk.ordinal, d.path))
+                })?;
+                sql.execute("UPDATE chunks SET parent_id = ?2 WHERE id = ?1", params![ids[&c.chunk.ordinal], *parent_id])?;
             }
         }
-        Ok(out)
     }
-
-    /// Vectors of `model` for the given text hashes, in input order; `None` where not cached.
-    pub fn vectors(&self, model: &str, hashes: &[TextHash]) -> Result<Vec<Option<Vec<f32>>>> {
-        let cached = self.cached_embeddings(model, hashes)?;
-        Ok(hashes.iter().map(|h| cached.get(h).cloned()).collect())
-    }
-
-    /// Counts for doctor and tests: (indexed documents, skipped documents, parents, children).
-    pub fn counts(&self, tenant: i64) -> Result<(usize, usize, usize, usize)> {
-        let conn = self.conn();
-        let q = |sql: &str| -> Result<usize> { Ok(conn.query_row(sql, [tenant], |r| r.get::<_, i64>(0))? as usize) };
-        Ok((
-            q("SELECT COUNT(*) FROM documents WHERE tenant_id = ?1 AND status = 'indexed'")?,
-            q("SELECT COUNT(*) FROM documents WHERE tenant_id = ?1 AND status = 'skipped'")?,
-            q("SELECT COUNT(*) FROM chunks WHERE tenant_id = ?1 AND role = 'parent'")?,
-            q("SELECT COUNT(*) FROM chunks WHERE tenant_id = ?1 AND role = 'child'")?,
-        ))
-    }
+    insert_embeddings(sql, &tenant.model, &batch.embeddings)?;
+    Ok(changes)
 }
 
-fn tenant_from_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<TenantRow> {
+fn tenant_from_row(r: &Row) -> Result<TenantRow> {
     Ok(TenantRow {
-        id: r.get(0)?,
-        name: r.get(1)?,
-        model: r.get(2)?,
-        dims: r.get::<_, i64>(3)? as usize,
-        generation: r.get::<_, i64>(4)? as u64,
+        id: r.int(0)?,
+        name: r.text(1)?,
+        model: r.text(2)?,
+        dims: r.int(3)? as usize,
+        generation: r.int(4)? as u64,
     })
 }
 

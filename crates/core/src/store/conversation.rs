@@ -32,10 +32,9 @@
 //! # Ok::<(), ragbox_core::Error>(())
 //! ```
 
-use rusqlite::{params, OptionalExtension, TransactionBehavior};
 use serde::Serialize;
 
-use super::connection::Shared;
+use super::sql::{params, Database, Row, Scope, Sql};
 use crate::error::{Error, Result};
 use crate::types::ChunkId;
 
@@ -190,128 +189,125 @@ const ANSWER_COLUMNS: &str = "a.id, t.name, a.session_id, a.question, a.standalo
      a.timings, a.created_ms, a.outcome, a.evidence
      FROM answers a JOIN tenants t ON t.id = a.tenant_id";
 
-/// An answer log row's columns, JSON still as text (parsed outside the rusqlite closure).
-type RawAnswer = (AnswerRow, String, String, String);
-
-fn answer_from_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<RawAnswer> {
-    Ok((
-        AnswerRow {
-            id: r.get(0)?,
-            tenant: r.get(1)?,
-            session: r.get(2)?,
-            question: r.get(3)?,
-            standalone: r.get(4)?,
-            chunk_ids: Vec::new(),
-            model: r.get(6)?,
-            refused: r.get::<_, i64>(7)? != 0,
-            answer: r.get(8)?,
-            timings: serde_json::Value::Null,
-            created_ms: r.get(10)?,
-            outcome: r.get(11)?,
-            evidence: serde_json::Value::Null,
-            feedback: Vec::new(),
-        },
-        r.get(5)?,
-        r.get(9)?,
-        r.get(12)?,
-    ))
+/// An answer log row (its JSON columns parsed), without its feedback.
+fn answer_from_row(r: &Row) -> Result<AnswerRow> {
+    let id = r.int(0)?;
+    let json = |i: usize, what: &str| -> Result<serde_json::Value> {
+        serde_json::from_str(&r.text(i)?).map_err(|e| Error::Bug(format!("answer {id}: {what}: {e}")))
+    };
+    Ok(AnswerRow {
+        id,
+        tenant: r.text(1)?,
+        session: r.opt_int(2)?,
+        question: r.text(3)?,
+        standalone: r.text(4)?,
+        chunk_ids: serde_json::from_str(&r.text(5)?).map_err(|e| Error::Bug(format!("answer {id}: chunk ids: {e}")))?,
+        model: r.text(6)?,
+        refused: r.flag(7)?,
+        answer: r.text(8)?,
+        timings: json(9, "timings")?,
+        created_ms: r.int(10)?,
+        outcome: r.text(11)?,
+        evidence: json(12, "evidence")?,
+        feedback: Vec::new(),
+    })
 }
 
-fn turn_from_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<TurnRow> {
+fn turn_from_row(r: &Row) -> Result<TurnRow> {
     Ok(TurnRow {
-        id: r.get(0)?,
-        session: r.get(1)?,
-        question: r.get(2)?,
-        standalone: r.get(3)?,
-        answer: r.get(4)?,
-        answer_id: r.get(5)?,
-        created_ms: r.get(6)?,
+        id: r.int(0)?,
+        session: r.int(1)?,
+        question: r.text(2)?,
+        standalone: r.text(3)?,
+        answer: r.text(4)?,
+        answer_id: r.opt_int(5)?,
+        created_ms: r.int(6)?,
     })
 }
 
 /// The conversations of a catalog: sessions and their turns ([`super::Catalog::sessions`]).
 pub struct Sessions<'c> {
-    conn: &'c Shared,
+    db: &'c Database,
 }
 
 impl<'c> Sessions<'c> {
-    pub(super) fn new(conn: &'c Shared) -> Sessions<'c> {
-        Sessions { conn }
+    pub(super) fn new(db: &'c Database) -> Sessions<'c> {
+        Sessions { db }
     }
 
     /// Starts a session of `tenant`; returns its id.
     pub fn create(&self, tenant: i64) -> Result<i64> {
-        let mut conn = self.conn.lock();
-        let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
-        let known: bool = tx.query_row("SELECT EXISTS (SELECT 1 FROM tenants WHERE id = ?1)", [tenant], |r| r.get(0))?;
-        if !known {
-            return Err(Error::Bug(format!("session for tenant row {tenant}, which does not exist")));
-        }
-        tx.execute("INSERT INTO sessions (tenant_id, created_ms) VALUES (?1, ?2)", params![tenant, now_ms()])?;
-        let id = tx.last_insert_rowid();
-        tx.commit()?;
-        Ok(id)
+        self.db.write(Scope::Tenant(tenant), |sql| {
+            let known = sql.query_one("SELECT EXISTS (SELECT 1 FROM tenants WHERE id = ?1)", params![tenant])?.flag(0)?;
+            if !known {
+                return Err(Error::Bug(format!("session for tenant row {tenant}, which does not exist")));
+            }
+            sql.query_one("INSERT INTO sessions (tenant_id, created_ms) VALUES (?1, ?2) RETURNING id", params![tenant, now_ms()])?.int(0)
+        })
     }
 
     /// The tenant a session belongs to; `None` when there is no such session. Callers check it
     /// against the tenant asking before they use the session's turns.
     pub fn tenant_of(&self, session: i64) -> Result<Option<i64>> {
-        let conn = self.conn.lock();
-        Ok(conn.query_row("SELECT tenant_id FROM sessions WHERE id = ?1", [session], |r| r.get(0)).optional()?)
+        self.db.read(Scope::All, |sql| {
+            sql.query_opt("SELECT tenant_id FROM sessions WHERE id = ?1", params![session])?.map(|r| r.int(0)).transpose()
+        })
     }
 
     /// A tenant's sessions, newest first: (id, created ms, turns).
     pub fn list(&self, tenant: i64, limit: usize) -> Result<Vec<(i64, i64, usize)>> {
-        let conn = self.conn.lock();
-        let mut st = conn.prepare_cached(
-            "SELECT s.id, s.created_ms, (SELECT COUNT(*) FROM turns t WHERE t.session_id = s.id)
-             FROM sessions s WHERE s.tenant_id = ?1 ORDER BY s.id DESC LIMIT ?2",
-        )?;
-        let rows = st
-            .query_map(params![tenant, sql_limit(limit)], |r| Ok((r.get(0)?, r.get(1)?, r.get::<_, i64>(2)? as usize)))?
-            .collect::<rusqlite::Result<Vec<_>>>()?;
-        Ok(rows)
+        self.db.read(Scope::Tenant(tenant), |sql| {
+            sql.query(
+                "SELECT s.id, s.created_ms, (SELECT COUNT(*) FROM turns t WHERE t.session_id = s.id)
+                 FROM sessions s WHERE s.tenant_id = ?1 ORDER BY s.id DESC LIMIT ?2",
+                params![tenant, sql_limit(limit)],
+            )?
+            .iter()
+            .map(|r| Ok((r.int(0)?, r.int(1)?, r.int(2)? as usize)))
+            .collect()
+        })
     }
 
     /// The last `limit` turns of a session, oldest first.
     pub fn recent_turns(&self, session: i64, limit: usize) -> Result<Vec<TurnRow>> {
-        let conn = self.conn.lock();
-        let mut st = conn.prepare_cached(
-            "SELECT id, session_id, question, standalone, answer, answer_id, created_ms
-             FROM turns WHERE session_id = ?1 ORDER BY id DESC LIMIT ?2",
-        )?;
-        let mut turns = st.query_map(params![session, sql_limit(limit)], turn_from_row)?.collect::<rusqlite::Result<Vec<_>>>()?;
+        let mut turns = self.db.read(Scope::All, |sql| {
+            sql.query(
+                "SELECT id, session_id, question, standalone, answer, answer_id, created_ms
+                 FROM turns WHERE session_id = ?1 ORDER BY id DESC LIMIT ?2",
+                params![session, sql_limit(limit)],
+            )?
+            .iter()
+            .map(turn_from_row)
+            .collect::<Result<Vec<_>>>()
+        })?;
         turns.reverse();
         Ok(turns)
     }
 
     /// Appends a turn to a session; returns its id. An unknown session is a user error.
     pub fn add_turn(&self, session: i64, question: &str, standalone: &str, answer: &str, answer_id: Option<i64>) -> Result<i64> {
-        let mut conn = self.conn.lock();
-        // IMMEDIATE for the reason given in `Catalog::commit`: this reads, then writes.
-        let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
-        let known: bool = tx.query_row("SELECT EXISTS (SELECT 1 FROM sessions WHERE id = ?1)", [session], |r| r.get(0))?;
-        if !known {
-            return Err(Error::Invalid(format!("no session {session}; start a new one (leave out --session)")));
-        }
-        tx.execute(
-            "INSERT INTO turns (session_id, question, standalone, answer, answer_id, created_ms) VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
-            params![session, question, standalone, answer, answer_id, now_ms()],
-        )?;
-        let id = tx.last_insert_rowid();
-        tx.commit()?;
-        Ok(id)
+        self.db.write(Scope::All, |sql| {
+            let known = sql.query_one("SELECT EXISTS (SELECT 1 FROM sessions WHERE id = ?1)", params![session])?.flag(0)?;
+            if !known {
+                return Err(Error::Invalid(format!("no session {session}; start a new one (leave out --session)")));
+            }
+            sql.query_one(
+                "INSERT INTO turns (session_id, question, standalone, answer, answer_id, created_ms) VALUES (?1, ?2, ?3, ?4, ?5, ?6) RETURNING id",
+                params![session, question, standalone, answer, answer_id, now_ms()],
+            )?
+            .int(0)
+        })
     }
 }
 
 /// The answer log of a catalog, with the feedback on each answer ([`super::Catalog::answers`]).
 pub struct Answers<'c> {
-    conn: &'c Shared,
+    db: &'c Database,
 }
 
 impl<'c> Answers<'c> {
-    pub(super) fn new(conn: &'c Shared) -> Answers<'c> {
-        Answers { conn }
+    pub(super) fn new(db: &'c Database) -> Answers<'c> {
+        Answers { db }
     }
 
     /// Writes one answer to the answer log; returns its id, the answer id users rate with
@@ -320,97 +316,84 @@ impl<'c> Answers<'c> {
         let chunk_ids = serde_json::to_string(record.chunk_ids).map_err(|e| Error::Bug(format!("chunk ids to JSON: {e}")))?;
         let timings = serde_json::to_string(record.timings).map_err(|e| Error::Bug(format!("timings to JSON: {e}")))?;
         let evidence = serde_json::to_string(record.evidence).map_err(|e| Error::Bug(format!("evidence to JSON: {e}")))?;
-        let mut conn = self.conn.lock();
-        let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
-        if let Some(session) = record.session {
-            let owner: Option<i64> =
-                tx.query_row("SELECT tenant_id FROM sessions WHERE id = ?1", [session], |r| r.get(0)).optional()?;
-            if owner != Some(record.tenant) {
-                return Err(Error::Invalid(format!(
-                    "no session {session} for this tenant; start a new one (leave out --session)"
-                )));
+        self.db.write(Scope::Tenant(record.tenant), |sql| {
+            if let Some(session) = record.session {
+                let owner = sql.query_opt("SELECT tenant_id FROM sessions WHERE id = ?1", params![session])?.map(|r| r.int(0)).transpose()?;
+                if owner != Some(record.tenant) {
+                    return Err(Error::Invalid(format!(
+                        "no session {session} for this tenant; start a new one (leave out --session)"
+                    )));
+                }
             }
-        }
-        tx.execute(
-            "INSERT INTO answers (tenant_id, session_id, question, standalone, chunk_ids, model, refused, answer, timings, created_ms, outcome, evidence)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)",
-            params![
-                record.tenant,
-                record.session,
-                record.question,
-                record.standalone,
-                chunk_ids,
-                record.model,
-                record.refused,
-                record.answer,
-                timings,
-                now_ms(),
-                record.outcome,
-                evidence
-            ],
-        )?;
-        let id = tx.last_insert_rowid();
-        tx.commit()?;
-        Ok(id)
+            sql.query_one(
+                "INSERT INTO answers (tenant_id, session_id, question, standalone, chunk_ids, model, refused, answer, timings, created_ms, outcome, evidence)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12) RETURNING id",
+                params![
+                    record.tenant,
+                    record.session,
+                    record.question,
+                    record.standalone,
+                    &chunk_ids,
+                    record.model,
+                    record.refused,
+                    record.answer,
+                    &timings,
+                    now_ms(),
+                    record.outcome,
+                    &evidence
+                ],
+            )?
+            .int(0)
+        })
     }
 
     /// The answer log's row of answer `id`, with its feedback; `None` when there is none.
     pub fn get(&self, id: i64) -> Result<Option<AnswerRow>> {
-        let conn = self.conn.lock();
-        let raw = conn.query_row(&format!("SELECT {ANSWER_COLUMNS} WHERE a.id = ?1"), [id], answer_from_row).optional()?;
-        raw.map(|raw| finish_answer(&conn, raw)).transpose()
+        self.db.read(Scope::All, |sql| {
+            match sql.query_opt(&format!("SELECT {ANSWER_COLUMNS} WHERE a.id = ?1"), params![id])? {
+                Some(r) => Ok(Some(with_feedback(sql, answer_from_row(&r)?)?)),
+                None => Ok(None),
+            }
+        })
     }
 
     /// A tenant's last `limit` answers, newest first, each with its feedback.
     pub fn list(&self, tenant: i64, limit: usize) -> Result<Vec<AnswerRow>> {
-        let conn = self.conn.lock();
-        let raws = {
-            let mut st = conn.prepare(&format!("SELECT {ANSWER_COLUMNS} WHERE a.tenant_id = ?1 ORDER BY a.id DESC LIMIT ?2"))?;
-            let rows = st.query_map(params![tenant, sql_limit(limit)], answer_from_row)?;
-            rows.collect::<rusqlite::Result<Vec<_>>>()?
-        };
-        raws.into_iter().map(|raw| finish_answer(&conn, raw)).collect()
+        self.db.read(Scope::Tenant(tenant), |sql| {
+            let rows = sql.query(&format!("SELECT {ANSWER_COLUMNS} WHERE a.tenant_id = ?1 ORDER BY a.id DESC LIMIT ?2"), params![tenant, sql_limit(limit)])?;
+            rows.iter().map(|r| with_feedback(sql, answer_from_row(r)?)).collect()
+        })
     }
 
     /// Rates answer `answer_id`; returns the feedback's id. An unknown answer id is a user error.
     pub fn add_feedback(&self, answer_id: i64, rating: Rating, comment: Option<&str>) -> Result<i64> {
-        let mut conn = self.conn.lock();
-        let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
-        let known: bool = tx.query_row("SELECT EXISTS (SELECT 1 FROM answers WHERE id = ?1)", [answer_id], |r| r.get(0))?;
-        if !known {
-            return Err(Error::Invalid(format!(
-                "no answer {answer_id}: answer ids are printed by `ragbox ask --json` (field `answer_id`); rate one of those"
-            )));
-        }
-        tx.execute(
-            "INSERT INTO feedback (answer_id, rating, comment, created_ms) VALUES (?1, ?2, ?3, ?4)",
-            params![answer_id, rating.as_str(), comment, now_ms()],
-        )?;
-        let id = tx.last_insert_rowid();
-        tx.commit()?;
-        Ok(id)
+        self.db.write(Scope::All, |sql| {
+            let known = sql.query_one("SELECT EXISTS (SELECT 1 FROM answers WHERE id = ?1)", params![answer_id])?.flag(0)?;
+            if !known {
+                return Err(Error::Invalid(format!(
+                    "no answer {answer_id}: answer ids are printed by `ragbox ask --json` (field `answer_id`); rate one of those"
+                )));
+            }
+            sql.query_one(
+                "INSERT INTO feedback (answer_id, rating, comment, created_ms) VALUES (?1, ?2, ?3, ?4) RETURNING id",
+                params![answer_id, rating.as_str(), comment, now_ms()],
+            )?
+            .int(0)
+        })
     }
 }
 
-/// Parses an answer log row's JSON columns and attaches its feedback.
-fn finish_answer(conn: &rusqlite::Connection, (mut row, chunk_ids, timings, evidence): RawAnswer) -> Result<AnswerRow> {
-    row.evidence = serde_json::from_str(&evidence).map_err(|e| Error::Bug(format!("answer {}: evidence: {e}", row.id)))?;
-    row.chunk_ids =
-        serde_json::from_str(&chunk_ids).map_err(|e| Error::Bug(format!("answer {}: chunk ids: {e}", row.id)))?;
-    row.timings = serde_json::from_str(&timings).map_err(|e| Error::Bug(format!("answer {}: timings: {e}", row.id)))?;
-    let mut st =
-        conn.prepare_cached("SELECT id, answer_id, rating, comment, created_ms FROM feedback WHERE answer_id = ?1 ORDER BY id")?;
-    let rows = st.query_map([row.id], |r| {
-        Ok((r.get::<_, i64>(0)?, r.get::<_, i64>(1)?, r.get::<_, String>(2)?, r.get::<_, Option<String>>(3)?, r.get::<_, i64>(4)?))
-    })?;
+/// `row` with its feedback attached.
+fn with_feedback(sql: &mut dyn Sql, mut row: AnswerRow) -> Result<AnswerRow> {
+    let rows = sql.query("SELECT id, answer_id, rating, comment, created_ms FROM feedback WHERE answer_id = ?1 ORDER BY id", params![row.id])?;
     for r in rows {
-        let (id, answer_id, rating, comment, created_ms) = r?;
-        let rating = match rating.as_str() {
+        let id = r.int(0)?;
+        let rating = match r.text(2)?.as_str() {
             "up" => Rating::Up,
             "down" => Rating::Down,
             other => return Err(Error::Bug(format!("feedback {id}: rating `{other}`"))),
         };
-        row.feedback.push(FeedbackRow { id, answer_id, rating, comment, created_ms });
+        row.feedback.push(FeedbackRow { id, answer_id: r.int(1)?, rating, comment: r.opt_text(3)?, created_ms: r.int(4)? });
     }
     Ok(row)
 }

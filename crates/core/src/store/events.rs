@@ -3,10 +3,11 @@
 //!
 //! Each row stores the sha256 of the previous row's hash followed by its own fields, so changing,
 //! inserting or removing a row breaks the chain from that row on, and [`Audit::verify`]
-//! names the first row that no longer fits. SQLite triggers refuse `UPDATE` and `DELETE` on the
-//! table, so tampering needs someone who edits the file by hand (and the chain shows it). Rows
-//! are appended under an IMMEDIATE transaction, so two processes sharing a data folder cannot
-//! fork the chain. Owns the DDL of the `events` table. May import `types` and `error` only.
+//! names the first row that no longer fits. Triggers refuse `UPDATE` and `DELETE` on the table (SQLite's
+//! and PostgreSQL's alike), so tampering needs someone who edits the database by hand (and the
+//! chain shows it). Rows are appended under the catalog's write lock (SQLite: an IMMEDIATE
+//! transaction; PostgreSQL: an advisory lock for the transaction), so two processes or two
+//! nodes cannot fork the chain. Owns the DDL of the `events` table. May import `types` and `error` only.
 //!
 //! ```
 //! use ragbox_core::store::{Catalog, EventRecord};
@@ -20,10 +21,9 @@
 //! # Ok::<(), ragbox_core::Error>(())
 //! ```
 
-use rusqlite::{params, OptionalExtension, TransactionBehavior};
 use serde::Serialize;
 
-use super::connection::Shared;
+use super::sql::{params, Database, Dialect, Row, Scope};
 use crate::error::{Error, Result};
 use crate::types::ChunkId;
 
@@ -169,79 +169,97 @@ fn row_hash(
     hex::encode(h.finalize())
 }
 
+/// An event row, with its JSON columns still as text (the hash is over the text as stored).
 type RawEvent = (EventRow, String, String);
 
-fn event_from_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<RawEvent> {
+fn event_from_row(r: &Row) -> Result<RawEvent> {
     Ok((
         EventRow {
-            id: r.get(0)?,
-            time_ms: r.get(1)?,
-            key_id: r.get(2)?,
-            key_name: r.get(3)?,
-            tenant: r.get(4)?,
-            action: r.get(5)?,
-            question: r.get(6)?,
+            id: r.int(0)?,
+            time_ms: r.int(1)?,
+            key_id: r.opt_int(2)?,
+            key_name: r.text(3)?,
+            tenant: r.text(4)?,
+            action: r.text(5)?,
+            question: r.text(6)?,
             chunk_ids: Vec::new(),
-            model: r.get(8)?,
-            outcome: r.get(9)?,
+            model: r.text(8)?,
+            outcome: r.text(9)?,
             detail: serde_json::Value::Null,
-            prev_hash: r.get(11)?,
-            hash: r.get(12)?,
+            prev_hash: r.text(11)?,
+            hash: r.text(12)?,
         },
-        r.get(7)?,
-        r.get(10)?,
+        r.text(7)?,
+        r.text(10)?,
     ))
 }
 
 const EVENT_COLUMNS: &str =
     "id, time_ms, key_id, key_name, tenant, action, question, chunk_ids, model, outcome, detail, prev_hash, hash";
 
+/// The advisory lock key appends take on PostgreSQL, so two nodes never chain from one head.
+const CHAIN_LOCK: i64 = 0x7261_6762_6f78_0002;
+
 /// The audit events of a catalog: a hash chain, appended to and never changed
 /// ([`super::Catalog::audit`]).
 pub struct Audit<'c> {
-    conn: &'c Shared,
+    db: &'c Database,
 }
 
 impl<'c> Audit<'c> {
-    pub(super) fn new(conn: &'c Shared) -> Audit<'c> {
-        Audit { conn }
+    pub(super) fn new(db: &'c Database) -> Audit<'c> {
+        Audit { db }
     }
 
     /// Appends one row to the chain; returns its id.
     pub fn append(&self, e: &EventRecord) -> Result<i64> {
         let chunk_ids = serde_json::to_string(e.chunk_ids).map_err(|x| Error::Bug(format!("chunk ids to JSON: {x}")))?;
         let detail = if e.detail.is_null() { "{}".to_string() } else { e.detail.to_string() };
-        let mut conn = self.conn.lock();
-        let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
-        let last: Option<(i64, String)> =
-            tx.query_row("SELECT id, hash FROM events ORDER BY id DESC LIMIT 1", [], |r| Ok((r.get(0)?, r.get(1)?))).optional()?;
-        let seq: Option<i64> = tx.query_row("SELECT seq FROM sqlite_sequence WHERE name = 'events'", [], |r| r.get(0)).optional()?;
-        let id = seq.unwrap_or(0).max(last.as_ref().map_or(0, |l| l.0)) + 1;
-        let prev = last.map_or_else(|| GENESIS_HASH.to_string(), |l| l.1);
-        let time_ms = now_ms();
-        let hash = row_hash(&prev, id, time_ms, e.key_id, e.key_name, e.tenant, e.action, e.question, &chunk_ids, e.model, e.outcome, &detail);
-        tx.execute(
-            &format!("INSERT INTO events ({EVENT_COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13)"),
-            params![id, time_ms, e.key_id, e.key_name, e.tenant, e.action, e.question, chunk_ids, e.model, e.outcome, detail, prev, hash],
-        )?;
-        tx.commit()?;
-        Ok(id)
+        self.db.write(Scope::All, |sql| {
+            // The next id is never one handed out before, even when the last row was deleted:
+            // SQLite's AUTOINCREMENT counter, PostgreSQL's sequence (taken under the chain's lock,
+            // so ids rise in chain order).
+            let id = match sql.dialect() {
+                Dialect::Sqlite => {
+                    let last = sql.query_opt("SELECT MAX(id) FROM events", &[])?.map(|r| r.opt_int(0)).transpose()?.flatten();
+                    let seq = sql.query_opt("SELECT seq FROM sqlite_sequence WHERE name = 'events'", &[])?.map(|r| r.int(0)).transpose()?;
+                    seq.unwrap_or(0).max(last.unwrap_or(0)) + 1
+                }
+                Dialect::Postgres => {
+                    sql.query("SELECT pg_advisory_xact_lock(?1)", params![CHAIN_LOCK])?;
+                    sql.query_one("SELECT nextval(pg_get_serial_sequence('events', 'id'))", &[])?.int(0)?
+                }
+            };
+            let prev = match sql.query_opt("SELECT hash FROM events ORDER BY id DESC LIMIT 1", &[])? {
+                Some(r) => r.text(0)?,
+                None => GENESIS_HASH.to_string(),
+            };
+            let time_ms = now_ms();
+            let hash = row_hash(&prev, id, time_ms, e.key_id, e.key_name, e.tenant, e.action, e.question, &chunk_ids, e.model, e.outcome, &detail);
+            sql.execute(
+                &format!("INSERT INTO events ({EVENT_COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13)"),
+                params![id, time_ms, e.key_id, e.key_name, e.tenant, e.action, e.question, &chunk_ids, e.model, e.outcome, &detail, prev, hash],
+            )?;
+            Ok(id)
+        })
     }
 
     /// Rows matching `filter`, oldest first.
     pub fn list(&self, filter: &EventFilter) -> Result<Vec<EventRow>> {
-        let conn = self.conn.lock();
         let limit = if filter.limit == 0 { i64::MAX } else { i64::try_from(filter.limit).unwrap_or(i64::MAX) };
-        let mut st = conn.prepare(&format!(
-            "SELECT * FROM (SELECT {EVENT_COLUMNS} FROM events
-               WHERE (?1 IS NULL OR tenant = ?1) AND (?2 IS NULL OR time_ms >= ?2)
-               ORDER BY id DESC LIMIT ?3) ORDER BY id"
-        ))?;
-        let raws = st
-            .query_map(params![filter.tenant, filter.since_ms, limit], event_from_row)?
-            .collect::<rusqlite::Result<Vec<_>>>()?;
-        raws.into_iter()
-            .map(|(mut row, ids, detail)| {
+        let rows = self.db.read(Scope::All, |sql| {
+            sql.query(
+                &format!(
+                    "SELECT * FROM (SELECT {EVENT_COLUMNS} FROM events
+                       WHERE (?1 IS NULL OR tenant = ?1) AND (?2 IS NULL OR time_ms >= ?2)
+                       ORDER BY id DESC LIMIT ?3) AS recent ORDER BY id"
+                ),
+                params![filter.tenant.as_deref(), filter.since_ms, limit],
+            )
+        })?;
+        rows.iter()
+            .map(|r| {
+                let (mut row, ids, detail) = event_from_row(r)?;
                 row.chunk_ids = serde_json::from_str(&ids).map_err(|e| Error::Bug(format!("event {}: chunk ids: {e}", row.id)))?;
                 row.detail = serde_json::from_str(&detail).map_err(|e| Error::Bug(format!("event {}: detail: {e}", row.id)))?;
                 Ok(row)
@@ -252,12 +270,10 @@ impl<'c> Audit<'c> {
     /// Walks the whole chain from the first row: each row must name the previous row's hash and
     /// hash to what it stores.
     pub fn verify(&self) -> Result<ChainReport> {
-        let conn = self.conn.lock();
-        let mut st = conn.prepare(&format!("SELECT {EVENT_COLUMNS} FROM events ORDER BY id"))?;
-        let mut rows = st.query([])?;
+        let rows = self.db.read(Scope::All, |sql| sql.query(&format!("SELECT {EVENT_COLUMNS} FROM events ORDER BY id"), &[]))?;
         let mut prev = GENESIS_HASH.to_string();
         let mut count = 0;
-        while let Some(r) = rows.next()? {
+        for r in &rows {
             let (row, ids, detail) = event_from_row(r)?;
             count += 1;
             let broken = |reason: String| ChainReport { rows: count, head: prev.clone(), broken: Some(BrokenLink { id: row.id, reason }) };

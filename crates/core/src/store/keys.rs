@@ -16,11 +16,10 @@
 //! # Ok::<(), ragbox_core::Error>(())
 //! ```
 
-use rusqlite::{params, OptionalExtension};
 use serde::Serialize;
 use subtle::ConstantTimeEq;
 
-use super::connection::Shared;
+use super::sql::{params, Database, Row, Scope};
 use crate::error::{Error, Result};
 
 /// The prefix every key starts with (so a leaked key is recognisable in logs and scanners).
@@ -98,18 +97,14 @@ fn key_hash(secret: &str) -> String {
     hex::encode(sha2::Sha256::digest(secret.as_bytes()))
 }
 
-fn role_of(s: &str) -> rusqlite::Result<KeyRole> {
-    s.parse().map_err(|e: Error| rusqlite::Error::FromSqlConversionFailure(0, rusqlite::types::Type::Text, Box::new(e)))
-}
-
-fn key_from_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<KeyRow> {
+fn key_from_row(r: &Row) -> Result<KeyRow> {
     Ok(KeyRow {
-        id: r.get(0)?,
-        name: r.get(1)?,
-        tenant: r.get(2)?,
-        role: role_of(&r.get::<_, String>(3)?)?,
-        created_ms: r.get(4)?,
-        revoked_ms: r.get(5)?,
+        id: r.int(0)?,
+        name: r.text(1)?,
+        tenant: r.opt_text(2)?,
+        role: r.text(3)?.parse()?,
+        created_ms: r.int(4)?,
+        revoked_ms: r.opt_int(5)?,
     })
 }
 
@@ -117,12 +112,12 @@ const KEY_COLUMNS: &str = "id, name, tenant, role, created_ms, revoked_ms";
 
 /// The API keys of a catalog ([`super::Catalog::keys`]).
 pub struct Keys<'c> {
-    conn: &'c Shared,
+    db: &'c Database,
 }
 
 impl<'c> Keys<'c> {
-    pub(super) fn new(conn: &'c Shared) -> Keys<'c> {
-        Keys { conn }
+    pub(super) fn new(db: &'c Database) -> Keys<'c> {
+        Keys { db }
     }
 
     /// Makes a key for `tenant` (`None` only for an admin key: all tenants). Returns its row and
@@ -137,31 +132,29 @@ impl<'c> Keys<'c> {
         let mut bytes = [0u8; 32];
         getrandom::fill(&mut bytes).map_err(|e| Error::Io(std::io::Error::other(format!("no randomness for a key: {e}"))))?;
         let secret = format!("{KEY_PREFIX}{}", hex::encode(bytes));
-        let conn = self.conn.lock();
-        conn.execute(
-            "INSERT INTO api_keys (name, tenant, role, sha256, created_ms) VALUES (?1, ?2, ?3, ?4, ?5)",
-            params![name, tenant, role.as_str(), key_hash(&secret), now_ms()],
-        )?;
-        let id = conn.last_insert_rowid();
-        let row = conn.query_row(&format!("SELECT {KEY_COLUMNS} FROM api_keys WHERE id = ?1"), [id], key_from_row)?;
+        let row = self.db.write(Scope::All, |sql| {
+            let r = sql.query_one(
+                &format!("INSERT INTO api_keys (name, tenant, role, sha256, created_ms) VALUES (?1, ?2, ?3, ?4, ?5) RETURNING {KEY_COLUMNS}"),
+                params![name, tenant, role.as_str(), key_hash(&secret), now_ms()],
+            )?;
+            key_from_row(&r)
+        })?;
         Ok((row, secret))
     }
 
     /// Every key, active and revoked, oldest first.
     pub fn list(&self) -> Result<Vec<KeyRow>> {
-        let conn = self.conn.lock();
-        let mut st = conn.prepare(&format!("SELECT {KEY_COLUMNS} FROM api_keys ORDER BY id"))?;
-        let rows = st.query_map([], key_from_row)?.collect::<rusqlite::Result<Vec<_>>>()?;
-        Ok(rows)
+        self.db.read(Scope::All, |sql| sql.query(&format!("SELECT {KEY_COLUMNS} FROM api_keys ORDER BY id"), &[])?.iter().map(key_from_row).collect())
     }
 
     /// Revokes key `id`; returns it. An unknown id is a user error; revoking twice keeps the
     /// first time.
     pub fn revoke(&self, id: i64) -> Result<KeyRow> {
-        let conn = self.conn.lock();
-        conn.execute("UPDATE api_keys SET revoked_ms = COALESCE(revoked_ms, ?2) WHERE id = ?1", params![id, now_ms()])?;
-        conn.query_row(&format!("SELECT {KEY_COLUMNS} FROM api_keys WHERE id = ?1"), [id], key_from_row)
-            .optional()?
+        self.db
+            .write(Scope::All, |sql| {
+                sql.execute("UPDATE api_keys SET revoked_ms = COALESCE(revoked_ms, ?2) WHERE id = ?1", params![id, now_ms()])?;
+                sql.query_opt(&format!("SELECT {KEY_COLUMNS} FROM api_keys WHERE id = ?1"), params![id])?.as_ref().map(key_from_row).transpose()
+            })?
             .ok_or_else(|| Error::Invalid(format!("no key {id}; `ragbox keys list` shows them")))
     }
 
@@ -169,13 +162,10 @@ impl<'c> Keys<'c> {
     /// every active key's hash in constant time, without stopping at a match.
     pub fn authenticate(&self, presented: &str) -> Result<Option<KeyRow>> {
         let hash = key_hash(presented);
-        let conn = self.conn.lock();
-        let mut st = conn.prepare_cached(&format!("SELECT {KEY_COLUMNS}, sha256 FROM api_keys WHERE revoked_ms IS NULL"))?;
-        let rows = st
-            .query_map([], |r| Ok((key_from_row(r)?, r.get::<_, String>(6)?)))?
-            .collect::<rusqlite::Result<Vec<_>>>()?;
+        let rows = self.db.read(Scope::All, |sql| sql.query(&format!("SELECT {KEY_COLUMNS}, sha256 FROM api_keys WHERE revoked_ms IS NULL"), &[]))?;
         let mut found = None;
-        for (row, stored) in rows {
+        for r in rows {
+            let (row, stored) = (key_from_row(&r)?, r.text(6)?);
             if bool::from(stored.as_bytes().ct_eq(hash.as_bytes())) {
                 found = Some(row);
             }

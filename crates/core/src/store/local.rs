@@ -16,7 +16,11 @@ use crate::types::{ChunkId, DocId};
 impl Backends {
     /// The default: usearch and tantivy files in the data folder laid out by `layout`.
     pub fn local(layout: &Layout, options: VectorOptions) -> Backends {
-        Backends { vectors: Box::new(LocalVectors::new(layout.clone(), options)), lexical: Box::new(LocalLexical::new(layout.clone())) }
+        Backends {
+            vectors: Box::new(LocalVectors::new(layout.clone(), options)),
+            lexical: Box::new(LocalLexical::new(layout.clone())),
+            catalog: None,
+        }
     }
 }
 

@@ -11,7 +11,9 @@
 //! (vectors from the embedding cache: a rebuild never re-embeds). So nothing acknowledged is lost
 //! and nothing half-written is served.
 //!
-//! One writer per tenant at a time: [`Store::writer`] takes an exclusive lock file.
+//! One writer per tenant at a time: [`Store::writer`] takes the tenant's write lock (a lock file in
+//! the data folder; with the catalog on PostgreSQL, an advisory lock that every node sees and
+//! that the server releases when its holder dies).
 //!
 //! **Faults.** Opening refuses a data folder it cannot write ([`Error::DataDirNotWritable`]) and a
 //! damaged catalog ([`Error::CatalogDamaged`], naming `ragbox restore`). A write that fails for
@@ -23,7 +25,6 @@ pub mod annotation;
 pub mod backend;
 pub mod backup;
 pub mod catalog;
-mod connection;
 #[cfg(any(test, feature = "testing"))]
 pub mod contract;
 pub mod conversation;
@@ -35,6 +36,7 @@ pub mod local;
 pub mod migrate;
 mod schema;
 pub mod shared;
+pub mod sql;
 pub mod vector;
 
 use std::collections::{BTreeSet, HashMap};
@@ -62,6 +64,7 @@ pub use vector::{Quantization, VectorHit, VectorIndex, VectorMeta, VectorOptions
 
 use crate::error::{Error, Result};
 use crate::types::ChunkId;
+use sql::Database;
 
 /// How long a writer waits for a tenant's lock before giving up.
 const WRITER_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
@@ -130,7 +133,10 @@ impl Store {
         std::fs::create_dir_all(data_dir).map_err(|e| not_writable(data_dir, e))?;
         check_writable(data_dir)?;
         let layout = Layout::new(data_dir);
-        let catalog = Catalog::open(&layout.catalog()).map_err(|e| explain_write_error(data_dir, e))?;
+        let catalog = match &backends.catalog {
+            Some(pg) => Catalog::on_postgres(pg.clone())?,
+            None => Catalog::open(&layout.catalog()).map_err(|e| explain_write_error(data_dir, e))?,
+        };
         backends.lexical.claim(&catalog.id()?)?;
         Ok(Store { layout, catalog, backends })
     }
@@ -172,24 +178,42 @@ impl Store {
     }
 
     /// Takes the tenant's write lock, retrying for up to `wait` (readers hold it only while they
-    /// repair an index; another writer holds it for a whole run).
-    fn lock(&self, tenant: &str, wait: std::time::Duration) -> Result<File> {
+    /// repair an index; another writer holds it for a whole run). With the catalog in a data
+    /// folder it is a lock file there; with the catalog on PostgreSQL, an advisory lock of a
+    /// connection of its own, which the server lets go of when the holder dies.
+    fn lock(&self, tenant: &str, wait: std::time::Duration) -> Result<WriteLock> {
+        let started = std::time::Instant::now();
+        let busy = |holder: &str| {
+            Error::Invalid(format!("another ragbox process is writing to tenant `{tenant}` ({holder}); wait for it to finish"))
+        };
+        if let Database::Postgres(pg) = self.catalog.database() {
+            let mut client = pg.dedicated("taking a tenant's write lock")?;
+            let key = lock_key(tenant);
+            loop {
+                let got: bool = client
+                    .query_one("SELECT pg_try_advisory_lock($1)", &[&key])
+                    .map_err(|e| pg.failed("taking a tenant's write lock", &e))?
+                    .get(0);
+                if got {
+                    return Ok(WriteLock::Advisory(client));
+                }
+                if started.elapsed() >= wait {
+                    return Err(busy(&format!("advisory lock {key} on {}", pg.server())));
+                }
+                std::thread::sleep(std::time::Duration::from_millis(50));
+            }
+        }
         let dir = self.layout.tenant(tenant);
         std::fs::create_dir_all(&dir).map_err(Error::path(&dir))?;
         let path = dir.join("write.lock");
         let f = File::options().create(true).truncate(false).write(true).open(&path).map_err(Error::path(&path))?;
-        let started = std::time::Instant::now();
         loop {
             match f.try_lock() {
-                Ok(()) => return Ok(f),
+                Ok(()) => return Ok(WriteLock::File(f)),
                 Err(std::fs::TryLockError::WouldBlock) if started.elapsed() < wait => {
                     std::thread::sleep(std::time::Duration::from_millis(50));
                 }
-                Err(std::fs::TryLockError::WouldBlock) => {
-                    return Err(Error::Invalid(format!(
-                        "another ragbox process is writing to tenant `{tenant}` (lock {path:?}); wait for it to finish"
-                    )))
-                }
+                Err(std::fs::TryLockError::WouldBlock) => return Err(busy(&format!("lock {path:?}"))),
                 Err(std::fs::TryLockError::Error(e)) => return Err(Error::Path { path, source: e }),
             }
         }
@@ -512,13 +536,27 @@ pub struct ReembedReport {
     pub cached: usize,
 }
 
+/// A tenant's write lock, held until dropped.
+enum WriteLock {
+    /// The tenant's `write.lock` file in the data folder, locked.
+    File(#[allow(dead_code)] File),
+    /// A PostgreSQL connection holding the tenant's advisory lock; closing it lets go.
+    Advisory(#[allow(dead_code)] r2d2_postgres::postgres::Client),
+}
+
+/// The advisory lock key of `tenant`'s writers: 63 bits of the sha256 of its name.
+fn lock_key(tenant: &str) -> i64 {
+    let h = text_hash(&format!("ragbox write lock: {tenant}"));
+    i64::from_le_bytes(h[..8].try_into().expect("8 bytes")) & i64::MAX
+}
+
 /// A tenant open for writing; holds its lock until dropped.
 pub struct TenantWriter<'s> {
     store: &'s Store,
     tenant: TenantRow,
     vector: Box<dyn VectorWriter>,
     repair: Repair,
-    _lock: File,
+    _lock: WriteLock,
 }
 
 impl TenantWriter<'_> {

@@ -196,6 +196,157 @@ BEGIN SELECT RAISE(ABORT, 'the audit log is append-only'); END;
 /// Every table, in the order they are created.
 pub(super) const ALL: [&str; 5] = [CATALOG, CONVERSATIONS, ANNOTATIONS, KEYS, EVENTS];
 
+/// The catalog on the shared PostgreSQL server: the same tables and columns as the SQLite file's
+/// (so one set of queries serves both, and `ragbox migrate` copies rows as they are), with
+/// PostgreSQL's types, the audit chain append-only by trigger, and row-level security on every
+/// table that holds a tenant's rows: a transaction sees and writes only the rows of the tenant
+/// it names in the `ragbox.tenant` setting (`all` for the few that list every tenant's). The
+/// policies are forced on the tables' owner too; a superuser, or a role with BYPASSRLS, passes
+/// them anyway (`ragbox doctor` says so).
+pub(super) const POSTGRES: &str = "
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS tenants (
+    id BIGSERIAL PRIMARY KEY,
+    name TEXT NOT NULL UNIQUE,
+    model TEXT NOT NULL,
+    dims BIGINT NOT NULL,
+    generation BIGINT NOT NULL DEFAULT 0
+);
+CREATE TABLE IF NOT EXISTS documents (
+    id BIGSERIAL PRIMARY KEY,
+    tenant_id BIGINT NOT NULL REFERENCES tenants(id),
+    path TEXT NOT NULL,
+    sha256 TEXT NOT NULL,
+    size BIGINT NOT NULL,
+    mtime_ns BIGINT NOT NULL,
+    status TEXT NOT NULL CHECK (status IN ('indexed', 'skipped')),
+    skip_reason TEXT,
+    parser TEXT,
+    chunker TEXT,
+    title TEXT,
+    metadata TEXT,
+    text TEXT,
+    generation BIGINT NOT NULL,
+    UNIQUE (tenant_id, path)
+);
+CREATE TABLE IF NOT EXISTS chunks (
+    id BIGSERIAL PRIMARY KEY,
+    doc_id BIGINT NOT NULL REFERENCES documents(id) ON DELETE CASCADE,
+    tenant_id BIGINT NOT NULL,
+    ordinal BIGINT NOT NULL,
+    role TEXT NOT NULL CHECK (role IN ('parent', 'child')),
+    parent_id BIGINT,
+    section_path TEXT NOT NULL,
+    start BIGINT NOT NULL,
+    \"end\" BIGINT NOT NULL,
+    page BIGINT,
+    line_first BIGINT NOT NULL,
+    line_last BIGINT NOT NULL,
+    tokens BIGINT NOT NULL,
+    context TEXT NOT NULL,
+    embed_sha256 BYTEA
+);
+CREATE INDEX IF NOT EXISTS chunks_by_doc ON chunks(doc_id);
+CREATE INDEX IF NOT EXISTS chunks_by_tenant ON chunks(tenant_id, role);
+CREATE TABLE IF NOT EXISTS embeddings (
+    model TEXT NOT NULL,
+    sha256 BYTEA NOT NULL,
+    vector BYTEA NOT NULL,
+    PRIMARY KEY (model, sha256)
+);
+CREATE TABLE IF NOT EXISTS sessions (
+    id BIGSERIAL PRIMARY KEY,
+    tenant_id BIGINT NOT NULL REFERENCES tenants(id),
+    created_ms BIGINT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS answers (
+    id BIGSERIAL PRIMARY KEY,
+    tenant_id BIGINT NOT NULL REFERENCES tenants(id),
+    session_id BIGINT,
+    question TEXT NOT NULL,
+    standalone TEXT NOT NULL,
+    chunk_ids TEXT NOT NULL,
+    model TEXT NOT NULL,
+    refused BIGINT NOT NULL,
+    answer TEXT NOT NULL,
+    timings TEXT NOT NULL,
+    created_ms BIGINT NOT NULL,
+    outcome TEXT NOT NULL DEFAULT '',
+    evidence TEXT NOT NULL DEFAULT 'null'
+);
+CREATE INDEX IF NOT EXISTS answers_by_tenant ON answers(tenant_id, id);
+CREATE TABLE IF NOT EXISTS turns (
+    id BIGSERIAL PRIMARY KEY,
+    session_id BIGINT NOT NULL REFERENCES sessions(id) ON DELETE CASCADE,
+    question TEXT NOT NULL,
+    standalone TEXT NOT NULL,
+    answer TEXT NOT NULL,
+    answer_id BIGINT REFERENCES answers(id),
+    created_ms BIGINT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS turns_by_session ON turns(session_id, id);
+CREATE TABLE IF NOT EXISTS feedback (
+    id BIGSERIAL PRIMARY KEY,
+    answer_id BIGINT NOT NULL REFERENCES answers(id),
+    rating TEXT NOT NULL CHECK (rating IN ('up', 'down')),
+    comment TEXT,
+    created_ms BIGINT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS feedback_by_answer ON feedback(answer_id, id);
+CREATE TABLE IF NOT EXISTS annotations (
+    key BYTEA PRIMARY KEY,
+    contextualizer TEXT NOT NULL,
+    context TEXT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS api_keys (
+    id BIGSERIAL PRIMARY KEY,
+    name TEXT NOT NULL,
+    tenant TEXT,
+    role TEXT NOT NULL CHECK (role IN ('reader', 'writer', 'admin')),
+    sha256 TEXT NOT NULL UNIQUE,
+    created_ms BIGINT NOT NULL,
+    revoked_ms BIGINT
+);
+CREATE TABLE IF NOT EXISTS events (
+    id BIGSERIAL PRIMARY KEY,
+    time_ms BIGINT NOT NULL,
+    key_id BIGINT,
+    key_name TEXT NOT NULL,
+    tenant TEXT NOT NULL,
+    action TEXT NOT NULL,
+    question TEXT NOT NULL,
+    chunk_ids TEXT NOT NULL,
+    model TEXT NOT NULL,
+    outcome TEXT NOT NULL,
+    detail TEXT NOT NULL,
+    prev_hash TEXT NOT NULL,
+    hash TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS events_by_tenant ON events(tenant, id);
+CREATE OR REPLACE FUNCTION ragbox_append_only() RETURNS trigger LANGUAGE plpgsql AS
+$$ BEGIN RAISE EXCEPTION 'the audit log is append-only'; END $$;
+CREATE OR REPLACE TRIGGER events_no_change BEFORE UPDATE OR DELETE ON events
+    FOR EACH ROW EXECUTE FUNCTION ragbox_append_only();
+DO $$
+DECLARE t TEXT;
+BEGIN
+    FOREACH t IN ARRAY ARRAY['documents', 'chunks', 'sessions', 'answers'] LOOP
+        EXECUTE format('ALTER TABLE %I ENABLE ROW LEVEL SECURITY', t);
+        EXECUTE format('ALTER TABLE %I FORCE ROW LEVEL SECURITY', t);
+        IF NOT EXISTS (SELECT 1 FROM pg_policies WHERE tablename = t AND policyname = 'tenant_wall') THEN
+            EXECUTE format($p$CREATE POLICY tenant_wall ON %I
+                USING (current_setting('ragbox.tenant', true) = 'all'
+                       OR tenant_id::text = current_setting('ragbox.tenant', true))$p$, t);
+        END IF;
+    END LOOP;
+END $$;
+";
+
+/// The tables `ragbox migrate` copies between the two catalogs, parents before children, each
+/// with the columns it copies (both catalogs have them all, in this order).
+pub(super) const TABLES: [&str; 12] =
+    ["meta", "tenants", "documents", "chunks", "embeddings", "sessions", "answers", "turns", "feedback", "annotations", "api_keys", "events"];
+
 #[cfg(test)]
 pub(super) mod tests {
     use std::collections::BTreeMap;

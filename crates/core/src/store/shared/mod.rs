@@ -61,7 +61,8 @@ impl Backends {
         let credentials = options.milvus_credentials.as_ref().map(|(u, p)| (u.as_str(), p.as_str()));
         Ok(Backends {
             vectors: Box::new(MilvusVectors::connect(&options.milvus, credentials, &options.collection_prefix)?),
-            lexical: Box::new(PostgresLexical::open(pg)?),
+            lexical: Box::new(PostgresLexical::open(pg.clone())?),
+            catalog: Some(pg),
         })
     }
 }

@@ -20,6 +20,7 @@ const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 /// The shared PostgreSQL server.
 pub struct Postgres {
     pool: r2d2::Pool<PostgresConnectionManager<NoTls>>,
+    config: postgres::Config,
     server: String,
 }
 
@@ -29,14 +30,14 @@ impl Postgres {
     pub fn connect(url: &str) -> Result<Postgres> {
         let config = postgres::Config::from_str(url).map_err(|e| Error::Config(format!("store.shared.postgres is not a PostgreSQL URL: {e}")))?;
         let server = describe(&config);
-        let manager = PostgresConnectionManager::new(config, NoTls);
+        let manager = PostgresConnectionManager::new(config.clone(), NoTls);
         let pool = r2d2::Pool::builder()
             .max_size(POOL_SIZE)
             .min_idle(Some(0))
             .connection_timeout(CONNECT_TIMEOUT)
             .test_on_check_out(true)
             .build_unchecked(manager);
-        let pg = Postgres { pool, server };
+        let pg = Postgres { pool, config, server };
         pg.with("connecting", |c| c.simple_query("SELECT 1").map(|_| ()))?;
         Ok(pg)
     }
@@ -50,6 +51,22 @@ impl Postgres {
     pub fn with<T>(&self, what: &str, f: impl FnOnce(&mut postgres::Client) -> std::result::Result<T, postgres::Error>) -> Result<T> {
         let mut conn = self.pool.get().map_err(|e| self.error(what, e.to_string()))?;
         f(&mut conn).map_err(|e| self.error(what, explain(&e)))
+    }
+
+    /// A pooled connection; a failure names the server and `what` was being done.
+    pub fn client(&self, what: &str) -> Result<r2d2::PooledConnection<PostgresConnectionManager<NoTls>>> {
+        self.pool.get().map_err(|e| self.error(what, e.to_string()))
+    }
+
+    /// A connection of its own, outside the pool, for what lives as long as a connection does
+    /// (a session's advisory lock: the server lets go of it when the connection dies).
+    pub fn dedicated(&self, what: &str) -> Result<postgres::Client> {
+        self.config.connect(NoTls).map_err(|e| self.failed(what, &e))
+    }
+
+    /// `e`, a failure while doing `what`, as an error of this server.
+    pub fn failed(&self, what: &str, e: &postgres::Error) -> Error {
+        self.error(what, explain(e))
     }
 
     /// An error of this server.
