@@ -19,3 +19,4 @@ mod faults;
 mod inference_server;
 mod shared;
 mod shared_servers;
+mod nodes;

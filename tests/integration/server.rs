@@ -106,7 +106,7 @@ pub(crate) fn start_with(toml: &str) -> Server {
 
 /// `ragbox serve` on `data` with `config`, on a free loopback port; its stderr goes to
 /// `server.err` beside the config (appended across restarts).
-fn spawn(data: PathBuf, config: PathBuf) -> Server {
+pub(crate) fn spawn(data: PathBuf, config: PathBuf) -> Server {
     let err = std::fs::OpenOptions::new().create(true).append(true).open(config.with_file_name("server.err")).unwrap();
     let mut child = ragbox(&data)
         .arg("--config")
@@ -169,7 +169,7 @@ fn error_code(status: u16, body: &serde_json::Value, want: u16) -> String {
 }
 
 /// Reads a whole event stream: (event name, data as JSON) in order.
-fn events(url: &str, key: &str, body: &serde_json::Value) -> Vec<(String, serde_json::Value)> {
+pub(crate) fn events(url: &str, key: &str, body: &serde_json::Value) -> Vec<(String, serde_json::Value)> {
     let resp = ureq::post(url)
         .timeout(Duration::from_secs(300))
         .set("Authorization", &format!("Bearer {key}"))

@@ -1,8 +1,9 @@
 //! The shared backend against the real servers (PostgreSQL 15, Milvus 2.3.5 standalone;
 //! [`crate::shared_servers`]): the index contract and the store's commit protocol that the local
 //! files keep, run unchanged on Milvus and PostgreSQL; BM25 in PostgreSQL ranking as tantivy does;
-//! a row planted with the wrong tenant never served; and a server stopped mid-commit failing with
-//! its name, nothing half-written served, the job finished once it is back.
+//! a row planted with the wrong tenant never served; the catalog's contract on PostgreSQL and its
+//! row-level security; a data folder migrated there and back; and a server stopped mid-commit
+//! failing with its name, nothing half-written served, the job finished once it is back.
 
 use std::sync::Arc;
 
@@ -10,7 +11,7 @@ use ragbox_core::error::Error;
 use ragbox_core::store::contract;
 use ragbox_core::store::lexical::LexicalIndex;
 use ragbox_core::store::shared::{MilvusVectors, Postgres, PostgresLexical};
-use ragbox_core::store::{Backends, Store};
+use ragbox_core::store::{Backends, Catalog, Store};
 
 use crate::shared_servers::{shared, MilvusServer, PgServer};
 
@@ -182,4 +183,129 @@ fn a_server_stopped_mid_commit_fails_by_name_and_the_next_run_finishes() {
     drop(r);
     let c = store.check_consistency(&t).unwrap();
     assert!(c.consistent, "{c:?}");
+    drop(store);
+
+    // The catalog on the PostgreSQL that stops: the commit fails naming it and nothing is
+    // written; the writer's tenant lock went with the server, so the next run takes it and
+    // finishes.
+    let url = pg.database("faults_catalog");
+    let open_all = |url: &str, milvus: &MilvusServer| {
+        let pg = Arc::new(Postgres::connect(url).unwrap());
+        let backends = Backends {
+            vectors: Box::new(MilvusVectors::connect(&milvus.url(), None, "faults_catalog").unwrap()),
+            lexical: Box::new(PostgresLexical::open(pg.clone()).unwrap()),
+            catalog: Some(pg),
+        };
+        Store::open_with(dir.path(), backends).unwrap()
+    };
+    let store = open_all(&url, &milvus);
+    let t = store.tenant_for_model("acme", "fake", 8).unwrap();
+    let mut w = store.writer(&t).unwrap();
+    pg.kill();
+    let e = w.commit(&contract::batch(&[("/d.txt", &["delta four"])])).err().expect("the commit fails");
+    drop(w);
+    assert!(matches!(&e, Error::SharedServer { server, what, .. } if server.starts_with("PostgreSQL at 127.0.0.1") && what.contains("catalog")), "{e}");
+    pg.restart();
+    let t = store.catalog().require_tenant("acme").unwrap();
+    assert_eq!(t.generation, 0, "nothing of the failed commit was written");
+    store.writer(&t).unwrap().commit(&contract::batch(&[("/d.txt", &["delta four"])])).unwrap();
+    let t = store.catalog().require_tenant("acme").unwrap();
+    let c = store.check_consistency(&t).unwrap();
+    assert!(c.consistent && c.catalog_children == 1, "{c:?}");
+}
+
+#[test]
+fn the_catalog_contract_holds_on_postgres() {
+    let url = shared().pg.database("contract_catalog");
+    contract::catalog(&Catalog::on_postgres(Arc::new(Postgres::connect(&url).unwrap())).unwrap());
+}
+
+#[test]
+fn row_level_security_keeps_a_tenant_to_its_own_rows_even_without_a_filter() {
+    use ragbox_core::store::sql::{Scope, Value};
+    let url = shared().pg.database("walls");
+    let cat = Catalog::on_postgres(Arc::new(Postgres::connect(&url).unwrap())).unwrap();
+    let (a, b) = (cat.create_tenant("alpha", "fake", 8).unwrap(), cat.create_tenant("beta", "fake", 8).unwrap());
+    cat.commit(&a, &contract::batch(&[("/a.txt", &["alpha one", "alpha two"])])).unwrap();
+    cat.commit(&b, &contract::batch(&[("/b.txt", &["beta one"])])).unwrap();
+    let count = |scope: Scope, table: &str| -> i64 {
+        cat.database().read(scope, |sql| sql.query_one(&format!("SELECT COUNT(*) FROM {table}"), &[])?.int(0)).unwrap()
+    };
+    // A query with no tenant filter at all sees only the tenant its transaction names.
+    assert_eq!((count(Scope::Tenant(a.id), "chunks"), count(Scope::Tenant(b.id), "chunks"), count(Scope::All, "chunks")), (2, 1, 3));
+    assert_eq!((count(Scope::Tenant(a.id), "documents"), count(Scope::Tenant(b.id), "documents")), (1, 1));
+    // Nor can it write a row of another tenant, or move one over.
+    let doc_b = cat.documents(b.id).unwrap()[0].id.0 as i64;
+    let planted = cat.database().write(Scope::Tenant(a.id), |sql| {
+        sql.execute(
+            "INSERT INTO chunks (doc_id, tenant_id, ordinal, role, section_path, start, \"end\", line_first, line_last, tokens, context)
+             VALUES (?1, ?2, 9, 'child', '[]', 0, 1, 1, 1, 1, '')",
+            &[Value::Int(doc_b), Value::Int(b.id)],
+        )
+    });
+    assert!(planted.is_err(), "a row of beta written under alpha is refused");
+    let moved = cat.database().write(Scope::Tenant(a.id), |sql| sql.execute("UPDATE chunks SET tenant_id = ?1", &[Value::Int(b.id)]));
+    assert!(moved.is_err(), "alpha's rows cannot be handed to beta");
+    let touched = cat.database().write(Scope::Tenant(a.id), |sql| sql.execute("UPDATE chunks SET context = 'seen'", &[])).unwrap();
+    assert_eq!(touched, 2, "an update without a filter reaches alpha's rows only");
+    // And a transaction that names no tenant sees nothing.
+    let pg = Postgres::connect(&url).unwrap();
+    let bare: i64 = pg.with("counting", |c| c.query_one("SELECT COUNT(*) FROM chunks", &[]).map(|r| r.get(0))).unwrap();
+    assert_eq!(bare, 0, "without ragbox.tenant the policies let nothing through");
+}
+
+#[test]
+fn a_data_folder_migrates_to_the_shared_servers_and_back_without_re_embedding() {
+    use ragbox_core::store::migrate::migrate;
+    use ragbox_core::store::{EventRecord, KeyRole, Layout, VectorOptions};
+    let (_gate, _) = milvus();
+    let dir = tempfile::tempdir().unwrap();
+    let local = || Backends::local(&Layout::new(dir.path()), VectorOptions::default());
+    let (secret, head) = {
+        let store = Store::open(dir.path(), VectorOptions::default()).unwrap();
+        let t = store.tenant_for_model("acme", "fake", 8).unwrap();
+        store.writer(&t).unwrap().commit(&contract::batch(&[("/a.txt", &["alpha one", "beta two"]), ("/b.txt", &["gamma three"])])).unwrap();
+        let (_, secret) = store.catalog().keys().create("alice", Some("acme"), KeyRole::Reader).unwrap();
+        store.catalog().audit().append(&EventRecord { action: "search", tenant: "acme", question: "alpha", ..EventRecord::default() }).unwrap();
+        (secret, store.catalog().audit().verify().unwrap().head)
+    };
+    let url = shared().pg.database("migrated");
+    let remote = || {
+        let pg = Arc::new(Postgres::connect(&url).unwrap());
+        Backends {
+            vectors: Box::new(MilvusVectors::connect(&shared().milvus_url, None, "migrated").unwrap()),
+            lexical: Box::new(PostgresLexical::open(pg.clone()).unwrap()),
+            catalog: Some(pg),
+        }
+    };
+    let report = migrate(dir.path(), local(), remote()).unwrap();
+    let copy = report.catalog.as_ref().expect("the catalog was copied");
+    assert!(copy.rows.iter().any(|(t, n)| t == "embeddings" && *n == 3), "{copy:?}");
+    assert!(report.tenants[0].consistency.consistent, "{report:?}");
+
+    // On the shared servers: the same documents, keys and audit chain; new work lands there.
+    let store = Store::open_with(dir.path(), remote()).unwrap();
+    let t = store.catalog().require_tenant("acme").unwrap();
+    assert_eq!(store.catalog().counts(t.id).unwrap().0, 2);
+    assert!(store.catalog().keys().authenticate(&secret).unwrap().is_some());
+    assert_eq!(store.catalog().audit().verify().unwrap().head, head, "the audit chain moved whole");
+    store.writer(&t).unwrap().commit(&contract::batch(&[("/c.txt", &["delta four"])])).unwrap();
+    let (_, newer) = store.catalog().keys().create("bob", Some("acme"), KeyRole::Writer).unwrap();
+    drop(store);
+
+    // Back to the data folder: the old catalog file is moved aside, the current one copied.
+    let back = migrate(dir.path(), remote(), local()).unwrap();
+    assert!(back.catalog.as_ref().unwrap().replaced.is_some(), "{back:?}");
+    let store = Store::open(dir.path(), VectorOptions::default()).unwrap();
+    let t = store.catalog().require_tenant("acme").unwrap();
+    assert_eq!(store.catalog().counts(t.id).unwrap().0, 3);
+    assert!(store.catalog().keys().authenticate(&newer).unwrap().is_some());
+    assert!(store.check_consistency(&t).unwrap().consistent);
+    let hits = store.reader(&t).unwrap().lexical.search("delta", 1).unwrap();
+    assert_eq!(store.catalog().chunks(t.id, &[hits[0].0]).unwrap()[0].text, "delta four");
+    // A third catalog pointed at the same database is refused.
+    let other = tempfile::tempdir().unwrap();
+    Store::open(other.path(), VectorOptions::default()).unwrap().tenant_for_model("x", "fake", 8).unwrap();
+    let e = migrate(other.path(), Backends::local(&Layout::new(other.path()), VectorOptions::default()), remote()).unwrap_err();
+    assert!(e.to_string().contains("already holds another catalog"), "{e}");
 }

@@ -158,16 +158,20 @@ impl PgServer {
         format!("postgresql://ragbox@127.0.0.1:{}/{db}", self.port)
     }
 
-    /// A new, empty database; its URL.
+    /// A new, empty database owned by a role of its own that is no superuser (so row-level
+    /// security applies to it, as it does to a deployment's role); the URL that signs in as it.
     pub fn database(&self, name: &str) -> String {
         let admin = Postgres::connect(&self.url("postgres")).unwrap();
+        let role = format!("{name}_node");
         admin
             .with("creating a test database", |c| {
-                c.simple_query(&format!("DROP DATABASE IF EXISTS {name}"))?;
-                c.simple_query(&format!("CREATE DATABASE {name}")).map(|_| ())
+                c.simple_query(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"))?;
+                c.simple_query(&format!("DROP ROLE IF EXISTS {role}"))?;
+                c.simple_query(&format!("CREATE ROLE {role} LOGIN NOSUPERUSER NOBYPASSRLS"))?;
+                c.simple_query(&format!("CREATE DATABASE {name} OWNER {role}")).map(|_| ())
             })
             .unwrap();
-        self.url(name)
+        format!("postgresql://{role}@127.0.0.1:{}/{name}", self.port)
     }
 }
 

@@ -873,6 +873,12 @@ mod tests {
     }
 
     #[test]
+    fn the_catalog_contract_holds_in_sqlite() {
+        let dir = tempfile::tempdir().unwrap();
+        crate::store::contract::catalog(&Catalog::open(&dir.path().join("c.sqlite")).unwrap());
+    }
+
+    #[test]
     fn embedding_cache_round_trips() {
         let dir = tempfile::tempdir().unwrap();
         let cat = Catalog::open(&dir.path().join("c.sqlite")).unwrap();

@@ -253,3 +253,113 @@ pub fn store(store: &crate::store::Store) {
     let e = store.tenant_for_model("acme", "other", 8).unwrap_err().to_string();
     assert!(e.contains("ragbox reembed --tenant acme --model other"), "{e}");
 }
+
+/// The catalog's contract over whichever database `cat` is in (a new, empty one): commits
+/// replace and remove documents and bump the generation; chunks resolve only for their own
+/// tenant; the embedding cache is per model; keys authenticate until revoked; sessions, turns,
+/// answers and feedback round-trip and a session of another tenant is refused; the audit chain
+/// verifies, filters, and refuses changes; two writers of two tenants at once both land.
+pub fn catalog(cat: &crate::store::Catalog) {
+    use crate::store::{AnswerRecord, EventFilter, EventRecord, KeyRole, Rating};
+    use crate::types::text_hash;
+
+    let a = cat.create_tenant("contract-a", "fake", 8).unwrap();
+    let b = cat.create_tenant("contract-b", "fake", 8).unwrap();
+    assert_eq!(cat.create_tenant("contract-a", "fake", 8).unwrap(), a, "creating a tenant twice gives the same one");
+    assert_eq!(cat.tenants().unwrap().iter().map(|t| t.name.as_str()).collect::<Vec<_>>(), ["contract-a", "contract-b"]);
+    assert!(matches!(cat.require_tenant("nobody"), Err(Error::UnknownTenant { .. })));
+
+    let c1 = cat.commit(&a, &batch(&[("/x/one.txt", &["héllo world", "second part"])])).unwrap();
+    assert_eq!((c1.generation, c1.added.len()), (1, 2));
+    let rows = cat.chunks(a.id, &[c1.added[1].id, c1.added[0].id]).unwrap();
+    assert_eq!(rows.iter().map(|r| r.text.as_str()).collect::<Vec<_>>(), ["second part", "héllo world"], "input order, byte spans");
+    assert!(cat.chunks(b.id, &[c1.added[0].id]).unwrap().is_empty(), "another tenant's chunk is not resolved");
+    let entries = cat.index_entries(a.id).unwrap();
+    assert_eq!(entries.len(), 2);
+    assert_eq!(entries[0].hash, text_hash(&entries[0].text));
+    assert_eq!(cat.vectors("fake", &[entries[0].hash]).unwrap()[0].as_deref(), Some(&fake_vector(&entries[0].text)[..]));
+    assert!(cat.vectors("other", &[entries[0].hash]).unwrap()[0].is_none(), "the cache is per model");
+
+    let c2 = cat.commit(&a, &batch(&[("/x/one.txt", &["changed"])])).unwrap();
+    assert_eq!(c2.generation, 2);
+    let mut removed = c2.removed.clone();
+    removed.sort();
+    assert_eq!(removed, vec![c1.added[0].id, c1.added[1].id], "replacing a document removes its old chunks");
+    assert!(c2.added[0].id > c1.added[1].id, "ids are never reused");
+    let docs = cat.documents(a.id).unwrap();
+    assert_eq!((docs.len(), docs[0].chunks), (1, 1));
+    assert!(cat.documents(b.id).unwrap().is_empty());
+    let c3 = cat.commit(&a, &crate::store::CommitBatch { removed: vec![docs[0].id], ..Default::default() }).unwrap();
+    assert_eq!(c3.removed, vec![c2.added[0].id]);
+    assert_eq!(cat.counts(a.id).unwrap(), (0, 0, 0, 0));
+    assert_eq!(cat.require_tenant("contract-a").unwrap().generation, 3);
+    cat.set_tenant_model(a.id, "fake-2", 4).unwrap();
+    assert_eq!(cat.require_tenant("contract-a").unwrap().model, "fake-2");
+    let cid = cat.id().unwrap();
+    assert_eq!(cat.id().unwrap(), cid, "the catalog's id is made once");
+
+    let (k, secret) = cat.keys().create("alice", Some("contract-a"), KeyRole::Reader).unwrap();
+    assert_eq!(cat.keys().authenticate(&secret).unwrap().map(|r| r.id), Some(k.id));
+    assert!(cat.keys().authenticate("rbx_00").unwrap().is_none());
+    assert!(cat.keys().revoke(k.id).unwrap().revoked_ms.is_some());
+    assert!(cat.keys().authenticate(&secret).unwrap().is_none(), "a revoked key is refused");
+    assert!(cat.keys().revoke(k.id + 1000).is_err());
+
+    let session = cat.sessions().create(a.id).unwrap();
+    assert_eq!(cat.sessions().tenant_of(session).unwrap(), Some(a.id));
+    let timings = serde_json::json!({ "total_ms": 1.5 });
+    let record = |tenant: i64, session: Option<i64>| AnswerRecord {
+        tenant,
+        session,
+        question: "Who approves travel?",
+        standalone: "Who approves travel?",
+        chunk_ids: &[ChunkId(7)],
+        model: "m",
+        refused: false,
+        outcome: "answered",
+        answer: "Line managers [1].",
+        evidence: &serde_json::Value::Null,
+        timings: &timings,
+    };
+    let answer = cat.answers().record(&record(a.id, Some(session))).unwrap();
+    assert!(cat.answers().record(&record(b.id, Some(session))).is_err(), "a session of another tenant is refused");
+    cat.sessions().add_turn(session, "Who approves travel?", "Who approves travel?", "Line managers [1].", Some(answer)).unwrap();
+    assert!(cat.sessions().add_turn(session + 1000, "q", "q", "a", None).is_err());
+    assert_eq!(cat.sessions().recent_turns(session, 5).unwrap()[0].answer_id, Some(answer));
+    assert_eq!(cat.sessions().list(a.id, 10).unwrap(), vec![(session, cat.sessions().list(a.id, 10).unwrap()[0].1, 1)]);
+    assert!(cat.sessions().list(b.id, 10).unwrap().is_empty());
+    cat.answers().add_feedback(answer, Rating::Down, Some("it is in the handbook")).unwrap();
+    assert!(cat.answers().add_feedback(answer + 1000, Rating::Up, None).is_err());
+    let got = cat.answers().get(answer).unwrap().unwrap();
+    assert_eq!((got.tenant.as_str(), got.chunk_ids.as_slice(), got.refused, got.timings["total_ms"].as_f64()), ("contract-a", &[ChunkId(7)][..], false, Some(1.5)));
+    assert_eq!(got.feedback.len(), 1);
+    assert_eq!(cat.answers().list(a.id, 5).unwrap().len(), 1);
+    assert!(cat.answers().list(b.id, 5).unwrap().is_empty());
+
+    for i in 0..3 {
+        let q = format!("question {i}");
+        let tenant = if i == 2 { "contract-b" } else { "contract-a" };
+        cat.audit().append(&EventRecord { action: "ask", tenant, question: &q, chunk_ids: &[ChunkId(i)], ..EventRecord::default() }).unwrap();
+    }
+    let chain = cat.audit().verify().unwrap();
+    assert_eq!((chain.rows, chain.broken.is_none()), (3, true), "{chain:?}");
+    assert_eq!(cat.audit().list(&EventFilter { tenant: Some("contract-a".into()), ..Default::default() }).unwrap().len(), 2);
+    assert_eq!(cat.audit().list(&EventFilter { limit: 1, ..Default::default() }).unwrap()[0].question, "question 2");
+    use crate::store::sql::Scope;
+    assert!(cat.database().write(Scope::All, |sql| sql.execute("UPDATE events SET question = 'x'", &[])).is_err(), "the audit log is append-only");
+    assert!(cat.database().write(Scope::All, |sql| sql.execute("DELETE FROM events", &[])).is_err(), "the audit log is append-only");
+
+    // Two writers of two tenants at once: each commit waits for the other, none fails.
+    std::thread::scope(|s| {
+        for t in [&a, &b] {
+            s.spawn(move || {
+                for i in 0..15 {
+                    let path = format!("/{}/{i}.txt", t.name);
+                    cat.commit(t, &batch(&[(path.as_str(), &["shared words here", "and more"])])).unwrap();
+                }
+            });
+        }
+    });
+    assert_eq!(cat.counts(a.id).unwrap().0, 15);
+    assert_eq!(cat.counts(b.id).unwrap().0, 15);
+}

@@ -251,7 +251,7 @@ impl<'c> Audit<'c> {
             sql.query(
                 &format!(
                     "SELECT * FROM (SELECT {EVENT_COLUMNS} FROM events
-                       WHERE (?1 IS NULL OR tenant = ?1) AND (?2 IS NULL OR time_ms >= ?2)
+                       WHERE (CAST(?1 AS TEXT) IS NULL OR tenant = ?1) AND (CAST(?2 AS BIGINT) IS NULL OR time_ms >= ?2)
                        ORDER BY id DESC LIMIT ?3) AS recent ORDER BY id"
                 ),
                 params![filter.tenant.as_deref(), filter.since_ms, limit],

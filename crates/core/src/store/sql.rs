@@ -391,6 +391,7 @@ impl<'a> postgres::types::FromSql<'a> for Value {
             Type::FLOAT4 => Value::Real(f32::from_sql(ty, raw)?.into()),
             Type::FLOAT8 => Value::Real(f64::from_sql(ty, raw)?),
             Type::BYTEA => Value::Blob(<Vec<u8>>::from_sql(ty, raw)?),
+            Type::VOID => Value::Null,
             _ => Value::Text(String::from_sql(ty, raw)?),
         })
     }
@@ -401,7 +402,7 @@ impl<'a> postgres::types::FromSql<'a> for Value {
 
     fn accepts(ty: &postgres::types::Type) -> bool {
         use postgres::types::Type;
-        [Type::INT2, Type::INT4, Type::INT8, Type::BOOL, Type::FLOAT4, Type::FLOAT8, Type::BYTEA, Type::TEXT, Type::VARCHAR, Type::NAME, Type::BPCHAR]
+        [Type::INT2, Type::INT4, Type::INT8, Type::BOOL, Type::FLOAT4, Type::FLOAT8, Type::BYTEA, Type::TEXT, Type::VARCHAR, Type::NAME, Type::BPCHAR, Type::VOID]
             .contains(ty)
     }
 }
