@@ -37,6 +37,9 @@ def try_bind_port(p):
 
 
 config.try_bind_port = try_bind_port
+# The constructor's keyword only records the wish; the template's item is what the written
+# configuration takes (left alone, authorisation stays off and anyone signs in).
+config.configurable_items["authorization_enabled"][1] = auth
 config.resolve()
 env = dict(os.environ)
 env.update(

@@ -309,3 +309,59 @@ fn a_data_folder_migrates_to_the_shared_servers_and_back_without_re_embedding() 
     let e = migrate(other.path(), Backends::local(&Layout::new(other.path()), VectorOptions::default()), remote()).unwrap_err();
     assert!(e.to_string().contains("already holds another catalog"), "{e}");
 }
+
+#[test]
+fn a_deployments_milvus_user_reaches_its_own_database_only() {
+    // A Milvus that checks users, for this test alone (a network namespace holds one Milvus).
+    let servers = shared();
+    let _gate = servers.gate.write().unwrap_or_else(|p| p.into_inner());
+    let mut common = servers.milvus.lock().unwrap_or_else(|p| p.into_inner());
+    common.kill();
+    let result = std::panic::catch_unwind(|| {
+        let secured = MilvusServer::start(true);
+        let url = secured.url();
+        let root = MilvusVectors::connect(&url, Some(("root", "Milvus")), "probe").unwrap();
+        root.provision("team_a", "team_a", "team-a-secret").unwrap();
+        root.provision("team_b", "team_b", "team-b-secret").unwrap();
+
+        // Signed in as its own user, in its own database, a deployment keeps the whole contract.
+        let a = MilvusVectors::connect_in(&url, Some(("team_a", "team-a-secret")), Some("team_a"), "ragbox").unwrap();
+        contract::vectors(&a);
+
+        // Its collections are in its own database: the other team's deployment, under the same
+        // prefix, neither sees them nor is seen.
+        use ragbox_core::store::VectorBackend;
+        let b = MilvusVectors::connect_in(&url, Some(("team_b", "team-b-secret")), Some("team_b"), "ragbox").unwrap();
+        let t = contract::tenant(1, "acme", "m", 3);
+        let mut w = a.writer(&t, "m", 3, true).unwrap();
+        w.upsert(&[(ragbox_core::types::ChunkId(1), &[1.0, 0.0, 0.0][..])]).unwrap();
+        w.commit(1).unwrap();
+        assert_eq!(b.committed(&t, "m", 3).unwrap(), ragbox_core::store::Committed::Missing, "team_b has no index of team_a's");
+        assert_eq!(a.committed(&t, "m", 3).unwrap(), ragbox_core::store::Committed::At(1));
+        let mut w = b.writer(&t, "m", 3, true).unwrap();
+        w.upsert(&[(ragbox_core::types::ChunkId(2), &[0.0, 1.0, 0.0][..])]).unwrap();
+        w.commit(1).unwrap();
+        // Naming the other team's database outright reaches nothing in it.
+        let intruder = MilvusVectors::connect_in(&url, Some(("team_a", "team-a-secret")), Some("team_b"), "ragbox");
+        let seen = intruder.and_then(|m| Ok((m.committed(&t, "m", 3)?, m.reader(&t, "m", 3)?.search(&[0.0, 1.0, 0.0], 5)?)));
+        match seen {
+            Err(e) => assert!(matches!(&e, Error::SharedServer { server, .. } if server.starts_with("Milvus at")), "{e}"),
+            Ok((committed, hits)) => panic!("team_a read team_b's index: {committed:?} {hits:?}"),
+        }
+        a.drop_tenant(&t).unwrap();
+
+        // Without credentials, or with wrong ones, nothing at all.
+        let anonymous = MilvusVectors::connect(&url, None, "anonymous").and_then(|m| {
+            let mut w = m.writer(&t, "m", 3, true)?;
+            w.upsert(&[(ragbox_core::types::ChunkId(1), &[1.0, 0.0, 0.0][..])])?;
+            w.commit(1)
+        });
+        let e = anonymous.expect_err("no credentials, no index");
+        assert!(e.to_string().contains("Milvus at"), "{e}");
+        assert!(MilvusVectors::connect_in(&url, Some(("team_a", "wrong")), Some("team_a"), "ragbox").is_err());
+    });
+    common.restart();
+    if let Err(panic) = result {
+        std::panic::resume_unwind(panic);
+    }
+}

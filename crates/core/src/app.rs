@@ -545,7 +545,7 @@ impl App {
                 Ok(options) => options.probe(),
                 Err(e) => vec![format!("shared: {e}")],
             },
-            _ => vec![format!("local: usearch ({:?} vectors) and tantivy files in the data folder", s.quantization).to_lowercase()],
+            _ => vec![format!("local: the catalog (catalog.sqlite), usearch ({:?} vectors) and tantivy files in the data folder", s.quantization).to_lowercase()],
         }
     }
 

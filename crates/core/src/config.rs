@@ -120,6 +120,10 @@ pub struct SharedSection {
     /// The prefix of the Milvus collections this deployment owns.
     #[serde(default = "default_collection_prefix")]
     pub collection_prefix: String,
+    /// The Milvus database of this deployment (its user's grants are confined to it); Milvus's
+    /// `default` when not given.
+    #[serde(default)]
+    pub milvus_database: Option<String>,
 }
 
 impl StoreSection {
@@ -167,6 +171,7 @@ impl SharedSection {
             milvus: self.milvus.clone(),
             milvus_credentials,
             collection_prefix: self.collection_prefix.clone(),
+            milvus_database: self.milvus_database.clone(),
         })
     }
 }

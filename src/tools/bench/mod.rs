@@ -8,6 +8,7 @@ mod backends;
 mod embed;
 mod llm;
 mod rerank;
+mod nodes;
 mod serve;
 mod vectors;
 
@@ -31,6 +32,9 @@ pub enum BenchCmd {
     Serve(serve::ServeBenchArgs),
     /// The index backends side by side: local files against the shared servers, same tenant.
     Backends(backends::BackendsArgs),
+    /// Several `ragbox serve` nodes over one shared backend under loopback load: the same
+    /// clients on one node, then spread across all, p50/p99 and errors side by side.
+    Nodes(nodes::NodesArgs),
 }
 
 /// Runs one benchmark.
@@ -42,6 +46,7 @@ pub fn run(g: &GlobalArgs, cmd: BenchCmd) -> anyhow::Result<()> {
                 BenchCmd::Llm(args) => llm::run(g, args),
         BenchCmd::Serve(args) => serve::run(g, args),
         BenchCmd::Backends(args) => backends::run(g, args),
+        BenchCmd::Nodes(args) => nodes::run(g, args),
     }
 }
 

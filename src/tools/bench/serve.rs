@@ -78,18 +78,18 @@ struct ScaleLevel {
 
 /// One phase's figures.
 #[derive(Debug, Serialize)]
-struct Phase {
-    name: String,
+pub(super) struct Phase {
+    pub(super) name: String,
     clients: usize,
     seconds: f64,
     requests: usize,
     ok: usize,
     /// Status codes other than 200, with counts.
-    errors: std::collections::BTreeMap<u16, usize>,
-    requests_per_second: f64,
-    p50_ms: f64,
-    p99_ms: f64,
-    max_ms: f64,
+    pub(super) errors: std::collections::BTreeMap<u16, usize>,
+    pub(super) requests_per_second: f64,
+    pub(super) p50_ms: f64,
+    pub(super) p99_ms: f64,
+    pub(super) max_ms: f64,
     /// Resident memory when the phase ended.
     rss_after_mb: Option<f64>,
 }
@@ -200,7 +200,7 @@ fn scale_level(server: &Loopback, askers: usize, seconds: u64) -> ScaleLevel {
 }
 
 /// Runs `clients` threads, each calling `call` (returning a status) until `seconds` pass.
-fn phase(name: &str, clients: usize, seconds: u64, call: Arc<dyn Fn(usize, usize) -> u16 + Send + Sync>) -> Phase {
+pub(super) fn phase(name: &str, clients: usize, seconds: u64, call: Arc<dyn Fn(usize, usize) -> u16 + Send + Sync>) -> Phase {
     let deadline = Instant::now() + Duration::from_secs(seconds);
     let started = Instant::now();
     let threads: Vec<_> = (0..clients)
@@ -246,14 +246,14 @@ fn phase(name: &str, clients: usize, seconds: u64, call: Arc<dyn Fn(usize, usize
 
 /// The one server this command loads: its loopback address, and the key and tenant to use.
 #[derive(Clone)]
-struct Loopback {
+pub(super) struct Loopback {
     addr: std::net::SocketAddr,
     key: String,
     tenant: String,
 }
 
 impl Loopback {
-    fn new(addr: std::net::SocketAddr, key: String, tenant: String) -> anyhow::Result<Loopback> {
+    pub(super) fn new(addr: std::net::SocketAddr, key: String, tenant: String) -> anyhow::Result<Loopback> {
         anyhow::ensure!(addr.ip().is_loopback(), "bench serve loads only its own loopback server, not {addr}");
         Ok(Loopback { addr, key, tenant })
     }
@@ -300,7 +300,7 @@ fn call(
     })
 }
 
-fn search_call(server: &Loopback) -> Arc<dyn Fn(usize, usize) -> u16 + Send + Sync> {
+pub(super) fn search_call(server: &Loopback) -> Arc<dyn Fn(usize, usize) -> u16 + Send + Sync> {
     let builder = ureq::AgentBuilder::new().max_idle_connections_per_host(64);
     let body = |c: usize, i: usize| serde_json::json!({ "query": QUERIES[(c + i) % QUERIES.len()], "k": 5 });
     call(server, builder, "search", body, |r| {
@@ -310,7 +310,7 @@ fn search_call(server: &Loopback) -> Arc<dyn Fn(usize, usize) -> u16 + Send + Sy
     })
 }
 
-fn ask_call(server: &Loopback) -> Arc<dyn Fn(usize, usize) -> u16 + Send + Sync> {
+pub(super) fn ask_call(server: &Loopback) -> Arc<dyn Fn(usize, usize) -> u16 + Send + Sync> {
     let builder = ureq::AgentBuilder::new().timeout(Duration::from_secs(600));
     let body = |c: usize, i: usize| serde_json::json!({ "question": ASKS[(c + i) % ASKS.len()] });
     call(server, builder, "ask", body, |r| {

@@ -1,6 +1,7 @@
-//! The shared index backend, for several ragbox nodes over one set of documents: vectors on a
-//! Milvus server ([`MilvusVectors`]) and BM25 on a PostgreSQL server ([`PostgresLexical`]).
-//! Chosen by `store.backend = "shared"`; nothing here connects anywhere unless it is.
+//! The shared backend, for several ragbox nodes over one set of documents: vectors on a Milvus
+//! server ([`MilvusVectors`]); the catalog (`Catalog::on_postgres`), the tenants' write locks and
+//! BM25 ([`PostgresLexical`]) on a PostgreSQL server ([`Postgres`]). Chosen by
+//! `store.backend = "shared"`; nothing here connects anywhere unless it is.
 
 pub mod bm25;
 pub mod milvus;
@@ -28,6 +29,8 @@ pub struct SharedOptions {
     pub milvus_credentials: Option<(String, String)>,
     /// The prefix of every Milvus collection this deployment owns.
     pub collection_prefix: String,
+    /// The Milvus database the collections are in (`None`: Milvus's `default`).
+    pub milvus_database: Option<String>,
 }
 
 impl SharedOptions {
@@ -38,18 +41,34 @@ impl SharedOptions {
         }
     }
 
-    /// Whether each server answers, and its version, for `doctor`: one line per server.
+    /// Whether each server answers, and its version, for `doctor`: one line per server, and
+    /// whether row-level security binds the PostgreSQL role (a superuser, or a role with
+    /// BYPASSRLS, passes every policy).
     pub fn probe(&self) -> Vec<String> {
         let pg = Postgres::connect(&self.postgres_url()).and_then(|pg| {
-            let version: String = pg.with("asking its version", |c| c.query_one("SHOW server_version", &[]).map(|r| r.get(0)))?;
-            Ok(format!("BM25 on {}: reachable, PostgreSQL {version}", pg.server()))
+            let (version, user, bypass): (String, String, bool) = pg.with("asking its version", |c| {
+                c.query_one("SELECT current_setting('server_version'), current_user::text, rolsuper OR rolbypassrls FROM pg_roles WHERE rolname = current_user", &[])
+                    .map(|r| (r.get(0), r.get(1), r.get(2)))
+            })?;
+            let wall = if bypass {
+                format!("role {user} is a superuser or has BYPASSRLS, so the per-tenant row-level security does not bind it: use a role without them")
+            } else {
+                format!("role {user}, row-level security per tenant in force")
+            };
+            Ok(format!("catalog and BM25 on {}: reachable, PostgreSQL {version}; {wall}", pg.server()))
         });
         let credentials = self.milvus_credentials.as_ref().map(|(u, p)| (u.as_str(), p.as_str()));
-        let milvus = MilvusVectors::connect(&self.milvus, credentials, &self.collection_prefix)
-            .and_then(|m| Ok(format!("vectors on Milvus at {}: reachable, {} (collections {}_*)", self.milvus, m.server_version()?, self.collection_prefix)));
+        let milvus = MilvusVectors::connect_in(&self.milvus, credentials, self.milvus_database.as_deref(), &self.collection_prefix)
+            .and_then(|m| Ok(format!(
+                "vectors on Milvus at {}: reachable, {} (database {}, collections {}_*)",
+                self.milvus,
+                m.server_version()?,
+                self.milvus_database.as_deref().unwrap_or("default"),
+                self.collection_prefix
+            )));
         vec![
             milvus.unwrap_or_else(|e| format!("vectors on Milvus at {}: NOT reachable: {e}", self.milvus)),
-            pg.unwrap_or_else(|e| format!("BM25 on PostgreSQL: NOT reachable: {e}")),
+            pg.unwrap_or_else(|e| format!("catalog and BM25 on PostgreSQL: NOT reachable: {e}")),
         ]
     }
 }
@@ -60,7 +79,7 @@ impl Backends {
         let pg = Arc::new(Postgres::connect(&options.postgres_url())?);
         let credentials = options.milvus_credentials.as_ref().map(|(u, p)| (u.as_str(), p.as_str()));
         Ok(Backends {
-            vectors: Box::new(MilvusVectors::connect(&options.milvus, credentials, &options.collection_prefix)?),
+            vectors: Box::new(MilvusVectors::connect_in(&options.milvus, credentials, options.milvus_database.as_deref(), &options.collection_prefix)?),
             lexical: Box::new(PostgresLexical::open(pg.clone())?),
             catalog: Some(pg),
         })
