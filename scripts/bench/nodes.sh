@@ -12,9 +12,12 @@ fi
 . "$root/scripts/setup/build-env.sh"
 bin=$CARGO_TARGET_DIR/debug/ragbox
 work=$(mktemp -d /tmp/ragbox-nodes-XXXX)
+chmod 755 "$work"  # PostgreSQL runs as its own user and must reach its folder
 source "$root/scripts/bench/shared-servers-up.sh" "$work/servers"
 export RAGBOX_MODELS_DIR=${RAGBOX_MODELS_DIR:-$root/models}
 config=$RAGBOX_SHARED_CONFIG
+# Room in each node's queue for every client: the figures are latency, not 503s.
+printf '[server]\nqueue = 64\n' >>"$config"
 "$bin" --config "$config" --data-dir "$work/node-a" ingest -q "$root/tests/data/corpus"
 key=$("$bin" --config "$config" --data-dir "$work/node-a" keys create --name bench --tenant default --role reader)
 ports=()
