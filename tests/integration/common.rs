@@ -85,3 +85,18 @@ pub fn files_under(dir: &Path) -> Vec<PathBuf> {
     }
     out
 }
+
+/// `n` small Markdown notices (`notice-000.md`...) in `dir`, each with its own room, team, day
+/// and badge number: a corpus many files long that ingests in a few seconds.
+pub fn notices(dir: &Path, n: usize) {
+    std::fs::create_dir_all(dir).unwrap();
+    for i in 0..n {
+        let text = format!(
+            "# Notice {i}\n\nRoom {i} is booked for the meeting of team {} on day {} of the month; bring badge number {}.\n",
+            i % 13,
+            i % 28 + 1,
+            1000 + i * 7
+        );
+        std::fs::write(dir.join(format!("notice-{i:03}.md")), text).unwrap();
+    }
+}

@@ -106,16 +106,7 @@ fn disk_full_during_ingest_loses_nothing_and_the_next_run_finishes() {
     // 240 small documents: ingest commits after each batch of 64 files parsed, so the disk fills
     // after some documents are acknowledged.
     let corpus = tmp.path().join("many");
-    std::fs::create_dir_all(&corpus).unwrap();
-    for i in 0..240 {
-        let text = format!(
-            "# Notice {i}\n\nRoom {i} is booked for the meeting of team {} on day {} of the month; bring badge number {}.\n",
-            i % 13,
-            i % 28 + 1,
-            1000 + i * 7
-        );
-        std::fs::write(corpus.join(format!("notice-{i:03}.md")), text).unwrap();
-    }
+    crate::common::notices(&corpus, 240);
     let (mnt, out) = (tmp.path().join("mnt"), tmp.path().join("out"));
     std::fs::create_dir_all(&mnt).unwrap();
     std::fs::create_dir_all(&out).unwrap();

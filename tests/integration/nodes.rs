@@ -14,8 +14,8 @@ use std::time::{Duration, Instant};
 use ragbox_core::store::shared::{MilvusVectors, Postgres, PostgresLexical};
 use ragbox_core::store::{Backends, DocumentStatus, Store};
 
-use crate::common::{ragbox, run};
-use crate::server::{call, create_key, events, get, multipart, post, spawn, HANDBOOK};
+use crate::common::{notices, ragbox, run};
+use crate::server::{call, create_key, events, get, multipart, post, spawn, wait_for_job, HANDBOOK};
 use crate::shared_servers::shared;
 
 /// A configuration that puts everything on the shared servers, the catalog in database `db`
@@ -64,17 +64,7 @@ fn an_upload_on_one_node_is_answered_on_the_other_with_one_set_of_keys_and_one_a
     let (s, j, _) = call("POST", &format!("{}/v1/tenants/globex/documents", a.base), Some(&writer), Some(&body), &ct);
     assert_eq!(s, 202, "{j}");
     let job = j["job"]["id"].as_u64().unwrap();
-    let deadline = Instant::now() + Duration::from_secs(120);
-    loop {
-        let (_, j) = get(&format!("{}/v1/tenants/globex/jobs/{job}", a.base), Some(&writer));
-        match j["job"]["state"].as_str().unwrap() {
-            "done" => break,
-            "failed" => panic!("ingest job failed: {j}"),
-            _ => {}
-        }
-        assert!(Instant::now() < deadline, "the ingest job finishes: {j}");
-        std::thread::sleep(Duration::from_millis(200));
-    }
+    wait_for_job(&a.base, "globex", job, &writer, Duration::from_secs(120));
     let question = "Where do new starters collect their visitor badge?";
     let (s, j) = post(&format!("{}/v1/tenants/globex/search", b.base), Some(&writer), &serde_json::json!({ "query": question }));
     assert_eq!(s, 200, "{j}");
@@ -123,16 +113,7 @@ fn a_node_killed_mid_ingest_loses_nothing_acknowledged_and_another_node_finishes
     let tmp = tempfile::tempdir().unwrap();
     let (config, url) = shared_config(tmp.path(), "nodes_kill", "[ingest]\ncommit_chunks = 6\n");
     let corpus = tmp.path().join("notices");
-    std::fs::create_dir_all(&corpus).unwrap();
-    for i in 0..240 {
-        let text = format!(
-            "# Notice {i}\n\nRoom {i} is booked for the meeting of team {} on day {} of the month; bring badge number {}.\n",
-            i % 13,
-            i % 28 + 1,
-            1000 + i * 7
-        );
-        std::fs::write(corpus.join(format!("notice-{i:03}.md")), text).unwrap();
-    }
+    notices(&corpus, 240);
 
     // Node A ingests; it is SIGKILLed as soon as it acknowledges its first commit.
     let mut a = ragbox(&tmp.path().join("node-a"))

@@ -160,6 +160,23 @@ pub(crate) fn get(url: &str, key: Option<&str>) -> (u16, serde_json::Value) {
     (s, j)
 }
 
+/// Waits until ingest job `job` of `tenant` on the server at `base` is done (panics if it fails
+/// or outlasts `limit`).
+pub(crate) fn wait_for_job(base: &str, tenant: &str, job: u64, key: &str, limit: Duration) {
+    let deadline = Instant::now() + limit;
+    loop {
+        let (s, j) = get(&format!("{base}/v1/tenants/{tenant}/jobs/{job}"), Some(key));
+        assert_eq!(s, 200, "{j}");
+        match j["job"]["state"].as_str().unwrap() {
+            "done" => return,
+            "failed" => panic!("ingest job failed: {j}"),
+            _ => {}
+        }
+        assert!(Instant::now() < deadline, "the ingest job finishes: {j}");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
 /// Asserts a 4xx with the error shape, returns its code.
 fn error_code(status: u16, body: &serde_json::Value, want: u16) -> String {
     assert_eq!(status, want, "{body}");
@@ -369,18 +386,7 @@ fn serve_end_to_end() {
     let (s, j, _) = call("POST", &docs, Some(&writer), Some(&body), &ct);
     assert_eq!(s, 202, "{j}");
     let job = j["job"]["id"].as_u64().unwrap();
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
-        let (s, j) = get(&format!("{b}/v1/tenants/globex/jobs/{job}"), Some(&writer));
-        assert_eq!(s, 200, "{j}");
-        match j["job"]["state"].as_str().unwrap() {
-            "done" => break,
-            "failed" => panic!("ingest job failed: {j}"),
-            _ => {}
-        }
-        assert!(Instant::now() < deadline, "the ingest job finishes: {j}");
-        std::thread::sleep(Duration::from_millis(200));
-    }
+    wait_for_job(&b, "globex", job, &writer, Duration::from_secs(60));
     let (s, j) = post(&format!("{b}/v1/tenants/globex/search"), Some(&writer), &serde_json::json!({ "query": "Where do new starters collect their visitor badge?" }));
     assert_eq!(s, 200, "{j}");
     assert!(j["retrieval"]["hits"][0]["chunk"]["text"].as_str().unwrap().contains("GX-7741"), "{j}");
