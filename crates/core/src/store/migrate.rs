@@ -110,9 +110,9 @@ fn copy_catalog(data_dir: &Path, source: &Backends, target: &Backends) -> Result
     let id = from.id()?;
     let mut to = open_catalog(data_dir, target)?;
     let mut replaced = None;
-    let holds_rows = !to.tenants()?.is_empty() || stored_id(&to)?.is_some();
-    if holds_rows {
-        match stored_id(&to)? {
+    let target_id = stored_id(&to)?;
+    if !to.tenants()?.is_empty() || target_id.is_some() {
+        match target_id {
             Some(other) if other == id => {}
             other => {
                 return Err(Error::Invalid(format!(

@@ -49,8 +49,8 @@ impl Postgres {
 
     /// Runs `f` on a pooled connection; a failure names the server and `what` was being done.
     pub fn with<T>(&self, what: &str, f: impl FnOnce(&mut postgres::Client) -> std::result::Result<T, postgres::Error>) -> Result<T> {
-        let mut conn = self.pool.get().map_err(|e| self.error(what, e.to_string()))?;
-        f(&mut conn).map_err(|e| self.error(what, explain(&e)))
+        let mut conn = self.client(what)?;
+        f(&mut conn).map_err(|e| self.failed(what, &e))
     }
 
     /// A pooled connection; a failure names the server and `what` was being done.
