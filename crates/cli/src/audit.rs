@@ -1,4 +1,4 @@
-//! `ragbox audit [--tenant T] [--since WHEN] [--json]` lists the hash-chained audit log;
+//! `ragbox audit [--tenant T] [--person P] [--since WHEN] [--json]` lists the hash-chained audit log;
 //! `ragbox audit verify` walks the chain and names the first row that does not fit (exit code 6).
 
 use clap::{Args, Subcommand};
@@ -19,6 +19,9 @@ pub struct AuditArgs {
     /// Only this tenant's rows.
     #[arg(long)]
     pub tenant: Option<String>,
+    /// Only the rows of this person (their user name or subject) or key (its name).
+    #[arg(long)]
+    pub person: Option<String>,
     /// Only rows from this time on: seconds since the epoch, an RFC 3339 date (2026-11-25 or
     /// 2026-11-25T07:00:00Z), or an age such as 30m, 12h, 7d.
     #[arg(long)]
@@ -112,7 +115,7 @@ pub fn run(g: &GlobalArgs, args: AuditArgs) -> anyhow::Result<u8> {
         return Ok(if report.broken.is_some() { EXIT_BROKEN_CHAIN } else { 0 });
     }
     let since_ms = args.since.as_deref().map(parse_since).transpose()?;
-    let filter = EventFilter { tenant: args.tenant.clone(), since_ms, limit: args.limit };
+    let filter = EventFilter { tenant: args.tenant.clone(), since_ms, person: args.person.clone(), limit: args.limit };
     let rows = service.audit_events(&caller, &filter)?;
     if g.json {
         for r in &rows {
@@ -121,11 +124,19 @@ pub fn run(g: &GlobalArgs, args: AuditArgs) -> anyhow::Result<u8> {
         return Ok(0);
     }
     for r in &rows {
-        let who = if r.key_name.is_empty() { "-".to_string() } else { format!("{}#{}", r.key_name, r.key_id.map_or("cli".into(), |k| k.to_string())) };
+        let who = match (r.detail["who"]["person"].as_str(), r.key_id) {
+            _ if r.key_name.is_empty() => "-".to_string(),
+            (Some(person), _) => format!("{person}@sso"),
+            (None, id) => format!("{}#{}", r.key_name, id.map_or("cli".into(), |k| k.to_string())),
+        };
+        let groups = match r.detail["granted_by"].as_array() {
+            Some(g) if !g.is_empty() => format!(" via {}", g.iter().filter_map(|v| v.as_str()).collect::<Vec<_>>().join(",")),
+            _ => String::new(),
+        };
         let what = if r.question.is_empty() { String::new() } else { format!(" {:?}", r.question) };
         let chunks = if r.chunk_ids.is_empty() { String::new() } else { format!(" chunks {}", r.chunk_ids.iter().map(|c| c.0.to_string()).collect::<Vec<_>>().join(",")) };
         let model = if r.model.is_empty() { String::new() } else { format!(" model {}", r.model) };
-        println!("{:>6} {} {:<16} {:<12} {:<14} {}{what}{chunks}{model}", r.id, utc(r.time_ms), who, if r.tenant.is_empty() { "-" } else { &r.tenant }, r.action, r.outcome);
+        println!("{:>6} {} {:<16} {:<12} {:<14} {}{what}{chunks}{model}{groups}", r.id, utc(r.time_ms), who, if r.tenant.is_empty() { "-" } else { &r.tenant }, r.action, r.outcome);
     }
     if rows.is_empty() {
         println!("no audit rows match");

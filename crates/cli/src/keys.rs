@@ -31,6 +31,10 @@ pub struct CreateArgs {
     /// Who or what the key is for (shown in the audit log).
     #[arg(long, default_value = "unnamed")]
     pub name: String,
+    /// The groups whose documents it reads besides the open ones (comma-separated); without,
+    /// it reads every document of its tenant.
+    #[arg(long, value_delimiter = ',')]
+    pub groups: Vec<String>,
 }
 
 /// Arguments of `keys revoke`.
@@ -41,7 +45,11 @@ pub struct RevokeArgs {
 }
 
 fn scope(k: &KeyRow) -> String {
-    k.tenant.clone().unwrap_or_else(|| "all tenants".into())
+    let tenant = k.tenant.clone().unwrap_or_else(|| "all tenants".into());
+    match k.groups.is_empty() {
+        true => tenant,
+        false => format!("{tenant}, groups {}", k.groups.join(",")),
+    }
 }
 
 /// `ragbox keys`: API keys created (shown once), listed or revoked.
@@ -50,7 +58,7 @@ pub fn run(g: &GlobalArgs, cmd: KeysCmd) -> anyhow::Result<u8> {
     let caller = Caller::local();
     match cmd {
         KeysCmd::Create(a) => {
-            let (row, secret) = service.create_key(&caller, &a.name, a.tenant.as_deref(), a.role)?;
+            let (row, secret) = service.create_key(&caller, &a.name, a.tenant.as_deref(), a.role, &a.groups)?;
             if g.json {
                 print_json(&serde_json::json!({ "key": row, "secret": secret }))?;
             } else {

@@ -496,6 +496,7 @@ impl App {
             parse_timeout: std::time::Duration::from_secs(c.parse_timeout_s.max(1)),
             commit_chunks: c.commit_chunks,
             parse: crate::source::ParseContext { ocr: self.ocr()? },
+            access_rules: self.config.access.rules.clone(),
             ..IngestOptions::default()
         })
     }

@@ -363,6 +363,161 @@ pub struct ServerSection {
 
 /// The configuration as written: [`Config`] with its folders as the strings the files hold
 /// (empty for the default), before they are resolved and the values checked.
+/// `[access]`: the rules that decide which groups may read a document (docs/ACCESS.md).
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AccessSection {
+    /// Path globs and their readers, first match wins; a `.ragbox-access` file in the folder
+    /// applies where no rule matches.
+    #[serde(default)]
+    pub rules: Vec<crate::access::AccessRule>,
+}
+
+/// `[sso]`: people signing in with the organisation's identity (docs/ACCESS.md).
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SsoSection {
+    /// Which group signs in to which tenant with which role; a person in none is refused.
+    #[serde(default)]
+    pub groups: Vec<GroupGrant>,
+    /// Sign-in against an LDAP directory.
+    #[serde(default)]
+    pub ldap: Option<LdapSection>,
+    /// Sign-in with an OpenID Connect provider.
+    #[serde(default)]
+    pub oidc: Option<OidcSection>,
+}
+
+/// One `[[sso.groups]]` entry: members of `group` reach `tenant` as `role`.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, serde::Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct GroupGrant {
+    /// The group's name as the directory or the token's claim spells it; `*` is every person.
+    pub group: String,
+    /// The tenant its members reach.
+    pub tenant: String,
+    /// `reader`, `writer` or `admin`.
+    #[serde(default = "default_role")]
+    pub role: String,
+}
+
+fn default_role() -> String {
+    "reader".into()
+}
+
+/// `[sso.ldap]`: bind as the person, read their groups (docs/ACCESS.md, "LDAP").
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LdapSection {
+    /// `ldap://HOST:PORT` or `ldaps://HOST:PORT`.
+    pub url: String,
+    /// Upgrade an `ldap://` connection with StartTLS.
+    #[serde(default)]
+    pub starttls: bool,
+    /// The service account that searches for the person's entry; anonymous when absent.
+    #[serde(default)]
+    pub bind_dn: Option<String>,
+    /// A file holding the service account's password.
+    #[serde(default)]
+    pub bind_password_file: Option<PathBuf>,
+    /// Where people's entries are.
+    pub user_base: String,
+    /// The filter that finds the person; `{user}` is the escaped user name.
+    #[serde(default = "default_user_filter")]
+    pub user_filter: String,
+    /// Where groups are.
+    pub group_base: String,
+    /// The filter that finds the person's groups; `{dn}` and `{user}` are substituted, escaped.
+    #[serde(default = "default_group_filter")]
+    pub group_filter: String,
+    /// The attribute of a group entry that names it.
+    #[serde(default = "default_group_name")]
+    pub group_name_attribute: String,
+    /// How long a signed-in session lasts.
+    #[serde(default = "default_session_hours")]
+    pub session_hours: u64,
+    /// Each step's time limit against the directory.
+    #[serde(default = "default_sso_timeout")]
+    pub timeout_ms: u64,
+}
+
+fn default_user_filter() -> String {
+    "(uid={user})".into()
+}
+fn default_group_filter() -> String {
+    "(&(objectClass=groupOfNames)(member={dn}))".into()
+}
+fn default_group_name() -> String {
+    "cn".into()
+}
+fn default_session_hours() -> u64 {
+    12
+}
+fn default_sso_timeout() -> u64 {
+    5000
+}
+
+/// `[sso.oidc]`: an OpenID Connect provider (docs/ACCESS.md, "OpenID Connect").
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct OidcSection {
+    /// The issuer URL; its `/.well-known/openid-configuration` is read from there.
+    pub issuer: String,
+    /// This application's client id at the provider.
+    pub client_id: String,
+    /// A file holding the client secret (a confidential client); none for a public client.
+    #[serde(default)]
+    pub client_secret_file: Option<PathBuf>,
+    /// The callback the provider redirects to: `http(s)://HOST:PORT/auth/oidc/callback`.
+    pub redirect_url: String,
+    /// Scopes asked for besides `openid`.
+    #[serde(default = "default_scopes")]
+    pub scopes: Vec<String>,
+    /// The claim listing the person's groups.
+    #[serde(default = "default_groups_claim")]
+    pub groups_claim: String,
+    /// The claim naming the person for display.
+    #[serde(default = "default_name_claim")]
+    pub name_claim: String,
+    /// The `aud` a bearer token for the API must carry; the client id when absent.
+    #[serde(default)]
+    pub audience: Option<String>,
+    /// Hosts the discovery document, the keys and the token endpoint may be fetched from (as
+    /// `generate.allow_hosts`): nothing else is contacted.
+    pub allow_hosts: Vec<String>,
+    /// How long a signed-in session lasts at most (the token's own expiry may end it sooner).
+    #[serde(default = "default_session_hours")]
+    pub session_hours: u64,
+    /// Each request's time limit against the provider.
+    #[serde(default = "default_sso_timeout")]
+    pub timeout_ms: u64,
+}
+
+fn default_scopes() -> Vec<String> {
+    vec!["profile".into(), "email".into()]
+}
+fn default_groups_claim() -> String {
+    "groups".into()
+}
+fn default_name_claim() -> String {
+    "preferred_username".into()
+}
+
+/// `[[quotas]]`: limits for the members of a group, or (`group = "*"`) for everyone. A person or
+/// key in several groups gets the most generous limit among them; a limit no entry sets is none.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, serde::Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct QuotaRule {
+    /// The group, or `*`.
+    pub group: String,
+    /// Questions (ask, chat, search, the OpenAI route) per rolling minute.
+    #[serde(default)]
+    pub questions_per_minute: Option<u32>,
+    /// Uploads per rolling day.
+    #[serde(default)]
+    pub uploads_per_day: Option<u32>,
+}
+
 pub type RawConfig = Config<String>;
 
 /// Values from the command line, the strongest layer.
@@ -405,6 +560,15 @@ pub struct Config<P = PathBuf> {
     pub answer: AnswerSection,
     /// HTTP server settings (`listen` checked).
     pub server: ServerSection,
+    /// Document permissions.
+    #[serde(default)]
+    pub access: AccessSection,
+    /// Sign-in with the organisation's identity.
+    #[serde(default)]
+    pub sso: SsoSection,
+    /// Limits per group.
+    #[serde(default)]
+    pub quotas: Vec<QuotaRule>,
     /// The file read, if any (not a key of the file).
     #[serde(skip)]
     pub config_file: Option<PathBuf>,
@@ -591,6 +755,19 @@ impl Config {
         if sv.request_timeout_ms == 0 || sv.generate_timeout_ms == 0 || sv.body_timeout_ms == 0 {
             return Err(Error::Config("server: timeouts must be above 0 ms".into()));
         }
+        crate::access::Rules::new(&raw.access.rules)?;
+        for grant in &raw.sso.groups {
+            if !["reader", "writer", "admin"].contains(&grant.role.as_str()) || grant.group.trim().is_empty() || grant.tenant.trim().is_empty() {
+                return Err(Error::Config(format!(
+                    "sso.groups: `{}` → `{}` as `{}`: name a group, a tenant, and a role of reader, writer or admin",
+                    grant.group, grant.tenant, grant.role
+                )));
+            }
+        }
+        if let Some(oidc) = &raw.sso.oidc {
+            let allow = crate::allowlist::HostAllowlist::parse(&oidc.allow_hosts)?;
+            allow.check(&oidc.issuer).map_err(|e| Error::Config(format!("sso.oidc.issuer: {e}; add its host to sso.oidc.allow_hosts")))?;
+        }
         let prefix_ok = |p: &str| p.chars().next().is_some_and(|c| c.is_ascii_alphabetic() || c == '_') && p.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
         match (&raw.store.backend, &raw.store.shared) {
             (StoreBackend::Shared, None) => {
@@ -618,6 +795,9 @@ impl Config {
             generate: raw.generate,
             answer: raw.answer,
             server: raw.server,
+            access: raw.access,
+            sso: raw.sso,
+            quotas: raw.quotas,
             config_file: o.config_file.clone(),
         })
     }

@@ -33,6 +33,7 @@ use crate::store::{
     text_hash, CommitBatch, AnnotatedChunk, DocumentContent, DocumentRow, DocumentStatus, DocumentWrite, Store,
     TenantRow, TenantWriter, TextHash,
 };
+use crate::access::{AccessRule, Rules};
 use crate::types::{indexed_text, ChunkRole, ParsedDocument, TextKind};
 
 /// Settings of one ingest run.
@@ -60,6 +61,10 @@ pub struct IngestOptions {
     pub annotator: Option<Arc<dyn Annotator>>,
     /// What parsers may use: the OCR engine for scanned pages and images.
     pub parse: crate::source::ParseContext,
+    /// `[[access.rules]]`: who may read what, re-applied to every document of the tenant on
+    /// every run (with the folders' `.ragbox-access` files), so a change of rules takes effect
+    /// without re-embedding.
+    pub access_rules: Vec<AccessRule>,
 }
 
 /// Writes the annotation of a document's child chunks: a sentence or two that place
@@ -108,6 +113,7 @@ impl Default for IngestOptions {
             structural_context: true,
             annotator: None,
             parse: crate::source::ParseContext::default(),
+            access_rules: Vec::new(),
         }
     }
 }
@@ -222,6 +228,9 @@ pub struct IngestReport {
     pub ignored: Vec<PathBuf>,
     /// Files that could not be ingested, with reasons.
     pub skipped: Vec<Skipped>,
+    /// Documents whose readers changed (new rules or permissions files) without a change of
+    /// content: updated in the catalog, nothing re-embedded.
+    pub readers_changed: usize,
     /// Child chunks written.
     pub chunks: usize,
     /// Parent chunks written.
@@ -374,6 +383,10 @@ fn ingest_into(
     }
     let known: HashMap<PathBuf, DocumentRow> =
         store.catalog().documents(tenant.id)?.into_iter().map(|d| (d.path.clone(), d)).collect();
+    let rules = Rules::new(&opts.access_rules)?;
+    // Readers decided now for the documents whose content did not change (set after the run's
+    // commits, in one catalog transaction).
+    let mut readers_changes: Vec<(crate::types::DocId, Vec<String>)> = Vec::new();
 
     // Walk, then hash in parallel. Files too large are not read at all.
     let t = Instant::now();
@@ -447,6 +460,16 @@ fn ingest_into(
                         && row.skip_reason.as_deref().is_some_and(|r| r.starts_with(source::NEEDS_OCR))) =>
             {
                 report.unchanged += 1;
+                match rules.readers(&tenant.name, &p.path) {
+                    Ok(readers) if readers != row.readers => readers_changes.push((row.id, readers)),
+                    Ok(_) => {}
+                    Err(e) => {
+                        // Keep the readers it had: the run goes on, the file is reported.
+                        let reason = format!("its readers were kept as they were: {e}");
+                        on_event(IngestEvent::Skipped { path: &p.path, reason: &reason });
+                        report.skipped.push(Skipped { path: p.path.clone(), reason });
+                    }
+                }
                 if row.status == DocumentStatus::Skipped {
                     let reason = row.skip_reason.clone().unwrap_or_default();
                     on_event(IngestEvent::Skipped { path: &p.path, reason: &reason });
@@ -593,6 +616,12 @@ fn ingest_into(
 
         for (p, result, _, _) in parsed {
             let change = if p.existing { Change::Updated } else { Change::Added };
+            // Who may read it: decided before it is written, so no version of it is ever open by
+            // mistake; a permissions file that does not parse skips the document, naming the file.
+            let (readers, result) = match rules.readers(&tenant.name, &p.path) {
+                Ok(readers) => (readers, result),
+                Err(e) => (Vec::new(), Err(SkipReason::Unreadable { detail: format!("cannot decide who may read it: {e}") })),
+            };
             let content = match result {
                 Ok((doc, chunker, chunks)) => {
                     let children = chunks.iter().filter(|c| c.chunk.role == ChunkRole::Child).count();
@@ -617,7 +646,7 @@ fn ingest_into(
                     DocumentContent::Skipped { reason }
                 }
             };
-            batch.documents.push(DocumentWrite { path: p.path, sha256: p.sha256, size: p.size, mtime_ns: p.mtime_ns, content });
+            batch.documents.push(DocumentWrite { path: p.path, sha256: p.sha256, size: p.size, mtime_ns: p.mtime_ns, content, readers });
         }
         batch.embeddings.extend(vectors.into_iter().filter(|(_, v)| !v.is_empty()));
         // Each commit rewrites the whole vector file, so on a large index commits are spaced in
@@ -629,6 +658,9 @@ fn ingest_into(
         }
     }
     commit(&mut writer, &mut batch, &mut batch_changes, &mut report, on_event)?;
+    if !readers_changes.is_empty() {
+        report.readers_changed = store.catalog().set_readers(tenant.id, &readers_changes)?;
+    }
     Ok(report)
 }
 

@@ -9,6 +9,7 @@
 //!
 //! ```text
 //! types, words <- error <- config
+//! access (who may read which documents: rules, audiences, the filter the indexes use)
 //! model (manifest, models folder, checksums, device, tokenizer, batching)
 //!   <- embed (Embedder: BERT / nomic-bert on candle)
 //!   <- rerank (Reranker: BERT cross-encoder on candle)
@@ -28,6 +29,7 @@
 
 #![warn(missing_docs)]
 
+pub mod access;
 pub mod allowlist;
 pub mod annotation;
 pub mod answer;

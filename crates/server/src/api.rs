@@ -19,6 +19,7 @@ use tokio::sync::mpsc;
 use ragbox_service::{Answer, AskOptions, Asked, Caller, EventFilter, KeyRole, Rating, SearchOptions, Service, TokenSink};
 
 use super::auth::Authed;
+use super::quota::Counted;
 use super::error::rejection;
 use super::{ApiError, State};
 
@@ -156,6 +157,7 @@ pub async fn search(
     if body.k == Some(0) || body.k.is_some_and(|k| k > 100) {
         return Err(ApiError::invalid("k must be between 1 and 100"));
     }
+    state.charge(&caller, &tenant, Counted::Question).await?;
     let options = SearchOptions { k: body.k, model: None, no_rerank: body.no_rerank };
     let explain = body.explain;
     let mut found = state.blocking(move |s| s.search(&caller, &tenant, &body.query, &options)).await?;
@@ -366,6 +368,7 @@ pub async fn ask(
 ) -> Result<Response, ApiError> {
     check_question(&state, "question", &body.question)?;
     require_tenant(&state, &caller, &tenant).await?;
+    state.charge(&caller, &tenant, Counted::Question).await?;
     let options = AskOptions { llm: None, no_rerank: body.no_rerank };
     let rx = generate(
         &state,
@@ -429,6 +432,7 @@ pub async fn chat_message(
     check_question(&state, "question", &body.question)?;
     let (c, t) = (caller.clone(), tenant.clone());
     let (tenant_row, session) = state.blocking(move |s| s.open_session(&c, &t, Some(session))).await?;
+    state.charge(&caller, &tenant, Counted::Question).await?;
     let options = AskOptions { llm: None, no_rerank: body.no_rerank };
     let rx = generate(
         &state,
@@ -502,6 +506,7 @@ pub async fn upload(
 ) -> Result<Response, ApiError> {
     caller.scope(&tenant).map_err(ApiError::from)?;
     caller.require(KeyRole::Writer, "uploading documents").map_err(ApiError::from)?;
+    state.charge(&caller, &tenant, Counted::Upload).await?;
     let limit = state.config.max_upload_bytes;
     let mut multipart = multipart.map_err(|r| rejection(r.status(), r.body_text(), limit))?;
     let read = async {
@@ -570,12 +575,13 @@ pub async fn job(Extract(state): Extract<State>, Authed(caller): Authed, ApiPath
     Ok(Json(serde_json::json!({ "job": job })))
 }
 
-/// `GET /v1/admin/audit?tenant=&since_ms=&limit=`.
+/// `GET /v1/admin/audit?tenant=&since_ms=&person=&limit=`.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct AuditQuery {
     tenant: Option<String>,
     since_ms: Option<i64>,
+    person: Option<String>,
     limit: Option<usize>,
 }
 
@@ -585,7 +591,7 @@ pub async fn audit(
     query: Result<Query<AuditQuery>, axum::extract::rejection::QueryRejection>,
 ) -> Result<Json<serde_json::Value>, ApiError> {
     let Query(q) = query.map_err(|r| rejection(r.status(), r.body_text(), 0))?;
-    let filter = EventFilter { tenant: q.tenant, since_ms: q.since_ms, limit: q.limit.unwrap_or(1000) };
+    let filter = EventFilter { tenant: q.tenant, since_ms: q.since_ms, person: q.person, limit: q.limit.unwrap_or(1000) };
     let rows = state.blocking(move |s| s.audit_events(&caller, &filter)).await?;
     Ok(Json(serde_json::json!({ "events": rows })))
 }
@@ -615,11 +621,13 @@ pub struct KeyBody {
     name: String,
     tenant: Option<String>,
     role: String,
+    #[serde(default)]
+    groups: Vec<String>,
 }
 
 pub async fn create_key(Extract(state): Extract<State>, Authed(caller): Authed, ApiJson(body): ApiJson<KeyBody>) -> Result<Response, ApiError> {
     let role: KeyRole = body.role.parse().map_err(ApiError::from)?;
-    let (row, secret) = state.blocking(move |s| s.create_key(&caller, &body.name, body.tenant.as_deref(), role)).await?;
+    let (row, secret) = state.blocking(move |s| s.create_key(&caller, &body.name, body.tenant.as_deref(), role, &body.groups)).await?;
     Ok((StatusCode::CREATED, Json(serde_json::json!({ "key": row, "secret": secret }))).into_response())
 }
 

@@ -123,6 +123,18 @@ pub async fn caller_for_key(state: &State, address: SocketAddr, tenant: &str, se
     }
 }
 
+/// The person a bearer ID or access token of the OpenID Connect provider stands for, or the 401
+/// (counted and audited, the token itself never written anywhere).
+pub async fn caller_for_token(state: &State, address: SocketAddr, tenant: &str, token: &str) -> Result<Caller, ApiError> {
+    match state.sso.verify_bearer(token).await {
+        Ok(identity) => match state.sso.caller(&identity, Some(address.to_string())) {
+            Some(caller) => Ok(caller),
+            None => Err(refuse(state, address, tenant, "no_group", "your groups are not granted any tenant here; ask an administrator").await),
+        },
+        Err(e) => Err(refuse(state, address, tenant, "invalid_token", &e.to_string()).await),
+    }
+}
+
 impl FromRequestParts<State> for Authed {
     type Rejection = ApiError;
 
@@ -140,6 +152,10 @@ impl FromRequestParts<State> for Authed {
             .filter(|k| !k.is_empty());
         let tenant = tenant_in_path(parts.uri.path()).to_string();
         if let Some(secret) = presented {
+            // Not one of our keys: an OpenID Connect token, when a provider is configured.
+            if !secret.starts_with(ragbox_service::KEY_PREFIX) && state.sso.oidc_configured() {
+                return caller_for_token(state, address, &tenant, &secret).await.map(Authed);
+            }
             return caller_for_key(state, address, &tenant, secret).await.map(Authed);
         }
         let Some(token) = session::session_cookie(&parts.headers) else {
@@ -149,6 +165,7 @@ impl FromRequestParts<State> for Authed {
         match state.web.login(&token) {
             Some(session::Login::Key(secret)) => caller_for_key(state, address, &tenant, secret).await.map(Authed),
             Some(session::Login::Local) => Ok(Authed(session::local_caller(address))),
+            Some(session::Login::Person { caller, .. }) => Ok(Authed(Caller { address: Some(address.to_string()), ..*caller })),
             None => Err(refuse(state, address, &tenant, "session_expired", "your sign-in has expired; sign in again").await),
         }
     }

@@ -23,7 +23,9 @@ mod error;
 mod metrics;
 mod openai;
 mod queue;
+mod quota;
 mod session;
+pub mod sso;
 mod web;
 
 use std::net::SocketAddr;
@@ -56,12 +58,35 @@ pub struct AppState {
     pub stopping: AtomicBool,
     /// The web page's sessions and its one-time sign-in link.
     pub web: session::WebSessions,
+    /// Sign-in with the organisation's identity (`[sso]`).
+    pub sso: sso::Sso,
+    /// Limits per person and key (`[[quotas]]`).
+    pub quotas: quota::Quotas,
 }
 
 /// Shared state handle.
 pub type State = Arc<AppState>;
 
 impl AppState {
+    /// Counts one `what` against `caller`'s quota; over it, the audited 429 with Retry-After.
+    pub async fn charge(self: &Arc<Self>, caller: &ragbox_service::Caller, tenant: &str, what: quota::Counted) -> Result<(), ApiError> {
+        let Err(wait) = self.quotas.take(caller, what) else { return Ok(()) };
+        let limit = self.quotas.limit(caller, what).unwrap_or_default();
+        let (service, who, tenant_name) = (self.service.clone(), caller.clone(), tenant.to_string());
+        let recorded = tokio::task::spawn_blocking(move || service.record_quota_exceeded(&who, &tenant_name, what.per(), limit)).await;
+        if let Ok(Err(e)) | Err(e) = recorded.map_err(|e| ragbox_service::Error::Bug(e.to_string())) {
+            tracing::error!("cannot write the audit row of a refused request: {e}");
+        }
+        Err(ApiError {
+            retry_after: Some(wait),
+            ..ApiError::new(
+                axum::http::StatusCode::TOO_MANY_REQUESTS,
+                "quota_exceeded",
+                format!("you have reached your limit of {limit} {}; try again in {wait} s", what.per()),
+            )
+        })
+    }
+
     /// Runs a service call on a blocking thread within the request timeout.
     pub async fn blocking<T: Send + 'static>(
         self: &Arc<Self>,
@@ -111,6 +136,9 @@ pub fn router(state: State) -> Router {
         .route("/assets/{name}", get(web::asset))
         .route("/signin", get(web::sign_in_link))
         .route("/web/session", get(web::whoami).post(web::sign_in).delete(web::sign_out))
+        .route("/web/sso", get(web::sso_options))
+        .route("/auth/oidc/start", get(web::oidc_start))
+        .route("/auth/oidc/callback", get(web::oidc_callback))
         .route("/healthz", get(api::healthz))
         .route("/readyz", get(api::readyz))
         .route("/metrics", get(api::metrics))
@@ -163,6 +191,8 @@ pub async fn serve(
         metrics: metrics::Metrics::default(),
         auth_failures: auth::FailureLimiter::new(config.auth_failures_per_minute),
         stopping: AtomicBool::new(false),
+        sso: sso::Sso::new(service.config().sso.clone()),
+        quotas: quota::Quotas::new(service.config().quotas.clone()),
         service,
         config: config.clone(),
     });

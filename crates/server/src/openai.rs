@@ -128,6 +128,7 @@ fn extra(asked: &Asked) -> serde_json::Value {
 /// `POST /v1/chat/completions`.
 pub async fn chat_completions(Extract(state): Extract<State>, Authed(caller): Authed, ApiJson(body): ApiJson<CompletionBody>) -> Result<Response, ApiError> {
     let tenant = tenant_of(&body.model, &caller)?;
+    state.charge(&caller, &tenant, crate::quota::Counted::Question).await?;
     let mut turns: Vec<(String, String)> = Vec::new();
     let mut question = None;
     let mut pending: Option<String> = None;

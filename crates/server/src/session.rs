@@ -1,13 +1,14 @@
 //! Browser sessions: the session cookie (`HttpOnly`, `SameSite=Strict`) the web page holds instead
 //! of a bearer key, who each session signed in as ([`Login`]: a key, checked against the catalog
-//! on every request, or the local user through the one-time start-up link), the idle limit
+//! on every request; a person the directory or the identity provider vouched for, until their
+//! sign-in expires; or the local user through the one-time start-up link), the idle limit
 //! [`SESSION_IDLE`], and the `Origin` check on state-changing requests ([`check_origin`]).
 //! `auth` reads sessions to authenticate a request; `web` starts and ends them.
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::Mutex;
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime};
 
 use axum::http::{header, HeaderMap, HeaderValue, Method, StatusCode};
 use sha2::{Digest, Sha256};
@@ -29,6 +30,19 @@ pub enum Login {
     Key(String),
     /// The local user, through the start-up link.
     Local,
+    /// A person (LDAP or OpenID Connect), as they were granted at sign-in, until `expires_at`.
+    Person {
+        /// Who they are, their tenant, role and groups.
+        caller: Box<Caller>,
+        /// When the sign-in ends, idle or not.
+        expires_at: SystemTime,
+    },
+}
+
+impl Login {
+    fn expired(&self) -> bool {
+        matches!(self, Login::Person { expires_at, .. } if *expires_at <= SystemTime::now())
+    }
 }
 
 struct Session {
@@ -76,7 +90,7 @@ impl WebSessions {
         let mut sessions = self.sessions.lock().unwrap_or_else(|e| e.into_inner());
         let key = digest(token);
         match sessions.get_mut(&key) {
-            Some(s) if s.last_seen.elapsed() < SESSION_IDLE => {
+            Some(s) if s.last_seen.elapsed() < SESSION_IDLE && !s.login.expired() => {
                 s.last_seen = Instant::now();
                 Some(s.login.clone())
             }
@@ -172,6 +186,16 @@ mod tests {
         assert!(web.login("other").is_none());
         web.end(&t);
         assert!(web.login(&t).is_none());
+    }
+
+    #[test]
+    fn a_persons_session_ends_when_their_sign_in_expires() {
+        let (web, _) = WebSessions::new();
+        let person = |expires_at| Login::Person { caller: Box::new(Caller::local()), expires_at };
+        let live = web.start(person(SystemTime::now() + Duration::from_secs(60)));
+        let gone = web.start(person(SystemTime::now() - Duration::from_secs(1)));
+        assert!(web.login(&live).is_some());
+        assert!(web.login(&gone).is_none(), "an expired sign-in is refused however recently it was used");
     }
 
     #[test]

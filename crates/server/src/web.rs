@@ -10,6 +10,13 @@
 //! server's own ([`check_origin`](super::session::check_origin)). A key's session is checked against the catalog on every
 //! request, so revoking the key ends it. Sessions live in memory and end after
 //! [`SESSION_IDLE`](super::session::SESSION_IDLE) without a request, at sign-out, or when the server stops.
+//!
+//! People sign in with the organisation's identity when `[sso]` is configured: a user name and
+//! password checked against the LDAP directory (`POST /web/session` with `user` and
+//! `password`), or the OpenID Connect provider's own page (`GET /auth/oidc/start`, which sends
+//! the browser there with PKCE, and `GET /auth/oidc/callback`, where it comes back). Their
+//! session lasts until their sign-in expires (`session_hours`, or the ID token's expiry).
+//! `GET /web/sso` tells the page which of them it offers.
 
 use std::net::SocketAddr;
 
@@ -40,19 +47,107 @@ pub async fn whoami(Extract(state): Extract<State>, Authed(caller): Authed) -> R
     Ok(Json(serde_json::json!({
         "name": caller.name,
         "role": caller.role,
-        "local": caller.key_id.is_none(),
+        "local": caller.key_id.is_none() && caller.person.is_none(),
+        "person": caller.person.is_some(),
+        "groups": match &caller.audience { ragbox_service::Audience::Groups(g) => g.clone(), ragbox_service::Audience::Everyone => Vec::new() },
         "tenants": names,
         "can_write": caller.role >= KeyRole::Writer,
         "admin": caller.role == KeyRole::Admin,
     })))
 }
 
-/// `POST /web/session` with `{"key": "rbx_…"}`.
+/// `POST /web/session` with `{"key": "rbx_…"}`, or `{"user": …, "password": …}` for the
+/// LDAP directory.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct SignIn {
     /// The API key.
-    pub key: String,
+    #[serde(default)]
+    pub key: Option<String>,
+    /// The person's user name in the directory.
+    #[serde(default)]
+    pub user: Option<String>,
+    /// Their password.
+    #[serde(default)]
+    pub password: Option<String>,
+}
+
+/// Which sign-ins the page offers: `GET /web/sso` (no sign-in needed).
+pub async fn sso_options(Extract(state): Extract<State>) -> Json<serde_json::Value> {
+    Json(serde_json::json!({ "ldap": state.sso.ldap_configured(), "oidc": state.sso.oidc_configured() }))
+}
+
+/// Starts a session for a person the directory or the provider vouched for; `None` when none
+/// of their groups is granted a tenant.
+fn person_session(state: &State, identity: &super::sso::Identity, address: SocketAddr) -> Option<(String, u64)> {
+    let caller = state.sso.caller(identity, Some(address.to_string()))?;
+    let left = identity.expires_at.duration_since(std::time::SystemTime::now()).unwrap_or_default().as_secs();
+    let token = state.web.start(Login::Person { caller: Box::new(caller), expires_at: identity.expires_at });
+    Some((token, left.min(SESSION_IDLE.as_secs())))
+}
+
+/// Signs a person in with the LDAP directory.
+async fn sign_in_person(state: &State, info: &RequestInfo, user: &str, password: &str) -> Result<Response, ApiError> {
+    let identity = match state.sso.ldap_sign_in(user, password).await {
+        Ok(identity) => identity,
+        Err(message) => return Err(auth::refuse(state, info.address, "", "ldap", &message).await),
+    };
+    let Some((token, max_age)) = person_session(state, &identity, info.address) else {
+        return Err(auth::refuse(state, info.address, "", "no_group", "none of your groups is granted a tenant here; ask an administrator").await);
+    };
+    let mut response = StatusCode::NO_CONTENT.into_response();
+    response.headers_mut().insert(header::SET_COOKIE, cookie(&token, max_age));
+    Ok(response)
+}
+
+/// `GET /auth/oidc/start`: sends the browser to the provider's sign-in page.
+pub async fn oidc_start(Extract(state): Extract<State>, info: RequestInfo) -> Result<Response, ApiError> {
+    auth::check_not_blocked(&state, info.address)?;
+    let url = state.sso.oidc_begin().await.map_err(|m| ApiError::new(StatusCode::BAD_GATEWAY, "sso_unavailable", m))?;
+    let mut r = StatusCode::SEE_OTHER.into_response();
+    r.headers_mut().insert(header::LOCATION, HeaderValue::from_str(&url).map_err(|_| ApiError::internal("the provider's authorisation URL is not a header value"))?);
+    Ok(r)
+}
+
+/// `GET /auth/oidc/callback?code=…&state=…`.
+#[derive(Debug, Deserialize)]
+pub struct Callback {
+    #[serde(default)]
+    code: String,
+    #[serde(default)]
+    state: String,
+    #[serde(default)]
+    error: Option<String>,
+}
+
+/// Where the provider sends the browser back: the code is exchanged, the ID token verified, the
+/// session started, and the browser goes to the page (with a note when it did not work).
+pub async fn oidc_callback(Extract(state): Extract<State>, info: RequestInfo, Query(q): Query<Callback>) -> Result<Response, ApiError> {
+    auth::check_not_blocked(&state, info.address)?;
+    let redirect = |to: &str| {
+        let mut r = StatusCode::SEE_OTHER.into_response();
+        r.headers_mut().insert(header::LOCATION, HeaderValue::from_str(to).expect("a fixed path"));
+        r
+    };
+    if q.error.is_some() || q.code.is_empty() {
+        auth::count_failure(&state, info.address, "", "oidc_refused").await;
+        return Ok(redirect("/?signin=refused"));
+    }
+    let identity = match state.sso.oidc_finish(&q.state, &q.code).await {
+        Ok(identity) => identity,
+        Err(message) => {
+            tracing::warn!("an OpenID Connect sign-in failed: {message}");
+            auth::count_failure(&state, info.address, "", "oidc").await;
+            return Ok(redirect("/?signin=failed"));
+        }
+    };
+    let Some((token, max_age)) = person_session(&state, &identity, info.address) else {
+        auth::count_failure(&state, info.address, "", "no_group").await;
+        return Ok(redirect("/?signin=no-group"));
+    };
+    let mut response = redirect("/");
+    response.headers_mut().insert(header::SET_COOKIE, cookie(&token, max_age));
+    Ok(response)
 }
 
 /// Where the extractors need the request's parts.
@@ -74,9 +169,12 @@ impl FromRequestParts<State> for RequestInfo {
 pub async fn sign_in(Extract(state): Extract<State>, info: RequestInfo, ApiJson(body): ApiJson<SignIn>) -> Result<Response, ApiError> {
     check_origin(&info.method, &info.headers)?;
     auth::check_not_blocked(&state, info.address)?;
-    let secret = body.key.trim().to_string();
+    if let (Some(user), Some(password)) = (&body.user, &body.password) {
+        return sign_in_person(&state, &info, user.trim(), password).await;
+    }
+    let secret = body.key.as_deref().unwrap_or_default().trim().to_string();
     if secret.is_empty() {
-        return Err(ApiError::invalid("paste a key (`ragbox keys create` makes one)"));
+        return Err(ApiError::invalid("paste a key (`ragbox keys create` makes one), or sign in with your user name and password"));
     }
     auth::caller_for_key(&state, info.address, "", secret.clone()).await?;
     let token = state.web.start(Login::Key(secret));

@@ -74,12 +74,42 @@ pub struct AskOptions {
 }
 
 impl Service {
-    fn retriever(&self, tenant: &TenantRow, model: Option<&str>, rerank: bool, top_k: Option<usize>) -> Result<(Retriever<'_>, Option<String>)> {
+    fn retriever(&self, caller: &Caller, tenant: &TenantRow, model: Option<&str>, rerank: bool, top_k: Option<usize>) -> Result<(Retriever<'_>, Option<String>)> {
         let mut options = self.app.retrieve_options();
         if let Some(k) = top_k {
             options.top_k = k;
         }
-        self.app.retriever(&self.store, tenant, model, rerank, options)
+        let (mut retriever, note) = self.app.retriever(&self.store, tenant, model, rerank, options)?;
+        self.restrict(caller, tenant, &mut retriever)?;
+        Ok((retriever, note))
+    }
+
+    /// Filters `retriever` to what `caller` may read (nothing to do for an audience of everyone).
+    fn restrict(&self, caller: &Caller, tenant: &TenantRow, retriever: &mut Retriever<'_>) -> Result<()> {
+        if !caller.audience.is_everyone() {
+            retriever.restrict(&caller.audience, &self.store.access_map(tenant)?);
+        }
+        Ok(())
+    }
+
+    /// The owner a session is recorded under: the person (issuer and subject) or the key.
+    fn owner(caller: &Caller) -> Option<String> {
+        match (&caller.person, caller.key_id) {
+            (Some(p), _) => Some(format!("person:{}|{}", p.issuer, p.subject)),
+            (None, Some(id)) => Some(format!("key:{id}")),
+            (None, None) => None,
+        }
+    }
+
+    /// Whether `caller` may continue a session owned by `owner`: its owner, or (for a session
+    /// without one, from the command line or from before owners were kept) a caller who reads
+    /// every document; the command line reaches all.
+    fn owns(caller: &Caller, owner: Option<&String>) -> bool {
+        match (Self::owner(caller), owner) {
+            (None, _) => true,
+            (Some(me), Some(them)) => me == *them,
+            (Some(_), None) => caller.audience.is_everyone(),
+        }
     }
 
     /// Ranked passages of `tenant` for `query`.
@@ -88,7 +118,7 @@ impl Service {
             return Err(Error::Invalid("-k must be at least 1".into()));
         }
         let tenant = self.tenant(caller, tenant)?;
-        let (retriever, note) = self.retriever(&tenant, o.model.as_deref(), !o.no_rerank, o.k)?;
+        let (retriever, note) = self.retriever(caller, &tenant, o.model.as_deref(), !o.no_rerank, o.k)?;
         let outcome = retriever.retrieve(query);
         let ids: Vec<ChunkId> = outcome.as_ref().map(|r| r.hits.iter().map(|h| h.chunk.id).collect()).unwrap_or_default();
         let status = match &outcome {
@@ -96,7 +126,11 @@ impl Service {
             Ok(_) => "ok".to_string(),
             Err(e) => format!("error: {e}"),
         };
-        self.audit(caller, EventRecord { tenant: &tenant.name, action: "search", question: query, chunk_ids: &ids, outcome: &status, ..EventRecord::default() })?;
+        let detail = access_detail(caller, outcome.as_ref().ok());
+        self.audit(
+            caller,
+            EventRecord { tenant: &tenant.name, action: "search", question: query, chunk_ids: &ids, outcome: &status, detail: &detail, ..EventRecord::default() },
+        )?;
         Ok(SearchResult { retrieval: outcome?, note })
     }
 
@@ -126,7 +160,8 @@ impl Service {
         sink: &mut (dyn TokenSink + Send),
     ) -> Result<Asked> {
         // The LLM loads while retrieval runs; a refusal does not wait for it.
-        let asking = self.app.asking(&self.store, tenant, !o.no_rerank, o.llm.as_deref())?;
+        let mut asking = self.app.asking(&self.store, tenant, !o.no_rerank, o.llm.as_deref())?;
+        self.restrict(caller, tenant, &mut asking.retriever)?;
         let note = asking.note.clone();
         let mut warnings = Vec::new();
         let result = (|| -> Result<(Retrieval, Answer)> {
@@ -184,7 +219,10 @@ impl Service {
         } else {
             "ok"
         };
-        let detail = serde_json::json!({ "answer_id": id, "session": session, "standalone": standalone, "written_by": answer.written_by });
+        let mut detail = serde_json::json!({ "answer_id": id, "session": session, "standalone": standalone, "written_by": answer.written_by });
+        if let (Some(o), serde_json::Value::Object(w)) = (detail.as_object_mut(), access_detail(caller, Some(&retrieval))) {
+            o.extend(w);
+        }
         self.audit(
             caller,
             EventRecord {
@@ -220,7 +258,7 @@ impl Service {
         let catalog = self.store.catalog();
         let id = match session {
             Some(id) => match catalog.sessions().tenant_of(id)? {
-                Some(t) if t == tenant.id => id,
+                Some(t) if t == tenant.id && Self::owns(caller, catalog.session_owners(tenant.id)?.get(&id)) => id,
                 Some(_) if caller.is_local() => {
                     return Err(Error::Invalid(format!("session {id} belongs to another tenant; start a new chat without --session")))
                 }
@@ -231,6 +269,9 @@ impl Service {
             },
             None => {
                 let id = catalog.sessions().create(tenant.id)?;
+                if let Some(owner) = Self::owner(caller) {
+                    catalog.set_session_owner(tenant.id, id, &owner)?;
+                }
                 let detail = serde_json::json!({ "session": id });
                 self.audit(caller, EventRecord { tenant: &tenant.name, action: "session_create", detail: &detail, ..EventRecord::default() })?;
                 id
@@ -248,7 +289,12 @@ impl Service {
     /// A tenant's sessions, newest first: (id, created ms, turns).
     pub fn sessions(&self, caller: &Caller, tenant: &str, limit: usize) -> Result<Vec<(i64, i64, usize)>> {
         let tenant = self.tenant(caller, tenant)?;
-        self.store.catalog().sessions().list(tenant.id, limit)
+        let catalog = self.store.catalog();
+        let mut sessions = catalog.sessions().list(tenant.id, usize::MAX >> 1)?;
+        let owners = catalog.session_owners(tenant.id)?;
+        sessions.retain(|(id, _, _)| Self::owns(caller, owners.get(id)));
+        sessions.truncate(limit);
+        Ok(sessions)
     }
 
     /// Resolves `question` against `session`'s earlier turns: a follow-up that refers back is
@@ -313,4 +359,22 @@ impl Service {
         let resolved = self.resolve_with(&prior, question, o.llm.as_deref())?;
         self.answer(caller, &tenant, question, &resolved.question, resolved.rewrite_ms, None, o, "chat_completion", sink)
     }
+}
+
+/// The audit's note of what granted the passages served (`granted_by`: the asker's groups that
+/// the restricted documents among them are open to) and of chunks the catalog check withheld.
+fn access_detail(caller: &Caller, retrieval: Option<&Retrieval>) -> serde_json::Value {
+    let mut detail = serde_json::Map::new();
+    if let Some(r) = retrieval {
+        if !caller.audience.is_everyone() {
+            let mut granted: Vec<String> = r.hits.iter().flat_map(|h| caller.audience.granting(&h.chunk.readers)).collect();
+            granted.sort();
+            granted.dedup();
+            detail.insert("granted_by".into(), serde_json::json!(granted));
+        }
+        if !r.withheld.is_empty() {
+            detail.insert("withheld".into(), serde_json::json!(r.withheld));
+        }
+    }
+    serde_json::Value::Object(detail)
 }

@@ -170,16 +170,18 @@ impl Service {
     /// The tenant's documents with their status.
     pub fn documents(&self, caller: &Caller, tenant: &str) -> Result<(TenantRow, Vec<DocumentRow>)> {
         let tenant = self.tenant(caller, tenant)?;
-        let docs = self.store.catalog().documents(tenant.id)?;
+        let mut docs = self.store.catalog().documents(tenant.id)?;
+        docs.retain(|d| caller.audience.may_read(&d.readers));
         Ok((tenant, docs))
     }
 
-    fn document(&self, tenant: &TenantRow, id: u64) -> Result<DocumentRow> {
+    /// Document `id` of `tenant`, if `caller` may read it: one it may not reads as absent.
+    fn document(&self, caller: &Caller, tenant: &TenantRow, id: u64) -> Result<DocumentRow> {
         self.store
             .catalog()
             .documents(tenant.id)?
             .into_iter()
-            .find(|d| d.id.0 == id)
+            .find(|d| d.id.0 == id && caller.audience.may_read(&d.readers))
             .ok_or_else(|| Error::NotFound(format!("no document {id} in this tenant")))
     }
 
@@ -189,7 +191,7 @@ impl Service {
     /// (`read_document`): reading a whole document is an access like a search.
     pub fn document_text(&self, caller: &Caller, tenant: &str, id: u64) -> Result<DocumentText> {
         let t = self.tenant(caller, tenant)?;
-        let doc = self.document(&t, id)?;
+        let doc = self.document(caller, &t, id)?;
         let opts = self.app.ingest_options(&t.name, None)?;
         let (parsed, sha256) = ragbox_core::ingest::reparse(&doc.path, &opts).map_err(|reason| {
             Error::NotFound(format!("the file of document {id} cannot be shown now ({reason}); re-ingest or remove it"))
@@ -203,6 +205,23 @@ impl Service {
     pub fn remove_paths(&self, caller: &Caller, tenant: &str, paths: &[PathBuf]) -> Result<(TenantRow, Vec<PathBuf>)> {
         let tenant = self.tenant(caller, tenant)?;
         caller.require(KeyRole::Writer, "removing documents")?;
+        // A caller who reads only some documents removes only those: the others under the same
+        // folder are neither removed nor named.
+        let readable: Vec<PathBuf>;
+        let paths = if caller.audience.is_everyone() {
+            paths
+        } else {
+            let docs = self.store.catalog().documents(tenant.id)?;
+            readable = docs
+                .iter()
+                .filter(|d| caller.audience.may_read(&d.readers) && paths.iter().any(|p| d.path.starts_with(p)))
+                .map(|d| d.path.clone())
+                .collect();
+            if readable.is_empty() {
+                return Err(Error::NotFound(format!("nothing ingested under {paths:?} in this tenant")));
+            }
+            &readable[..]
+        };
         let lock = self.writer_lock(&tenant.name);
         let _guard = lock.lock().unwrap_or_else(|e| e.into_inner());
         let result = ragbox_core::ingest::remove(&self.store, &tenant, paths);
@@ -221,7 +240,7 @@ impl Service {
     pub fn remove_document(&self, caller: &Caller, tenant: &str, id: u64) -> Result<PathBuf> {
         let t = self.tenant(caller, tenant)?;
         caller.require(KeyRole::Writer, "removing documents")?;
-        let doc = self.document(&t, id)?;
+        let doc = self.document(caller, &t, id)?;
         let (_, removed) = self.remove_paths(caller, tenant, std::slice::from_ref(&doc.path))?;
         let uploads = self.uploads(&t.name);
         let uploads = std::fs::canonicalize(&uploads).unwrap_or(uploads);
@@ -254,7 +273,7 @@ impl Service {
     pub fn reingest(self: &Arc<Self>, caller: &Caller, tenant: &str, id: u64) -> Result<Job> {
         let t = self.tenant(caller, tenant)?;
         caller.require(KeyRole::Writer, "re-ingesting documents")?;
-        let doc = self.document(&t, id)?;
+        let doc = self.document(caller, &t, id)?;
         let detail = serde_json::json!({ "document": id, "path": doc.path.to_string_lossy() });
         self.audit(caller, EventRecord { tenant: &t.name, action: "reingest", detail: &detail, ..EventRecord::default() })?;
         self.start_job(caller, &t.name, JobKind::Reingest, doc.path)

@@ -11,8 +11,13 @@
 //! ([`Error::UnknownTenant`] with no names listed), and so do sessions, answers, documents and
 //! jobs of another tenant ([`Error::NotFound`]).
 //!
-//! May import `ragbox-core`'s `types`, `error`, `config`, `chunk`, `store`, `ingest`, `retrieve`,
-//! `generate`, `answer` and `app`.
+//! May import `ragbox-core`'s `types`, `error`, `config`, `access`, `allowlist`, `chunk`, `store`,
+//! `ingest`, `retrieve`, `generate`, `answer` and `app`.
+//!
+//! A caller who reads only some groups' documents ([`Caller::audience`]) is served through the
+//! retriever's in-index filter and the catalog's readers everywhere: searches, answers, chat
+//! memory, the documents list and text, the answer log. A document it may not read answers
+//! exactly like one that does not exist.
 //!
 //! ```
 //! use ragbox_service::{Caller, KeyRole};
@@ -48,7 +53,7 @@ pub use ragbox_core::store::backup::{restore, BackupManifest};
 pub use ragbox_core::store::migrate::{CatalogCopy, Migrated, Migration};
 pub use ragbox_core::retrieve::{Candidate, Evidence, Hit, Outcome, Retrieval, StageRank};
 pub use ragbox_core::store::{
-    ChainReport, ChunkRow, DocumentRow, DocumentStatus, EventFilter, EventRow, KeyRole, KeyRow, Rating, TenantRow, TurnRow,
+    ChainReport, ChunkRow, DocumentRow, DocumentStatus, EventFilter, EventRow, KeyRole, KeyRow, Rating, TenantRow, TurnRow, KEY_PREFIX,
     DEFAULT_TENANT,
 };
 pub use answering::{AskOptions, Asked, ChatTurn, SearchOptions, SearchResult};
@@ -58,10 +63,15 @@ pub use embeddings::{EmbedWith, Embedded, MAX_EMBED_INPUTS};
 pub use ragbox_core::types::TextKind;
 /// The settings, as the faces read and override them.
 pub use ragbox_core::config;
+/// Which hosts a network client may contact (the OIDC provider's, besides the generator's).
+pub use ragbox_core::allowlist;
+/// Who reads what: audiences and document readers.
+pub use ragbox_core::access::{Audience, ACCESS_FILE};
 /// What an operation fails with, and the kind of fault (which exit code, which HTTP status).
 pub use ragbox_core::error::{Error, Fault, Result};
 
-/// Who is asking: a key of the HTTP API, or the local command line.
+/// Who is asking: a key of the HTTP API, a person signed in with the organisation's identity, or
+/// the local command line.
 #[derive(Debug, Clone, Serialize)]
 pub struct Caller {
     /// The key's id (`None`: the command line).
@@ -74,22 +84,73 @@ pub struct Caller {
     pub tenant: Option<String>,
     /// The client's address, when it came over the network.
     pub address: Option<String>,
+    /// Whose documents it reads: everyone's (the command line, admin keys, keys made without
+    /// groups) or the open ones and its groups'.
+    pub audience: Audience,
+    /// The person, when one signed in.
+    pub person: Option<Person>,
+}
+
+/// A signed-in person, as the audit names them.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Person {
+    /// The directory entry's DN, or the token's `sub`.
+    pub subject: String,
+    /// The directory's URL, or the token's `iss`.
+    pub issuer: String,
 }
 
 impl Caller {
     /// The local command line: whoever can read the data folder already has every tenant.
     pub fn local() -> Caller {
-        Caller { key_id: None, name: "cli".into(), role: KeyRole::Admin, tenant: None, address: None }
+        Caller {
+            key_id: None,
+            name: "cli".into(),
+            role: KeyRole::Admin,
+            tenant: None,
+            address: None,
+            audience: Audience::Everyone,
+            person: None,
+        }
     }
 
     /// The caller a key describes.
     pub fn from_key(key: &KeyRow, address: Option<String>) -> Caller {
+        let admin = key.role == KeyRole::Admin;
         Caller {
             key_id: Some(key.id),
             name: key.name.clone(),
             role: key.role,
-            tenant: if key.role == KeyRole::Admin { None } else { key.tenant.clone() },
+            tenant: if admin { None } else { key.tenant.clone() },
             address,
+            audience: if admin || key.groups.is_empty() { Audience::Everyone } else { Audience::groups(key.groups.iter().cloned()) },
+            person: None,
+        }
+    }
+
+    /// A person the directory or the identity provider vouched for, reaching `tenant` as
+    /// `role` (what `[[sso.groups]]` granted): they read the open documents and their groups'.
+    pub fn person(person: Person, name: &str, groups: &[String], tenant: &str, role: KeyRole, address: Option<String>) -> Caller {
+        Caller {
+            key_id: None,
+            name: name.to_string(),
+            role,
+            tenant: Some(tenant.to_string()),
+            address,
+            audience: Audience::groups(groups.iter().cloned()),
+            person: Some(person),
+        }
+    }
+
+    /// Who this is, for the audit: the person (subject, issuer) or the key, and its groups.
+    fn who(&self) -> serde_json::Value {
+        let groups = match &self.audience {
+            Audience::Everyone => serde_json::Value::Null,
+            Audience::Groups(g) => serde_json::json!(g),
+        };
+        match &self.person {
+            Some(p) => serde_json::json!({ "person": self.name, "subject": p.subject, "issuer": p.issuer, "groups": groups }),
+            None => serde_json::json!({ "key": self.name, "groups": groups }),
         }
     }
 
@@ -109,7 +170,7 @@ impl Caller {
     }
 
     fn is_local(&self) -> bool {
-        self.key_id.is_none()
+        self.key_id.is_none() && self.person.is_none()
     }
 
     /// Refuses a caller whose role is below `role`.
@@ -230,24 +291,22 @@ impl Service {
 
     /// Appends an audit row for `caller`. Failing to write the audit trail fails the request:
     /// an action that cannot be recorded is not done silently.
+    /// Every row names who acted (`detail.who`: the person's subject and issuer, or the key,
+    /// with the groups it reads) besides the client's address.
     pub(crate) fn audit(&self, caller: &Caller, record: EventRecord<'_>) -> Result<i64> {
-        let detail;
-        let record = match (&caller.address, record.detail.is_null()) {
-            (Some(addr), true) => {
-                detail = serde_json::json!({ "address": addr });
-                EventRecord { detail: &detail, ..record }
-            }
-            (Some(addr), false) => {
-                let mut d = record.detail.clone();
-                if let Some(o) = d.as_object_mut() {
-                    o.insert("address".into(), serde_json::Value::String(addr.clone()));
-                }
-                detail = d;
-                EventRecord { detail: &detail, ..record }
-            }
-            _ => record,
+        let mut detail = match record.detail {
+            serde_json::Value::Object(o) => o.clone(),
+            serde_json::Value::Null => serde_json::Map::new(),
+            other => serde_json::Map::from_iter([("value".to_string(), other.clone())]),
         };
-        self.store.catalog().audit().append(&EventRecord { key_id: caller.key_id, key_name: &caller.name, ..record })
+        if let Some(addr) = &caller.address {
+            detail.insert("address".into(), serde_json::Value::String(addr.clone()));
+        }
+        if !caller.is_local() {
+            detail.insert("who".into(), caller.who());
+        }
+        let detail = if detail.is_empty() { serde_json::Value::Null } else { serde_json::Value::Object(detail) };
+        self.store.catalog().audit().append(&EventRecord { key_id: caller.key_id, key_name: &caller.name, detail: &detail, ..record })
     }
 
     /// Writes the audit event of an operation that ended in `result`: outcome "ok" with
@@ -303,16 +362,26 @@ impl Service {
         })
     }
 
+    /// Records a request refused because `caller` is over its limit (`what`: which one).
+    pub fn record_quota_exceeded(&self, caller: &Caller, tenant: &str, what: &str, limit: u32) -> Result<i64> {
+        let detail = serde_json::json!({ "limit": what, "allowed": limit });
+        self.audit(caller, EventRecord { tenant, action: "quota_exceeded", outcome: "denied", detail: &detail, ..EventRecord::default() })
+    }
+
     /// The key a presented secret belongs to, if it is active.
     pub fn authenticate(&self, secret: &str) -> Result<Option<KeyRow>> {
         self.store.catalog().keys().authenticate(secret)
     }
 
-    /// Makes a key (admin); the secret is returned once and never stored.
-    pub fn create_key(&self, caller: &Caller, name: &str, tenant: Option<&str>, role: KeyRole) -> Result<(KeyRow, String)> {
+    /// Makes a key (admin); the secret is returned once and never stored. With `groups`, it
+    /// reads only the open documents and those groups' (a machine acting for a team).
+    pub fn create_key(&self, caller: &Caller, name: &str, tenant: Option<&str>, role: KeyRole, groups: &[String]) -> Result<(KeyRow, String)> {
         caller.require(KeyRole::Admin, "creating keys")?;
-        let (row, secret) = self.store.catalog().keys().create(name, tenant, role)?;
-        let detail = serde_json::json!({ "key": row.id, "name": row.name, "role": row.role });
+        if role == KeyRole::Admin && !groups.is_empty() {
+            return Err(Error::Invalid("an admin key reads every document; give groups to a reader or writer key".into()));
+        }
+        let (row, secret) = self.store.catalog().keys().create_for_groups(name, tenant, role, groups)?;
+        let detail = serde_json::json!({ "key": row.id, "name": row.name, "role": row.role, "groups": row.groups });
         self.audit(caller, EventRecord { tenant: tenant.unwrap_or(""), action: "key_create", detail: &detail, ..EventRecord::default() })?;
         Ok((row, secret))
     }

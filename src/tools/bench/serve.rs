@@ -342,7 +342,7 @@ pub fn run(g: &GlobalArgs, args: ServeBenchArgs) -> anyhow::Result<()> {
     let caller = Caller::local();
     service.tenant(&caller, &args.tenant)?;
     service.warm_up()?;
-    let (key, secret) = service.create_key(&caller, "bench-serve", None, KeyRole::Admin)?;
+    let (key, secret) = service.create_key(&caller, "bench-serve", None, KeyRole::Admin, &[])?;
     let rt = ragbox_cli::serve::runtime()?;
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
     let (addr_tx, addr_rx) = std::sync::mpsc::channel();

@@ -1,6 +1,6 @@
 //! The read path: a query becomes ranked passages of one tenant.
 //!
-//! May import `types`, `error`, `embed`, `rerank` and `store`.
+//! May import `types`, `error`, `embed`, `rerank`, `store` and `access`.
 //!
 //! Stages, each visible in a [`Retrieval`]: the query is embedded by the model that built the
 //! tenant's index (any other model or dimension count is refused); dense (usearch) and BM25
@@ -11,6 +11,11 @@
 //! back for this tenant is dropped as stale); sibling children merged into their parent; and a
 //! floor on the evidence score (the reranker's score, else the query's cosine similarity to the
 //! best candidate) that decides whether there is a good source at all.
+//!
+//! An asker who reads only some groups' documents ([`Retriever::restrict`]) is filtered inside
+//! both searches (usearch's and tantivy's filters, by the tenant's [`AccessMap`]), so the
+//! candidate lists, the rerank and the top k hold only what they may read; and every resolved
+//! chunk, parents included, is checked again against the catalog's readers before it is kept.
 
 pub mod fusion;
 pub mod order;
@@ -22,6 +27,7 @@ use std::time::Instant;
 
 use serde::{Deserialize, Serialize};
 
+use crate::access::{AccessMap, Audience, ChunkFilter};
 use crate::embed::Embedder;
 use crate::error::{Error, Result};
 use crate::rerank::Reranker;
@@ -237,6 +243,11 @@ pub struct Retrieval {
     pub candidates: Vec<Candidate>,
     /// Time per stage.
     pub timings: Timings,
+    /// Chunks the index filter let through that the catalog's readers refused (a stale or
+    /// damaged filter): dropped, never shown, and not in `candidates`. For the server's log and
+    /// the audit only: a count the asker saw would tell them such documents exist.
+    #[serde(skip)]
+    pub withheld: Vec<ChunkId>,
 }
 
 impl Retrieval {
@@ -254,6 +265,12 @@ pub struct Retriever<'s> {
     embedder: Option<Arc<dyn Embedder>>,
     reranker: Option<Arc<dyn Reranker>>,
     options: RetrieveOptions,
+    /// Who is asking (everyone: no filter, no check).
+    audience: Audience,
+    /// The index filter for `audience`, when it may not read everything in the tenant.
+    filter: Option<ChunkFilter>,
+    /// Chunks refused by the catalog check in this retrieval.
+    withheld: std::sync::Mutex<Vec<ChunkId>>,
 }
 
 fn ms(since: Instant) -> f64 {
@@ -308,7 +325,20 @@ impl<'s> Retriever<'s> {
             }
             None => {}
         }
-        Ok(Retriever { catalog, reader, embedder, reranker, options })
+        Ok(Retriever { catalog, reader, embedder, reranker, options, audience: Audience::Everyone, filter: None, withheld: Default::default() })
+    }
+
+    /// Serves only what `audience` may read: both searches filter by `map` (the tenant's
+    /// readers at its current generation, [`Store::access_map`]) and every resolved chunk is
+    /// checked against the catalog.
+    pub fn restrict(&mut self, audience: &Audience, map: &Arc<AccessMap>) {
+        self.audience = audience.clone();
+        self.filter = map.filter(audience);
+    }
+
+    /// Who this retriever serves.
+    pub fn audience(&self) -> &Audience {
+        &self.audience
     }
 
     /// The open tenant.
@@ -355,12 +385,16 @@ impl<'s> Retriever<'s> {
 
         let t = Instant::now();
         let dense = match &query_vector {
-            Some(v) => self.reader.vector.search(v, o.dense_candidates)?,
+            Some(v) => self.reader.vector.search_filtered(v, o.dense_candidates, self.filter.as_ref())?,
             None => Vec::new(),
         };
         timings.dense_ms = ms(t);
         let t = Instant::now();
-        let lexical = if o.lexical_candidates > 0 { self.reader.lexical.search(query, o.lexical_candidates)? } else { Vec::new() };
+        let lexical = if o.lexical_candidates > 0 {
+            self.reader.lexical.search_filtered(query, o.lexical_candidates, self.filter.as_ref())?
+        } else {
+            Vec::new()
+        };
         timings.lexical_ms = ms(t);
 
         let t = Instant::now();
@@ -482,6 +516,11 @@ impl<'s> Retriever<'s> {
         let t = Instant::now();
         let hits = self.select(&mut candidates, &mut rows, &evidence_of)?;
         timings.resolve_ms += ms(t);
+        let withheld = std::mem::take(&mut *self.withheld.lock().unwrap_or_else(|e| e.into_inner()));
+        if !withheld.is_empty() {
+            candidates.retain(|c| !withheld.contains(&c.chunk));
+            tracing::warn!(tenant = %self.reader.tenant.name, chunks = ?withheld, "the index filter passed chunks the catalog's readers refuse; withheld");
+        }
         timings.total_ms = ms(started);
         Ok(Retrieval {
             query: query.to_string(),
@@ -497,13 +536,26 @@ impl<'s> Retriever<'s> {
             hits,
             candidates,
             timings,
+            withheld,
         })
     }
 
-    /// Catalog rows of `ids` that belong to this tenant.
+    /// Catalog rows of `ids` that belong to this tenant and that the audience may read (the
+    /// catalog's readers decide; a refused one is recorded as withheld).
     fn resolve(&self, ids: impl Iterator<Item = ChunkId>) -> Result<HashMap<ChunkId, ChunkRow>> {
         let ids: Vec<ChunkId> = ids.collect();
-        Ok(self.catalog.chunks(self.reader.tenant.id, &ids)?.into_iter().map(|r| (r.id, r)).collect())
+        let mut rows = HashMap::with_capacity(ids.len());
+        for row in self.catalog.chunks(self.reader.tenant.id, &ids)? {
+            if self.audience.may_read(&row.readers) {
+                rows.insert(row.id, row);
+            } else {
+                let mut withheld = self.withheld.lock().unwrap_or_else(|e| e.into_inner());
+                if !withheld.contains(&row.id) {
+                    withheld.push(row.id);
+                }
+            }
+        }
+        Ok(rows)
     }
 
     /// Reorders the head of the candidate list (the reranked part, or `rerank_depth` fused

@@ -13,6 +13,7 @@ use std::sync::{Arc, MutexGuard};
 use rusqlite::{Connection, OptionalExtension};
 use serde::Serialize;
 
+use crate::access::{self, AccessMap};
 use crate::error::{Error, Result};
 use super::annotation::Annotations;
 use super::shared::Postgres;
@@ -147,6 +148,8 @@ pub struct DocumentRow {
     pub title: Option<String>,
     /// Chunks stored for it (parents and children).
     pub chunks: usize,
+    /// The groups that may read it (empty: everyone who reaches the tenant).
+    pub readers: Vec<String>,
 }
 
 /// One file's new state, written by [`Catalog::commit`].
@@ -162,6 +165,9 @@ pub struct DocumentWrite {
     pub mtime_ns: i64,
     /// What happened to it.
     pub content: DocumentContent,
+    /// The groups that may read it (`access`; empty: everyone who reaches the tenant), written
+    /// in the same transaction as the document, so it is never served before its readers are set.
+    pub readers: Vec<String>,
 }
 
 /// A parsed document with its chunks, or why the file was skipped.
@@ -267,6 +273,8 @@ pub struct ChunkRow {
     pub context: String,
     /// The chunk's text: the document text at `span`.
     pub text: String,
+    /// The groups that may read its document, as the catalog holds them (empty: open).
+    pub readers: Vec<String>,
 }
 
 /// The catalog: tenants, documents, chunks and the embedding cache here, and through its handles
@@ -511,8 +519,9 @@ impl Catalog {
         let rows = self.db.read(Scope::Tenant(tenant), |sql| {
             sql.query(
                 "SELECT d.id, d.path, d.sha256, d.size, d.mtime_ns, d.status, d.skip_reason, d.parser, d.title,
-                        (SELECT COUNT(*) FROM chunks c WHERE c.doc_id = d.id)
-                 FROM documents d WHERE d.tenant_id = ?1 ORDER BY d.path",
+                        (SELECT COUNT(*) FROM chunks c WHERE c.doc_id = d.id), COALESCE(r.readers, '')
+                 FROM documents d LEFT JOIN document_readers r ON r.doc_id = d.id
+                 WHERE d.tenant_id = ?1 ORDER BY d.path",
                 params![tenant],
             )
         })?;
@@ -529,9 +538,78 @@ impl Catalog {
                     parser: r.opt_text(7)?,
                     title: r.opt_text(8)?,
                     chunks: r.int(9)? as usize,
+                    readers: access::decode(&r.text(10)?),
                 })
             })
             .collect()
+    }
+
+    /// Sets the readers of documents of `tenant` (`access`), all in one transaction, and bumps
+    /// the tenant's readers version so every reader's [`AccessMap`] is read again; returns how
+    /// many documents changed. Documents of other tenants are not touched.
+    pub fn set_readers(&self, tenant: i64, changes: &[(DocId, Vec<String>)]) -> Result<usize> {
+        if changes.is_empty() {
+            return Ok(0);
+        }
+        self.db.write(Scope::Tenant(tenant), |sql| {
+            let mut changed = 0;
+            for (doc, readers) in changes {
+                let owned = sql.query_opt("SELECT id FROM documents WHERE id = ?1 AND tenant_id = ?2", params![doc.0 as i64, tenant])?;
+                if owned.is_some() {
+                    write_readers(sql, tenant, doc.0 as i64, readers)?;
+                    changed += 1;
+                }
+            }
+            sql.execute(
+                "INSERT INTO meta (key, value) VALUES (?1, '1')
+                 ON CONFLICT (key) DO UPDATE SET value = CAST(CAST(meta.value AS INTEGER) + 1 AS TEXT)",
+                params![readers_key(tenant)],
+            )?;
+            Ok(changed)
+        })
+    }
+
+    /// How many times the readers of `tenant`'s documents were changed by
+    /// [`Catalog::set_readers`] (with the tenant's generation, what an [`AccessMap`] is valid for).
+    pub fn readers_version(&self, tenant: i64) -> Result<u64> {
+        let row = self.db.read(Scope::All, |sql| sql.query_opt("SELECT value FROM meta WHERE key = ?1", params![readers_key(tenant)]))?;
+        Ok(row.map(|r| r.text(0)).transpose()?.and_then(|v| v.parse().ok()).unwrap_or(0))
+    }
+
+    /// The readers of every child chunk of `tenant`'s restricted documents.
+    pub fn access_map(&self, tenant: &TenantRow) -> Result<AccessMap> {
+        let rows = self.db.read(Scope::Tenant(tenant.id), |sql| {
+            sql.query(
+                "SELECT c.id, r.readers FROM chunks c JOIN document_readers r ON r.doc_id = c.doc_id
+                 WHERE c.tenant_id = ?1 AND c.role = 'child'",
+                params![tenant.id],
+            )
+        })?;
+        let mut parsed = Vec::with_capacity(rows.len());
+        for r in &rows {
+            parsed.push((ChunkId(r.int(0)? as u64), access::decode(&r.text(1)?)));
+        }
+        Ok(AccessMap::new(tenant.generation, parsed))
+    }
+
+    /// Records who owns chat session `session` (a person or a key; see `ragbox-service`).
+    pub fn set_session_owner(&self, tenant: i64, session: i64, owner: &str) -> Result<()> {
+        self.db.write(Scope::Tenant(tenant), |sql| {
+            sql.execute(
+                "INSERT INTO session_owners (session_id, tenant_id, owner) VALUES (?1, ?2, ?3)
+                 ON CONFLICT (session_id) DO UPDATE SET owner = excluded.owner",
+                params![session, tenant, owner],
+            )?;
+            Ok(())
+        })
+    }
+
+    /// The owners of `tenant`'s sessions that have one.
+    pub fn session_owners(&self, tenant: i64) -> Result<HashMap<i64, String>> {
+        let rows = self.db.read(Scope::Tenant(tenant), |sql| {
+            sql.query("SELECT session_id, owner FROM session_owners WHERE tenant_id = ?1", params![tenant])
+        })?;
+        rows.iter().map(|r| Ok((r.int(0)?, r.text(1)?))).collect()
     }
 
     /// Vectors cached for `model`, for those of `hashes` it has.
@@ -608,8 +686,8 @@ impl Catalog {
             };
             let query = format!(
                 "SELECT c.id, c.doc_id, d.path, d.title, c.ordinal, c.role, c.parent_id, c.section_path, c.start, c.\"end\",
-                        c.page, c.line_first, c.line_last, c.tokens, c.context, {slice}
-                 FROM chunks c JOIN documents d ON d.id = c.doc_id
+                        c.page, c.line_first, c.line_last, c.tokens, c.context, {slice}, COALESCE(r.readers, '')
+                 FROM chunks c JOIN documents d ON d.id = c.doc_id LEFT JOIN document_readers r ON r.doc_id = d.id
                  WHERE c.id = ?1 AND c.tenant_id = ?2"
             );
             let mut found = Vec::with_capacity(ids.len());
@@ -635,6 +713,7 @@ impl Catalog {
                     tokens: r.int(13)? as usize,
                     context: r.text(14)?,
                     text: String::from_utf8(r.blob(15)?).map_err(|e| Error::Bug(format!("chunk text: {e}")))?,
+                    readers: access::decode(&r.text(16)?),
                 })
             })
             .collect()
@@ -662,6 +741,25 @@ impl Catalog {
 
 /// The advisory lock key nodes take while they make the catalog's tables.
 const SCHEMA_LOCK: i64 = 0x7261_6762_6f78_0001;
+
+/// The meta key of a tenant's readers version.
+fn readers_key(tenant: i64) -> String {
+    format!("readers_version.{tenant}")
+}
+
+/// Sets a document's readers (none: the row goes, the document is open).
+fn write_readers(sql: &mut dyn Sql, tenant: i64, doc: i64, readers: &[String]) -> Result<()> {
+    if readers.is_empty() {
+        sql.execute("DELETE FROM document_readers WHERE doc_id = ?1", params![doc])?;
+    } else {
+        sql.execute(
+            "INSERT INTO document_readers (doc_id, tenant_id, readers) VALUES (?1, ?2, ?3)
+             ON CONFLICT (doc_id) DO UPDATE SET readers = excluded.readers",
+            params![doc, tenant, access::encode(readers)],
+        )?;
+    }
+    Ok(())
+}
 
 /// [`Catalog::commit`]'s transaction.
 fn commit_batch(sql: &mut dyn Sql, tenant: &TenantRow, batch: &CommitBatch) -> Result<CommitChanges> {
@@ -719,6 +817,7 @@ fn commit_batch(sql: &mut dyn Sql, tenant: &TenantRow, batch: &CommitBatch) -> R
                 )?
                 .int(0)?,
         };
+        write_readers(sql, tenant.id, doc_id, &d.readers)?;
         let DocumentContent::Indexed { doc, chunks, .. } = &d.content else { continue };
         // Ordinal -> chunk id, for the parent links (parents come before their children
         // in ordinal order only by convention, so resolve after inserting all).
@@ -838,6 +937,7 @@ mod tests {
                     AnnotatedChunk { chunk: child, context: "T".into() },
                 ],
             },
+            readers: Vec::new(),
         }
     }
 

@@ -110,8 +110,18 @@ pub struct EventFilter {
     pub tenant: Option<String>,
     /// Only rows at or after this time (ms since the epoch).
     pub since_ms: Option<i64>,
+    /// Only rows of this person or key: their name, or a person's subject (`detail.who`).
+    pub person: Option<String>,
     /// At most this many (the newest), 0 for all.
     pub limit: usize,
+}
+
+impl EventFilter {
+    fn keeps(&self, row: &EventRow) -> bool {
+        let Some(p) = &self.person else { return true };
+        let who = &row.detail["who"];
+        row.key_name == *p || who["subject"].as_str() == Some(p.as_str()) || who["person"].as_str() == Some(p.as_str())
+    }
 }
 
 /// What [`Audit::verify`] found.
@@ -246,7 +256,8 @@ impl<'c> Audit<'c> {
 
     /// Rows matching `filter`, oldest first.
     pub fn list(&self, filter: &EventFilter) -> Result<Vec<EventRow>> {
-        let limit = if filter.limit == 0 { i64::MAX } else { i64::try_from(filter.limit).unwrap_or(i64::MAX) };
+        // With a person, the limit applies after the rows are matched (in `detail`, here).
+        let limit = if filter.limit == 0 || filter.person.is_some() { i64::MAX } else { i64::try_from(filter.limit).unwrap_or(i64::MAX) };
         let rows = self.db.read(Scope::All, |sql| {
             sql.query(
                 &format!(
@@ -257,14 +268,19 @@ impl<'c> Audit<'c> {
                 params![filter.tenant.as_deref(), filter.since_ms, limit],
             )
         })?;
-        rows.iter()
-            .map(|r| {
-                let (mut row, ids, detail) = event_from_row(r)?;
-                row.chunk_ids = serde_json::from_str(&ids).map_err(|e| Error::Bug(format!("event {}: chunk ids: {e}", row.id)))?;
-                row.detail = serde_json::from_str(&detail).map_err(|e| Error::Bug(format!("event {}: detail: {e}", row.id)))?;
-                Ok(row)
-            })
-            .collect()
+        let mut out = Vec::new();
+        for r in &rows {
+            let (mut row, ids, detail) = event_from_row(r)?;
+            row.chunk_ids = serde_json::from_str(&ids).map_err(|e| Error::Bug(format!("event {}: chunk ids: {e}", row.id)))?;
+            row.detail = serde_json::from_str(&detail).map_err(|e| Error::Bug(format!("event {}: detail: {e}", row.id)))?;
+            if filter.keeps(&row) {
+                out.push(row);
+            }
+        }
+        if filter.person.is_some() && filter.limit > 0 && out.len() > filter.limit {
+            out.drain(..out.len() - filter.limit);
+        }
+        Ok(out)
     }
 
     /// Walks the whole chain from the first row: each row must name the previous row's hash and

@@ -82,6 +82,9 @@ pub struct KeyRow {
     pub created_ms: i64,
     /// When it was revoked, if it was.
     pub revoked_ms: Option<i64>,
+    /// The groups whose documents it reads besides the open ones; empty: every document of
+    /// its tenant (a key made without groups).
+    pub groups: Vec<String>,
 }
 
 fn now_ms() -> i64 {
@@ -105,10 +108,12 @@ fn key_from_row(r: &Row) -> Result<KeyRow> {
         role: r.text(3)?.parse()?,
         created_ms: r.int(4)?,
         revoked_ms: r.opt_int(5)?,
+        groups: crate::access::decode(&r.text(6)?),
     })
 }
 
-const KEY_COLUMNS: &str = "id, name, tenant, role, created_ms, revoked_ms";
+const KEY_COLUMNS: &str = "k.id, k.name, k.tenant, k.role, k.created_ms, k.revoked_ms, COALESCE(g.groups, '')";
+const KEY_TABLES: &str = "api_keys k LEFT JOIN key_groups g ON g.key_id = k.id";
 
 /// The API keys of a catalog ([`super::Catalog::keys`]).
 pub struct Keys<'c> {
@@ -123,6 +128,13 @@ impl<'c> Keys<'c> {
     /// Makes a key for `tenant` (`None` only for an admin key: all tenants). Returns its row and
     /// the secret, which is not stored and cannot be shown again.
     pub fn create(&self, name: &str, tenant: Option<&str>, role: KeyRole) -> Result<(KeyRow, String)> {
+        self.create_for_groups(name, tenant, role, &[])
+    }
+
+    /// [`Keys::create`] for a key that reads only the open documents and those of `groups`
+    /// (none: every document of its tenant).
+    pub fn create_for_groups(&self, name: &str, tenant: Option<&str>, role: KeyRole, groups: &[String]) -> Result<(KeyRow, String)> {
+        let groups = crate::access::normalise(groups.iter().cloned());
         if tenant.is_none() && role != KeyRole::Admin {
             return Err(Error::Invalid(format!("a {role} key needs --tenant; only admin keys reach every tenant")));
         }
@@ -133,18 +145,23 @@ impl<'c> Keys<'c> {
         getrandom::fill(&mut bytes).map_err(|e| Error::Io(std::io::Error::other(format!("no randomness for a key: {e}"))))?;
         let secret = format!("{KEY_PREFIX}{}", hex::encode(bytes));
         let row = self.db.write(Scope::All, |sql| {
-            let r = sql.query_one(
-                &format!("INSERT INTO api_keys (name, tenant, role, sha256, created_ms) VALUES (?1, ?2, ?3, ?4, ?5) RETURNING {KEY_COLUMNS}"),
-                params![name, tenant, role.as_str(), key_hash(&secret), now_ms()],
-            )?;
-            key_from_row(&r)
+            let id = sql
+                .query_one(
+                    "INSERT INTO api_keys (name, tenant, role, sha256, created_ms) VALUES (?1, ?2, ?3, ?4, ?5) RETURNING id",
+                    params![name, tenant, role.as_str(), key_hash(&secret), now_ms()],
+                )?
+                .int(0)?;
+            if !groups.is_empty() {
+                sql.execute("INSERT INTO key_groups (key_id, groups) VALUES (?1, ?2)", params![id, crate::access::encode(&groups)])?;
+            }
+            key_from_row(&sql.query_one(&format!("SELECT {KEY_COLUMNS} FROM {KEY_TABLES} WHERE k.id = ?1"), params![id])?)
         })?;
         Ok((row, secret))
     }
 
     /// Every key, active and revoked, oldest first.
     pub fn list(&self) -> Result<Vec<KeyRow>> {
-        self.db.read(Scope::All, |sql| sql.query(&format!("SELECT {KEY_COLUMNS} FROM api_keys ORDER BY id"), &[])?.iter().map(key_from_row).collect())
+        self.db.read(Scope::All, |sql| sql.query(&format!("SELECT {KEY_COLUMNS} FROM {KEY_TABLES} ORDER BY k.id"), &[])?.iter().map(key_from_row).collect())
     }
 
     /// Revokes key `id`; returns it. An unknown id is a user error; revoking twice keeps the
@@ -153,7 +170,7 @@ impl<'c> Keys<'c> {
         self.db
             .write(Scope::All, |sql| {
                 sql.execute("UPDATE api_keys SET revoked_ms = COALESCE(revoked_ms, ?2) WHERE id = ?1", params![id, now_ms()])?;
-                sql.query_opt(&format!("SELECT {KEY_COLUMNS} FROM api_keys WHERE id = ?1"), params![id])?.as_ref().map(key_from_row).transpose()
+                sql.query_opt(&format!("SELECT {KEY_COLUMNS} FROM {KEY_TABLES} WHERE k.id = ?1"), params![id])?.as_ref().map(key_from_row).transpose()
             })?
             .ok_or_else(|| Error::Invalid(format!("no key {id}; `ragbox keys list` shows them")))
     }
@@ -162,10 +179,10 @@ impl<'c> Keys<'c> {
     /// every active key's hash in constant time, without stopping at a match.
     pub fn authenticate(&self, presented: &str) -> Result<Option<KeyRow>> {
         let hash = key_hash(presented);
-        let rows = self.db.read(Scope::All, |sql| sql.query(&format!("SELECT {KEY_COLUMNS}, sha256 FROM api_keys WHERE revoked_ms IS NULL"), &[]))?;
+        let rows = self.db.read(Scope::All, |sql| sql.query(&format!("SELECT {KEY_COLUMNS}, k.sha256 FROM {KEY_TABLES} WHERE k.revoked_ms IS NULL"), &[]))?;
         let mut found = None;
         for r in rows {
-            let (row, stored) = (key_from_row(&r)?, r.text(6)?);
+            let (row, stored) = (key_from_row(&r)?, r.text(7)?);
             if bool::from(stored.as_bytes().ct_eq(hash.as_bytes())) {
                 found = Some(row);
             }

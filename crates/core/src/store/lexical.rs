@@ -10,12 +10,13 @@
 
 use std::path::Path;
 
-use tantivy::collector::TopDocs;
+use tantivy::collector::{FilterCollector, TopDocs};
 use tantivy::query::{BooleanQuery, Occur, Query, TermQuery};
 use tantivy::tokenizer::{TextAnalyzer, TokenStream};
 use tantivy::schema::{Field, IndexRecordOption, NumericOptions, Schema, TextFieldIndexing, TextOptions, Value};
 use tantivy::{doc, Index, IndexReader, IndexWriter, ReloadPolicy, TantivyDocument, Term};
 
+use crate::access::ChunkFilter;
 use crate::error::{Error, Result};
 use crate::types::{ChunkId, DocId};
 
@@ -71,7 +72,12 @@ pub fn analyze(text: &str) -> Vec<String> {
 /// BM25 search over one commit of a tenant's lexical index, as a reader uses it.
 pub trait LexicalSearch: Send + Sync {
     /// The `k` best chunks for a free-text query, best first.
-    fn search(&self, query: &str, k: usize) -> Result<Vec<LexicalHit>>;
+    fn search(&self, query: &str, k: usize) -> Result<Vec<LexicalHit>> {
+        self.search_filtered(query, k, None)
+    }
+    /// [`LexicalSearch::search`] over the chunks `filter` allows only, decided inside the search:
+    /// `k` hits come back whenever `k` allowed chunks match.
+    fn search_filtered(&self, query: &str, k: usize, filter: Option<&ChunkFilter>) -> Result<Vec<LexicalHit>>;
     /// Chunks in this commit.
     fn len(&self) -> usize;
     /// Whether this commit holds no chunks.
@@ -217,6 +223,13 @@ impl LexicalSearcher {
     /// not query syntax: it is tokenised like the indexed text (stemmed) and its distinct terms
     /// are OR-ed, so any user text works and ranks by BM25.
     pub fn search(&self, query: &str, k: usize) -> Result<Vec<LexicalHit>> {
+        self.search_filtered(query, k, None)
+    }
+
+    /// [`LexicalSearcher::search`] over the chunks `filter` allows: tantivy's filter collector
+    /// asks it of each matching document (by the `chunk_id` fast field) before the top-k
+    /// collector ranks it, so refused chunks never take a place in the top k.
+    pub fn search_filtered(&self, query: &str, k: usize, filter: Option<&ChunkFilter>) -> Result<Vec<LexicalHit>> {
         let mut terms: Vec<Term> = Vec::new();
         {
             let mut analyzer = self.analyzer.lock().unwrap_or_else(|p| p.into_inner());
@@ -238,9 +251,15 @@ impl LexicalSearcher {
                 .collect(),
         );
         let searcher = self.reader.searcher();
-        let top = searcher
-            .search(&q, &TopDocs::with_limit(k).order_by_score())
-            .map_err(err("searching the lexical index".into()))?;
+        let collector = TopDocs::with_limit(k).order_by_score();
+        let top = match filter {
+            None => searcher.search(&q, &collector),
+            Some(f) => {
+                let f = f.clone();
+                searcher.search(&q, &FilterCollector::new("chunk_id".into(), move |id: u64| f.allows(id), collector))
+            }
+        }
+        .map_err(err("searching the lexical index".into()))?;
         let mut out = Vec::with_capacity(top.len());
         for (score, address) in top {
             let d: TantivyDocument = searcher.doc(address).map_err(err("reading a lexical hit".into()))?;
@@ -265,8 +284,8 @@ impl LexicalSearcher {
 }
 
 impl LexicalSearch for LexicalSearcher {
-    fn search(&self, query: &str, k: usize) -> Result<Vec<LexicalHit>> {
-        LexicalSearcher::search(self, query, k)
+    fn search_filtered(&self, query: &str, k: usize, filter: Option<&ChunkFilter>) -> Result<Vec<LexicalHit>> {
+        LexicalSearcher::search_filtered(self, query, k, filter)
     }
     fn len(&self) -> usize {
         LexicalSearcher::len(self)

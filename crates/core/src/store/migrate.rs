@@ -173,7 +173,7 @@ fn copy_catalog(data_dir: &Path, source: &Backends, target: &Backends) -> Result
         }
         if dst.dialect() == Dialect::Postgres {
             // The copied ids were given explicitly; the sequences go on after them.
-            for table in TABLES.iter().filter(|t| !["meta", "embeddings", "annotations"].contains(t)) {
+            for table in TABLES.iter().filter(|t| !["meta", "embeddings", "annotations", "document_readers", "session_owners", "key_groups"].contains(t)) {
                 dst.query(
                     &format!("SELECT setval(pg_get_serial_sequence(?1, 'id'), GREATEST((SELECT MAX(id) FROM {table}), 1), (SELECT MAX(id) FROM {table}) IS NOT NULL)"),
                     params![*table],

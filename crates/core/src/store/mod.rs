@@ -42,8 +42,11 @@ pub mod vector;
 use std::collections::{BTreeSet, HashMap};
 use std::fs::File;
 use std::path::Path;
+use std::sync::Arc;
 
 use serde::Serialize;
+
+use crate::access::AccessMap;
 
 pub use annotation::Annotations;
 pub use backend::{Backends, Committed, LexicalBackend, LexicalWrite, VectorBackend, VectorWriter};
@@ -77,6 +80,8 @@ pub struct Store {
     layout: Layout,
     catalog: Catalog,
     backends: Backends,
+    /// Each tenant's readers by chunk, with the (generation, readers version) it was read at.
+    access: std::sync::Mutex<HashMap<i64, (u64, u64, Arc<AccessMap>)>>,
 }
 
 /// What opening a tenant's indexes found and fixed.
@@ -138,7 +143,21 @@ impl Store {
             None => Catalog::open(&layout.catalog()).map_err(|e| explain_write_error(data_dir, e))?,
         };
         backends.lexical.claim(&catalog.id()?)?;
-        Ok(Store { layout, catalog, backends })
+        Ok(Store { layout, catalog, backends, access: Default::default() })
+    }
+
+    /// The readers of `tenant`'s chunks at its current generation and readers version (read from
+    /// the catalog once per change, then shared): what the retriever's index filters ask.
+    pub fn access_map(&self, tenant: &TenantRow) -> Result<Arc<AccessMap>> {
+        let version = self.catalog.readers_version(tenant.id)?;
+        if let Some((g, v, map)) = self.access.lock().unwrap_or_else(|e| e.into_inner()).get(&tenant.id) {
+            if (*g, *v) == (tenant.generation, version) {
+                return Ok(map.clone());
+            }
+        }
+        let map = Arc::new(self.catalog.access_map(tenant)?);
+        self.access.lock().unwrap_or_else(|e| e.into_inner()).insert(tenant.id, (tenant.generation, version, map.clone()));
+        Ok(map)
     }
 
     /// Where the indexes live.
@@ -662,6 +681,7 @@ pub mod in_memory {
             size: 1,
             mtime_ns: 0,
             content: DocumentContent::Indexed { doc, chunker: "test".into(), chunks },
+            readers: Vec::new(),
         };
         (w, texts)
     }

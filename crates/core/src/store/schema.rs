@@ -193,8 +193,29 @@ CREATE TRIGGER IF NOT EXISTS events_no_delete BEFORE DELETE ON events
 BEGIN SELECT RAISE(ABORT, 'the audit log is append-only'); END;
 ";
 
+/// Who may read what: the groups each restricted document is open to (a document without a row
+/// is open to everyone who reaches its tenant; `access`), the owner of each conversation (a
+/// person or key; the command line's sessions have none), and the groups a key reads. Added
+/// later; an older catalog gains the tables on open.
+pub(super) const ACCESS: &str = "
+CREATE TABLE IF NOT EXISTS document_readers (
+    doc_id INTEGER PRIMARY KEY REFERENCES documents(id) ON DELETE CASCADE,
+    tenant_id INTEGER NOT NULL,
+    readers TEXT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS session_owners (
+    session_id INTEGER PRIMARY KEY REFERENCES sessions(id) ON DELETE CASCADE,
+    tenant_id INTEGER NOT NULL,
+    owner TEXT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS key_groups (
+    key_id INTEGER PRIMARY KEY REFERENCES api_keys(id) ON DELETE CASCADE,
+    groups TEXT NOT NULL
+);
+";
+
 /// Every table, in the order they are created.
-pub(super) const ALL: [&str; 5] = [CATALOG, CONVERSATIONS, ANNOTATIONS, KEYS, EVENTS];
+pub(super) const ALL: [&str; 6] = [CATALOG, CONVERSATIONS, ANNOTATIONS, KEYS, EVENTS, ACCESS];
 
 /// The catalog on the shared PostgreSQL server: the same tables and columns as the SQLite file's
 /// (so one set of queries serves both, and `ragbox migrate` copies rows as they are), with
@@ -323,6 +344,20 @@ CREATE TABLE IF NOT EXISTS events (
     hash TEXT NOT NULL
 );
 CREATE INDEX IF NOT EXISTS events_by_tenant ON events(tenant, id);
+CREATE TABLE IF NOT EXISTS document_readers (
+    doc_id BIGINT PRIMARY KEY REFERENCES documents(id) ON DELETE CASCADE,
+    tenant_id BIGINT NOT NULL,
+    readers TEXT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS session_owners (
+    session_id BIGINT PRIMARY KEY REFERENCES sessions(id) ON DELETE CASCADE,
+    tenant_id BIGINT NOT NULL,
+    owner TEXT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS key_groups (
+    key_id BIGINT PRIMARY KEY REFERENCES api_keys(id) ON DELETE CASCADE,
+    groups TEXT NOT NULL
+);
 CREATE OR REPLACE FUNCTION ragbox_append_only() RETURNS trigger LANGUAGE plpgsql AS
 $$ BEGIN RAISE EXCEPTION 'the audit log is append-only'; END $$;
 CREATE OR REPLACE TRIGGER events_no_change BEFORE UPDATE OR DELETE ON events
@@ -330,7 +365,7 @@ CREATE OR REPLACE TRIGGER events_no_change BEFORE UPDATE OR DELETE ON events
 DO $$
 DECLARE t TEXT;
 BEGIN
-    FOREACH t IN ARRAY ARRAY['documents', 'chunks', 'sessions', 'answers'] LOOP
+    FOREACH t IN ARRAY ARRAY['documents', 'chunks', 'sessions', 'answers', 'document_readers', 'session_owners'] LOOP
         EXECUTE format('ALTER TABLE %I ENABLE ROW LEVEL SECURITY', t);
         EXECUTE format('ALTER TABLE %I FORCE ROW LEVEL SECURITY', t);
         IF NOT EXISTS (SELECT 1 FROM pg_policies WHERE tablename = t AND policyname = 'tenant_wall') THEN
@@ -344,8 +379,23 @@ END $$;
 
 /// The tables `ragbox migrate` copies between the two catalogs, parents before children, each
 /// with the columns it copies (both catalogs have them all, in this order).
-pub(super) const TABLES: [&str; 12] =
-    ["meta", "tenants", "documents", "chunks", "embeddings", "sessions", "answers", "turns", "feedback", "annotations", "api_keys", "events"];
+pub(super) const TABLES: [&str; 15] = [
+    "meta",
+    "tenants",
+    "documents",
+    "chunks",
+    "embeddings",
+    "sessions",
+    "answers",
+    "turns",
+    "feedback",
+    "annotations",
+    "api_keys",
+    "events",
+    "document_readers",
+    "session_owners",
+    "key_groups",
+];
 
 #[cfg(test)]
 pub(super) mod tests {

@@ -17,6 +17,7 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 use usearch::{Index, IndexOptions, MetricKind, ScalarKind};
 
+use crate::access::ChunkFilter;
 use crate::error::{Error, Result};
 use crate::store::layout::{rename_durably, temp_path, write_atomically};
 use crate::types::ChunkId;
@@ -98,7 +99,12 @@ pub trait VectorSearch: Send + Sync {
     }
     /// The `k` nearest chunks to `query`, best first, with cosine similarity; a query of another
     /// width than the index's is [`Error::IndexMismatch`].
-    fn search(&self, query: &[f32], k: usize) -> Result<Vec<VectorHit>>;
+    fn search(&self, query: &[f32], k: usize) -> Result<Vec<VectorHit>> {
+        self.search_filtered(query, k, None)
+    }
+    /// [`VectorSearch::search`] over the chunks `filter` allows only, decided inside the search:
+    /// `k` hits come back whenever the index holds `k` allowed chunks.
+    fn search_filtered(&self, query: &[f32], k: usize, filter: Option<&ChunkFilter>) -> Result<Vec<VectorHit>>;
     /// The stored vectors of `ids`, in input order (`None` where absent).
     fn vectors(&self, ids: &[ChunkId]) -> Result<Vec<Option<Vec<f32>>>>;
     /// Whether each of `ids` has a vector, in input order.
@@ -260,18 +266,29 @@ impl VectorIndex {
 
     /// The `k` nearest chunks to `query`, best first, with cosine similarity.
     pub fn search(&self, query: &[f32], k: usize) -> Result<Vec<VectorHit>> {
+        self.search_filtered(query, k, None)
+    }
+
+    /// The `k` nearest chunks that `filter` allows: the HNSW walk asks the filter of each
+    /// candidate (usearch's filtered search), so it walks on past refused ones and fills `k`;
+    /// below `exact_below` the exact scan is widened until `k` pass.
+    pub fn search_filtered(&self, query: &[f32], k: usize, filter: Option<&ChunkFilter>) -> Result<Vec<VectorHit>> {
         check_query(&self.meta, query)?;
-        if self.index.size() == 0 || k == 0 {
+        let size = self.index.size();
+        if size == 0 || k == 0 {
             return Ok(Vec::new());
         }
-        let k = k.min(self.index.size());
-        let matches = if self.index.size() < self.options.exact_below {
-            self.index.exact_search(query, k)
-        } else {
-            self.index.search(query, k)
+        let k = k.min(size);
+        let hits = |m: usearch::ffi::Matches| m.keys.into_iter().zip(m.distances).map(|(key, d)| (ChunkId(key), 1.0 - d)).collect::<Vec<_>>();
+        let failed = || ffi_err("searching the vector index".into());
+        match filter {
+            None if size < self.options.exact_below => Ok(hits(self.index.exact_search(query, k).map_err(failed())?)),
+            None => Ok(hits(self.index.search(query, k).map_err(failed())?)),
+            Some(f) if size < self.options.exact_below => {
+                widened(k, size, f, |h: &VectorHit| h.0 .0, |n| Ok(hits(self.index.exact_search(query, n).map_err(failed())?)))
+            }
+            Some(f) => Ok(hits(self.index.filtered_search(query, k, |key| f.allows(key)).map_err(failed())?)),
         }
-        .map_err(ffi_err("searching the vector index".into()))?;
-        Ok(matches.keys.into_iter().zip(matches.distances).map(|(key, d)| (ChunkId(key), 1.0 - d)).collect())
     }
 
     /// Writes the index to `path` and its sidecar to `meta_path`, both atomically, stamped with
@@ -313,14 +330,36 @@ impl VectorSearch for VectorIndex {
     fn len(&self) -> usize {
         VectorIndex::len(self)
     }
-    fn search(&self, query: &[f32], k: usize) -> Result<Vec<VectorHit>> {
-        VectorIndex::search(self, query, k)
+    fn search_filtered(&self, query: &[f32], k: usize, filter: Option<&ChunkFilter>) -> Result<Vec<VectorHit>> {
+        VectorIndex::search_filtered(self, query, k, filter)
     }
     fn vectors(&self, ids: &[ChunkId]) -> Result<Vec<Option<Vec<f32>>>> {
         VectorIndex::vectors(self, ids)
     }
     fn contains(&self, ids: &[ChunkId]) -> Result<Vec<bool>> {
         Ok(ids.iter().map(|id| VectorIndex::contains(self, *id)).collect())
+    }
+}
+
+/// The first `k` hits that `filter` allows, from a search that can only be asked for its top `n`
+/// (an exact scan, a remote index): asked again for four times as many until `k` pass or the
+/// `total` candidates are exhausted, so the list comes back full.
+pub(crate) fn widened<H>(
+    k: usize,
+    total: usize,
+    filter: &ChunkFilter,
+    id: impl Fn(&H) -> u64,
+    mut search: impl FnMut(usize) -> Result<Vec<H>>,
+) -> Result<Vec<H>> {
+    let mut ask = k.saturating_mul(2).max(32).min(total.max(1));
+    loop {
+        let got = search(ask)?;
+        let exhausted = got.len() < ask || ask >= total;
+        let kept: Vec<H> = got.into_iter().filter(|h| filter.allows(id(h))).take(k).collect();
+        if kept.len() >= k || exhausted {
+            return Ok(kept);
+        }
+        ask = ask.saturating_mul(4).min(total);
     }
 }
 
@@ -382,12 +421,16 @@ impl VectorSearch for MemoryVectors {
     fn len(&self) -> usize {
         self.rows.len()
     }
-    fn search(&self, query: &[f32], k: usize) -> Result<Vec<VectorHit>> {
+    fn search_filtered(&self, query: &[f32], k: usize, filter: Option<&ChunkFilter>) -> Result<Vec<VectorHit>> {
         check_query(&self.meta, query)?;
         let norm = |v: &[f32]| v.iter().map(|x| x * x).sum::<f32>().sqrt().max(1e-12);
         let q = norm(query);
         let mut hits: Vec<VectorHit> =
-            self.rows.iter().map(|(id, v)| (*id, v.iter().zip(query).map(|(a, b)| a * b).sum::<f32>() / (norm(v) * q))).collect();
+            self.rows
+                .iter()
+                .filter(|(id, _)| filter.is_none_or(|f| f.allows(id.0)))
+                .map(|(id, v)| (*id, v.iter().zip(query).map(|(a, b)| a * b).sum::<f32>() / (norm(v) * q)))
+                .collect();
         hits.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0 .0.cmp(&b.0 .0)));
         hits.truncate(k);
         Ok(hits)

@@ -80,20 +80,31 @@ function showSignIn(message) {
   $('#who').hidden = true;
   notice('');
   $('#signin-error').textContent = message || '';
-  $('#key').focus();
+  get('/web/sso').then((sso) => {
+    $('#sso-oidc').hidden = !sso.oidc;
+    $('#ldap-form').hidden = !sso.ldap;
+    $('#sso-or').hidden = !(sso.oidc || sso.ldap);
+    (sso.ldap ? $('#ldap-user') : $('#key')).focus();
+  }, () => $('#key').focus());
 }
+
+const SIGNIN_NOTES = {
+  used: 'That sign-in link has already been used (each link works once). Sign in with a key, or restart ragbox serve for a new link.',
+  refused: 'The sign-in was cancelled at your organisation\'s page. Try again.',
+  failed: 'Your organisation\'s sign-in did not complete here. Try again; if it persists, ask an administrator.',
+  'no-group': 'You signed in, but none of your groups is given access to ragbox. Ask an administrator.',
+};
 
 async function start() {
   const params = new URLSearchParams(window.location.search);
+  const note = SIGNIN_NOTES[params.get('signin')] || '';
   const usedLink = params.get('signin') === 'used';
-  if (usedLink) history.replaceState(null, '', '/');
+  if (params.has('signin')) history.replaceState(null, '', '/');
   try {
     state.me = await get('/web/session');
   } catch (e) {
     if (e.status !== 401) return showSignIn(e.message);
-    return showSignIn(usedLink
-      ? 'That sign-in link has already been used (each link works once). Sign in with a key, or restart ragbox serve for a new link.'
-      : '');
+    return showSignIn(note);
   }
   enterApp();
   if (usedLink) notice(`That sign-in link has already been used; you are still signed in as ${state.me.name}.`, 'info');
@@ -105,7 +116,7 @@ function enterApp() {
   $('#tabs').hidden = false;
   $('#who').hidden = false;
   $('[data-view=admin]').hidden = !me.admin;
-  $('#who-name').textContent = `${me.name} · ${me.role}`;
+  $('#who-name').textContent = me.groups && me.groups.length ? `${me.name} · ${me.role} · ${me.groups.join(', ')}` : `${me.name} · ${me.role}`;
   const select = $('#tenant');
   select.replaceChildren(...me.tenants.map((t) => h('option', { value: t }, t)));
   const saved = localStorage.getItem('ragbox.tenant');
@@ -125,6 +136,19 @@ $('#signin-form').addEventListener('submit', async (ev) => {
     start();
   } catch (e) {
     $('#signin-error').textContent = e.status === 401 ? 'That key is not valid (unknown or revoked). Check it and try again.' : e.message;
+  }
+});
+
+$('#ldap-form').addEventListener('submit', async (ev) => {
+  ev.preventDefault();
+  $('#signin-error').textContent = '';
+  try {
+    await post('/web/session', { user: $('#ldap-user').value, password: $('#ldap-password').value });
+    $('#ldap-password').value = '';
+    start();
+  } catch (e) {
+    $('#ldap-password').value = '';
+    $('#signin-error').textContent = e.message;
   }
 });
 

@@ -27,7 +27,9 @@ use std::sync::Arc;
 use crate::error::Result;
 use crate::store::backend::{Committed, LexicalBackend, LexicalWrite};
 use crate::store::catalog::TenantRow;
+use crate::access::ChunkFilter;
 use crate::store::lexical::{analyze, LexicalHit, LexicalSearch};
+use crate::store::vector::widened;
 use crate::store::shared::postgres::Postgres;
 use crate::types::{ChunkId, DocId};
 
@@ -342,16 +344,23 @@ struct PostgresSearcher {
 }
 
 impl LexicalSearch for PostgresSearcher {
-    fn search(&self, query: &str, k: usize) -> Result<Vec<LexicalHit>> {
+    /// Filtered, the query is asked again for more hits until `k` pass ([`widened`]).
+    fn search_filtered(&self, query: &str, k: usize, filter: Option<&ChunkFilter>) -> Result<Vec<LexicalHit>> {
         let mut terms = analyze(query);
         terms.sort();
         terms.dedup();
         if k == 0 || terms.is_empty() {
             return Ok(Vec::new());
         }
-        let per_term = CANDIDATES_PER_TERM.max(k * 10) as i64;
-        let rows = self.pg.with("searching the lexical index", |c| c.query(SEARCH, &[&self.tenant, &terms, &(k as i64), &per_term]))?;
-        Ok(rows.iter().map(|r| (ChunkId(r.get::<_, i64>(0) as u64), r.get::<_, f32>(1))).collect())
+        let top = |n: usize| -> Result<Vec<LexicalHit>> {
+            let per_term = CANDIDATES_PER_TERM.max(n * 10) as i64;
+            let rows = self.pg.with("searching the lexical index", |c| c.query(SEARCH, &[&self.tenant, &terms, &(n as i64), &per_term]))?;
+            Ok(rows.iter().map(|r| (ChunkId(r.get::<_, i64>(0) as u64), r.get::<_, f32>(1))).collect())
+        };
+        match filter {
+            None => top(k),
+            Some(f) => widened(k, self.chunks, f, |h: &LexicalHit| h.0 .0, top),
+        }
     }
 
     fn len(&self) -> usize {

@@ -39,7 +39,8 @@ use milvus::value::{Value, ValueVec};
 use crate::error::{Error, Result};
 use crate::store::backend::{Committed, VectorBackend, VectorWriter};
 use crate::store::catalog::TenantRow;
-use crate::store::vector::{check_query, Quantization, VectorHit, VectorMeta, VectorSearch};
+use crate::access::ChunkFilter;
+use crate::store::vector::{check_query, widened, Quantization, VectorHit, VectorMeta, VectorSearch};
 use crate::types::ChunkId;
 
 /// Milvus's strong consistency level: waits for everything written before the request.
@@ -55,6 +56,8 @@ const HNSW_M: &str = "16";
 const HNSW_EF_CONSTRUCTION: &str = "128";
 /// Smallest HNSW search breadth.
 const EF_SEARCH: usize = 128;
+/// The most hits one Milvus search returns (its `topk` limit).
+const MAX_TOPK: usize = 16_384;
 /// How long one request may take.
 const RPC_TIMEOUT: Duration = Duration::from_secs(60);
 
@@ -414,7 +417,24 @@ impl VectorSearch for MilvusReader {
         self.meta.count
     }
 
-    fn search(&self, query: &[f32], k: usize) -> Result<Vec<VectorHit>> {
+    /// Filtered, the query is asked again for more hits until `k` pass ([`widened`]): the
+    /// readers live in the catalog, not in Milvus's rows.
+    fn search_filtered(&self, query: &[f32], k: usize, filter: Option<&ChunkFilter>) -> Result<Vec<VectorHit>> {
+        match filter {
+            None => self.top(query, k),
+            // Milvus answers at most MAX_TOPK hits per search.
+            Some(f) => widened(k, self.meta.count.min(MAX_TOPK), f, |h: &VectorHit| h.0 .0, |n| self.top(query, n)),
+        }
+    }
+
+    fn vectors(&self, ids: &[ChunkId]) -> Result<Vec<Option<Vec<f32>>>> {
+        self.stored(ids)
+    }
+}
+
+impl MilvusReader {
+    /// The `k` nearest of this tenant's vectors.
+    fn top(&self, query: &[f32], k: usize) -> Result<Vec<VectorHit>> {
         check_query(&self.meta, query)?;
         if k == 0 || self.meta.count == 0 {
             return Ok(Vec::new());
@@ -457,7 +477,8 @@ impl VectorSearch for MilvusReader {
         Ok(hits)
     }
 
-    fn vectors(&self, ids: &[ChunkId]) -> Result<Vec<Option<Vec<f32>>>> {
+    /// The stored vectors of `ids`.
+    fn stored(&self, ids: &[ChunkId]) -> Result<Vec<Option<Vec<f32>>>> {
         let mut found: HashMap<u64, Vec<f32>> = HashMap::new();
         let dims = self.meta.dims;
         for group in ids.chunks(BATCH) {
