@@ -5,7 +5,7 @@
 #      target dir kept outside the clone so repeated runs stay incremental;
 #   3. check the module layering (and build llama.cpp's OpenAI-compatible server once, in a venv
 #      under ~/.cache/ragbox, for the inference-server tests; install PostgreSQL and the pinned
-#      Milvus wheel for the shared-backend tests);
+#      Milvus wheel for the shared-backend tests, and slapd for the sign-in tests);
 #   4. run every test inside a network namespace that has nothing but loopback: proof that nothing
 #      after set-up needs the network.
 set -euo pipefail
@@ -38,6 +38,9 @@ scripts/setup/patch-crates.sh
 
 step "PostgreSQL and Milvus (the shared-backend tests start them inside the namespace)"
 scripts/setup/shared-servers.sh
+
+step "slapd (the LDAP sign-in tests start it inside the namespace)"
+scripts/setup/ldap-server.sh >/dev/null
 
 step "llama.cpp's server (the inference-server tests run against it)"
 LLAMA_SERVER_VENV="$(scripts/setup/llama-server-venv.sh)"

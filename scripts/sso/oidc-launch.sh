@@ -16,9 +16,13 @@
 # authorization code with PKCE S256 (PKCE is allowed, not required), also the password grant;
 # redirect URI $OIDC_REDIRECT (default http://127.0.0.1:7071/auth/oidc/callback; Glewlwyd
 # matches it exactly, so set the one the test's server uses). Scopes openid, profile, email.
-# Tokens are signed RS256; the ID token carries `preferred_username`, `name`, `email` and
-# `groups` (an array; absent for carol); the access token is a JWT whose `aud` is the granted
-# scopes ("openid profile email" as one string, Glewlwyd's choice) and which carries no groups.
+# Tokens are signed RS256 (kid: the key's thumbprint). The ID token (aud "ragbox") carries
+# `preferred_username`, `name`, `email` and `groups` (an array; absent for carol). The access
+# token is a JWT too (typ at+jwt, same sub) with `preferred_username`, but its `aud` is the
+# granted scopes as one string ("openid profile email", Glewlwyd's choice) and it carries no
+# groups: Glewlwyd 2.7 can only add a multi-valued property to access tokens comma-joined
+# ("hr,legal"), which would read as one group, so it is left out. Use the ID token as the
+# bearer when groups matter.
 # Admin API: admin/password (the package's default; loopback only).
 set -euo pipefail
 if [ $# -ne 2 ]; then
@@ -106,8 +110,8 @@ database =
 };
 EOF
 
-# The port is passed on the command line too: that binds it before the config is read.
-setsid "$GLEWLWYD" --config-file="$DIR/glewlwyd.conf" --port="$PORT" </dev/null >>"$DIR/provider.log" 2>&1 &
+# The port is passed on the command line too.
+"$GLEWLWYD" --config-file="$DIR/glewlwyd.conf" --port="$PORT" </dev/null >>"$DIR/provider.log" 2>&1 &
 echo $! >"$DIR/provider.pid"
 
 fail() {
@@ -186,7 +190,7 @@ call("POST", "/mod/plugin/", {"module": "oidc", "name": "oidc", "display_name": 
     "auth-type-code-enabled": True, "auth-type-token-enabled": False, "auth-type-id-token-enabled": True,
     "auth-type-none-enabled": False, "auth-type-password-enabled": True, "auth-type-client-enabled": False,
     "auth-type-device-enabled": False, "auth-type-refresh-enabled": True,
-    "scope": [], "additional-parameters": [{"user-parameter": "username", "token-parameter": "preferred_username", "token-changed": True}, {"user-parameter": "group", "token-parameter": "groups", "token-changed": True}], "allowed-scope": ["openid", "profile", "email"],
+    "scope": [], "additional-parameters": [{"user-parameter": "username", "token-parameter": "preferred_username", "token-changed": True}], "allowed-scope": ["openid", "profile", "email"],
     "name-claim": "mandatory", "name-claim-scope": [], "email-claim": "mandatory", "email-claim-scope": [],
     "scope-claim": "no", "scope-claim-scope": [],
     "claims": [claim("preferred_username", "username"), claim("groups", "group")],

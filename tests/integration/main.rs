@@ -13,6 +13,7 @@ mod retrieve;
 mod server;
 mod serve_faults;
 mod web;
+mod access;
 mod answer;
 mod backup;
 mod faults;

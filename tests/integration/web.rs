@@ -27,7 +27,7 @@ use crate::server::{cli, create_key, get, start_with, HANDBOOK};
 
 /// A chromedriver process on a free loopback port, in a process group of its own; the group
 /// (chromedriver and the browsers it started) is killed on drop, also when a check fails.
-struct Driver {
+pub(crate) struct Driver {
     child: Child,
     url: String,
 }
@@ -43,7 +43,7 @@ fn which(name: &str) -> Option<PathBuf> {
     std::env::var_os("PATH")?.to_str()?.split(':').map(|d| PathBuf::from(d).join(name)).find(|p| p.is_file())
 }
 
-fn driver() -> Driver {
+pub(crate) fn driver() -> Driver {
     let exe = which("chromedriver").expect(
         "chromedriver is not installed: the browser test needs Debian's chromium and chromium-driver \
          (scripts/test.sh installs them: apt-get install chromium chromium-driver)",
@@ -65,7 +65,7 @@ fn driver() -> Driver {
     Driver { child, url }
 }
 
-async fn browser(driver: &Driver, profile: &std::path::Path) -> Client {
+pub(crate) async fn browser(driver: &Driver, profile: &std::path::Path) -> Client {
     let mut options = serde_json::json!({
         "args": [
             "--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--no-first-run",
@@ -91,17 +91,17 @@ fn shots() -> PathBuf {
     dir
 }
 
-async fn shot(c: &Client, name: &str) {
+pub(crate) async fn shot(c: &Client, name: &str) {
     let png = c.screenshot().await.unwrap();
     std::fs::write(shots().join(format!("{name}.png")), png).unwrap();
 }
 
-async fn find(c: &Client, css: &str) -> Element {
+pub(crate) async fn find(c: &Client, css: &str) -> Element {
     c.wait().at_most(Duration::from_secs(30)).for_element(Locator::Css(css)).await.unwrap_or_else(|e| panic!("{css}: {e}"))
 }
 
 /// Waits up to `secs` for `js` (a function body returning a value) to return something truthy.
-async fn until(c: &Client, secs: u64, what: &str, js: &str) -> serde_json::Value {
+pub(crate) async fn until(c: &Client, secs: u64, what: &str, js: &str) -> serde_json::Value {
     let deadline = Instant::now() + Duration::from_secs(secs);
     loop {
         let v = c.execute(js, vec![]).await.unwrap();
@@ -116,7 +116,7 @@ async fn until(c: &Client, secs: u64, what: &str, js: &str) -> serde_json::Value
     }
 }
 
-async fn text(c: &Client, css: &str) -> String {
+pub(crate) async fn text(c: &Client, css: &str) -> String {
     find(c, css).await.text().await.unwrap()
 }
 

@@ -51,11 +51,12 @@ pub fn ls(g: &GlobalArgs, args: LsArgs) -> anyhow::Result<u8> {
     for d in docs {
         match d.status {
             DocumentStatus::Indexed => println!(
-                "  {:>5} chunks  {:<9} {}  ({})",
+                "  {:>5} chunks  {:<9} {}  ({}){}",
                 d.chunks,
                 d.parser.as_deref().unwrap_or("?"),
                 d.path.display(),
-                d.title.as_deref().unwrap_or("")
+                d.title.as_deref().unwrap_or(""),
+                if d.readers.is_empty() { String::new() } else { format!("  readers: {}", d.readers.join(", ")) }
             ),
             DocumentStatus::Skipped => {
                 println!("  skipped          {}: {}", d.path.display(), d.skip_reason.as_deref().unwrap_or(""))

@@ -142,6 +142,9 @@ fn print_report(g: &GlobalArgs, r: &IngestReport) -> anyhow::Result<u8> {
         r.skipped.len(),
         r.ignored.len()
     );
+    if r.readers_changed > 0 {
+        println!("readers: {} documents given new readers (rules or .ragbox-access files changed; nothing re-embedded)", r.readers_changed);
+    }
     println!(
         "chunks: {} (+{} parents); embedded {}, from cache {}{}",
         r.chunks,
@@ -223,7 +226,7 @@ impl Watch {
                     continue;
                 }
                 match run_once(g, service, root, model, opts) {
-                    Ok(r) if r.added + r.updated + r.removed > 0 => {
+                    Ok(r) if r.added + r.updated + r.removed + r.readers_changed > 0 => {
                         print_report(g, &r)?;
                     }
                     Ok(_) => {}

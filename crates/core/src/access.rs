@@ -8,8 +8,8 @@
 //!   of groups reads the open documents and those sharing one of its groups.
 //! - [`Rules`] decide a document's readers from its path: the first `[[access.rules]]` entry of
 //!   the configuration whose glob matches, else the nearest [`ACCESS_FILE`] in the document's
-//!   folder or above it, else none (open). Ingest re-applies them to every document of a tenant
-//!   on every run, so a change of rules takes effect without re-embedding anything.
+//!   folder or above it, else none (open). Ingest re-applies them on every run to every document
+//!   under the folder it walks, so a change of rules takes effect without re-embedding anything.
 //! - [`AccessMap`] is a tenant's chunk-to-readers table at one catalog generation, what the
 //!   vector and BM25 searches filter with *inside* the index (usearch's filtered search,
 //!   tantivy's filter collector), so a filtered top k is as full as an unfiltered one.

@@ -61,8 +61,8 @@ pub struct IngestOptions {
     pub annotator: Option<Arc<dyn Annotator>>,
     /// What parsers may use: the OCR engine for scanned pages and images.
     pub parse: crate::source::ParseContext,
-    /// `[[access.rules]]`: who may read what, re-applied to every document of the tenant on
-    /// every run (with the folders' `.ragbox-access` files), so a change of rules takes effect
+    /// `[[access.rules]]`: who may read what, re-applied on every run to every document under
+    /// the root (with the folders' `.ragbox-access` files), so a change of rules takes effect
     /// without re-embedding.
     pub access_rules: Vec<AccessRule>,
 }

@@ -4,6 +4,7 @@
 //! Shared here: the subcommand enum, its dispatch, and what the benches have in common: a seeded
 //! generator for synthetic data, percentiles and resident memory.
 
+mod access;
 mod backends;
 mod embed;
 mod llm;
@@ -30,6 +31,9 @@ pub enum BenchCmd {
     /// The HTTP server under loopback load: search p50/p99 and req/s at N clients, during an
     /// ingest, and asking with the queue full; RSS at start and end.
     Serve(serve::ServeBenchArgs),
+    /// Retrieval with a permission filter against without, at scale: the vector and BM25 searches
+    /// of a tenant whose chunks belong to ten groups, asked by one group.
+    Access(access::AccessArgs),
     /// The index backends side by side: local files against the shared servers, same tenant.
     Backends(backends::BackendsArgs),
     /// Several `ragbox serve` nodes over one shared backend under loopback load: the same
@@ -45,6 +49,7 @@ pub fn run(g: &GlobalArgs, cmd: BenchCmd) -> anyhow::Result<()> {
         BenchCmd::Rerank(args) => rerank::run(g, args),
                 BenchCmd::Llm(args) => llm::run(g, args),
         BenchCmd::Serve(args) => serve::run(g, args),
+        BenchCmd::Access(args) => access::run(g, args),
         BenchCmd::Backends(args) => backends::run(g, args),
         BenchCmd::Nodes(args) => nodes::run(g, args),
     }

@@ -101,7 +101,7 @@ fn quantization_name(q: Quantization) -> &'static str {
 }
 
 /// The synthetic embedding-like distribution.
-struct Mixture {
+pub(super) struct Mixture {
     dims: usize,
     /// `topics × dims`, unit rows.
     centres: Vec<f32>,
@@ -118,7 +118,7 @@ fn normalise(v: &mut [f32]) {
 }
 
 impl Mixture {
-    fn new(dims: usize, topics: usize, seed: u64) -> Mixture {
+    pub(super) fn new(dims: usize, topics: usize, seed: u64) -> Mixture {
         let mut rng = SeededRng::new(seed);
         let mut unit_rows = |rows: usize| {
             let mut m = vec![0f32; rows * dims];
@@ -162,7 +162,7 @@ impl Mixture {
     }
 
     /// Points `start..start + count` of `stream`, row after row (made in parallel).
-    fn points(&self, stream: u64, start: usize, count: usize) -> Vec<f32> {
+    pub(super) fn points(&self, stream: u64, start: usize, count: usize) -> Vec<f32> {
         let mut out = vec![0f32; count * self.dims];
         out.par_chunks_mut(self.dims)
             .enumerate()

@@ -659,6 +659,47 @@ mod tests {
         Some(Arc::new(HashEmbedder::default()))
     }
 
+    /// An asker outside `security.txt`'s readers gets none of it: not from the filtered
+    /// searches, and not when the index's filter is wrong (a chunk planted as open in the map,
+    /// not in the catalog): the catalog's readers withhold it, and it leaves no candidate behind.
+    #[test]
+    fn restricted_documents_stay_out_even_past_a_wrong_index_filter() {
+        let catalog = Catalog::in_memory().unwrap();
+        let reader = reader(&catalog, "hash-16");
+        let tenant = reader.tenant.clone();
+        let security = catalog.documents(tenant.id).unwrap().into_iter().find(|d| d.path.ends_with("security.txt")).unwrap();
+        assert_eq!(catalog.set_readers(tenant.id, &[(security.id, vec!["it".into()])]).unwrap(), 1);
+        let secret: Vec<ChunkId> = catalog.index_entries(tenant.id).unwrap().iter().filter(|e| e.doc == security.id).map(|e| e.id).collect();
+        assert!(!secret.is_empty());
+        let map = Arc::new(catalog.access_map(&tenant).unwrap());
+        let question = "lost laptop service desk passwords";
+        let hr = crate::access::Audience::groups(["hr"]);
+
+        let mut r = Retriever::over(&catalog, reader, embedder(), None, RetrieveOptions::default()).unwrap();
+        let everyone = r.retrieve(question).unwrap();
+        assert!(everyone.hits.iter().any(|h| secret.contains(&h.chunk.id)), "unrestricted, the passage is found");
+
+        r.restrict(&hr, &map);
+        let filtered = r.retrieve(question).unwrap();
+        assert!(filtered.hits.iter().all(|h| !secret.contains(&h.chunk.id)));
+        assert!(filtered.candidates.iter().all(|c| !secret.contains(&c.chunk)), "the filter ran inside both searches");
+        assert!(filtered.withheld.is_empty(), "nothing reached the catalog check");
+
+        let mut planted = catalog.access_map(&tenant).unwrap();
+        for id in &secret {
+            planted.plant(*id, Vec::new());
+        }
+        r.restrict(&hr, &Arc::new(planted));
+        let past = r.retrieve(question).unwrap();
+        assert!(past.hits.iter().all(|h| !secret.contains(&h.chunk.id)), "the catalog check caught it");
+        assert!(past.candidates.iter().all(|c| !secret.contains(&c.chunk)));
+        assert!(!past.withheld.is_empty() && past.withheld.iter().all(|id| secret.contains(id)));
+
+        r.restrict(&crate::access::Audience::groups(["it"]), &map);
+        let it = r.retrieve(question).unwrap();
+        assert!(it.hits.iter().any(|h| secret.contains(&h.chunk.id)), "its own group reads it");
+    }
+
     #[test]
     fn both_lists_find_the_passage_and_resolve_it_through_the_catalog() {
         let catalog = Catalog::in_memory().unwrap();

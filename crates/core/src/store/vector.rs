@@ -453,6 +453,36 @@ mod tests {
         v.iter().map(|x| x / n).collect()
     }
 
+    /// A filter that refuses nine chunks in ten still gets `k` hits back, all allowed and in
+    /// similarity order, on the exact path and the HNSW path alike, and the in-memory stand-in
+    /// agrees with the exact one.
+    #[test]
+    fn a_filtered_search_keeps_its_top_k_full() {
+        use crate::access::{AccessMap, Audience};
+        let n = 3000u64;
+        let vectors: Vec<Vec<f32>> = (0..n).map(|i| unit(&[(i as f32 * 0.37).sin(), (i as f32 * 0.11).cos(), (i % 17) as f32 / 17.0, 1.0])).collect();
+        let items: Vec<(ChunkId, &[f32])> = vectors.iter().enumerate().map(|(i, v)| (ChunkId(i as u64 + 1), v.as_slice())).collect();
+        // Nine chunks in ten belong to `legal`; the asker is in `hr`.
+        let rows = (1..=n).filter(|i| i % 10 != 0).map(|i| (ChunkId(i), vec!["legal".to_string()]));
+        let map = std::sync::Arc::new(AccessMap::new(1, rows));
+        let filter = map.filter(&Audience::groups(["hr"])).expect("a filter for a restricted audience");
+        let query = unit(&[0.3, 0.9, 0.2, 1.0]);
+        for exact_below in [usize::MAX, 0] {
+            let mut ix = VectorIndex::create("m", 4, VectorOptions { exact_below, ..VectorOptions::default() }).unwrap();
+            ix.add(&items).unwrap();
+            let hits = ix.search_filtered(&query, 20, Some(&filter)).unwrap();
+            assert_eq!(hits.len(), 20, "the top k stays full (exact_below {exact_below})");
+            assert!(hits.iter().all(|h| h.0 .0 % 10 == 0), "only allowed chunks");
+            assert!(hits.windows(2).all(|w| w[0].1 >= w[1].1 - 1e-6), "best first");
+            if exact_below == usize::MAX {
+                let mut memory = MemoryVectors::new("m", 4);
+                memory.add(&items).unwrap();
+                let want: Vec<ChunkId> = memory.search_filtered(&query, 20, Some(&filter)).unwrap().iter().map(|h| h.0).collect();
+                assert_eq!(hits.iter().map(|h| h.0).collect::<Vec<_>>(), want);
+            }
+        }
+    }
+
     /// The in-memory stand-in answers as the usearch index does: the same order and similarities
     /// (exact search below `exact_below`), the same stored vectors, the same width check.
     #[test]

@@ -219,8 +219,8 @@ impl Provider {
             let error = serde_json::from_slice::<Value>(&body).ok().and_then(|v| v.get("error").and_then(Value::as_str).map(str::to_string));
             let error = error.filter(|e| e.len() <= 64 && e.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_'));
             return Err(match (status.as_u16(), error.as_deref()) {
-                (_, Some("invalid_client")) | (401, _) => OidcError::Misconfigured(format!(
-                    "the provider refused the client's credentials ({}); check sso.oidc.client_id and client_secret_file",
+                (_, Some("invalid_client" | "unauthorized_client")) | (401, _) => OidcError::Misconfigured(format!(
+                    "the provider refused the client ({}); check sso.oidc.client_id, client_secret_file and that the provider lets this client use the authorization code grant",
                     error.as_deref().unwrap_or("HTTP 401")
                 )),
                 (400..=499, e) => OidcError::Rejected(format!("the provider refused the code ({})", e.unwrap_or("HTTP error"))),
@@ -277,7 +277,7 @@ impl Provider {
     /// The published key for `kid` (or the only one usable with `alg` when the token names none).
     fn key_for(&self, kid: Option<&str>, alg: Algorithm) -> Option<DecodingKey> {
         let keys = self.keys.read().unwrap_or_else(|p| p.into_inner());
-        let fits = |k: &&Jwk| k.common.key_algorithm.map_or(true, |a| format!("{a:?}") == format!("{alg:?}"));
+        let fits = |k: &&Jwk| k.common.key_algorithm.is_none_or(|a| format!("{a:?}") == format!("{alg:?}"));
         let chosen = match kid {
             Some(kid) => keys.iter().filter(fits).find(|k| k.common.key_id.as_deref() == Some(kid)),
             None => {
@@ -347,7 +347,7 @@ async fn fetch_keys(http: &reqwest::Client, allow: &HostAllowlist, url: &str) ->
     let keys: Vec<Jwk> = set
         .keys
         .into_iter()
-        .filter(|k| k.get("use").and_then(Value::as_str).map_or(true, |u| u == "sig"))
+        .filter(|k| k.get("use").and_then(Value::as_str).is_none_or(|u| u == "sig"))
         .filter_map(|k| serde_json::from_value(k).ok())
         .collect();
     if keys.is_empty() {
