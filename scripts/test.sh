@@ -5,7 +5,7 @@
 #      target dir kept outside the clone so repeated runs stay incremental;
 #   3. check the module layering (and build llama.cpp's OpenAI-compatible server once, in a venv
 #      under ~/.cache/ragbox, for the inference-server tests; install PostgreSQL and the pinned
-#      Milvus wheel for the shared-backend tests, and slapd for the sign-in tests);
+#      Milvus wheel for the shared-backend tests, and slapd and Glewlwyd for the sign-in tests);
 #   4. run every test inside a network namespace that has nothing but loopback: proof that nothing
 #      after set-up needs the network.
 set -euo pipefail
@@ -41,6 +41,9 @@ scripts/setup/shared-servers.sh
 
 step "slapd (the LDAP sign-in tests start it inside the namespace)"
 scripts/setup/ldap-server.sh >/dev/null
+
+step "Glewlwyd (the OpenID Connect sign-in tests start it inside the namespace)"
+scripts/setup/oidc-provider.sh >/dev/null
 
 step "llama.cpp's server (the inference-server tests run against it)"
 LLAMA_SERVER_VENV="$(scripts/setup/llama-server-venv.sh)"

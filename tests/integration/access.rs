@@ -24,15 +24,15 @@ use crate::server::{create_key, events, get, post, spawn, Server};
 /// title's slug and the facts in it; the question itself names "Zephyr", so that word may come
 /// back in a question's echo).
 const LEGAL_MARKERS: &[&str] = &["zephyr-matter", "2.4 million", "Brandt", "outside counsel"];
-const LEGAL_QUESTION: &str = "What was the Zephyr matter settled for, and who handles it?";
-const HR_QUESTION: &str = "What is the salary band for grade 7 engineers?";
+pub(crate) const LEGAL_QUESTION: &str = "What was the Zephyr matter settled for, and who handles it?";
+pub(crate) const HR_QUESTION: &str = "What is the salary band for grade 7 engineers?";
 
-fn free_port() -> u16 {
+pub(crate) fn free_port() -> u16 {
     TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
 }
 
 /// The sample corpus plus `hr/` (a permissions file: `hr`) and `legal/` (a rule: `legal`).
-fn corpus(dir: &Path) -> PathBuf {
+pub(crate) fn corpus(dir: &Path) -> PathBuf {
     let corpus = dir.join("corpus");
     copy_tree(&sample_corpus(), &corpus);
     std::fs::create_dir_all(corpus.join("hr")).unwrap();
@@ -102,14 +102,14 @@ fn config(dir: &Path, ldap: &Directory) -> PathBuf {
     path
 }
 
-fn ingest(data: &Path, config: &Path, corpus: &Path) -> serde_json::Value {
+pub(crate) fn ingest(data: &Path, config: &Path, corpus: &Path) -> serde_json::Value {
     let (code, out, err) = run(ragbox(data).arg("--config").arg(config).arg("ingest").arg(corpus).arg("--json"));
     assert_eq!(code, 0, "{out}\n{err}");
     serde_json::from_str(out.trim()).unwrap_or_else(|e| panic!("{out}: {e}"))
 }
 
 /// Panics if `body` (a whole response) holds anything of the legal document.
-fn no_legal(face: &str, body: &str) {
+pub(crate) fn no_legal(face: &str, body: &str) {
     for m in LEGAL_MARKERS {
         assert!(!body.contains(m), "{face} leaked `{m}` to an asker outside `legal`:\n{body}");
     }
@@ -123,7 +123,7 @@ fn documents(server: &Server, key: &str) -> Vec<String> {
 }
 
 /// A request with the page's session cookie (and its own origin, as the page sends).
-fn with_cookie(method: &str, url: &str, base: &str, cookie: &str, body: Option<&serde_json::Value>) -> (u16, String) {
+pub(crate) fn with_cookie(method: &str, url: &str, base: &str, cookie: &str, body: Option<&serde_json::Value>) -> (u16, String) {
     let req = ureq::request(method, url).timeout(Duration::from_secs(300)).set("Cookie", cookie).set("Origin", base);
     let resp = match body {
         Some(b) => req.set("Content-Type", "application/json").send_string(&b.to_string()),
@@ -152,7 +152,7 @@ fn ldap_sign_in(base: &str, user: &str, password: &str) -> Result<String, (u16, 
 }
 
 /// The audit rows of `person` (name or subject), through the command line.
-fn audit_of(data: &Path, config: &Path, person: &str) -> Vec<serde_json::Value> {
+pub(crate) fn audit_of(data: &Path, config: &Path, person: &str) -> Vec<serde_json::Value> {
     let (code, out, err) = run(ragbox(data).arg("--config").arg(config).args(["audit", "--person", person, "--json"]));
     assert_eq!(code, 0, "{out}\n{err}");
     out.lines().filter(|l| !l.trim().is_empty()).map(|l| serde_json::from_str(l).unwrap()).collect()

@@ -107,11 +107,17 @@ pub(crate) fn start_with(toml: &str) -> Server {
 /// `ragbox serve` on `data` with `config`, on a free loopback port; its stderr goes to
 /// `server.err` beside the config (appended across restarts).
 pub(crate) fn spawn(data: PathBuf, config: PathBuf) -> Server {
+    spawn_at(data, config, "127.0.0.1:0")
+}
+
+/// [`spawn`] listening on `listen` (a test that must know the address before the server starts:
+/// an OpenID Connect redirect).
+pub(crate) fn spawn_at(data: PathBuf, config: PathBuf, listen: &str) -> Server {
     let err = std::fs::OpenOptions::new().create(true).append(true).open(config.with_file_name("server.err")).unwrap();
     let mut child = ragbox(&data)
         .arg("--config")
         .arg(&config)
-        .args(["serve", "--listen", "127.0.0.1:0"])
+        .args(["serve", "--listen", listen])
         .stdout(Stdio::piped())
         .stderr(err)
         .spawn()

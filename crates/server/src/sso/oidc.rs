@@ -90,7 +90,10 @@ pub struct Pending {
 
 impl fmt::Debug for Pending {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Pending").field("state", &self.state).field("created", &self.created).finish_non_exhaustive()
+        f.debug_struct("Pending")
+            .field("state", &self.state)
+            .field("created", &self.created)
+            .finish_non_exhaustive()
     }
 }
 
@@ -118,21 +121,32 @@ pub struct Provider {
 
 impl fmt::Debug for Provider {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Provider").field("issuer", &self.meta.issuer).field("client_id", &self.settings.client_id).finish_non_exhaustive()
+        f.debug_struct("Provider")
+            .field("issuer", &self.meta.issuer)
+            .field("client_id", &self.settings.client_id)
+            .finish_non_exhaustive()
     }
 }
 
 impl Provider {
     /// Reads the provider's discovery document and keys; every host involved must be allowed.
     pub async fn discover(settings: &OidcSection) -> Result<Provider, OidcError> {
-        let allow = HostAllowlist::parse(&settings.allow_hosts).map_err(|e| OidcError::Misconfigured(format!("sso.oidc.allow_hosts: {e}")))?;
+        let allow = HostAllowlist::parse(&settings.allow_hosts)
+            .map_err(|e| OidcError::Misconfigured(format!("sso.oidc.allow_hosts: {e}")))?;
         let secret = match &settings.client_secret_file {
             Some(path) => {
-                let text = std::fs::read_to_string(path)
-                    .map_err(|e| OidcError::Misconfigured(format!("sso.oidc.client_secret_file {} cannot be read ({e})", path.display())))?;
+                let text = std::fs::read_to_string(path).map_err(|e| {
+                    OidcError::Misconfigured(format!(
+                        "sso.oidc.client_secret_file {} cannot be read ({e})",
+                        path.display()
+                    ))
+                })?;
                 let text = text.trim().to_string();
                 if text.is_empty() {
-                    return Err(OidcError::Misconfigured(format!("sso.oidc.client_secret_file {} is empty", path.display())));
+                    return Err(OidcError::Misconfigured(format!(
+                        "sso.oidc.client_secret_file {} is empty",
+                        path.display()
+                    )));
                 }
                 Some(text)
             }
@@ -143,8 +157,13 @@ impl Provider {
             .no_proxy()
             .timeout(Duration::from_millis(settings.timeout_ms.max(1)))
             .build()
-            .map_err(|e| OidcError::Misconfigured(format!("the HTTP client cannot be built ({e})")))?;
-        let url = format!("{}/.well-known/openid-configuration", settings.issuer.trim_end_matches('/'));
+            .map_err(|e| {
+                OidcError::Misconfigured(format!("the HTTP client cannot be built ({e})"))
+            })?;
+        let url = format!(
+            "{}/.well-known/openid-configuration",
+            settings.issuer.trim_end_matches('/')
+        );
         let meta: Discovery = get_json(&http, &allow, &url, "the discovery document").await?;
         if meta.issuer.trim_end_matches('/') != settings.issuer.trim_end_matches('/') {
             return Err(OidcError::Misconfigured(format!(
@@ -154,11 +173,21 @@ impl Provider {
         }
         let authorize = url::Url::parse(&meta.authorization_endpoint).ok();
         if !authorize.is_some_and(|u| matches!(u.scheme(), "http" | "https")) {
-            return Err(OidcError::Misconfigured("the discovery document's authorization_endpoint is not an http(s) URL".into()));
+            return Err(OidcError::Misconfigured(
+                "the discovery document's authorization_endpoint is not an http(s) URL".into(),
+            ));
         }
         allowed(&allow, &meta.token_endpoint)?;
         let keys = fetch_keys(&http, &allow, &meta.jwks_uri).await?;
-        Ok(Provider { settings: settings.clone(), secret, allow, http, meta, keys: RwLock::new(keys), refetched: Mutex::new(None) })
+        Ok(Provider {
+            settings: settings.clone(),
+            secret,
+            allow,
+            http,
+            meta,
+            keys: RwLock::new(keys),
+            refetched: Mutex::new(None),
+        })
     }
 
     /// The issuer, as the discovery document names it (the `iss` of its tokens).
@@ -171,10 +200,22 @@ impl Provider {
     /// # Panics
     /// When the operating system cannot supply random bytes.
     pub fn begin(&self) -> (String, Pending) {
-        let pending = Pending { state: random_token(), nonce: random_token(), verifier: random_token(), created: SystemTime::now() };
+        let pending = Pending {
+            state: random_token(),
+            nonce: random_token(),
+            verifier: random_token(),
+            created: SystemTime::now(),
+        };
         let mut scopes = vec!["openid".to_string()];
-        scopes.extend(self.settings.scopes.iter().filter(|s| *s != "openid").cloned());
-        let mut url = url::Url::parse(&self.meta.authorization_endpoint).expect("checked by discover");
+        scopes.extend(
+            self.settings
+                .scopes
+                .iter()
+                .filter(|s| *s != "openid")
+                .cloned(),
+        );
+        let mut url =
+            url::Url::parse(&self.meta.authorization_endpoint).expect("checked by discover");
         url.query_pairs_mut()
             .append_pair("response_type", "code")
             .append_pair("client_id", &self.settings.client_id)
@@ -190,8 +231,14 @@ impl Provider {
     /// Exchanges the callback's `code` and verifies the ID token that comes back. The caller
     /// has already matched the callback's `state` with `pending.state`.
     pub async fn finish(&self, pending: &Pending, code: &str) -> Result<Identity, OidcError> {
-        if pending.created.elapsed().map_or(true, |age| age > PENDING_TTL) {
-            return Err(OidcError::Rejected("the sign-in took longer than ten minutes".into()));
+        if pending
+            .created
+            .elapsed()
+            .map_or(true, |age| age > PENDING_TTL)
+        {
+            return Err(OidcError::Rejected(
+                "the sign-in took longer than ten minutes".into(),
+            ));
         }
         let mut form = vec![
             ("grant_type", "authorization_code"),
@@ -203,21 +250,39 @@ impl Provider {
         let mut request = self.http.post(&self.meta.token_endpoint);
         if let Some(secret) = &self.secret {
             let methods = &self.meta.token_endpoint_auth_methods_supported;
-            if methods.iter().any(|m| m == "client_secret_post") && !methods.iter().any(|m| m == "client_secret_basic") {
+            if methods.iter().any(|m| m == "client_secret_post")
+                && !methods.iter().any(|m| m == "client_secret_basic")
+            {
                 form.push(("client_secret", secret));
             } else {
-                let enc = |s: &str| url::form_urlencoded::byte_serialize(s.as_bytes()).collect::<String>();
+                let enc = |s: &str| {
+                    url::form_urlencoded::byte_serialize(s.as_bytes()).collect::<String>()
+                };
                 let pair = format!("{}:{}", enc(&self.settings.client_id), enc(secret));
-                request = request.header(reqwest::header::AUTHORIZATION, format!("Basic {}", base64::engine::general_purpose::STANDARD.encode(pair)));
+                request = request.header(
+                    reqwest::header::AUTHORIZATION,
+                    format!(
+                        "Basic {}",
+                        base64::engine::general_purpose::STANDARD.encode(pair)
+                    ),
+                );
             }
         }
         allowed(&self.allow, &self.meta.token_endpoint)?;
-        let response = request.form(&form).send().await.map_err(|e| transport("the token endpoint", e))?;
+        let response = request
+            .form(&form)
+            .send()
+            .await
+            .map_err(|e| transport("the token endpoint", e))?;
         let status = response.status();
         let body = read_body(response, "the token endpoint").await?;
         if !status.is_success() {
-            let error = serde_json::from_slice::<Value>(&body).ok().and_then(|v| v.get("error").and_then(Value::as_str).map(str::to_string));
-            let error = error.filter(|e| e.len() <= 64 && e.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_'));
+            let error = serde_json::from_slice::<Value>(&body)
+                .ok()
+                .and_then(|v| v.get("error").and_then(Value::as_str).map(str::to_string));
+            let error = error.filter(|e| {
+                e.len() <= 64 && e.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_')
+            });
             return Err(match (status.as_u16(), error.as_deref()) {
                 (_, Some("invalid_client" | "unauthorized_client")) | (401, _) => OidcError::Misconfigured(format!(
                     "the provider refused the client ({}); check sso.oidc.client_id, client_secret_file and that the provider lets this client use the authorization code grant",
@@ -227,12 +292,15 @@ impl Provider {
                 (s, _) => OidcError::Unreachable(format!("the token endpoint answered HTTP {s}")),
             });
         }
-        let tokens: Value = serde_json::from_slice(&body).map_err(|_| OidcError::Unreachable("the token endpoint's answer is not JSON".into()))?;
+        let tokens: Value = serde_json::from_slice(&body).map_err(|_| {
+            OidcError::Unreachable("the token endpoint's answer is not JSON".into())
+        })?;
         let id_token = tokens.get("id_token").and_then(Value::as_str).ok_or_else(|| {
             OidcError::Misconfigured("the token endpoint sent no ID token; the client must be allowed the `openid` scope".into())
         })?;
         let client_id = self.settings.client_id.as_str();
-        self.verify(id_token, &[client_id], Some(&pending.nonce)).await
+        self.verify(id_token, &[client_id], Some(&pending.nonce))
+            .await
     }
 
     /// Verifies a JWT bearer token (an ID token or a JWT access token): signature, issuer,
@@ -245,17 +313,30 @@ impl Provider {
         }
     }
 
-    async fn verify(&self, token: &str, audience: &[&str], nonce: Option<&str>) -> Result<Identity, OidcError> {
-        let header = jsonwebtoken::decode_header(token).map_err(|_| OidcError::Rejected("the token is not a signed JWT".into()))?;
+    async fn verify(
+        &self,
+        token: &str,
+        audience: &[&str],
+        nonce: Option<&str>,
+    ) -> Result<Identity, OidcError> {
+        let header = jsonwebtoken::decode_header(token)
+            .map_err(|_| OidcError::Rejected("the token is not a signed JWT".into()))?;
         if !ALGORITHMS.contains(&header.alg) {
-            return Err(OidcError::Rejected(format!("the token is signed with {:?}; only RS256, ES256 and PS256 are accepted", header.alg)));
+            return Err(OidcError::Rejected(format!(
+                "the token is signed with {:?}; only RS256, ES256 and PS256 are accepted",
+                header.alg
+            )));
         }
         let key = match self.key_for(header.kid.as_deref(), header.alg) {
             Some(key) => key,
             None => {
                 self.refetch_keys().await?;
                 self.key_for(header.kid.as_deref(), header.alg)
-                    .ok_or_else(|| OidcError::Rejected("the token is signed with a key the provider does not publish".into()))?
+                    .ok_or_else(|| {
+                        OidcError::Rejected(
+                            "the token is signed with a key the provider does not publish".into(),
+                        )
+                    })?
             }
         };
         let mut validation = Validation::new(header.alg);
@@ -265,10 +346,14 @@ impl Provider {
         validation.set_issuer(&[self.meta.issuer.as_str()]);
         validation.set_audience(audience);
         validation.set_required_spec_claims(&["exp", "iss", "aud", "sub"]);
-        let claims = jsonwebtoken::decode::<Map<String, Value>>(token, &key, &validation).map_err(|e| OidcError::Rejected(jwt_problem(&e)))?.claims;
+        let claims = jsonwebtoken::decode::<Map<String, Value>>(token, &key, &validation)
+            .map_err(|e| OidcError::Rejected(jwt_problem(&e)))?
+            .claims;
         if let Some(nonce) = nonce {
             if claims.get("nonce").and_then(Value::as_str) != Some(nonce) {
-                return Err(OidcError::Rejected("the ID token's nonce is not this sign-in's".into()));
+                return Err(OidcError::Rejected(
+                    "the ID token's nonce is not this sign-in's".into(),
+                ));
             }
         }
         identity(&claims, &self.settings, SystemTime::now())
@@ -277,9 +362,16 @@ impl Provider {
     /// The published key for `kid` (or the only one usable with `alg` when the token names none).
     fn key_for(&self, kid: Option<&str>, alg: Algorithm) -> Option<DecodingKey> {
         let keys = self.keys.read().unwrap_or_else(|p| p.into_inner());
-        let fits = |k: &&Jwk| k.common.key_algorithm.is_none_or(|a| format!("{a:?}") == format!("{alg:?}"));
+        let fits = |k: &&Jwk| {
+            k.common
+                .key_algorithm
+                .is_none_or(|a| format!("{a:?}") == format!("{alg:?}"))
+        };
         let chosen = match kid {
-            Some(kid) => keys.iter().filter(fits).find(|k| k.common.key_id.as_deref() == Some(kid)),
+            Some(kid) => keys
+                .iter()
+                .filter(fits)
+                .find(|k| k.common.key_id.as_deref() == Some(kid)),
             None => {
                 let mut usable = keys.iter().filter(fits);
                 usable.next().filter(|_| usable.next().is_none())
@@ -310,19 +402,43 @@ fn allowed(allow: &HostAllowlist, url: &str) -> Result<(), OidcError> {
         .host_str()
         .map(str::to_string)
         .ok_or_else(|| OidcError::Misconfigured(format!("`{url}` names no host")))?;
-    allow.check(url).map(|_| ()).map_err(|_| OidcError::NotAllowed(host))
+    allow
+        .check(url)
+        .map(|_| ())
+        .map_err(|_| OidcError::NotAllowed(host))
 }
 
-async fn get_json<T: serde::de::DeserializeOwned>(http: &reqwest::Client, allow: &HostAllowlist, url: &str, what: &str) -> Result<T, OidcError> {
+async fn get_json<T: serde::de::DeserializeOwned>(
+    http: &reqwest::Client,
+    allow: &HostAllowlist,
+    url: &str,
+    what: &str,
+) -> Result<T, OidcError> {
     allowed(allow, url)?;
-    let response = http.get(url).header(reqwest::header::ACCEPT, "application/json").send().await.map_err(|e| transport(what, e))?;
+    let response = http
+        .get(url)
+        .header(reqwest::header::ACCEPT, "application/json")
+        .send()
+        .await
+        .map_err(|e| transport(what, e))?;
     let status = response.status();
     if !status.is_success() {
-        let hint = if status.is_redirection() { " (a redirect, which is not followed)" } else { "" };
-        return Err(OidcError::Unreachable(format!("{what} at {url} answered HTTP {}{hint}", status.as_u16())));
+        let hint = if status.is_redirection() {
+            " (a redirect, which is not followed)"
+        } else {
+            ""
+        };
+        return Err(OidcError::Unreachable(format!(
+            "{what} at {url} answered HTTP {}{hint}",
+            status.as_u16()
+        )));
     }
     let body = read_body(response, what).await?;
-    serde_json::from_slice(&body).map_err(|e| OidcError::Misconfigured(format!("{what} at {url} is not what OpenID Connect expects ({e})")))
+    serde_json::from_slice(&body).map_err(|e| {
+        OidcError::Misconfigured(format!(
+            "{what} at {url} is not what OpenID Connect expects ({e})"
+        ))
+    })
 }
 
 /// The response's body, refused past [`MAX_BODY`].
@@ -330,7 +446,9 @@ async fn read_body(mut response: reqwest::Response, what: &str) -> Result<Vec<u8
     let mut body = Vec::new();
     while let Some(chunk) = response.chunk().await.map_err(|e| transport(what, e))? {
         if body.len() + chunk.len() > MAX_BODY {
-            return Err(OidcError::Unreachable(format!("{what} sent more than {MAX_BODY} bytes")));
+            return Err(OidcError::Unreachable(format!(
+                "{what} sent more than {MAX_BODY} bytes"
+            )));
         }
         body.extend_from_slice(&chunk);
     }
@@ -338,7 +456,11 @@ async fn read_body(mut response: reqwest::Response, what: &str) -> Result<Vec<u8
 }
 
 /// The provider's signing keys; keys of unknown types or meant for encryption are skipped.
-async fn fetch_keys(http: &reqwest::Client, allow: &HostAllowlist, url: &str) -> Result<Vec<Jwk>, OidcError> {
+async fn fetch_keys(
+    http: &reqwest::Client,
+    allow: &HostAllowlist,
+    url: &str,
+) -> Result<Vec<Jwk>, OidcError> {
     #[derive(Deserialize)]
     struct Set {
         keys: Vec<Value>,
@@ -347,11 +469,17 @@ async fn fetch_keys(http: &reqwest::Client, allow: &HostAllowlist, url: &str) ->
     let keys: Vec<Jwk> = set
         .keys
         .into_iter()
-        .filter(|k| k.get("use").and_then(Value::as_str).is_none_or(|u| u == "sig"))
+        .filter(|k| {
+            k.get("use")
+                .and_then(Value::as_str)
+                .is_none_or(|u| u == "sig")
+        })
         .filter_map(|k| serde_json::from_value(k).ok())
         .collect();
     if keys.is_empty() {
-        return Err(OidcError::Misconfigured(format!("the provider publishes no signing key usable here at {url} (RS256, ES256 or PS256)")));
+        return Err(OidcError::Misconfigured(format!(
+            "the provider publishes no signing key usable here at {url} (RS256, ES256 or PS256)"
+        )));
     }
     Ok(keys)
 }
@@ -382,17 +510,33 @@ fn jwt_problem(e: &jsonwebtoken::errors::Error) -> String {
         K::InvalidIssuer => "the token was issued by another issuer".into(),
         K::InvalidAudience => "the token is meant for another audience (sso.oidc.audience)".into(),
         K::MissingRequiredClaim(c) => format!("the token has no `{c}` claim"),
-        K::InvalidAlgorithm | K::InvalidAlgorithmName => "the token's algorithm does not fit the provider's key".into(),
+        K::InvalidAlgorithm | K::InvalidAlgorithmName => {
+            "the token's algorithm does not fit the provider's key".into()
+        }
         _ => "the token is malformed".into(),
     }
 }
 
 /// The Identity the claims describe.
-fn identity(claims: &Map<String, Value>, settings: &OidcSection, now: SystemTime) -> Result<Identity, OidcError> {
-    let text = |name: &str| claims.get(name).and_then(Value::as_str).filter(|s| !s.is_empty());
-    let subject = text("sub").ok_or_else(|| OidcError::Rejected("the token names no subject (`sub`)".into()))?;
-    let issuer = text("iss").ok_or_else(|| OidcError::Rejected("the token names no issuer".into()))?;
-    let exp = claims.get("exp").and_then(Value::as_u64).ok_or_else(|| OidcError::Rejected("the token has no expiry".into()))?;
+fn identity(
+    claims: &Map<String, Value>,
+    settings: &OidcSection,
+    now: SystemTime,
+) -> Result<Identity, OidcError> {
+    let text = |name: &str| {
+        claims
+            .get(name)
+            .and_then(Value::as_str)
+            .filter(|s| !s.is_empty())
+    };
+    let subject = text("sub")
+        .ok_or_else(|| OidcError::Rejected("the token names no subject (`sub`)".into()))?;
+    let issuer =
+        text("iss").ok_or_else(|| OidcError::Rejected("the token names no issuer".into()))?;
+    let exp = claims
+        .get("exp")
+        .and_then(Value::as_u64)
+        .ok_or_else(|| OidcError::Rejected("the token has no expiry".into()))?;
     Ok(Identity {
         subject: subject.to_string(),
         issuer: issuer.to_string(),
@@ -406,7 +550,11 @@ fn identity(claims: &Map<String, Value>, settings: &OidcSection, now: SystemTime
 fn groups(claim: Option<&Value>) -> Vec<String> {
     let mut groups: Vec<String> = match claim {
         Some(Value::String(s)) => vec![s.clone()],
-        Some(Value::Array(items)) => items.iter().filter_map(Value::as_str).map(str::to_string).collect(),
+        Some(Value::Array(items)) => items
+            .iter()
+            .filter_map(Value::as_str)
+            .map(str::to_string)
+            .collect(),
         _ => Vec::new(),
     };
     groups.retain(|g| !g.is_empty());
@@ -417,8 +565,12 @@ fn groups(claim: Option<&Value>) -> Vec<String> {
 
 /// The sooner of the token's expiry and the end of the longest session.
 fn expiry(exp: u64, session_hours: u64, now: SystemTime) -> SystemTime {
-    let token = UNIX_EPOCH.checked_add(Duration::from_secs(exp)).unwrap_or(now);
-    let session = now.checked_add(Duration::from_secs(session_hours.saturating_mul(3600))).unwrap_or(token);
+    let token = UNIX_EPOCH
+        .checked_add(Duration::from_secs(exp))
+        .unwrap_or(now);
+    let session = now
+        .checked_add(Duration::from_secs(session_hours.saturating_mul(3600)))
+        .unwrap_or(token);
     token.min(session)
 }
 
@@ -464,7 +616,12 @@ mod tests {
             jwks_uri: format!("{}/jwks", s.issuer),
             token_endpoint_auth_methods_supported: vec![],
         };
-        let keys = keys["keys"].as_array().unwrap().iter().map(|k| serde_json::from_value(k.clone()).unwrap()).collect();
+        let keys = keys["keys"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|k| serde_json::from_value(k.clone()).unwrap())
+            .collect();
         Provider {
             allow: HostAllowlist::parse(&s.allow_hosts).unwrap(),
             settings: s,
@@ -482,19 +639,29 @@ mod tests {
     }
 
     fn claims() -> Value {
-        let exp = SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_secs() + 600;
+        let exp = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .unwrap()
+            .as_secs()
+            + 600;
         serde_json::json!({"iss": "http://127.0.0.1:9/api/oidc", "aud": "ragbox", "sub": "alice", "exp": exp, "groups": ["hr"]})
     }
 
     #[test]
     fn pkce_challenge_matches_rfc7636_appendix_b() {
-        assert_eq!(pkce_challenge("dBjftJeZ4CVP-mB92K27uhbUJU1p1r_wW1gFWFOEjXk"), "E9Melhoa2OwvFrEMTJguCHaoeK1t8URWbuGJSstw-cM");
+        assert_eq!(
+            pkce_challenge("dBjftJeZ4CVP-mB92K27uhbUJU1p1r_wW1gFWFOEjXk"),
+            "E9Melhoa2OwvFrEMTJguCHaoeK1t8URWbuGJSstw-cM"
+        );
     }
 
     #[test]
     fn groups_are_an_array_or_one_string_sorted_and_distinct() {
         use serde_json::json;
-        assert_eq!(groups(Some(&json!(["legal", "hr", "legal", 7, "", null]))), ["hr", "legal"]);
+        assert_eq!(
+            groups(Some(&json!(["legal", "hr", "legal", 7, "", null]))),
+            ["hr", "legal"]
+        );
         assert_eq!(groups(Some(&json!("hr"))), ["hr"]);
         assert!(groups(None).is_empty());
         assert!(groups(Some(&json!(42))).is_empty());
@@ -509,7 +676,10 @@ mod tests {
         let mut s = settings();
         s.session_hours = 12;
         let id = identity(&c, &s, now).unwrap();
-        assert_eq!((id.subject.as_str(), id.issuer.as_str(), id.name.as_str()), ("s1", "i", "alice"));
+        assert_eq!(
+            (id.subject.as_str(), id.issuer.as_str(), id.name.as_str()),
+            ("s1", "i", "alice")
+        );
         assert_eq!(id.groups, ["hr"]);
         assert_eq!(id.expires_at, now + Duration::from_secs(3600));
         s.session_hours = 0;
@@ -534,18 +704,33 @@ mod tests {
             for token in [format!("{signing}.{sig}"), format!("{signing}.")] {
                 let e = p.verify_bearer(&token).await.unwrap_err();
                 assert!(matches!(e, OidcError::Rejected(_)), "{alg}: {e}");
-                assert!(!e.to_string().contains(&body), "the message quotes the token: {e}");
+                assert!(
+                    !e.to_string().contains(&body),
+                    "the message quotes the token: {e}"
+                );
             }
         }
         // Properly formed RS256 but signed with garbage: the signature check refuses it.
         let head = b64(&serde_json::json!({"alg": "RS256", "kid": "k1"}));
-        let e = p.verify_bearer(&format!("{head}.{body}.{}", URL_SAFE_NO_PAD.encode([1u8; 256]))).await.unwrap_err();
+        let e = p
+            .verify_bearer(&format!(
+                "{head}.{body}.{}",
+                URL_SAFE_NO_PAD.encode([1u8; 256])
+            ))
+            .await
+            .unwrap_err();
         assert!(matches!(e, OidcError::Rejected(_)), "{e}");
         // An unknown kid: no key (a refetch was just made, so none is tried).
         let head = b64(&serde_json::json!({"alg": "RS256", "kid": "other"}));
-        let e = p.verify_bearer(&format!("{head}.{body}.AAAA")).await.unwrap_err();
+        let e = p
+            .verify_bearer(&format!("{head}.{body}.AAAA"))
+            .await
+            .unwrap_err();
         assert!(e.to_string().contains("does not publish"), "{e}");
-        assert!(matches!(p.verify_bearer("not a token").await, Err(OidcError::Rejected(_))));
+        assert!(matches!(
+            p.verify_bearer("not a token").await,
+            Err(OidcError::Rejected(_))
+        ));
     }
 
     #[test]
@@ -564,14 +749,20 @@ mod tests {
         assert_eq!(q["nonce"], a.nonce);
         assert_eq!(q["code_challenge"], pkce_challenge(&a.verifier));
         assert_eq!(q["code_challenge_method"], "S256");
-        assert_eq!(q["redirect_uri"], "http://127.0.0.1:7071/auth/oidc/callback");
+        assert_eq!(
+            q["redirect_uri"],
+            "http://127.0.0.1:7071/auth/oidc/callback"
+        );
         assert!(!format!("{a:?}").contains(&a.verifier));
     }
 
     #[test]
     fn hosts_outside_the_allowlist_are_named() {
         let allow = HostAllowlist::parse(&["127.0.0.1".to_string()]).unwrap();
-        assert_eq!(allowed(&allow, "http://10.0.0.1/jwks"), Err(OidcError::NotAllowed("10.0.0.1".into())));
+        assert_eq!(
+            allowed(&allow, "http://10.0.0.1/jwks"),
+            Err(OidcError::NotAllowed("10.0.0.1".into()))
+        );
         assert!(allowed(&allow, "http://127.0.0.1:9/jwks").is_ok());
     }
 
@@ -580,6 +771,9 @@ mod tests {
         let p = offline(serde_json::json!({"keys": []}));
         let (_, mut pending) = p.begin();
         pending.created = SystemTime::now() - Duration::from_secs(3600);
-        assert!(matches!(p.finish(&pending, "code").await, Err(OidcError::Rejected(_))));
+        assert!(matches!(
+            p.finish(&pending, "code").await,
+            Err(OidcError::Rejected(_))
+        ));
     }
 }
