@@ -71,6 +71,17 @@ if [ ! -s "$DIR/client-secret" ]; then
 fi
 
 sqlite3 "$DIR/glewlwyd.db" <"$SCHEMA"
+# The web login UI: Glewlwyd serves no symlink that leaves static_files_path (and Debian's
+# webapp is mostly symlinks: jquery, bootstrap, popper, fork-awesome, config.json -> a folder
+# /etc/glewlwyd/config-2.7.json/ holding config.json), so serve a dereferenced copy.
+rm -rf "$DIR/webapp"
+mkdir -p "$DIR/webapp"
+for f in /usr/share/glewlwyd/webapp/*; do
+  [ "$(basename "$f")" = config.json ] || cp -rL "$f" "$DIR/webapp/"
+done
+cfg=/usr/share/glewlwyd/webapp/config.json
+[ -d "$cfg" ] && cfg="$cfg/config.json"
+cp -L "$cfg" "$DIR/webapp/config.json"
 # The user backend keeps a multi-valued `group` property, the client backend the client's
 # redirect URIs and grant types (the package's defaults plus `group`).
 sqlite3 "$DIR/glewlwyd.db" "UPDATE g_user_module_instance SET gumi_parameters = json_set(gumi_parameters, '\$.\"data-format\".group', json('{\"multiple\":true,\"read\":true,\"write\":true,\"profile-read\":true,\"profile-write\":false}')) WHERE gumi_name = 'database';"
@@ -80,7 +91,7 @@ port=$PORT
 bind_address="127.0.0.1"
 external_url="$BASE"
 login_url="login.html"
-static_files_path="/usr/share/glewlwyd/webapp/"
+static_files_path="$DIR/webapp/"
 static_files_prefix="login"
 api_prefix="api"
 allow_origin="*"
@@ -103,6 +114,65 @@ client_module_path="/usr/lib/glewlwyd/client"
 user_auth_scheme_module_path="/usr/lib/glewlwyd/scheme"
 plugin_module_path="/usr/lib/glewlwyd/plugin"
 hash_algorithm="SHA512"
+static_files_mime_types =
+(
+  {
+    extension = ".html"
+    mime_type = "text/html"
+  },
+  {
+    extension = ".css"
+    mime_type = "text/css"
+  },
+  {
+    extension = ".js"
+    mime_type = "application/javascript"
+  },
+  {
+    extension = ".json"
+    mime_type = "application/json"
+  },
+  {
+    extension = ".png"
+    mime_type = "image/png"
+  },
+  {
+    extension = ".jpg"
+    mime_type = "image/jpeg"
+  },
+  {
+    extension = ".jpeg"
+    mime_type = "image/jpeg"
+  },
+  {
+    extension = ".ttf"
+    mime_type = "font/ttf"
+  },
+  {
+    extension = ".woff"
+    mime_type = "font/woff"
+  },
+  {
+    extension = ".woff2"
+    mime_type = "font/woff2"
+  },
+  {
+    extension = ".otf"
+    mime_type = "font/otf"
+  },
+  {
+    extension = ".eot"
+    mime_type = "application/vnd.ms-fontobject"
+  },
+  {
+    extension = ".map"
+    mime_type = "application/octet-stream"
+  },
+  {
+    extension = ".ico"
+    mime_type = "image/x-icon"
+  }
+)
 database =
 {
   type = "sqlite3"

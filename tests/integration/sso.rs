@@ -270,3 +270,107 @@ fn people_sign_in_through_the_provider() {
     let (s, _) = with_cookie("GET", &format!("{b}/web/session"), &b, &alice, None);
     assert_eq!(s, 401);
 }
+
+/// What the provider's login page shows now, once it has settled (no request in flight and the
+/// page unchanged for 300 ms): `login`, `grant`, `continue`, `error: …`, or `home` (back on
+/// ragbox's page).
+async fn provider_page(c: &fantoccini::Client, base: &str) -> String {
+    let probe = r#"
+        const busy = window.jQuery ? jQuery.active > 0 : false;
+        const shown = (css, text) => [...document.querySelectorAll(css)].find(e => e.offsetParent !== null && (!text || e.textContent.trim() === text));
+        const toast = [...document.querySelectorAll('.toast-body')].map(e => e.textContent.trim()).filter(t => t).join(' / ');
+        const state = location.href.startsWith(arguments[0]) ? 'home'
+            : toast ? 'error: ' + toast
+            : shown('button.btn-primary', 'Grant access') ? 'grant'
+            : shown('#username') && shown('#password') && shown('#loginbut') ? 'login'
+            : shown('button.btn-success', 'Continue') ? 'continue' : 'loading';
+        return [busy, state, location.href, document.body ? document.body.innerText.length : 0].join('|');
+    "#;
+    let (mut last, mut since) = (String::new(), std::time::Instant::now());
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    loop {
+        let now = c.execute(probe, vec![base.into()]).await.unwrap().as_str().unwrap_or_default().to_string();
+        if now != last {
+            (last, since) = (now.clone(), std::time::Instant::now());
+        } else if now.starts_with("false|") && !now.starts_with("false|loading") && since.elapsed().as_millis() >= 300 {
+            return now.split('|').nth(1).unwrap().to_string();
+        }
+        assert!(std::time::Instant::now() < deadline, "the provider's page did not settle: {now}");
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+}
+
+/// Sign-in to a first answer through the page, in Chromium: ragbox's "Sign in with your
+/// organisation", the provider's own login and consent pages, back to ragbox signed in as alice
+/// (hr), a question answered from the HR folder, and a question about the legal matter answered
+/// without it. Screenshots in `<target>/web-screenshots/sso-*.png`.
+#[test]
+fn sign_in_to_first_answer_in_a_real_browser() {
+    use crate::web::{browser, driver, find, shot, text, until};
+    let (server, _op, _data, _config) = oidc_server();
+    let b = server.base.clone();
+    let driver = driver();
+    let profile = tempfile::tempdir().unwrap();
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    rt.block_on(async {
+        let c = browser(&driver, profile.path()).await;
+        c.goto(&format!("{b}/")).await.unwrap();
+        until(&c, 15, "the organisation's sign-in button", "return !document.querySelector('#sso-oidc').hidden").await;
+        shot(&c, "sso-signin").await;
+        find(&c, "#oidc-link").await.click().await.unwrap();
+        let mut steps = Vec::new();
+        loop {
+            let page = provider_page(&c, &b).await;
+            steps.push(page.clone());
+            assert!(steps.len() < 12, "the provider's pages went round: {steps:?}");
+            match page.as_str() {
+                "home" => break,
+                "login" => {
+                    shot(&c, "sso-provider-login").await;
+                    find(&c, "#username").await.send_keys("alice").await.unwrap();
+                    find(&c, "#password").await.send_keys("alice-pw").await.unwrap();
+                    find(&c, "#loginbut").await.click().await.unwrap();
+                }
+                "grant" => {
+                    shot(&c, "sso-provider-consent").await;
+                    c.execute(
+                        "document.querySelectorAll('input.form-check-input[id^=\"grant-\"]').forEach(b => { if (!b.checked) b.click(); }); \
+                         [...document.querySelectorAll('button.btn-primary')].find(b => b.textContent.trim() === 'Grant access').click();",
+                        vec![],
+                    )
+                    .await
+                    .unwrap();
+                }
+                "continue" => {
+                    c.execute("[...document.querySelectorAll('button.btn-success')].find(b => b.textContent.trim() === 'Continue').click()", vec![])
+                        .await
+                        .unwrap();
+                }
+                other => panic!("the provider's page says {other} (after {steps:?})"),
+            }
+        }
+        assert!(steps.contains(&"login".to_string()), "{steps:?}");
+        until(&c, 20, "signed in", "return !document.querySelector('#who').hidden").await;
+        let who = text(&c, "#who-name").await;
+        assert!(who.contains("alice") && who.contains("hr"), "{who}");
+
+        find(&c, "#question").await.send_keys(HR_QUESTION).await.unwrap();
+        find(&c, "#ask-button").await.click().await.unwrap();
+        until(&c, 300, "the answer", "return !!document.querySelector('#answer .answer, #answer .error-box')").await;
+        let answer = text(&c, "#answer").await;
+        assert!(answer.contains("71,400") && answer.contains("84,900"), "{answer}");
+        assert!(text(&c, "#sources").await.contains("salary-bands.md"));
+        shot(&c, "sso-first-answer").await;
+
+        find(&c, "#question").await.clear().await.unwrap();
+        find(&c, "#question").await.send_keys(LEGAL_QUESTION).await.unwrap();
+        // The first answer's box goes, so that the wait below sees the second one.
+        c.execute("document.querySelector('#answer').replaceChildren()", vec![]).await.unwrap();
+        find(&c, "#ask-button").await.click().await.unwrap();
+        until(&c, 300, "the second answer", "return !!document.querySelector('#answer .answer, #answer .error-box')").await;
+        let page = c.execute("return document.body.innerText", vec![]).await.unwrap();
+        no_legal("the page", page.as_str().unwrap());
+        shot(&c, "sso-legal-withheld").await;
+        c.close().await.unwrap();
+    });
+}

@@ -94,10 +94,9 @@ impl Sso {
     /// started (once, within [`PENDING_FOR`]); the code is exchanged and the ID token verified.
     pub async fn oidc_finish(&self, state: &str, code: &str) -> Result<Identity, String> {
         let pending = self.pending.lock().unwrap_or_else(|e| e.into_inner()).remove(state);
-        let Some((pending, at)) = pending.filter(|(_, at)| at.elapsed() < PENDING_FOR) else {
+        let Some((pending, _)) = pending.filter(|(_, at)| at.elapsed() < PENDING_FOR) else {
             return Err("this sign-in was not started here, or took too long; sign in again".into());
         };
-        let _ = at;
         self.provider().await?.finish(&pending, code).await.map_err(|e| e.to_string())
     }
 
