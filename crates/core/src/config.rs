@@ -361,8 +361,6 @@ pub struct ServerSection {
     pub preload_generator: bool,
 }
 
-/// The configuration as written: [`Config`] with its folders as the strings the files hold
-/// (empty for the default), before they are resolved and the values checked.
 /// `[access]`: the rules that decide which groups may read a document (docs/ACCESS.md).
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -518,6 +516,8 @@ pub struct QuotaRule {
     pub uploads_per_day: Option<u32>,
 }
 
+/// The configuration as written: [`Config`] with its folders as the strings the files hold
+/// (empty for the default), before they are resolved and the values checked.
 pub type RawConfig = Config<String>;
 
 /// Values from the command line, the strongest layer.

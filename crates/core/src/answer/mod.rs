@@ -967,6 +967,7 @@ mod tests {
             tokens: 10,
             context: String::new(),
             text: text.into(),
+            readers: Vec::new(),
         }
     }
 
@@ -997,6 +998,7 @@ mod tests {
                 .collect(),
             candidates: Vec::new(),
             timings: Timings::default(),
+            withheld: Vec::new(),
         }
     }
 
