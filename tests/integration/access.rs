@@ -23,7 +23,7 @@ use crate::server::{create_key, events, get, post, spawn, Server};
 /// The legal document's words that must never reach an asker outside `legal` (its path, its
 /// title's slug and the facts in it; the question itself names "Zephyr", so that word may come
 /// back in a question's echo).
-const LEGAL_MARKERS: &[&str] = &["zephyr-matter", "2.4 million", "Brandt", "outside counsel"];
+const LEGAL_MARKERS: &[&str] = &["zephyr-matter", "2.4 million", "Quillfeather", "outside counsel"];
 pub(crate) const LEGAL_QUESTION: &str = "What was the Zephyr matter settled for, and who handles it?";
 pub(crate) const HR_QUESTION: &str = "What is the salary band for grade 7 engineers?";
 
@@ -47,7 +47,7 @@ pub(crate) fn corpus(dir: &Path) -> PathBuf {
     std::fs::write(
         corpus.join("legal/zephyr-matter.md"),
         "# Zephyr matter\n\nThe Zephyr matter was settled for 2.4 million euros in March. The settlement is \
-         confidential and is handled by outside counsel Brandt & Okafor.\n",
+         confidential and is handled by outside counsel Quillfeather & Okafor.\n",
     )
     .unwrap();
     corpus
