@@ -92,7 +92,7 @@ fn config(dir: &Path, ldap: &Directory) -> PathBuf {
          [[sso.groups]]\ngroup = \"*\"\ntenant = \"default\"\nrole = \"reader\"\n\
          [sso.ldap]\nurl = \"{}\"\nbind_dn = \"cn=ragbox,ou=services,dc=ragbox,dc=test\"\nbind_password_file = \"{}\"\n\
          user_base = \"ou=people,dc=ragbox,dc=test\"\ngroup_base = \"ou=groups,dc=ragbox,dc=test\"\n\
-         [[quotas]]\ngroup = \"limited\"\nquestions_per_minute = 2\n\
+         [[quotas]]\ngroup = \"limited\"\nquestions_per_minute = 2\nuploads_per_day = 1\n\
          [server]\nauth_failures_per_minute = 50\n",
         ldap.url,
         ldap.dir.path().join("service-password").display()
@@ -250,6 +250,25 @@ fn document_permissions_hold_through_every_face() {
     assert_eq!(j["error"]["code"], "quota_exceeded");
     assert!(retry.and_then(|r| r.parse::<u64>().ok()).is_some_and(|r| (1..=60).contains(&r)));
     assert!(audit_of(&data, &config, "kiosk").iter().any(|r| r["action"] == "quota_exceeded" && r["outcome"] == "denied"));
+    let uploader = create_key(&server, &["--tenant", "default", "--role", "writer", "--name", "scanner", "--groups", "limited"]);
+    let upload = |name: &str| {
+        let (body, ct) = crate::server::multipart(name, b"# Note\n\nA note for the limited group.\n");
+        crate::server::call("POST", &format!("{b}/v1/tenants/default/documents"), Some(&uploader), Some(&body), &ct)
+    };
+    let (s, j, _) = upload("first-note.md");
+    assert_eq!(s, 202, "{j}");
+    let (s, j, retry) = upload("second-note.md");
+    assert_eq!((s, j["error"]["code"].as_str()), (429, Some("quota_exceeded")), "one upload a day: {j}");
+    assert!(retry.and_then(|r| r.parse::<u64>().ok()).is_some_and(|r| r > 3600), "until the first upload is a day old");
+
+    // The command line, asked to answer as a member of hr would be.
+    for verb in ["search", "ask"] {
+        let (code, out, err) = run(ragbox(&data).arg("--config").arg(&config).args([verb, "--groups", "hr", "--json", LEGAL_QUESTION]));
+        assert_eq!(code, 0, "{out}\n{err}");
+        no_legal(&format!("`ragbox {verb} --groups hr`"), &out);
+    }
+    let (_, out, _) = run(ragbox(&data).arg("--config").arg(&config).args(["search", "--groups", "legal", "--json", LEGAL_QUESTION]));
+    assert!(out.contains("zephyr-matter.md"), "and as legal, it is found");
 
     // People from the directory: alice (hr) reads the salary bands, not the legal matter; carol
     // (no group) only the open documents; a wrong password is refused in words.

@@ -30,6 +30,10 @@ pub struct AskArgs {
     /// Also print retrieval's verdict and the prompt the generator was given.
     #[arg(long)]
     pub explain: bool,
+    /// Answer as a member of these groups would be answered (comma-separated): from the open
+    /// documents and theirs only (docs/ACCESS.md).
+    #[arg(long, value_delimiter = ',')]
+    pub groups: Vec<String>,
 }
 
 /// Streams tokens to stdout as they come (human output only).
@@ -153,7 +157,7 @@ pub fn run(g: &GlobalArgs, args: AskArgs) -> anyhow::Result<u8> {
     anyhow::ensure!(!args.question.trim().is_empty(), "the question is empty; type what you want to know");
     let service = g.service()?;
     let options = AskOptions { llm: args.llm.clone(), no_rerank: args.no_rerank };
-    let caller = Caller::local();
+    let caller = Caller::local_as(&args.groups);
     let asked = if g.json {
         service.ask(&caller, &args.tenant, &args.question, &options, &mut ragbox_service::Discard)?
     } else {

@@ -29,6 +29,10 @@ pub struct SearchArgs {
     /// Skip the reranker even when its weights are present.
     #[arg(long)]
     pub no_rerank: bool,
+    /// Search as a member of these groups would (comma-separated): the open documents and
+    /// theirs only (docs/ACCESS.md).
+    #[arg(long, value_delimiter = ',')]
+    pub groups: Vec<String>,
 }
 
 /// `ragbox search`: the ranked passages for a query (`--explain`: every stage's view).
@@ -38,7 +42,7 @@ pub fn run(g: &GlobalArgs, args: SearchArgs) -> anyhow::Result<u8> {
     }
     let service = g.service()?;
     let options = SearchOptions { k: args.k, model: args.model.clone(), no_rerank: args.no_rerank };
-    let found = service.search(&Caller::local(), &args.tenant, &args.query, &options)?;
+    let found = service.search(&Caller::local_as(&args.groups), &args.tenant, &args.query, &options)?;
     let (r, note) = (found.retrieval, found.note);
     if g.json {
         print_json(&serde_json::json!({ "retrieval": r, "note": note }))?;

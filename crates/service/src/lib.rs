@@ -114,6 +114,15 @@ impl Caller {
         }
     }
 
+    /// The command line reading as a member of `groups` would (`--groups`: what would they be
+    /// told?); no groups is the command line itself.
+    pub fn local_as(groups: &[String]) -> Caller {
+        match groups.is_empty() {
+            true => Caller::local(),
+            false => Caller { name: format!("cli as {}", groups.join(",")), audience: Audience::groups(groups.iter().cloned()), ..Caller::local() },
+        }
+    }
+
     /// The caller a key describes.
     pub fn from_key(key: &KeyRow, address: Option<String>) -> Caller {
         let admin = key.role == KeyRole::Admin;

@@ -5,7 +5,8 @@
 //! search, one thread, the same queries, side by side. Reported per search: p50 and p95, the
 //! filtered/unfiltered ratio of p50, the shortest list returned (a full top k is `k`), and for
 //! the vectors the recall@k of the filtered HNSW list against an exact scan of what the asker may
-//! read.
+//! read. `--open-share` makes a share of the chunks open to everyone (as most of a tenant's
+//! documents usually are).
 //!
 //! Vectors come from the synthetic embedding-like mixture of `bench vectors`; texts are drawn
 //! from a skewed vocabulary (a few words common, most rare), queries from the same vocabulary.
@@ -34,6 +35,10 @@ pub struct AccessArgs {
     /// Groups the chunks are spread over (round robin); the asker is in one.
     #[arg(long, default_value_t = 10)]
     groups: usize,
+    /// Share of the chunks that are open to everyone (0: every chunk belongs to a group, the
+    /// asker reads 1/groups of the tenant, the hardest case for a filter).
+    #[arg(long, default_value_t = 0.0)]
+    open_share: f64,
     /// Vector width.
     #[arg(long, default_value_t = 384)]
     dims: usize,
@@ -69,6 +74,7 @@ struct Pair {
 struct Report {
     n: usize,
     groups: usize,
+    open_share: f64,
     readable_share: f64,
     dims: usize,
     k: usize,
@@ -111,6 +117,10 @@ fn pair(unfiltered: Vec<f64>, filtered: Vec<f64>, shortest: usize, refused: usiz
 /// Runs the benchmark.
 pub fn run(g: &GlobalArgs, a: AccessArgs) -> anyhow::Result<()> {
     anyhow::ensure!(a.n > 0 && a.groups > 0 && a.k > 0 && a.queries > 0, "--n, --groups, --k and --queries must be at least 1");
+    anyhow::ensure!((0.0..1.0).contains(&a.open_share), "--open-share is a share: at least 0, below 1");
+    // Chunk `id` is open when its seeded draw falls below the open share, else it belongs to
+    // group `id % groups`.
+    let open = |id: u64| SeededRng::for_item(a.seed, 4, id).uniform() < a.open_share;
     let group_of = |id: u64| format!("g{}", id % a.groups as u64);
     let started = Instant::now();
     eprintln!("building {} vectors ({} dims) and {} BM25 documents ...", a.n, a.dims, a.n);
@@ -134,10 +144,10 @@ pub fn run(g: &GlobalArgs, a: AccessArgs) -> anyhow::Result<()> {
     let searcher = lexical.searcher()?;
     let build_s = started.elapsed().as_secs_f64();
 
-    let map = Arc::new(AccessMap::new(1, (1..=a.n as u64).map(|id| (ChunkId(id), vec![group_of(id)]))));
+    let map = Arc::new(AccessMap::new(1, (1..=a.n as u64).filter(|id| !open(*id)).map(|id| (ChunkId(id), vec![group_of(id)]))));
     let asker = Audience::groups(["g0"]);
-    let filter = map.filter(&asker).expect("a filter: every chunk is restricted");
-    let readable = |id: u64| id % a.groups as u64 == 0;
+    let filter = map.filter(&asker).expect("a filter: some chunks are restricted");
+    let readable = |id: u64| open(id) || id % a.groups as u64 == 0;
 
     let queries = mixture.points(1, 0, a.queries);
     let (mut unfiltered, mut filtered, mut shortest, mut refused, mut recall) = (Vec::new(), Vec::new(), usize::MAX, 0, 0.0);
@@ -182,7 +192,8 @@ pub fn run(g: &GlobalArgs, a: AccessArgs) -> anyhow::Result<()> {
     let report = Report {
         n: a.n,
         groups: a.groups,
-        readable_share: 1.0 / a.groups as f64,
+        open_share: a.open_share,
+        readable_share: readable_ids.len() as f64 / a.n as f64,
         dims: a.dims,
         k: a.k,
         queries: a.queries,
@@ -195,8 +206,9 @@ pub fn run(g: &GlobalArgs, a: AccessArgs) -> anyhow::Result<()> {
         return print_json(&report);
     }
     println!(
-        "{} chunks in {} groups, the asker reads {:.0}%; k = {}, {} queries, one thread (built in {:.0} s)",
+        "{} chunks, {:.0}% open and the rest in {} groups; the asker (one group) reads {:.0}%; k = {}, {} queries, one thread (built in {:.0} s)",
         report.n,
+        report.open_share * 100.0,
         report.groups,
         report.readable_share * 100.0,
         report.k,

@@ -10,7 +10,7 @@
 
 use std::path::Path;
 
-use tantivy::collector::{FilterCollector, TopDocs};
+use tantivy::collector::TopDocs;
 use tantivy::query::{BooleanQuery, Occur, Query, TermQuery};
 use tantivy::tokenizer::{TextAnalyzer, TokenStream};
 use tantivy::schema::{Field, IndexRecordOption, NumericOptions, Schema, TextFieldIndexing, TextOptions, Value};
@@ -211,6 +211,56 @@ impl LexicalWriter {
     }
 }
 
+/// The `k` best chunks for `query` among those `filter` allows, by BM25. The filter runs inside
+/// the scoring loop: each segment's query is driven by `for_each_pruning` (block-max WAND for a
+/// union of terms), and a document above the threshold is asked of the filter (by its `chunk_id`
+/// fast field) before it enters the top-k heap; the threshold is the k-th allowed score, so
+/// blocks that cannot beat it are skipped as in an unfiltered search. (tantivy's
+/// `FilterCollector` asks every matching document and switches the pruning off: at 100k chunks
+/// that was 20 times slower.)
+fn filtered_top_k(searcher: &tantivy::Searcher, query: &dyn Query, k: usize, filter: &ChunkFilter) -> tantivy::Result<Vec<LexicalHit>> {
+    use std::cmp::Reverse;
+    use std::collections::BinaryHeap;
+
+    /// A score with a total order (BM25 scores are finite).
+    #[derive(PartialEq, PartialOrd)]
+    struct Ranked(f32, Reverse<u64>);
+    impl Eq for Ranked {}
+    impl Ord for Ranked {
+        fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+            self.0.total_cmp(&other.0).then(self.1.cmp(&other.1))
+        }
+    }
+
+    let weight = query.weight(tantivy::query::EnableScoring::enabled_from_searcher(searcher))?;
+    let mut top: BinaryHeap<Reverse<Ranked>> = BinaryHeap::with_capacity(k + 1);
+    for reader in searcher.segment_readers() {
+        let ids = reader.fast_fields().u64("chunk_id")?;
+        let alive = reader.alive_bitset();
+        let start = if top.len() == k { top.peek().map_or(f32::MIN, |r| r.0 .0) } else { f32::MIN };
+        let mut threshold = start;
+        weight.for_each_pruning(start, reader, &mut |doc, score| {
+            if alive.is_some_and(|a| a.is_deleted(doc)) {
+                return threshold;
+            }
+            let Some(id) = ids.first(doc) else { return threshold };
+            if filter.allows(id) {
+                top.push(Reverse(Ranked(score, Reverse(id))));
+                if top.len() > k {
+                    top.pop();
+                }
+                if top.len() == k {
+                    threshold = top.peek().map_or(threshold, |r| r.0 .0);
+                }
+            }
+            threshold
+        })?;
+    }
+    let mut hits: Vec<LexicalHit> = top.into_iter().map(|Reverse(Ranked(score, Reverse(id)))| (ChunkId(id), score)).collect();
+    hits.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0 .0.cmp(&b.0 .0)));
+    Ok(hits)
+}
+
 /// Searches one commit of a lexical index.
 pub struct LexicalSearcher {
     reader: IndexReader,
@@ -226,9 +276,8 @@ impl LexicalSearcher {
         self.search_filtered(query, k, None)
     }
 
-    /// [`LexicalSearcher::search`] over the chunks `filter` allows: tantivy's filter collector
-    /// asks it of each matching document (by the `chunk_id` fast field) before the top-k
-    /// collector ranks it, so refused chunks never take a place in the top k.
+    /// [`LexicalSearcher::search`] over the chunks `filter` allows ([`filtered_top_k`]): refused
+    /// chunks never take a place in the top k, and block-max WAND still skips what cannot beat it.
     pub fn search_filtered(&self, query: &str, k: usize, filter: Option<&ChunkFilter>) -> Result<Vec<LexicalHit>> {
         let mut terms: Vec<Term> = Vec::new();
         {
@@ -251,25 +300,20 @@ impl LexicalSearcher {
                 .collect(),
         );
         let searcher = self.reader.searcher();
-        let collector = TopDocs::with_limit(k).order_by_score();
-        let top = match filter {
-            None => searcher.search(&q, &collector),
-            Some(f) => {
-                let f = f.clone();
-                searcher.search(&q, &FilterCollector::new("chunk_id".into(), move |id: u64| f.allows(id), collector))
+        let Some(filter) = filter else {
+            let top = searcher.search(&q, &TopDocs::with_limit(k).order_by_score()).map_err(err("searching the lexical index".into()))?;
+            let mut out = Vec::with_capacity(top.len());
+            for (score, address) in top {
+                let d: TantivyDocument = searcher.doc(address).map_err(err("reading a lexical hit".into()))?;
+                let id = d
+                    .get_first(self.fields.chunk)
+                    .and_then(|v| v.as_u64())
+                    .ok_or_else(|| Error::Bug("lexical hit without a chunk id".into()))?;
+                out.push((ChunkId(id), score));
             }
-        }
-        .map_err(err("searching the lexical index".into()))?;
-        let mut out = Vec::with_capacity(top.len());
-        for (score, address) in top {
-            let d: TantivyDocument = searcher.doc(address).map_err(err("reading a lexical hit".into()))?;
-            let id = d
-                .get_first(self.fields.chunk)
-                .and_then(|v| v.as_u64())
-                .ok_or_else(|| Error::Bug("lexical hit without a chunk id".into()))?;
-            out.push((ChunkId(id), score));
-        }
-        Ok(out)
+            return Ok(out);
+        };
+        filtered_top_k(&searcher, &q, k, filter).map_err(err("searching the lexical index".into()))
     }
 
     /// Chunks in this commit.
@@ -295,6 +339,42 @@ impl LexicalSearch for LexicalSearcher {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The filtered top k is the unfiltered ranking with the refused chunks taken out: the same
+    /// chunks, the same scores, in the same order, and full; across several segments.
+    #[test]
+    fn a_filtered_search_ranks_as_the_full_one_without_the_refused() {
+        use crate::access::{AccessMap, Audience};
+        let ix = LexicalIndex::in_memory();
+        let words = ["policy", "travel", "expense", "claim", "badge", "laptop", "holiday", "train", "hotel", "receipt"];
+        for segment in 0..3u64 {
+            let mut w = ix.writer().unwrap();
+            for i in 0..400u64 {
+                let id = segment * 400 + i + 1;
+                let text: Vec<&str> = (0..(3 + id % 9)).map(|j| words[((id * 7 + j * j * 3) % 10) as usize]).collect();
+                w.add(ChunkId(id), DocId(id), &text.join(" ")).unwrap();
+            }
+            w.commit(segment + 1).unwrap();
+        }
+        let searcher = ix.searcher().unwrap();
+        let map = std::sync::Arc::new(AccessMap::new(1, (1..=1200u64).filter(|id| id % 7 != 0).map(|id| (ChunkId(id), vec!["legal".to_string()]))));
+        let filter = map.filter(&Audience::groups(["hr"])).unwrap();
+        for query in ["travel expense claim", "hotel", "badge laptop receipt train"] {
+            let all = searcher.search(query, 1200).unwrap();
+            let want: Vec<LexicalHit> = all.into_iter().filter(|h| h.0 .0 % 7 == 0).take(20).collect();
+            let got = searcher.search_filtered(query, 20, Some(&filter)).unwrap();
+            assert_eq!(got.len(), 20, "{query}: full");
+            for (g, w) in got.iter().zip(&want) {
+                assert!((g.1 - w.1).abs() < 1e-4, "{query}: {got:?} vs {want:?}");
+            }
+            let ids = |v: &[LexicalHit]| v.iter().map(|h| h.0 .0).collect::<std::collections::BTreeSet<_>>();
+            let last = want.last().unwrap().1;
+            // Ties at the last score may be broken differently; everything above it agrees.
+            let above = |v: &[LexicalHit]| v.iter().filter(|h| h.1 > last + 1e-4).map(|h| h.0 .0).collect::<std::collections::BTreeSet<_>>();
+            assert_eq!(above(&got), above(&want), "{query}");
+            assert!(ids(&got).iter().all(|id| id % 7 == 0));
+        }
+    }
 
     /// The in-memory index ranks as the folder's does.
     #[test]
