@@ -139,12 +139,14 @@ impl Caller {
 
     /// A person the directory or the identity provider vouched for, reaching `tenant` as
     /// `role` (what `[[sso.groups]]` granted): they read the open documents and their groups'.
+    /// An admin reaches every tenant, as an admin key does (keys and the audit log are not a
+    /// tenant's).
     pub fn person(person: Person, name: &str, groups: &[String], tenant: &str, role: KeyRole, address: Option<String>) -> Caller {
         Caller {
             key_id: None,
             name: name.to_string(),
             role,
-            tenant: Some(tenant.to_string()),
+            tenant: (role != KeyRole::Admin).then(|| tenant.to_string()),
             address,
             audience: Audience::groups(groups.iter().cloned()),
             person: Some(person),
