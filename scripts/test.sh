@@ -45,6 +45,10 @@ scripts/setup/ldap-server.sh >/dev/null
 step "Glewlwyd (the OpenID Connect sign-in tests start it inside the namespace)"
 scripts/setup/oidc-provider.sh >/dev/null
 
+step "the MCP client (the official Python SDK, in a venv under ~/.cache/ragbox)"
+MCP_PYTHON="$(scripts/setup/mcp-client-venv.sh)"
+export MCP_PYTHON
+
 step "llama.cpp's server (the inference-server tests run against it)"
 LLAMA_SERVER_VENV="$(scripts/setup/llama-server-venv.sh)"
 export LLAMA_SERVER_VENV

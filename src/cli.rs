@@ -3,7 +3,7 @@
 
 use clap::{Parser, Subcommand};
 
-use ragbox_cli::{ask, audit, backup, chat, doctor, documents, feedback, ingest, keys, migrate, search, serve, GlobalArgs};
+use ragbox_cli::{ask, audit, backup, chat, doctor, documents, feedback, ingest, keys, mcp, migrate, search, serve, GlobalArgs};
 
 use crate::tools;
 
@@ -60,6 +60,8 @@ pub enum Command {
     Bench(tools::bench::BenchCmd),
     /// Serve the HTTP API (keys, streaming answers, audit, back-pressure) until SIGTERM/SIGINT.
     Serve(serve::ServeArgs),
+    /// The Model Context Protocol over stdio, for an assistant that starts ragbox (`RAGBOX_KEY`: act as that key).
+    Mcp(mcp::McpArgs),
     /// API keys for `serve`: create (shown once), list, revoke.
     #[command(subcommand)]
     Keys(keys::KeysCmd),
@@ -73,6 +75,7 @@ pub fn run(cli: Cli) -> anyhow::Result<u8> {
     match cli.cmd {
         Command::Ingest(args) => ingest::run(g, args),
         Command::Ls(args) => documents::ls(g, args),
+        Command::Mcp(args) => mcp::run(g, args),
         Command::Rm(args) => documents::rm(g, args),
         Command::Reembed(args) => documents::reembed(g, args),
         Command::Backup(args) => backup::backup(g, args),

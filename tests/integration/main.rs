@@ -14,6 +14,7 @@ mod server;
 mod serve_faults;
 mod web;
 mod access;
+mod mcp;
 mod sso;
 mod answer;
 mod backup;

@@ -16,6 +16,7 @@ pub mod documents;
 pub mod feedback;
 pub mod ingest;
 pub mod keys;
+pub mod mcp;
 pub mod migrate;
 pub mod search;
 pub mod serve;

@@ -21,6 +21,7 @@ mod api;
 mod auth;
 mod error;
 mod metrics;
+pub mod mcp;
 mod openai;
 mod queue;
 mod quota;
@@ -143,6 +144,7 @@ pub fn router(state: State) -> Router {
         .route("/readyz", get(api::readyz))
         .route("/metrics", get(api::metrics))
         .nest("/v1", v1)
+        .merge(mcp_routes(&state))
         .fallback(api::not_found)
         .layer(DefaultBodyLimit::max(state.config.max_body_bytes))
         .layer(axum::middleware::from_fn_with_state(state.clone(), metrics::track))
@@ -159,6 +161,35 @@ pub fn router(state: State) -> Router {
         );
     }
     app.with_state(state)
+}
+
+/// `/mcp`: the MCP streamable-HTTP transport, each request authenticated as every `/v1` route is
+/// (the caller rides in the request's extensions to the tool calls). The transport's own Host
+/// check (a guard for unauthenticated local servers) is off: every request needs a key or a
+/// session here, and a session's writes need this server's Origin.
+fn mcp_routes(state: &State) -> Router<State> {
+    use rmcp::transport::streamable_http_server::{session::local::LocalSessionManager, StreamableHttpServerConfig, StreamableHttpService};
+    let service = state.service.clone();
+    let mcp = StreamableHttpService::new(
+        move || Ok(mcp::Mcp::over_http(service.clone())),
+        Arc::new(LocalSessionManager::default()),
+        StreamableHttpServerConfig::default().disable_allowed_hosts().with_max_request_body_bytes(state.config.max_body_bytes),
+    );
+    Router::new().nest_service("/mcp", mcp).layer(axum::middleware::from_fn_with_state(state.clone(), mcp_auth))
+}
+
+/// Authenticates an MCP request (401/429 as for `/v1`) and hands its caller on.
+async fn mcp_auth(axum::extract::State(state): axum::extract::State<State>, request: axum::extract::Request, next: axum::middleware::Next) -> axum::response::Response {
+    use axum::extract::FromRequestParts;
+    use axum::response::IntoResponse;
+    let (mut parts, body) = request.into_parts();
+    match auth::Authed::from_request_parts(&mut parts, &state).await {
+        Ok(auth::Authed(caller)) => {
+            parts.extensions.insert(caller);
+            next.run(axum::extract::Request::from_parts(parts, body)).await
+        }
+        Err(e) => e.into_response(),
+    }
 }
 
 /// The start-up sign-in link for a server bound to `bound` (an unspecified address such as

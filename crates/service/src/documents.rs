@@ -20,7 +20,7 @@ use serde::Serialize;
 use super::{Caller, Service};
 use ragbox_core::error::{Error, Result};
 use ragbox_core::ingest::{ingest, IngestEvent, IngestOptions, IngestReport};
-use ragbox_core::store::{DocumentRow, EventRecord, KeyRole, ReembedReport, TenantRow};
+use ragbox_core::store::{ChunkRow, DocumentRow, EventRecord, KeyRole, ReembedReport, TenantRow};
 use ragbox_core::types::TextKind;
 
 /// A document's parsed text, for the web page's source view.
@@ -199,6 +199,23 @@ impl Service {
         let detail = serde_json::json!({ "document": id, "path": doc.path.to_string_lossy() });
         self.audit(caller, EventRecord { tenant: &t.name, action: "read_document", detail: &detail, ..EventRecord::default() })?;
         Ok(DocumentText { changed: sha256 != doc.sha256, text: parsed.text, document: doc })
+    }
+
+    /// Passage (chunk) `id` of `tenant`, if `caller` may read its document: one of another
+    /// tenant, or of a document it may not read, is not found. Audited (`read_passage`).
+    pub fn passage(&self, caller: &Caller, tenant: &str, id: u64) -> Result<ChunkRow> {
+        let t = self.tenant(caller, tenant)?;
+        let row = self
+            .store
+            .catalog()
+            .chunks(t.id, &[ragbox_core::types::ChunkId(id)])?
+            .into_iter()
+            .find(|c| caller.audience.may_read(&c.readers))
+            .ok_or_else(|| Error::NotFound(format!("no passage {id} in this tenant")))?;
+        let detail = serde_json::json!({ "passage": id, "document": row.doc.0 });
+        let ids = [row.id];
+        self.audit(caller, EventRecord { tenant: &t.name, action: "read_passage", chunk_ids: &ids, detail: &detail, ..EventRecord::default() })?;
+        Ok(row)
     }
 
     /// Removes documents by path (a folder removes everything ingested under it).
