@@ -23,7 +23,7 @@ mod error;
 mod metrics;
 pub mod mcp;
 mod openai;
-mod queue;
+pub(crate) mod queue;
 mod quota;
 mod session;
 pub mod sso;
@@ -169,9 +169,9 @@ pub fn router(state: State) -> Router {
 /// session here, and a session's writes need this server's Origin.
 fn mcp_routes(state: &State) -> Router<State> {
     use rmcp::transport::streamable_http_server::{session::local::LocalSessionManager, StreamableHttpServerConfig, StreamableHttpService};
-    let service = state.service.clone();
+    let (service, queue) = (state.service.clone(), state.queue.clone());
     let mcp = StreamableHttpService::new(
-        move || Ok(mcp::Mcp::over_http(service.clone())),
+        move || Ok(mcp::Mcp::over_http(service.clone(), queue.clone())),
         Arc::new(LocalSessionManager::default()),
         StreamableHttpServerConfig::default().disable_allowed_hosts().with_max_request_body_bytes(state.config.max_body_bytes),
     );

@@ -10,7 +10,8 @@
 //! tenant- and permission-checked). A tool's own failure (an unknown tenant, a passage it may not
 //! read) is a tool result with `isError` and the service's message; a malformed request is a
 //! JSON-RPC error from rmcp, and the server stays up. Searches, answers and passage reads are
-//! audited by the service as over HTTP.
+//! audited by the service as over HTTP. Over HTTP an `ask` waits in the server's generation
+//! queue like any answer (a full queue is a tool error saying so).
 
 use std::sync::Arc;
 
@@ -30,17 +31,19 @@ pub struct Mcp {
     service: Arc<Service>,
     /// The caller of every request (stdio); `None`: each HTTP request's authenticated caller.
     caller: Option<Caller>,
+    /// The server's generation queue (HTTP; stdio serves one client).
+    queue: Option<crate::queue::Queue>,
 }
 
 impl Mcp {
     /// Serves `caller` (the stdio transport: one client, one identity).
     pub fn for_caller(service: Arc<Service>, caller: Caller) -> Mcp {
-        Mcp { service, caller: Some(caller) }
+        Mcp { service, caller: Some(caller), queue: None }
     }
 
     /// Serves whoever each HTTP request authenticated as (`/mcp`).
-    pub fn over_http(service: Arc<Service>) -> Mcp {
-        Mcp { service, caller: None }
+    pub(crate) fn over_http(service: Arc<Service>, queue: crate::queue::Queue) -> Mcp {
+        Mcp { service, caller: None, queue: Some(queue) }
     }
 
     fn caller(&self, context: &RequestContext<RoleServer>) -> Result<Caller, McpError> {
@@ -149,7 +152,18 @@ impl ServerHandler for Mcp {
             }
             "ask" => {
                 let question = text(&args, "question")?;
+                let ticket = match &self.queue {
+                    Some(q) => match q.admit() {
+                        Some(t) => Some((t, q.slot().await)),
+                        None => {
+                            let message = "the answer queue is full; try again shortly";
+                            return Ok(CallToolResult::error(vec![ContentBlock::text(message)]).into());
+                        }
+                    },
+                    None => None,
+                };
                 tokio::task::spawn_blocking(move || {
+                    let _ticket = ticket;
                     service.ask(&caller, &tenant, &question, &AskOptions::default(), &mut Discard).map(|asked| json!({ "answer": asked.answer }))
                 })
                 .await

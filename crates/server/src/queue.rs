@@ -7,7 +7,8 @@ use std::sync::Arc;
 
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
-/// Admission and the generation slots.
+/// Admission and the generation slots (a clone is a handle on the same queue).
+#[derive(Clone)]
 pub struct Queue {
     admitted: Arc<AtomicUsize>,
     limit: usize,
