@@ -91,7 +91,7 @@ fn config(dir: &Path, ldap: &Directory) -> PathBuf {
          [access]\nrules = [{{ path = \"**/legal/**\", groups = [\"legal\"] }}]\n\
          [[sso.groups]]\ngroup = \"*\"\ntenant = \"default\"\nrole = \"reader\"\n\
          [sso.ldap]\nurl = \"{}\"\nbind_dn = \"cn=ragbox,ou=services,dc=ragbox,dc=test\"\nbind_password_file = \"{}\"\n\
-         user_base = \"ou=people,dc=ragbox,dc=test\"\ngroup_base = \"ou=groups,dc=ragbox,dc=test\"\n\
+         user_base = \"ou=people,dc=ragbox,dc=test\"\ngroup_base = \"ou=groups,dc=ragbox,dc=test\"\nallow_hosts = [\"127.0.0.1\"]\n\
          [[quotas]]\ngroup = \"limited\"\nquestions_per_minute = 2\nuploads_per_day = 1\n\
          [server]\nauth_failures_per_minute = 50\n",
         ldap.url,

@@ -1,5 +1,6 @@
-//! Which hosts a network generator may send prompts to: `generate.allow_hosts`. A leaf module
-//! (imports only `error`): the configuration checks it at load, the generator before it connects.
+//! Which hosts ragbox may connect to: `generate.allow_hosts` (a network generator, which is sent
+//! prompts), `sso.oidc.allow_hosts` and `sso.ldap.allow_hosts` (sign-in). A leaf module (imports
+//! only `error`): the configuration checks each at load, the client again before it connects.
 //!
 //! Prompts carry the tenant's passages, so a remote backend talks only to hosts the
 //! configuration names. An entry is a host name (matched exactly, case-insensitively), an IP
@@ -66,23 +67,35 @@ impl HostAllowlist {
         Ok(allow)
     }
 
-    /// The URL's host, if the list allows it; else an error that names the host and the fix.
+    /// Whether `host` (a name, matched case-insensitively, or an address, IPv6 bracketed or not)
+    /// is allowed.
+    pub fn allows(&self, host: &str) -> bool {
+        let bare = host.trim_start_matches('[').trim_end_matches(']');
+        match bare.parse::<IpAddr>() {
+            Ok(ip) => self.networks.iter().any(|n| n.contains(&ip)),
+            Err(_) => self.names.iter().any(|n| n.eq_ignore_ascii_case(bare)),
+        }
+    }
+
+    /// An inference server's URL (http or https): its host, if `generate.allow_hosts` allows it.
     pub fn check(&self, url: &str) -> Result<String> {
         let parsed = Url::parse(url).map_err(|e| Error::Config(format!("`{url}` is not a URL ({e}); write it as http://HOST:PORT/v1")))?;
         if !matches!(parsed.scheme(), "http" | "https") {
             return Err(Error::Config(format!("`{url}`: only http and https inference servers are supported")));
         }
+        self.check_for(url, "generate.allow_hosts", "prompts carry your passages")
+    }
+
+    /// The host of `url` (any scheme), if the list allows it; else an error naming the host, the
+    /// `setting` to add it to, and `why` that matters.
+    pub fn check_for(&self, url: &str, setting: &str, why: &str) -> Result<String> {
+        let parsed = Url::parse(url).map_err(|e| Error::Config(format!("`{url}` is not a URL ({e})")))?;
         let host = parsed.host_str().ok_or_else(|| Error::Config(format!("`{url}` names no host")))?.to_string();
-        let bare = host.trim_start_matches('[').trim_end_matches(']');
-        let allowed = match bare.parse::<IpAddr>() {
-            Ok(ip) => self.networks.iter().any(|n| n.contains(&ip)),
-            Err(_) => self.names.iter().any(|n| n.eq_ignore_ascii_case(bare)),
-        };
-        if allowed {
+        if self.allows(&host) {
             Ok(host)
         } else {
             Err(Error::Config(format!(
-                "host `{host}` of {url} is not in generate.allow_hosts ({}); prompts carry your passages, so add it there only if they may go to that host",
+                "host `{host}` of {url} is not in {setting} ({}); {why}, so add it there only if ragbox may connect to that host",
                 self.describe()
             )))
         }

@@ -437,6 +437,8 @@ pub struct LdapSection {
     /// Each step's time limit against the directory.
     #[serde(default = "default_sso_timeout")]
     pub timeout_ms: u64,
+    /// Hosts the directory may be (as `generate.allow_hosts`): `url` must name one of them.
+    pub allow_hosts: Vec<String>,
 }
 
 fn default_user_filter() -> String {
@@ -766,7 +768,11 @@ impl Config {
         }
         if let Some(oidc) = &raw.sso.oidc {
             let allow = crate::allowlist::HostAllowlist::parse(&oidc.allow_hosts)?;
-            allow.check(&oidc.issuer).map_err(|e| Error::Config(format!("sso.oidc.issuer: {e}; add its host to sso.oidc.allow_hosts")))?;
+            allow.check_for(&oidc.issuer, "sso.oidc.allow_hosts", "sign-in fetches the provider's keys and exchanges codes there")?;
+        }
+        if let Some(ldap) = &raw.sso.ldap {
+            let allow = crate::allowlist::HostAllowlist::parse(&ldap.allow_hosts)?;
+            allow.check_for(&ldap.url, "sso.ldap.allow_hosts", "people's passwords are sent to it")?;
         }
         let prefix_ok = |p: &str| p.chars().next().is_some_and(|c| c.is_ascii_alphabetic() || c == '_') && p.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
         match (&raw.store.backend, &raw.store.shared) {
@@ -835,6 +841,25 @@ mod tests {
         assert_eq!(Config::load_with_env(&o, &env).unwrap().embed.model, "all-minilm-l6-v2");
         let o = Overrides { data_dir: Some("/x".into()), ..o };
         assert_eq!(Config::load_with_env(&o, &env).unwrap().data_dir, PathBuf::from("/x"));
+    }
+
+    /// A sign-in server off its allowlist: the configuration does not load, naming the setting.
+    #[test]
+    fn sign_in_hosts_must_be_allowlisted() {
+        let dir = tempfile::tempdir().unwrap();
+        let load = |toml: &str| {
+            let path = dir.path().join("c.toml");
+            std::fs::write(&path, toml).unwrap();
+            Config::load_with_env(&Overrides { config_file: Some(path), ..Overrides::default() }, &no_env)
+        };
+        let ldap = |allow: &str| format!("[sso.ldap]\nurl = \"ldaps://ldap.example.org\"\nuser_base = \"u\"\ngroup_base = \"g\"\nallow_hosts = [{allow}]\n");
+        let err = load(&ldap("")).unwrap_err().to_string();
+        assert!(err.contains("ldap.example.org") && err.contains("sso.ldap.allow_hosts"), "{err}");
+        assert!(load(&ldap("\"ldap.example.org\"")).is_ok());
+        let oidc = |allow: &str| format!("[sso.oidc]\nissuer = \"https://sso.example.org/r\"\nclient_id = \"c\"\nredirect_url = \"https://r/auth/oidc/callback\"\nallow_hosts = [{allow}]\n");
+        let err = load(&oidc("\"10.0.0.0/8\"")).unwrap_err().to_string();
+        assert!(err.contains("sso.example.org") && err.contains("sso.oidc.allow_hosts"), "{err}");
+        assert!(load(&oidc("\"sso.example.org\"")).is_ok());
     }
 
     #[test]

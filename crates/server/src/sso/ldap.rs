@@ -149,6 +149,12 @@ fn check_settings(settings: &LdapSection) -> Result<Checked, LdapError> {
             "url {url:?} must start with ldap:// or ldaps://"
         )));
     };
+    // Passwords go to this host: it must be on the allowlist (checked at load too).
+    let host = url::Url::parse(url).ok().and_then(|u| u.host_str().map(str::to_string)).unwrap_or_default();
+    let allowed = ragbox_service::allowlist::HostAllowlist::parse(&settings.allow_hosts).map(|a| a.allows(&host)).unwrap_or(false);
+    if !allowed {
+        return Err(LdapError::Misconfigured(format!("the directory's host `{host}` is not in sso.ldap.allow_hosts")));
+    }
     if tls_url && settings.starttls {
         return Err(LdapError::Misconfigured(
             "starttls = true is for ldap:// URLs; an ldaps:// URL is TLS already".into(),
@@ -542,6 +548,7 @@ mod tests {
             group_name_attribute: "cn".into(),
             session_hours: 12,
             timeout_ms: 5000,
+            allow_hosts: vec!["127.0.0.1".into()],
         }
     }
 

@@ -402,10 +402,11 @@ fn allowed(allow: &HostAllowlist, url: &str) -> Result<(), OidcError> {
         .host_str()
         .map(str::to_string)
         .ok_or_else(|| OidcError::Misconfigured(format!("`{url}` names no host")))?;
-    allow
-        .check(url)
-        .map(|_| ())
-        .map_err(|_| OidcError::NotAllowed(host))
+    if allow.allows(&host) {
+        Ok(())
+    } else {
+        Err(OidcError::NotAllowed(host))
+    }
 }
 
 async fn get_json<T: serde::de::DeserializeOwned>(
