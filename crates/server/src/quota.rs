@@ -51,9 +51,7 @@ impl Quotas {
 
     /// `caller`'s limit of `what`, if any.
     pub fn limit(&self, caller: &Caller, what: Counted) -> Option<u32> {
-        if caller.key_id.is_none() && caller.person.is_none() {
-            return None;
-        }
+        caller.identity()?;
         let groups: &[String] = match &caller.audience {
             Audience::Groups(g) => g,
             Audience::Everyone => &[],
@@ -75,11 +73,7 @@ impl Quotas {
     }
 
     fn take_at(&self, caller: &Caller, what: Counted, now: Instant) -> Result<(), u64> {
-        let Some(limit) = self.limit(caller, what) else { return Ok(()) };
-        let who = match (&caller.person, caller.key_id) {
-            (Some(p), _) => format!("person:{}|{}", p.issuer, p.subject),
-            (None, id) => format!("key:{}", id.unwrap_or_default()),
-        };
+        let (Some(limit), Some(who)) = (self.limit(caller, what), caller.identity()) else { return Ok(()) };
         let window = what.window();
         let mut seen = self.seen.lock().unwrap_or_else(|e| e.into_inner());
         let times = seen.entry((who, what)).or_default();

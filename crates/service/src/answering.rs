@@ -92,20 +92,11 @@ impl Service {
         Ok(())
     }
 
-    /// The owner a session is recorded under: the person (issuer and subject) or the key.
-    fn owner(caller: &Caller) -> Option<String> {
-        match (&caller.person, caller.key_id) {
-            (Some(p), _) => Some(format!("person:{}|{}", p.issuer, p.subject)),
-            (None, Some(id)) => Some(format!("key:{id}")),
-            (None, None) => None,
-        }
-    }
-
     /// Whether `caller` may continue a session owned by `owner`: its owner, or (for a session
     /// without one, from the command line or from before owners were kept) a caller who reads
     /// every document; the command line reaches all.
     fn owns(caller: &Caller, owner: Option<&String>) -> bool {
-        match (Self::owner(caller), owner) {
+        match (caller.identity(), owner) {
             (None, _) => true,
             (Some(me), Some(them)) => me == *them,
             (Some(_), None) => caller.audience.is_everyone(),
@@ -269,7 +260,7 @@ impl Service {
             },
             None => {
                 let id = catalog.sessions().create(tenant.id)?;
-                if let Some(owner) = Self::owner(caller) {
+                if let Some(owner) = caller.identity() {
                     catalog.set_session_owner(tenant.id, id, &owner)?;
                 }
                 let detail = serde_json::json!({ "session": id });

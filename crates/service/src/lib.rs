@@ -153,6 +153,16 @@ impl Caller {
         }
     }
 
+    /// The one name of a person (issuer and subject) or key that its sessions are owned by and
+    /// its quotas counted under; `None` for the command line.
+    pub fn identity(&self) -> Option<String> {
+        match (&self.person, self.key_id) {
+            (Some(p), _) => Some(format!("person:{}|{}", p.issuer, p.subject)),
+            (None, Some(id)) => Some(format!("key:{id}")),
+            (None, None) => None,
+        }
+    }
+
     /// Who this is, for the audit: the person (subject, issuer) or the key, and its groups.
     fn who(&self) -> serde_json::Value {
         let groups = match &self.audience {
