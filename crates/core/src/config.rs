@@ -518,6 +518,179 @@ pub struct QuotaRule {
     pub uploads_per_day: Option<u32>,
 }
 
+/// One `[[sources]]` entry: a mailbox or a file share that `ragbox sync` (and `ragbox serve`, every
+/// `interval_minutes`) mirrors into `<data>/sources/<name>/` and ingests like a local folder
+/// (docs/SOURCES.md).
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, serde::Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct SourceConfig {
+    /// Its name: letters, digits, `-` and `_`; the folder its mirror lives in.
+    pub name: String,
+    /// `imap` or `smb`.
+    pub kind: SourceKind,
+    /// The tenant its documents go to.
+    #[serde(default = "default_tenant")]
+    pub tenant: String,
+    /// The server's host name or address.
+    pub host: String,
+    /// Its port; 993 (imap, implicit TLS), 143 (imap otherwise) or 445 (smb) when absent.
+    #[serde(default)]
+    pub port: Option<u16>,
+    /// The account.
+    pub user: String,
+    /// A file holding the password (its first line).
+    #[serde(default)]
+    pub password_file: Option<PathBuf>,
+    /// An environment variable holding the password.
+    #[serde(default)]
+    pub password_env: Option<String>,
+    /// imap: `implicit` (imaps, the default), `starttls`, or `none` (loopback hosts only).
+    #[serde(default)]
+    pub tls: SourceTls,
+    /// imap: a PEM file of the CA that signed the server's certificate, when it is not one the
+    /// system trusts.
+    #[serde(default)]
+    pub ca_file: Option<PathBuf>,
+    /// imap: the folders to read (`INBOX`, `Policies/2026`).
+    #[serde(default)]
+    pub folders: Vec<String>,
+    /// smb: the share's name.
+    #[serde(default)]
+    pub share: Option<String>,
+    /// smb: the folder inside the share to read (the whole share when empty).
+    #[serde(default)]
+    pub path: String,
+    /// smb: the account's domain (workgroup), when the server wants one.
+    #[serde(default)]
+    pub domain: Option<String>,
+    /// Minutes between syncs under `ragbox serve` (0: only `ragbox sync` runs it).
+    #[serde(default = "default_interval")]
+    pub interval_minutes: u64,
+    /// The groups that may read its documents (an `[[access.rules]]` entry for its mirror, ahead
+    /// of the configured rules); open when empty.
+    #[serde(default)]
+    pub groups: Vec<String>,
+    /// Each network step's time limit.
+    #[serde(default = "default_source_timeout")]
+    pub timeout_ms: u64,
+}
+
+/// The kinds of `[[sources]]`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SourceKind {
+    /// An IMAP mailbox.
+    Imap,
+    /// An SMB/CIFS file share.
+    Smb,
+}
+
+/// How an IMAP source's connection is protected.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SourceTls {
+    /// TLS from the first byte (imaps).
+    #[default]
+    Implicit,
+    /// A plain connection upgraded with STARTTLS before logging in.
+    Starttls,
+    /// No TLS: the password crosses in clear, so only a loopback host is accepted.
+    None,
+}
+
+fn default_tenant() -> String {
+    crate::store::DEFAULT_TENANT.into()
+}
+fn default_interval() -> u64 {
+    15
+}
+fn default_source_timeout() -> u64 {
+    15_000
+}
+
+impl SourceConfig {
+    /// The port connected to.
+    pub fn port(&self) -> u16 {
+        self.port.unwrap_or(match (self.kind, self.tls) {
+            (SourceKind::Smb, _) => 445,
+            (SourceKind::Imap, SourceTls::Implicit) => 993,
+            (SourceKind::Imap, _) => 143,
+        })
+    }
+
+    /// Where it is, for messages and the documents' origin (`imap://host:993/`, `smb://host:445/share/path`).
+    pub fn location(&self) -> String {
+        match self.kind {
+            SourceKind::Imap => format!("imap://{}@{}:{}", self.user, self.host, self.port()),
+            SourceKind::Smb => {
+                let path = self.path.trim_matches(['/', '\\']);
+                let share = self.share.as_deref().unwrap_or("");
+                if path.is_empty() {
+                    format!("smb://{}:{}/{share}", self.host, self.port())
+                } else {
+                    format!("smb://{}:{}/{share}/{path}", self.host, self.port())
+                }
+            }
+        }
+    }
+
+    /// The password, read from its file or variable now.
+    pub fn password(&self, env: &dyn Fn(&str) -> Option<String>) -> Result<String> {
+        match (&self.password_file, &self.password_env) {
+            (Some(file), None) => {
+                let text = std::fs::read_to_string(file).map_err(|e| {
+                    Error::Config(format!("source `{}`: password_file {}: {e}", self.name, file.display()))
+                })?;
+                Ok(text.lines().next().unwrap_or("").to_string())
+            }
+            (None, Some(var)) => env(var).ok_or_else(|| {
+                Error::Config(format!("source `{}`: the environment variable {var} (password_env) is not set", self.name))
+            }),
+            _ => Err(Error::Config(format!("source `{}`: set exactly one of password_file and password_env", self.name))),
+        }
+    }
+
+    fn validate(&self) -> Result<()> {
+        let fail = |what: String| Err(Error::Config(format!("sources: `{}`: {what}", self.name)));
+        let name_ok = !self.name.is_empty() && self.name.chars().all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_');
+        if !name_ok {
+            return fail("name it with letters, digits, - and _".into());
+        }
+        if self.host.trim().is_empty() || self.user.trim().is_empty() {
+            return fail("set host and user".into());
+        }
+        if self.password_file.is_some() == self.password_env.is_some() {
+            return fail("set exactly one of password_file and password_env".into());
+        }
+        match self.kind {
+            SourceKind::Imap => {
+                if self.folders.is_empty() {
+                    return fail("an imap source needs folders = [\"INBOX\", ...]".into());
+                }
+                if self.share.is_some() || !self.path.is_empty() || self.domain.is_some() {
+                    return fail("share, path and domain are for smb sources".into());
+                }
+                let loopback = self.host == "localhost" || self.host.parse::<std::net::IpAddr>().is_ok_and(|a| a.is_loopback());
+                if self.tls == SourceTls::None && !loopback {
+                    return fail(format!("tls = \"none\" would send the password to {} in clear; use implicit or starttls", self.host));
+                }
+            }
+            SourceKind::Smb => {
+                if self.share.as_deref().is_none_or(|s| s.trim().is_empty()) {
+                    return fail("an smb source needs share = \"NAME\"".into());
+                }
+                if !self.folders.is_empty() || self.ca_file.is_some() || self.tls != SourceTls::Implicit {
+                    return fail("folders, tls and ca_file are for imap sources (SMB 3 signs and encrypts by itself)".into());
+                }
+            }
+        }
+        if self.timeout_ms == 0 {
+            return fail("timeout_ms must be above 0".into());
+        }
+        Ok(())
+    }
+}
+
 /// The configuration as written: [`Config`] with its folders as the strings the files hold
 /// (empty for the default), before they are resolved and the values checked.
 pub type RawConfig = Config<String>;
@@ -571,6 +744,9 @@ pub struct Config<P = PathBuf> {
     /// Limits per group.
     #[serde(default)]
     pub quotas: Vec<QuotaRule>,
+    /// Mailboxes and file shares kept in sync.
+    #[serde(default)]
+    pub sources: Vec<SourceConfig>,
     /// The file read, if any (not a key of the file).
     #[serde(skip)]
     pub config_file: Option<PathBuf>,
@@ -774,6 +950,13 @@ impl Config {
             let allow = crate::allowlist::HostAllowlist::parse(&ldap.allow_hosts)?;
             allow.check_for(&ldap.url, "sso.ldap.allow_hosts", "people's passwords are sent to it")?;
         }
+        let mut names = std::collections::HashSet::new();
+        for source in &raw.sources {
+            source.validate()?;
+            if !names.insert(source.name.as_str()) {
+                return Err(Error::Config(format!("sources: two sources are named `{}`", source.name)));
+            }
+        }
         let prefix_ok = |p: &str| p.chars().next().is_some_and(|c| c.is_ascii_alphabetic() || c == '_') && p.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
         match (&raw.store.backend, &raw.store.shared) {
             (StoreBackend::Shared, None) => {
@@ -804,6 +987,7 @@ impl Config {
             access: raw.access,
             sso: raw.sso,
             quotas: raw.quotas,
+            sources: raw.sources,
             config_file: o.config_file.clone(),
         })
     }

@@ -190,6 +190,17 @@ pub enum Error {
         /// What the server or the connection said.
         detail: String,
     },
+    /// A `[[sources]]` mailbox or share could not be reached, logged in to, or listed to the end:
+    /// nothing of its mirror and none of its documents were changed.
+    #[error("source `{source_name}` ({server}) cannot be reached ({detail}); nothing was changed or pruned, and the next sync tries again (`ragbox doctor` checks every source)")]
+    SourceUnreachable {
+        /// The source's name in the configuration.
+        source_name: String,
+        /// Where it is (`imap://127.0.0.1:1143`).
+        server: String,
+        /// What the connection or the server said.
+        detail: String,
+    },
     /// A thing asked for by id (session, document, answer, job, key) that does not exist, or
     /// that the caller may not see: the two read alike, so existence does not leak.
     #[error("{0}")]
@@ -229,6 +240,7 @@ impl Error {
             | Error::CatalogDamaged { .. }
             | Error::Generate(_)
             | Error::Unreachable { .. }
+            | Error::SourceUnreachable { .. }
             | Error::SharedServer { .. } => Fault::Runtime,
             Error::Bug(_) => Fault::Bug,
         }

@@ -1,0 +1,18 @@
+//! SMB/CIFS shares (being written).
+use std::path::Path;
+
+use crate::{Mirror, SourceConfig, SyncEvent, SyncReport};
+use ragbox_core::error::Result;
+
+pub(crate) fn sync(source: &SourceConfig, _password: &str, _mirror: &Mirror, _progress: &mut (dyn FnMut(SyncEvent) + Send)) -> Result<SyncReport> {
+    Err(crate::unreachable(source, "smb is not built yet"))
+}
+
+pub(crate) fn probe(source: &SourceConfig, _password: &str) -> Result<usize> {
+    Err(crate::unreachable(source, "smb is not built yet"))
+}
+
+pub(crate) fn origin(source: &SourceConfig, rel: &Path) -> String {
+    let rel = rel.to_string_lossy().replace('\\', "/");
+    format!("{}/{rel}", source.location())
+}

@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# The file server of the share-source tests (issue 64, `[[sources]]` of kind smb): Debian's Samba
+# 4.17 file server (`samba`, which brings smbd and smbpasswd) and the `smbclient` command-line
+# client the launcher's readiness check uses. The package would run smbd/nmbd/samba-ad-dc services
+# of its own on ports 139/445 with /etc/samba/smb.conf; the tests start their own smbd on loopback
+# with its configuration and state under a folder of theirs (scripts/sources/smb-launch.sh DIR
+# PORT SHARE_PATH), so the package's services are kept from starting during the install (a
+# temporary policy-rc.d) and are then stopped and disabled. About a minute from nothing.
+#
+#   scripts/setup/smb-server.sh           # prints the smbd binary's path
+set -euo pipefail
+
+SMBD=/usr/sbin/smbd
+SERVICES="smbd nmbd samba-ad-dc winbind"
+stop_services() {
+  if command -v systemctl >/dev/null 2>&1 && [ -d /run/systemd/system ]; then
+    for s in $SERVICES; do systemctl disable --now "$s" >/dev/null 2>&1 || true; done
+  else
+    for s in $SERVICES; do
+      if [ -x "/etc/init.d/$s" ]; then "/etc/init.d/$s" stop >/dev/null 2>&1 || true; fi
+      if command -v update-rc.d >/dev/null 2>&1; then update-rc.d "$s" disable >/dev/null 2>&1 || true; fi
+    done
+  fi
+}
+
+if [ ! -x "$SMBD" ] || ! command -v smbclient >/dev/null 2>&1 || ! command -v smbpasswd >/dev/null 2>&1; then
+  echo "[smb-server] installing samba and smbclient (Debian)" >&2
+  export DEBIAN_FRONTEND=noninteractive
+  # Keep maintainer scripts from starting the package's own servers (when no policy is set).
+  policy=""
+  if [ ! -e /usr/sbin/policy-rc.d ]; then
+    printf '#!/bin/sh\nexit 101\n' > /usr/sbin/policy-rc.d && chmod +x /usr/sbin/policy-rc.d
+    policy=/usr/sbin/policy-rc.d
+  fi
+  trap '[ -z "$policy" ] || rm -f "$policy"' EXIT
+  apt-get update -qq && apt-get install -y -qq --no-install-recommends samba smbclient >/dev/null
+fi
+
+# The package may have started its own servers anyway; stop them and keep them from starting at boot.
+stop_services
+
+# The path on stdout, so that `SMBD="$(scripts/setup/smb-server.sh)"` works.
+echo "$SMBD"
