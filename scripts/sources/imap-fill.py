@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Fill an IMAP folder for the mailbox-source tests and benchmark (issue 64).
+"""Fill an IMAP folder for the mailbox-source tests and benchmark.
 
 APPENDs RFC 822 messages (.eml files) to FOLDER on an IMAP server, creating the folder (and its
 parents) when it is missing; or, with --generate N, N synthetic messages instead: varied subjects,

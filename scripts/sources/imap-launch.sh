@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# A fresh Dovecot IMAP server for the mailbox-source tests (issue 64, `[[sources]]` of kind imap),
+# A fresh Dovecot IMAP server for the mailbox-source tests (`[[sources]]` of kind imap),
 # with its whole configuration under DIR: DIR/dovecot.conf (generated), DIR/users (the passwd-file
 # that is both passdb and userdb), the mail in DIR/mail/USER/Maildir (Maildir++, IMAP hierarchy
 # separator "/"), sockets and state in DIR/run and DIR/state, DIR/dovecot.log, DIR/dovecot.pid, and

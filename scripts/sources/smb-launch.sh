@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# A fresh Samba smbd for the share-source tests (issue 64, `[[sources]]` of kind smb), with its
+# A fresh Samba smbd for the share-source tests (`[[sources]]` of kind smb), with its
 # configuration and every state folder under DIR: DIR/smb.conf (generated), DIR/private (the
 # tdbsam password database), DIR/state, DIR/lock, DIR/cache, DIR/run (pid, sockets), DIR/smbd.log,
 # DIR/smbd.pid. It shares SHARE_PATH read-only as `docs` to the one user reader / reader-pw
