@@ -3,7 +3,7 @@
 
 use clap::{Parser, Subcommand};
 
-use ragbox_cli::{ask, audit, backup, chat, doctor, documents, feedback, ingest, keys, mcp, migrate, search, serve, GlobalArgs};
+use ragbox_cli::{ask, audit, backup, chat, doctor, documents, feedback, ingest, keys, mcp, migrate, search, serve, sync, GlobalArgs};
 
 use crate::tools;
 
@@ -22,6 +22,8 @@ pub struct Cli {
 pub enum Command {
     /// Ingest folders into a tenant, incrementally (exit code 5: completed, some files skipped).
     Ingest(ingest::IngestArgs),
+    /// Sync the configured mailboxes and file shares (`[[sources]]`) once each, then ingest what changed.
+    Sync(sync::SyncArgs),
     /// List a tenant's documents.
     Ls(documents::LsArgs),
     /// Remove documents from a tenant.
@@ -74,6 +76,7 @@ pub fn run(cli: Cli) -> anyhow::Result<u8> {
     let g = &cli.global;
     match cli.cmd {
         Command::Ingest(args) => ingest::run(g, args),
+        Command::Sync(args) => sync::run(g, args),
         Command::Ls(args) => documents::ls(g, args),
         Command::Mcp(args) => mcp::run(g, args),
         Command::Rm(args) => documents::rm(g, args),

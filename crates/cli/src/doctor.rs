@@ -30,6 +30,9 @@ pub fn run(g: &GlobalArgs) -> anyhow::Result<()> {
     for line in &report.store {
         println!("store:      {line}");
     }
+    for line in &report.sources {
+        println!("source:     {line}");
+    }
     let sv = &report.server;
     println!(
         "server:     listen {} · queue {} (generating {} at once) · body {} B, question {} chars, upload {} B · timeouts {} ms / answer {} ms / body {} ms · CORS {}",

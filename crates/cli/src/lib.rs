@@ -1,5 +1,5 @@
 //! ragbox-cli: the command line's faces, one module per command that changes or reveals data
-//! (ingest, ls/rm/reembed, backup/restore, migrate, search, ask, chat, feedback, doctor, serve, keys,
+//! (ingest, sync, ls/rm/reembed, backup/restore, migrate, search, ask, chat, feedback, doctor, serve, keys,
 //! audit), and the global options every command honours. Each goes through `ragbox-service`,
 //! the only part of the pipeline this crate depends on; results go to stdout (`--json` for
 //! machines), logs and progress to stderr. The `ragbox` binary parses the command line and
@@ -20,6 +20,7 @@ pub mod mcp;
 pub mod migrate;
 pub mod search;
 pub mod serve;
+pub mod sync;
 
 use std::path::PathBuf;
 

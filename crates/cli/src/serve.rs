@@ -51,6 +51,10 @@ pub fn run(g: &GlobalArgs, args: ServeArgs) -> anyhow::Result<u8> {
     if !resumed.is_empty() {
         eprintln!("ragbox serve: checking {} tenants' uploads (ingesting any that a stop interrupted)", resumed.len());
     }
+    if service.start_source_schedule()?.is_some() {
+        let names: Vec<String> = service.config().sources.iter().map(|s| format!("{} every {}", s.name, s.interval)).collect();
+        eprintln!("ragbox serve: syncing sources one at a time: {}", names.join(", "));
+    }
     if server_config.preload_generator {
         let model = service.warm_up_generator()?;
         eprintln!("ragbox serve: {model} loaded");

@@ -118,6 +118,9 @@ pub struct DoctorReport {
     pub tenants: Vec<TenantStatus>,
     /// `ragbox serve`'s settings.
     pub server: crate::config::ServerSection,
+    /// Every `[[sources]]` entry: reached or not, and its last sync (filled by the service,
+    /// which syncs them).
+    pub sources: Vec<String>,
 }
 
 /// One tenant as `doctor` sees it.
@@ -596,6 +599,7 @@ impl App {
         DoctorReport {
             tenants,
             server: self.config.server.clone(),
+            sources: Vec::new(),
             version: env!("CARGO_PKG_VERSION"),
             candle: "0.10.2 (patched: patches/README.md)",
             cpu: crate::model::cpu::baseline(),

@@ -519,7 +519,7 @@ pub struct QuotaRule {
 }
 
 /// One `[[sources]]` entry: a mailbox or a file share that `ragbox sync` (and `ragbox serve`, every
-/// `interval_minutes`) mirrors into `<data>/sources/<name>/` and ingests like a local folder
+/// `interval`) mirrors into `<data>/sources/<name>/` and ingests like a local folder
 /// (docs/SOURCES.md).
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize, serde::Serialize)]
 #[serde(deny_unknown_fields)]
@@ -563,9 +563,10 @@ pub struct SourceConfig {
     /// smb: the account's domain (workgroup), when the server wants one.
     #[serde(default)]
     pub domain: Option<String>,
-    /// Minutes between syncs under `ragbox serve` (0: only `ragbox sync` runs it).
+    /// Time between syncs under `ragbox serve`: `30s`, `15m`, `2h`; `off`: only `ragbox sync`
+    /// (and the admin view's "sync now") runs it.
     #[serde(default = "default_interval")]
-    pub interval_minutes: u64,
+    pub interval: String,
     /// The groups that may read its documents (an `[[access.rules]]` entry for its mirror, ahead
     /// of the configured rules); open when empty.
     #[serde(default)]
@@ -601,14 +602,35 @@ pub enum SourceTls {
 fn default_tenant() -> String {
     crate::store::DEFAULT_TENANT.into()
 }
-fn default_interval() -> u64 {
-    15
+fn default_interval() -> String {
+    "15m".into()
 }
 fn default_source_timeout() -> u64 {
     15_000
 }
 
 impl SourceConfig {
+    /// The time between syncs under `ragbox serve`, `None` when `off`.
+    pub fn every(&self) -> Result<Option<std::time::Duration>> {
+        let text = self.interval.trim();
+        if text == "off" {
+            return Ok(None);
+        }
+        let bad = || Error::Config(format!("source `{}`: interval = `{}`: write 30s, 15m, 2h or off", self.name, self.interval));
+        let split = text.find(|c: char| !c.is_ascii_digit()).ok_or_else(bad)?;
+        let n: u64 = text[..split].parse().map_err(|_| bad())?;
+        let secs = match &text[split..] {
+            "s" => n,
+            "m" => n * 60,
+            "h" => n * 3600,
+            _ => return Err(bad()),
+        };
+        if secs == 0 {
+            return Err(bad());
+        }
+        Ok(Some(std::time::Duration::from_secs(secs)))
+    }
+
     /// The port connected to.
     pub fn port(&self) -> u16 {
         self.port.unwrap_or(match (self.kind, self.tls) {
@@ -687,6 +709,7 @@ impl SourceConfig {
         if self.timeout_ms == 0 {
             return fail("timeout_ms must be above 0".into());
         }
+        self.every()?;
         Ok(())
     }
 }

@@ -121,7 +121,8 @@ pub async fn readyz(Extract(state): Extract<State>) -> Response {
 
 /// Prometheus text.
 pub async fn metrics(Extract(state): Extract<State>) -> Response {
-    let text = state.metrics.render(state.queue.depth(), state.service.ingest_progress());
+    let sources = state.service.sources(&ragbox_service::Caller::local()).unwrap_or_default();
+    let text = state.metrics.render(state.queue.depth(), state.service.ingest_progress(), &sources);
     ([(axum::http::header::CONTENT_TYPE, "text/plain; version=0.0.4")], text).into_response()
 }
 
@@ -606,6 +607,23 @@ pub async fn audit_verify(Extract(state): Extract<State>, Authed(caller): Authed
 /// tenant's generations and consistency, the server settings).
 pub async fn doctor(Extract(state): Extract<State>, Authed(caller): Authed) -> Result<Json<ragbox_service::DoctorReport>, ApiError> {
     Ok(Json(state.blocking(move |s| s.doctor(&caller)).await?))
+}
+
+/// `GET /v1/admin/sources`: every `[[sources]]` entry, what it is doing, how its last sync ended.
+pub async fn sources(Extract(state): Extract<State>, Authed(caller): Authed) -> Result<Json<serde_json::Value>, ApiError> {
+    let sources = state.blocking(move |s| s.sources(&caller)).await?;
+    Ok(Json(serde_json::json!({ "sources": sources })))
+}
+
+/// `POST /v1/admin/sources/{name}/sync`: the source synced now by the server's schedule (202;
+/// `GET /v1/admin/sources` shows it running, then its result).
+pub async fn sync_source(
+    Extract(state): Extract<State>,
+    Authed(caller): Authed,
+    Path(name): Path<String>,
+) -> Result<(StatusCode, Json<ragbox_service::SourceStatus>), ApiError> {
+    let status = state.blocking(move |s| s.request_sync(&caller, &name)).await?;
+    Ok((StatusCode::ACCEPTED, Json(status)))
 }
 
 /// `GET /v1/admin/keys`.

@@ -126,6 +126,8 @@ pub fn router(state: State) -> Router {
         .route("/admin/audit", get(api::audit))
         .route("/admin/audit/verify", get(api::audit_verify))
         .route("/admin/doctor", get(api::doctor))
+        .route("/admin/sources", get(api::sources))
+        .route("/admin/sources/{name}/sync", post(api::sync_source))
         .route("/admin/keys", get(api::list_keys).post(api::create_key))
         .route("/admin/keys/{key}", delete(api::revoke_key))
         .route("/models", get(openai::models))

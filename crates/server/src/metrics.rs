@@ -1,5 +1,5 @@
 //! `/metrics` in the Prometheus text format: requests and latency by route and status, queue
-//! depth, generation speed, failed authentications and ingest progress. Kept by hand (a few
+//! depth, generation speed, failed authentications, ingest progress and each source's syncs. Kept by hand (a few
 //! counters behind a mutex) rather than with a metrics crate.
 
 use std::collections::BTreeMap;
@@ -10,6 +10,8 @@ use std::time::Instant;
 use axum::extract::{MatchedPath, Request, State as Extract};
 use axum::middleware::Next;
 use axum::response::Response;
+
+use ragbox_service::SourceStatus;
 
 use super::State;
 
@@ -74,7 +76,7 @@ impl Metrics {
     }
 
     /// The text exposition.
-    pub fn render(&self, queue: (usize, usize), ingest: (usize, usize, usize)) -> String {
+    pub fn render(&self, queue: (usize, usize), ingest: (usize, usize, usize), sources: &[SourceStatus]) -> String {
         let mut out = String::new();
         self.with(|m| {
             let _ = writeln!(out, "# HELP ragbox_http_requests_total HTTP requests by route and status.");
@@ -124,7 +126,37 @@ impl Metrics {
         let _ = writeln!(out, "ragbox_ingest_files_visited {}", ingest.1);
         let _ = writeln!(out, "# TYPE ragbox_ingest_files_found gauge");
         let _ = writeln!(out, "ragbox_ingest_files_found {}", ingest.2);
+        render_sources(&mut out, sources);
         out
+    }
+}
+
+/// The `[[sources]]` gauges, one series per source.
+fn render_sources(out: &mut String, sources: &[SourceStatus]) {
+    if sources.is_empty() {
+        return;
+    }
+    type Gauge = fn(&SourceStatus) -> f64;
+    let gauges: [(&str, &str, &str, Gauge); 6] = [
+        ("ragbox_source_up", "gauge", "1 when the source's last sync finished, 0 when it failed or never ran.", |s| {
+            f64::from(u8::from(s.last.as_ref().is_some_and(|r| r.ok)))
+        }),
+        ("ragbox_source_syncing", "gauge", "1 while the source syncs in this process.", |s| f64::from(u8::from(s.running.is_some()))),
+        ("ragbox_source_last_success_timestamp_seconds", "gauge", "When the source last synced to the end (0: never).", |s| {
+            s.last.as_ref().and_then(|r| r.last_success_ms).map_or(0.0, |ms| ms as f64 / 1000.0)
+        }),
+        ("ragbox_source_failures_total", "counter", "Syncs of the source that failed.", |s| s.last.as_ref().map_or(0.0, |r| r.failures_total as f64)),
+        ("ragbox_source_items", "gauge", "Items (messages, files) the source listed at its last sync.", |s| {
+            s.last.as_ref().map_or(0.0, |r| r.sync.listed as f64)
+        }),
+        ("ragbox_source_last_fetched", "gauge", "Items fetched by the source's last sync.", |s| s.last.as_ref().map_or(0.0, |r| r.sync.fetched as f64)),
+    ];
+    for (name, kind, help, value) in gauges {
+        let _ = writeln!(out, "# HELP {name} {help}");
+        let _ = writeln!(out, "# TYPE {name} {kind}");
+        for s in sources {
+            let _ = writeln!(out, "{name}{{source=\"{}\"}} {}", s.config.name, value(s));
+        }
     }
 }
 

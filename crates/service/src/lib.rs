@@ -33,6 +33,7 @@
 mod answering;
 mod documents;
 mod embeddings;
+mod sources;
 
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -60,6 +61,7 @@ pub use answering::{AskOptions, Asked, ChatTurn, SearchOptions, SearchResult};
 pub use ragbox_core::app::DoctorReport;
 pub use documents::{check_upload_name, DocumentText, Job, JobKind, JobState};
 pub use embeddings::{EmbedWith, Embedded, MAX_EMBED_INPUTS};
+pub use sources::{Running, SourceProgress, SourceRun, SourceStatus, Synced, SyncEvent, SyncReport};
 pub use ragbox_core::types::TextKind;
 /// The settings, as the faces read and override them.
 pub use ragbox_core::config;
@@ -236,6 +238,8 @@ pub struct Service {
     jobs: documents::Jobs,
     /// One writer per tenant inside this process (the store's lock file covers other processes).
     writers: Mutex<HashMap<String, Arc<Mutex<()>>>>,
+    /// What each `[[sources]]` entry is doing now.
+    sources: sources::Board,
 }
 
 impl Service {
@@ -243,7 +247,7 @@ impl Service {
     pub fn open(config: Config) -> Result<Service> {
         let app = App::new(config)?;
         let store = app.store()?;
-        Ok(Service { app: Arc::new(app), store, jobs: documents::Jobs::default(), writers: Mutex::default() })
+        Ok(Service { app: Arc::new(app), store, jobs: documents::Jobs::default(), writers: Mutex::default(), sources: sources::Board::default() })
     }
 
     /// The configuration in force.
@@ -361,14 +365,19 @@ impl Service {
     /// The doctor's report for the command line, without opening the data folder's store first:
     /// a damaged catalog is something the report shows, not a reason to give none.
     pub fn diagnose(config: Config) -> Result<DoctorReport> {
-        Ok(App::new(config)?.doctor())
+        let lines = sources::source_lines(&config);
+        let mut report = App::new(config)?.doctor();
+        report.sources = lines;
+        Ok(report)
     }
 
     /// `doctor`'s report (build, device, models verified, every tenant's generations and
     /// consistency): admins only.
     pub fn doctor(&self, caller: &Caller) -> Result<DoctorReport> {
         caller.require(KeyRole::Admin, "the doctor's report")?;
-        Ok(self.app.doctor())
+        let mut report = self.app.doctor();
+        report.sources = sources::source_lines(self.config());
+        Ok(report)
     }
 
     /// Records a failed authentication (no key, an unknown or revoked key) from `address`.

@@ -381,7 +381,7 @@ Content-Transfer-Encoding: base64\r\n\r\nJVBERi0xLjQK\r\n--b--\r\n";
             share: None,
             path: String::new(),
             domain: None,
-            interval_minutes: 15,
+            interval: "15m".into(),
             groups: vec![],
             timeout_ms: 1000,
         };

@@ -27,7 +27,7 @@ mod smb;
 
 use std::path::{Path, PathBuf};
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 pub use ragbox_core::config::{SourceConfig, SourceKind, SourceTls};
 use ragbox_core::error::{Error, Result};
@@ -35,7 +35,8 @@ use ragbox_core::error::{Error, Result};
 pub use mirror::Mirror;
 
 /// What one sync did.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
 pub struct SyncReport {
     /// Items (messages, files) the server lists now.
     pub listed: usize,

@@ -91,7 +91,7 @@ fn source(port: u16, ca: &Path, folders: &[&str]) -> SourceConfig {
         share: None,
         path: String::new(),
         domain: None,
-        interval_minutes: 15,
+        interval: "15m".into(),
         groups: vec![],
         timeout_ms: 5000,
     }

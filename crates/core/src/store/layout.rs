@@ -25,6 +25,9 @@ pub const VECTOR_EXT: &str = "usearch";
 pub const VECTOR_META_EXT: &str = "json";
 /// A tenant's uploads folder name.
 pub const UPLOADS_DIR: &str = "uploads";
+/// The folder holding one mirror per `[[sources]]` entry (`<data>/sources/<name>/`): derived
+/// data, fetched again from its server when lost.
+pub const SOURCES_DIR: &str = "sources";
 /// The tenant used when none is named.
 pub const DEFAULT_TENANT: &str = "default";
 

@@ -58,7 +58,7 @@ pub use conversation::{AnswerRecord, AnswerRow, Answers, FeedbackRow, Rating, Se
 pub use crate::types::{text_hash, TextHash};
 pub use events::{Audit, BrokenLink, ChainReport, EventFilter, EventRecord, EventRow};
 pub use keys::{KeyRole, KeyRow, Keys, KEY_PREFIX};
-pub use layout::{check_tenant_name, Layout, DEFAULT_TENANT, TENANTS_DIR};
+pub use layout::{check_tenant_name, Layout, DEFAULT_TENANT, SOURCES_DIR, TENANTS_DIR};
 pub use local::{LocalLexical, LocalVectors};
 pub use lexical::{LexicalHit, LexicalIndex, LexicalSearch, LexicalSearcher};
 #[cfg(any(test, feature = "testing"))]
