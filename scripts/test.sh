@@ -45,6 +45,10 @@ scripts/setup/ldap-server.sh >/dev/null
 step "Glewlwyd (the OpenID Connect sign-in tests start it inside the namespace)"
 scripts/setup/oidc-provider.sh >/dev/null
 
+step "Dovecot and Samba (the mailbox and share source tests start them inside the namespace)"
+scripts/setup/mail-server.sh >/dev/null
+scripts/setup/smb-server.sh >/dev/null
+
 step "the MCP client (the official Python SDK, in a venv under ~/.cache/ragbox)"
 MCP_PYTHON="$(scripts/setup/mcp-client-venv.sh)"
 export MCP_PYTHON

@@ -23,3 +23,4 @@ mod inference_server;
 mod shared;
 mod shared_servers;
 mod nodes;
+mod sources;

@@ -44,6 +44,17 @@ pub fn ls(g: &GlobalArgs, args: LsArgs) -> anyhow::Result<u8> {
     let service = g.service()?;
     let (tenant, docs) = service.documents(&Caller::local(), &args.tenant)?;
     if g.json {
+        // A document mirrored from a mailbox or share also names where it came from.
+        let docs: Vec<serde_json::Value> = docs
+            .iter()
+            .map(|d| {
+                let mut v = serde_json::to_value(d).unwrap_or_default();
+                if let (Some(origin), Some(map)) = (service.origin(&d.path), v.as_object_mut()) {
+                    map.insert("origin".into(), origin.into());
+                }
+                v
+            })
+            .collect();
         print_json(&serde_json::json!({ "tenant": tenant, "documents": docs }))?;
         return Ok(0);
     }
@@ -61,6 +72,9 @@ pub fn ls(g: &GlobalArgs, args: LsArgs) -> anyhow::Result<u8> {
             DocumentStatus::Skipped => {
                 println!("  skipped          {}: {}", d.path.display(), d.skip_reason.as_deref().unwrap_or(""))
             }
+        }
+        if let Some(origin) = service.origin(&d.path) {
+            println!("                   from {origin}");
         }
     }
     Ok(0)

@@ -1,6 +1,6 @@
 // The ragbox page: sign-in, ask (streamed answers with citation chips and a sources sidebar),
 // chat sessions, documents (upload with progress, remove, re-ingest) and, for admins, the audit
-// log and doctor's view. Built with the DOM only (text is never parsed as HTML).
+// log, the sources' syncs and doctor's view. Built with the DOM only (text is never parsed as HTML).
 
 import { ApiError, get, post, del, stream, tenantPath, upload } from '/assets/api.js';
 
@@ -179,7 +179,7 @@ function show(view) {
   notice('');
   if (view === 'chat') loadSessions();
   if (view === 'documents') loadDocuments();
-  if (view === 'admin') { loadAudit(); loadDoctor(); }
+  if (view === 'admin') { loadSources(); loadAudit(); loadDoctor(); }
 }
 
 for (const b of document.querySelectorAll('#tabs button')) b.addEventListener('click', () => show(b.dataset.view));
@@ -637,6 +637,50 @@ zone.addEventListener('drop', (ev) => {
 });
 
 // ---- admin --------------------------------------------------------------------------------
+
+let sourcesTimer = null;
+
+function ago(ms) {
+  const s = Math.max(0, Math.round((Date.now() - ms) / 1000));
+  if (s < 120) return `${s} s ago`;
+  if (s < 7200) return `${Math.round(s / 60)} min ago`;
+  return `${Math.round(s / 3600)} h ago`;
+}
+
+function lastSync(last) {
+  if (!last) return h('span', { class: 'muted' }, 'never');
+  if (last.ok) {
+    const s = last.sync;
+    return h('span', { class: 'ok' }, `ok ${ago(last.finished_ms)}: ${s.listed} listed, ${s.fetched} fetched, ${last.added} added, ${last.updated} updated, ${last.removed} removed`
+      + (s.problems.length ? `; ${s.problems.length} not fetched` : ''));
+  }
+  const since = last.last_success_ms ? `; last ok ${ago(last.last_success_ms)}` : '';
+  return h('span', { class: 'error' }, `FAILED ${ago(last.finished_ms)} (${last.failures_in_a_row} in a row${since}): ${last.error}`);
+}
+
+async function loadSources() {
+  clearTimeout(sourcesTimer);
+  try {
+    const { sources } = await get('/v1/admin/sources');
+    $('#sources-empty').hidden = sources.length > 0;
+    $('#sources-table').hidden = sources.length === 0;
+    $('#sources-table tbody').replaceChildren(...sources.map((s) => {
+      const r = s.running;
+      const now = r ? `${r.phase}${r.total ? ` ${r.done}/${r.total}` : '…'}` : 'idle';
+      const button = h('button', { type: 'button', class: 'quiet', onclick: async () => {
+        button.disabled = true;
+        try { await post(`/v1/admin/sources/${encodeURIComponent(s.config.name)}/sync`); } catch (e) { fail(e); }
+        setTimeout(loadSources, 500);
+      } }, 'Sync now');
+      return h('tr', { class: s.last && !s.last.ok ? 'flag' : '', 'data-source': s.config.name },
+        h('td', {}, h('strong', {}, s.config.name), ` (${s.config.kind})`), h('td', {}, s.location), h('td', {}, s.config.tenant),
+        h('td', {}, s.config.interval), h('td', { class: 'source-now' }, now), h('td', { class: 'source-last' }, lastSync(s.last)), h('td', {}, button));
+    }));
+    if (sources.some((s) => s.running) && !$('#admin-view').hidden) sourcesTimer = setTimeout(loadSources, 1500);
+  } catch (e) {
+    fail(e);
+  }
+}
 
 async function loadAudit() {
   const q = new URLSearchParams();
