@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The IMAP server of the mailbox-source tests (issue 64, `[[sources]]` of kind imap): Debian's
+# The IMAP server of the mailbox-source tests (`[[sources]]` of kind imap): Debian's
 # Dovecot 2.3 (`dovecot-imapd`, which brings `dovecot-core` with doveadm). The package would run a
 # server of its own on ports 143/993 with the system's mail; the tests start their own instance on
 # loopback with its whole configuration under a folder of theirs (scripts/sources/imap-launch.sh

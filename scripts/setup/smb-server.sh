@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The file server of the share-source tests (issue 64, `[[sources]]` of kind smb): Debian's Samba
+# The file server of the share-source tests (`[[sources]]` of kind smb): Debian's Samba
 # 4.17 file server (`samba`, which brings smbd and smbpasswd) and the `smbclient` command-line
 # client the launcher's readiness check uses. The package would run smbd/nmbd/samba-ad-dc services
 # of its own on ports 139/445 with /etc/samba/smb.conf; the tests start their own smbd on loopback
