@@ -5,10 +5,10 @@
 # by side with `ragbox ingest` of the same mirror as a plain local folder (what a user would run
 # on a mailbox exported to disk). Prints the seconds of each; docs/BENCHMARKS.md has the figures.
 #
-#   scripts/bench-sources.sh [N]        # after a build (the binary in $CARGO_TARGET_DIR/debug)
+#   scripts/bench/sources-sync.sh [N]        # after a build (the binary in $CARGO_TARGET_DIR/debug)
 set -euo pipefail
 N="${1:-1000}"
-ROOT="$(cd "$(dirname "$0")/.." && pwd)"
+ROOT="$(cd "$(dirname "$0")/../.." && pwd)"
 BIN="${CARGO_TARGET_DIR:-$HOME/.cache/ragbox/target}/debug/ragbox"
 DIR="$(mktemp -d /tmp/ragbox-bench-src.XXXX)"
 chmod o+x "$DIR"
