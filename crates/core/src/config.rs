@@ -1052,6 +1052,36 @@ mod tests {
 
     /// A sign-in server off its allowlist: the configuration does not load, naming the setting.
     #[test]
+    fn sources_are_checked_before_anything_connects() {
+        let dir = tempfile::tempdir().unwrap();
+        let load = |toml: &str| {
+            let path = dir.path().join("s.toml");
+            std::fs::write(&path, toml).unwrap();
+            Config::load_with_env(&Overrides { config_file: Some(path), ..Overrides::default() }, &no_env)
+        };
+        let imap = |extra: &str| format!("[[sources]]\nname = \"mail\"\nkind = \"imap\"\nhost = \"mail.example.org\"\nuser = \"a\"\npassword_env = \"P\"\nfolders = [\"INBOX\"]\n{extra}");
+        let c = load(&imap("")).unwrap();
+        let s = &c.sources[0];
+        assert_eq!((s.port(), s.tls, s.every().unwrap()), (993, SourceTls::Implicit, Some(std::time::Duration::from_secs(900))));
+        assert_eq!(s.location(), "imap://a@mail.example.org:993");
+        for (extra, says) in [
+            ("tls = \"none\"\n", "in clear"),
+            ("interval = \"soon\"\n", "30s, 15m, 2h or off"),
+            ("share = \"docs\"\n", "for smb sources"),
+            ("password_file = \"/p\"\n", "exactly one of password_file and password_env"),
+        ] {
+            let err = load(&imap(extra)).unwrap_err().to_string();
+            assert!(err.contains(says) && err.contains("`mail`"), "{extra}: {err}");
+        }
+        let twice = format!("{}{}", imap(""), imap(""));
+        assert!(load(&twice).unwrap_err().to_string().contains("two sources are named `mail`"));
+        let smb = "[[sources]]\nname = \"share\"\nkind = \"smb\"\nhost = \"files\"\nuser = \"r\"\npassword_env = \"P\"\nshare = \"docs\"\npath = \"/a/b/\"\ninterval = \"off\"\n";
+        let c = load(smb).unwrap();
+        assert_eq!((c.sources[0].location(), c.sources[0].every().unwrap()), ("smb://files:445/docs/a/b".to_string(), None));
+        assert_eq!(c.sources[0].password(&|_| Some("pw".into())).unwrap(), "pw");
+    }
+
+    #[test]
     fn sign_in_hosts_must_be_allowlisted() {
         let dir = tempfile::tempdir().unwrap();
         let load = |toml: &str| {
