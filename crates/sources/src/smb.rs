@@ -5,6 +5,9 @@
 //! source names a domain), connect to the share, then list `path` recursively, every file
 //! included (hidden ones too: `.ragbox-access`, `.ragboxignore`), each directory opened for
 //! listing only. The mirror keeps the share's layout: `<mirror>/sub/b.txt` is `path\sub\b.txt`.
+//! Requests are kept in flight side by side on that connection, as SMB2 allows: up to
+//! [`IN_FLIGHT`] folders listed, or files read, at once (files held in memory until written, up
+//! to [`FETCH_BUDGET`] bytes of them at a time; a larger file is read alone).
 //!
 //! Only once that listing is complete is the mirror compared with it. A file whose size and
 //! last-write time equal its mirror copy's is unchanged and not read, so a sync of a share that
@@ -35,13 +38,13 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use futures::StreamExt;
+use futures::stream::{FuturesUnordered, StreamExt};
 use smb::{Client, ClientConfig, ConnectionConfig, DirAccessMask, Directory, FileAccessMask, FileCreateArgs, FileDirectoryInformation, Resource, Tree, UncPath};
 
 use crate::{unreachable, Mirror, SourceConfig, SyncEvent, SyncReport};
 use ragbox_core::error::Result;
 
-/// Mirror paths at the root that belong to the mirror itself (its sync state), never to the share.
+/// The start of the names of the mirror's own files (its sync state), never the share's.
 const STATE_PREFIX: &str = ".ragbox-sync";
 
 /// The suffix of a mirror file being written (`.NAME.part`), which the mirror clears as stale.
@@ -49,6 +52,13 @@ const PART_SUFFIX: &str = ".part";
 
 /// The largest single read; the server's own maximum when it is smaller.
 const READ_CHUNK: u32 = 1 << 20;
+
+/// Requests kept in flight on the connection at once (folders being listed, files being read):
+/// each request waits on a round trip, so a share of many small files is read this many at a time.
+const IN_FLIGHT: usize = 32;
+
+/// The bytes of files being read at once (they are held whole until written to the mirror).
+const FETCH_BUDGET: u64 = 64 << 20;
 
 /// Folder levels followed below the source's folder: a backstop against a share whose links
 /// lead back into themselves.
@@ -188,13 +198,30 @@ async fn update(share: &Share, listing: Listing, mirror: &Mirror, progress: &mut
         progress(SyncEvent::Removed { path: rel.clone() });
     }
 
+    // Several reads in flight on the one connection, within a memory budget: a file larger than
+    // the budget is read alone.
     let mut lost: Option<String> = None;
-    for (rel, file) in to_fetch {
-        if let Some(why) = &lost {
-            report.problems.push(format!("{}: not fetched, {why}", rel.display()));
-            continue;
+    let mut queue = to_fetch.into_iter().peekable();
+    let mut running = FuturesUnordered::new();
+    let mut in_flight: u64 = 0;
+    loop {
+        while let Some(&(rel, file)) = queue.peek() {
+            if let Some(why) = &lost {
+                report.problems.push(format!("{}: not fetched, {why}", rel.display()));
+                queue.next();
+                continue;
+            }
+            let full = running.len() >= IN_FLIGHT || in_flight.saturating_add(file.size) > FETCH_BUDGET;
+            if !running.is_empty() && full {
+                break;
+            }
+            in_flight = in_flight.saturating_add(file.size);
+            running.push(async move { (rel, file, share.read(&file.path).await) });
+            queue.next();
         }
-        match share.read(&file.path).await {
+        let Some((rel, file, result)) = running.next().await else { break };
+        in_flight = in_flight.saturating_sub(file.size);
+        match result {
             Ok(bytes) => {
                 mirror.write(rel, &bytes, Some(file.mtime))?;
                 report.fetched += 1;
@@ -205,7 +232,7 @@ async fn update(share: &Share, listing: Listing, mirror: &Mirror, progress: &mut
                 tracing::warn!(path = %rel.display(), "smb: {e}");
                 report.problems.push(format!("{}: {e}", rel.display()));
                 if let Failure::Lost(why) = e {
-                    lost = Some(format!("the connection was lost ({why})"));
+                    lost.get_or_insert(format!("the connection was lost ({why})"));
                 }
             }
         }
@@ -251,10 +278,19 @@ impl Share {
     /// the server's refusal of that one folder.
     async fn list(&self, root: &str) -> std::result::Result<Listing, Failure> {
         let mut listing = Listing::default();
-        // (path in the tree, mirror path, depth)
-        let mut stack: Vec<(String, PathBuf, usize)> = vec![(root.to_string(), PathBuf::new(), 0)];
-        while let Some((dir, rel, depth)) = stack.pop() {
-            let entries = match self.list_dir(&dir).await {
+        // Folders to list: (path in the tree, mirror path, depth); several listed at a time.
+        let mut waiting: Vec<(String, PathBuf, usize)> = vec![(root.to_string(), PathBuf::new(), 0)];
+        let mut running = FuturesUnordered::new();
+        loop {
+            while running.len() < IN_FLIGHT {
+                let Some((dir, rel, depth)) = waiting.pop() else { break };
+                running.push(async move {
+                    let entries = self.list_dir(&dir).await;
+                    (dir, rel, depth, entries)
+                });
+            }
+            let Some((dir, rel, depth, entries)) = running.next().await else { break };
+            let entries = match entries {
                 Ok(entries) => entries,
                 Err(Failure::Refused(why)) if depth > 0 => {
                     listing.problems.push(format!("{}: not listed ({why})", rel.display()));
@@ -288,7 +324,7 @@ impl Share {
                         listing.problems.push(format!("{}: deeper than {MAX_DEPTH} folders, not listed", child_rel.display()));
                         listing.unlisted.push(child_rel);
                     } else {
-                        stack.push((child, child_rel, depth + 1));
+                        waiting.push((child, child_rel, depth + 1));
                     }
                     continue;
                 }
@@ -345,16 +381,21 @@ impl Share {
             }
         };
         let read: std::result::Result<Vec<u8>, Failure> = async {
+            // The size the server gave at open; reads stop there (or earlier, should it shrink).
             let len = timed(&what, self.limit, smb::GetLen::get_len(&file)).await?;
-            let mut bytes = Vec::with_capacity(usize::try_from(len).unwrap_or(0));
-            let mut buf = vec![0u8; self.chunk];
-            loop {
-                let n = timed(&what, self.limit, smb::ReadAt::read_at(&file, &mut buf, bytes.len() as u64)).await?;
+            let len = usize::try_from(len).map_err(|_| Failure::Refused(format!("{what}: {len} bytes is too large")))?;
+            let mut bytes = vec![0u8; len];
+            let mut done = 0;
+            while done < len {
+                let end = len.min(done + self.chunk);
+                let n = timed(&what, self.limit, smb::ReadAt::read_at(&file, &mut bytes[done..end], done as u64)).await?;
                 if n == 0 {
-                    return Ok(bytes);
+                    break;
                 }
-                bytes.extend_from_slice(&buf[..n]);
+                done += n;
             }
+            bytes.truncate(done);
+            Ok(bytes)
         }
         .await;
         let _ = tokio::time::timeout(self.limit, file.close()).await;
