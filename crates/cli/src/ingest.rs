@@ -122,7 +122,7 @@ fn run_once(
 }
 
 /// Prints the summary; returns the exit code (EXIT_PARTIAL when files were skipped).
-fn print_report(g: &GlobalArgs, r: &IngestReport) -> anyhow::Result<u8> {
+pub(crate) fn print_report(g: &GlobalArgs, r: &IngestReport) -> anyhow::Result<u8> {
     let code = if r.skipped.is_empty() { 0 } else { EXIT_PARTIAL };
     if g.json {
         print_json(r)?;

@@ -42,7 +42,7 @@ pub fn run(g: &GlobalArgs, args: SyncArgs) -> anyhow::Result<u8> {
                 }
                 results.push(serde_json::json!({ "source": name, "ok": true, "result": done }));
                 if !g.json {
-                    print_synced(&done);
+                    print_synced(g, &done)?;
                 }
             }
             Err(e) => {
@@ -104,26 +104,16 @@ fn sync_one(g: &GlobalArgs, service: &Service, name: &str) -> ragbox_service::Re
     result
 }
 
-fn print_synced(d: &Synced) {
+fn print_synced(g: &GlobalArgs, d: &Synced) -> anyhow::Result<()> {
     let s = &d.sync;
     let r = &d.ingest;
     println!(
         "source {} → tenant {}: {} listed, {} fetched ({} B), {} unchanged, {} gone from the server",
         d.source, d.tenant, s.listed, s.fetched, s.bytes, s.unchanged, s.removed
     );
-    println!(
-        "  documents: {} added, {} updated, {} unchanged, {} removed, {} skipped, {} ignored (unsupported type)",
-        r.added,
-        r.updated,
-        r.unchanged,
-        r.removed,
-        r.skipped.len(),
-        r.ignored.len()
-    );
     for p in &s.problems {
         println!("  not fetched (tried again next time): {p}");
     }
-    for (path, reason) in r.skipped.iter().map(|k| (&k.path, &k.reason)) {
-        println!("  skipped {}: {reason}", path.display());
-    }
+    super::ingest::print_report(g, r)?;
+    Ok(())
 }
