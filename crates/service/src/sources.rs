@@ -39,7 +39,7 @@ const LOCK_FILE: &str = ".ragbox-sync.lock";
 /// How a source's last sync ended, kept beside its mirror.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct SourceRun {
-    /// When it started and ended (ms since the epoch).
+    /// When it started (ms since the epoch).
     pub started_ms: i64,
     /// When it ended.
     pub finished_ms: i64,
@@ -240,10 +240,7 @@ impl Service {
 
     /// The mailbox message or share file a document's path was mirrored from, if it was.
     pub fn origin(&self, path: &Path) -> Option<String> {
-        self.config().sources.iter().find_map(|s| {
-            let mirror = ragbox_sources::Mirror::open(self.mirror_root(&s.name)).ok()?;
-            ragbox_sources::origin(s, &mirror, path)
-        })
+        self.config().sources.iter().find_map(|s| ragbox_sources::origin(s, &self.mirror_root(&s.name), path))
     }
 
     /// Syncs the source `name` once (admin only): mirror, then ingest, then its last result

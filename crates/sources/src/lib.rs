@@ -95,9 +95,9 @@ pub fn probe(source: &SourceConfig, password: &str) -> Result<usize> {
 
 /// Where a file of a source's mirror came from: `imap://user@host:port/FOLDER;UID=N` for a
 /// message (and `/PART` after it for an attachment taken out of it), `smb://host:port/share/path`
-/// for a file of a share; `None` for a path outside the mirror.
-pub fn origin(source: &SourceConfig, mirror: &Mirror, path: &Path) -> Option<String> {
-    let rel = path.strip_prefix(mirror.root()).ok()?;
+/// for a file of a share; `None` for a path outside the mirror at `mirror_root`.
+pub fn origin(source: &SourceConfig, mirror_root: &Path, path: &Path) -> Option<String> {
+    let rel = path.strip_prefix(mirror_root).ok()?;
     match source.kind {
         SourceKind::Imap => imap::origin(source, rel),
         SourceKind::Smb => Some(smb::origin(source, rel)),
