@@ -4,7 +4,7 @@
 //! (an HR folder closed to `hr`, a legal folder closed to `legal`) with the real models. Checked:
 //! the four tools are listed; `search`, `ask`, `list_documents` and `get_passage` answer as the
 //! caller may read (an `hr` key gets the salary bands and nothing of the legal matter, not even
-//! by passage id); a key of another tenant sees nothing of this one; no key is a 401; a malformed
+//! by passage id), and so do the document resources (listed and read); a key of another tenant sees nothing of this one; no key is a 401; a malformed
 //! request is a JSON-RPC error and the server keeps serving; the calls are audited.
 
 use std::path::{Path, PathBuf};
@@ -41,7 +41,7 @@ fn client(calls: &Value, args: &[&str], env: &[(&str, &str)]) -> Value {
 }
 
 /// The checks every transport passes for an `hr` key: (the client's output, the legal passage id).
-fn hr_checks(out: &Value, legal_passage: u64) {
+fn hr_checks(out: &Value, legal_passage: u64, own_document: u64) {
     assert_eq!(out["server"], "ragbox");
     assert_eq!(out["tools"], json!(["search", "ask", "list_documents", "get_passage"]));
     let calls = out["calls"].as_array().unwrap();
@@ -61,6 +61,19 @@ fn hr_checks(out: &Value, legal_passage: u64) {
     // get_passage: its own search hit, yes; the legal passage's id, not found (like any unknown id).
     assert_eq!(calls[3]["structured"]["passage"]["id"], first["passage"]);
     assert!(calls[4]["is_error"].as_bool().unwrap() && calls[4]["text"].as_str().unwrap().contains(&format!("no passage {legal_passage}")), "{}", calls[4]);
+    // resources/list: the same documents as list_documents, as ragbox:// URIs, and the template.
+    let listed = &calls[6]["structured"];
+    let uris: Vec<&str> = listed["resources"].as_array().unwrap().iter().map(|r| r["uri"].as_str().unwrap()).collect();
+    assert_eq!(uris.len(), docs.len(), "{listed}");
+    assert!(uris.contains(&format!("ragbox://default/documents/{own_document}").as_str()), "{uris:?}");
+    assert_eq!(listed["templates"], json!(["ragbox://{tenant}/documents/{id}"]));
+    // resources/read: the salary bands' text; the legal matter reads as not found (-32002), as
+    // does a URI that names no document (-32602).
+    let contents = &calls[7]["structured"]["contents"][0];
+    assert!(contents["text"].as_str().unwrap().contains("71,400") && contents["mimeType"] == "text/plain", "{contents}");
+    assert!(contents["_meta"]["path"].as_str().unwrap().ends_with("salary-bands.md"), "{contents}");
+    assert!(calls[8]["is_error"].as_bool().unwrap() && calls[8]["code"] == -32002, "{}", calls[8]);
+    assert!(calls[9]["is_error"].as_bool().unwrap() && calls[9]["code"] == -32602, "{}", calls[9]);
 }
 
 #[test]
@@ -77,6 +90,7 @@ fn mcp_tools_through_the_official_client_over_both_transports() {
     let found: Value = serde_json::from_str(out.trim()).unwrap();
     assert!(found["retrieval"]["hits"][0]["chunk"]["path"].as_str().unwrap().ends_with("zephyr-matter.md"));
     let legal_passage = found["retrieval"]["hits"][0]["chunk"]["id"].as_u64().unwrap();
+    let legal_document = found["retrieval"]["hits"][0]["chunk"]["doc"].as_u64().unwrap();
 
     let server = spawn(data.clone(), config.clone());
     let b = server.base.clone();
@@ -84,7 +98,7 @@ fn mcp_tools_through_the_official_client_over_both_transports() {
     let other = create_key(&server, &["--tenant", "globex", "--name", "globex-assistant"]);
     // The client's first search hit is asked for again by id in the fourth call: run the search
     // once to learn it (the client takes its calls up front).
-    let calls = |passage: u64| {
+    let calls = |passage: u64, document: u64| {
         json!([
             ["search", { "query": HR_QUESTION, "k": 5 }],
             ["ask", { "question": HR_QUESTION }],
@@ -92,27 +106,42 @@ fn mcp_tools_through_the_official_client_over_both_transports() {
             ["get_passage", { "id": passage }],
             ["get_passage", { "id": legal_passage }],
             ["search", { "query": LEGAL_QUESTION, "k": 10 }],
+            ["resources/list", {}],
+            ["resources/read", { "uri": format!("ragbox://default/documents/{document}") }],
+            ["resources/read", { "uri": format!("ragbox://default/documents/{legal_document}") }],
+            ["resources/read", { "uri": "ragbox://default/passages/1" }],
         ])
     };
     let probe = client(&json!([["search", { "query": HR_QUESTION, "k": 5 }]]), &["http", &format!("{b}/mcp"), &hr], &[]);
     let own = probe["calls"][0]["structured"]["hits"][0]["passage"].as_u64().unwrap();
+    let own_document = probe["calls"][0]["structured"]["hits"][0]["document"].as_u64().unwrap();
 
     // Streamable HTTP, with the hr key.
-    let http = client(&calls(own), &["http", &format!("{b}/mcp"), &hr], &[]);
+    let http = client(&calls(own, own_document), &["http", &format!("{b}/mcp"), &hr], &[]);
     assert!(http["protocol"].as_str().is_some_and(|p| !p.is_empty()));
-    hr_checks(&http, legal_passage);
+    hr_checks(&http, legal_passage, own_document);
 
     // stdio: the client starts `ragbox mcp` itself, acting as the hr key.
     let bin = env!("CARGO_BIN_EXE_ragbox");
     let stdio = client(
-        &calls(own),
+        &calls(own, own_document),
         &["stdio", bin, "--config", config.to_str().unwrap(), "mcp"],
         &[("RAGBOX_DATA_DIR", data.to_str().unwrap()), ("RAGBOX_MODELS_DIR", models_dir().to_str().unwrap()), ("RAGBOX_KEY", &hr)],
     );
-    hr_checks(&stdio, legal_passage);
+    hr_checks(&stdio, legal_passage, own_document);
 
     // A key of another tenant: the default tenant reads as unknown, nothing of it comes back.
-    let theirs = client(&json!([["list_documents", { "tenant": "default" }], ["search", { "query": HR_QUESTION, "tenant": "default" }]]), &["http", &format!("{b}/mcp"), &other], &[]);
+    let theirs = client(
+        &json!([
+            ["list_documents", { "tenant": "default" }],
+            ["search", { "query": HR_QUESTION, "tenant": "default" }],
+            ["resources/read", { "uri": format!("ragbox://default/documents/{own_document}") }],
+        ]),
+        &["http", &format!("{b}/mcp"), &other],
+        &[],
+    );
+    let mine = client(&json!([["resources/list", {}]]), &["http", &format!("{b}/mcp"), &other], &[]);
+    assert_eq!(mine["calls"][0]["structured"]["resources"], json!([]), "their own tenant has no documents");
     for call in theirs["calls"].as_array().unwrap() {
         assert!(call["is_error"].as_bool().unwrap(), "{call}");
         assert!(call["text"].as_str().unwrap().contains("tenant") && !call.to_string().contains("salary"), "{call}");
@@ -138,5 +167,6 @@ fn mcp_tools_through_the_official_client_over_both_transports() {
     let rows = audit_of(&data, &config, "hr-assistant");
     assert!(rows.iter().filter(|r| r["action"] == "search").count() >= 3, "{rows:?}");
     assert!(rows.iter().any(|r| r["action"] == "read_passage" && r["chunk_ids"] == json!([own])), "{rows:?}");
+    assert!(rows.iter().any(|r| r["action"] == "read_document" && r["detail"]["document"] == json!(own_document)), "{rows:?}");
     assert!(rows.iter().all(|r| r["detail"]["who"]["groups"] == json!(["hr"])));
 }
