@@ -24,3 +24,5 @@ mod shared;
 mod shared_servers;
 mod nodes;
 mod sources;
+#[path = "../support/servers.rs"]
+mod servers;

@@ -4,7 +4,11 @@
 //! recorded), nothing fetched or embedded twice, deletes and moves followed, a sync killed
 //! mid-way finished by the next with nothing lost or duplicated, and a server that is down
 //! pruning nothing; then `ragbox serve`'s schedule: the admin route and `/metrics` following the
-//! syncs, a fault while serving, the retry once the server is back.
+//! syncs, a fault while serving, the retry once the server is back. And a Samba share holding a
+//! copy of the office sample corpus (scripts/sources/smb-launch.sh): synced into the same
+//! documents, chunks and hashes as `ragbox ingest` of the folder itself (its `.ragboxignore`
+//! honoured), then added, changed, touched and deleted files followed, a server that is down
+//! pruning nothing, and `serve`'s schedule and "sync now".
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -14,70 +18,7 @@ use serde_json::Value;
 
 use crate::common::{ragbox, run};
 use crate::server::{create_key, get, post, spawn};
-
-fn repo() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
-}
-
-/// A Dovecot on loopback, stopped on drop.
-struct Dovecot {
-    dir: PathBuf,
-    port: u16,
-}
-
-impl Dovecot {
-    fn start(dir: &Path, port: u16, keep_mail: bool) -> Dovecot {
-        let out = Command::new(repo().join("scripts/sources/imap-launch.sh"))
-            .arg(dir)
-            .arg(port.to_string())
-            .env("IMAP_KEEP_MAIL", if keep_mail { "1" } else { "0" })
-            .output()
-            .unwrap();
-        assert!(out.status.success(), "imap-launch: {}", String::from_utf8_lossy(&out.stderr));
-        Dovecot { dir: dir.to_path_buf(), port }
-    }
-
-    fn stop(&self) {
-        let Ok(pid) = std::fs::read_to_string(self.dir.join("dovecot.pid")) else { return };
-        let _ = std::fs::remove_file(self.dir.join("dovecot.pid"));
-        let pid = pid.trim().to_string();
-        let _ = Command::new("kill").arg(&pid).status();
-        let end = Instant::now() + Duration::from_secs(10);
-        while Path::new(&format!("/proc/{pid}")).exists() && Instant::now() < end {
-            std::thread::sleep(Duration::from_millis(50));
-        }
-    }
-
-    fn fill(&self, folder: &str, args: &[&str]) {
-        let out = Command::new("python3")
-            .arg(repo().join("scripts/sources/imap-fill.py"))
-            .args(["127.0.0.1", &self.port.to_string(), "archive", "archive-pw", folder])
-            .args(args)
-            .output()
-            .unwrap();
-        assert!(out.status.success(), "imap-fill: {}", String::from_utf8_lossy(&out.stderr));
-    }
-
-    fn change(&self, args: &[&str]) {
-        let out = Command::new("python3")
-            .arg(repo().join("scripts/sources/imap-change.py"))
-            .args(["127.0.0.1", &self.port.to_string(), "archive", "archive-pw"])
-            .args(args)
-            .output()
-            .unwrap();
-        assert!(out.status.success(), "imap-change: {}", String::from_utf8_lossy(&out.stderr));
-    }
-}
-
-impl Drop for Dovecot {
-    fn drop(&mut self) {
-        self.stop();
-    }
-}
+use crate::servers::{free_port, repo, Dovecot, Samba};
 
 /// A message with the sample corpus's Word policy and PDF plan attached.
 fn with_attachments(dir: &Path) -> PathBuf {
@@ -258,6 +199,138 @@ fn a_mailbox_kept_in_sync_from_the_command_line_and_the_server() {
     let reader = create_key(&http, &["--name", "r", "--role", "reader", "--tenant", "default"]);
     let (code, _) = get(&format!("{}/v1/admin/sources", http.base), Some(&reader));
     assert_eq!(code, 403, "the sources are for admins");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Copies the folder `from` to `to`, keeping each file's modification time.
+fn copy_tree(from: &Path, to: &Path) {
+    for entry in std::fs::read_dir(from).unwrap() {
+        let entry = entry.unwrap();
+        let target = to.join(entry.file_name());
+        if entry.file_type().unwrap().is_dir() {
+            copy_tree(&entry.path(), &target);
+        } else {
+            std::fs::create_dir_all(to).unwrap();
+            std::fs::copy(entry.path(), &target).unwrap();
+            let mtime = entry.metadata().unwrap().modified().unwrap();
+            std::fs::File::options().write(true).open(&target).unwrap().set_modified(mtime).unwrap();
+        }
+    }
+}
+
+fn smb_config(dir: &Path, port: u16) -> PathBuf {
+    let path = dir.join("share.toml");
+    std::fs::write(dir.join("smb-password"), "reader-pw\n").unwrap();
+    std::fs::write(&path, format!(
+        "[[sources]]\nname = \"share\"\nkind = \"smb\"\nhost = \"127.0.0.1\"\nport = {port}\nuser = \"reader\"\n\
+password_file = \"{}\"\nshare = \"docs\"\ngroups = [\"ops\"]\ninterval = \"2s\"\ntimeout_ms = 3000\n",
+        dir.join("smb-password").display()
+    )).unwrap();
+    path
+}
+
+/// Each document by its path below `root`: (parser, sha256, chunks).
+fn by_relative_path(docs: &[Value], root: &Path) -> std::collections::BTreeMap<String, (Value, Value, Value)> {
+    docs.iter()
+        .map(|d| {
+            let path = Path::new(d["path"].as_str().unwrap()).strip_prefix(root).unwrap_or_else(|_| panic!("{d} is not under {}", root.display()));
+            (path.to_string_lossy().into_owned(), (d["parser"].clone(), d["sha256"].clone(), d["chunks"].clone()))
+        })
+        .collect()
+}
+
+#[test]
+fn a_share_kept_in_sync_from_the_command_line_and_the_server() {
+    let dir = tempfile::Builder::new().prefix("ragbox-smb").tempdir_in("/tmp").unwrap().keep();
+    let share = dir.join("share");
+    copy_tree(&repo().join("tests/data/corpus-office"), &share);
+    let Some(samba) = Samba::start(&share) else { return };
+    let config = smb_config(&dir, samba.port);
+    let data = dir.join("data");
+
+    // First sync: every file fetched; the catalog is the one `ragbox ingest` makes of the folder
+    // itself (the share's .ragboxignore keeps QUESTIONS.md out of both).
+    let first = sync(&data, &config);
+    assert_eq!((first["sync"]["listed"].as_u64(), first["sync"]["fetched"].as_u64()), (Some(18), Some(18)), "{first}");
+    let local = dir.join("local");
+    let (code, _, err) = run(ragbox(&local).arg("ingest").arg(&share));
+    assert_eq!(code, 0, "{err}");
+    let docs = documents(&data, &config);
+    let mirrored = by_relative_path(&docs, &data.join("sources/share"));
+    assert_eq!(mirrored, by_relative_path(&documents(&local, &config), &share), "the same documents, hashes and chunks as a local ingest");
+    assert_eq!(mirrored.len(), 16);
+    assert!(!mirrored.contains_key("QUESTIONS.md"));
+    for d in &docs {
+        assert_eq!(d["readers"], serde_json::json!(["ops"]), "the source's groups read it: {d}");
+        let rel = Path::new(d["path"].as_str().unwrap()).strip_prefix(data.join("sources/share")).unwrap().to_string_lossy().into_owned();
+        assert_eq!(d["origin"], format!("smb://127.0.0.1:{}/docs/{rel}", samba.port), "{d}");
+    }
+
+    // Unchanged: nothing fetched, nothing embedded.
+    let again = sync(&data, &config);
+    assert_eq!((again["sync"]["fetched"].as_u64(), again["sync"]["unchanged"].as_u64()), (Some(0), Some(18)), "{again}");
+    assert_eq!((again["ingest"]["added"].as_u64(), again["ingest"]["embedded"].as_u64()), (Some(0), Some(0)), "{again}");
+
+    // Added, changed, touched (same bytes, a new time: fetched, then found unchanged by its
+    // hash), deleted: the catalog follows.
+    std::fs::write(share.join("policies/visitor-badges.md"), "# Visitor badges\n\nVisitors wear an orange badge and are escorted at all times in the Kestrel depot.\n").unwrap();
+    let csv = share.join("tables/retention-schedule.csv");
+    let mut rows = std::fs::read_to_string(&csv).unwrap();
+    rows.push_str("Quarry ledger,Finance,twelve years,Shred\n");
+    std::fs::write(&csv, rows).unwrap();
+    let eml = share.join("email/fire-drills-q3-2024.eml");
+    std::fs::File::options().write(true).open(&eml).unwrap().set_modified(std::time::SystemTime::now()).unwrap();
+    std::fs::remove_file(share.join("slides/information-security-acceptable-use.odp")).unwrap();
+    let third = sync(&data, &config);
+    assert_eq!((third["sync"]["listed"].as_u64(), third["sync"]["fetched"].as_u64(), third["sync"]["removed"].as_u64()), (Some(18), Some(3), Some(1)), "{third}");
+    let i = &third["ingest"];
+    assert_eq!((i["added"].as_u64(), i["updated"].as_u64(), i["removed"].as_u64()), (Some(1), Some(1), Some(1)), "{third}");
+    let (code, out, err) = run(cmd(&data, &config).args(["--json", "search", "-k", "3", "orange visitor badge escorted"]));
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("visitor-badges.md"), "the new file is searchable: {out}");
+    let (code, out, err) = run(cmd(&data, &config).args(["--json", "search", "-k", "3", "Quarry ledger retention"]));
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("Quarry ledger"), "the changed file's new row is searchable: {out}");
+    let listed = paths(&documents(&data, &config));
+    assert_eq!(listed.len(), 16);
+
+    // The server down: an error naming the source, nothing pruned though a file went meanwhile.
+    samba.stop();
+    std::fs::remove_file(share.join("policies/visitor-badges.md")).unwrap();
+    let (code, out, err) = run(cmd(&data, &config).arg("sync"));
+    assert_ne!(code, 0, "{out}");
+    assert!(err.contains("`share`") && err.contains("cannot be reached") && err.contains("nothing was changed"), "{err}");
+    assert_eq!(paths(&documents(&data, &config)), listed, "an unreachable source prunes nothing");
+    let (_, out, _) = run(cmd(&data, &config).arg("doctor"));
+    assert!(out.contains("source:     share") && out.contains("NOT REACHED") && out.contains("last sync FAILED"), "{out}");
+
+    // Under `ragbox serve`, the server back: the schedule lands the removal; "sync now" a new file.
+    samba.launch();
+    let http = spawn(data.clone(), config.clone());
+    let key = create_key(&http, &["--name", "ops", "--role", "admin"]);
+    let documents_served = || -> usize {
+        let (code, v) = get(&format!("{}/v1/tenants/default/documents", http.base), Some(&key));
+        assert_eq!(code, 200, "{v}");
+        v["documents"].as_array().unwrap().len()
+    };
+    let wait_for = |want: usize| {
+        let end = Instant::now() + Duration::from_secs(120);
+        while documents_served() != want {
+            assert!(Instant::now() < end, "timed out waiting for {want} documents");
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    };
+    wait_for(15);
+    let (_, v) = get(&format!("{}/v1/admin/sources", http.base), Some(&key));
+    assert_eq!((v["sources"][0]["config"]["name"].as_str(), v["sources"][0]["last"]["ok"].as_bool()), (Some("share"), Some(true)), "{v}");
+    let text = ureq_text(&format!("{}/metrics", http.base));
+    assert!(text.contains("ragbox_source_up{source=\"share\"} 1"), "{text}");
+    std::fs::write(share.join("policies/clean-desk.md"), "# Clean desk\n\nDesks are cleared of papers at the end of each day.\n").unwrap();
+    let (code, v) = post(&format!("{}/v1/admin/sources/share/sync", http.base), Some(&key), &serde_json::json!({}));
+    assert_eq!(code, 202, "{v}");
+    wait_for(16);
+    drop(http);
+    drop(samba);
     let _ = std::fs::remove_dir_all(&dir);
 }
 

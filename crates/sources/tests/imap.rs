@@ -3,77 +3,14 @@
 //! UIDVALIDITY changes, an unreachable server changes nothing, a sync cut short finishes.
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
 
 use ragbox_sources::{probe, sync, Mirror, SourceConfig, SourceKind, SourceTls, SyncEvent};
 
-fn repo() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
-}
+#[path = "../../../tests/support/servers.rs"]
+#[allow(dead_code)]
+mod servers;
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
-}
-
-/// The Dovecot of one test, stopped on drop.
-struct Dovecot {
-    dir: PathBuf,
-    port: u16,
-}
-
-impl Dovecot {
-    fn start(dir: &Path, port: u16, keep_mail: bool) -> Dovecot {
-        let out = Command::new(repo().join("scripts/sources/imap-launch.sh"))
-            .arg(dir)
-            .arg(port.to_string())
-            .env("IMAP_KEEP_MAIL", if keep_mail { "1" } else { "0" })
-            .output()
-            .unwrap();
-        assert!(out.status.success(), "imap-launch: {}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
-        Dovecot { dir: dir.to_path_buf(), port }
-    }
-
-    fn stop(&self) {
-        if let Ok(pid) = std::fs::read_to_string(self.dir.join("dovecot.pid")) {
-            let _ = std::fs::remove_file(self.dir.join("dovecot.pid"));
-            let pid = pid.trim().to_string();
-            let _ = Command::new("kill").arg(&pid).status();
-            for _ in 0..100 {
-                if !Path::new(&format!("/proc/{pid}")).exists() {
-                    break;
-                }
-                std::thread::sleep(std::time::Duration::from_millis(50));
-            }
-        }
-    }
-
-    fn fill(&self, folder: &str, args: &[&str]) -> String {
-        let out = Command::new("python3")
-            .arg(repo().join("scripts/sources/imap-fill.py"))
-            .args(["--starttls", self.dir.join("tls/ca.pem").to_str().unwrap(), "127.0.0.1", &self.port.to_string(), "archive", "archive-pw", folder])
-            .args(args)
-            .output()
-            .unwrap();
-        assert!(out.status.success(), "imap-fill: {}", String::from_utf8_lossy(&out.stderr));
-        String::from_utf8_lossy(&out.stdout).into_owned()
-    }
-
-    fn change(&self, args: &[&str]) {
-        let out = Command::new("python3")
-            .arg(repo().join("scripts/sources/imap-change.py"))
-            .args(["127.0.0.1", &self.port.to_string(), "archive", "archive-pw"])
-            .args(args)
-            .output()
-            .unwrap();
-        assert!(out.status.success(), "imap-change: {}", String::from_utf8_lossy(&out.stderr));
-    }
-}
-
-impl Drop for Dovecot {
-    fn drop(&mut self) {
-        self.stop();
-    }
-}
+use servers::{free_port, repo, Dovecot};
 
 fn source(port: u16, ca: &Path, folders: &[&str]) -> SourceConfig {
     SourceConfig {

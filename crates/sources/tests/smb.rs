@@ -6,7 +6,6 @@
 use std::collections::BTreeMap;
 use std::fs;
 use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::time::{Duration, Instant, SystemTime};
 
 use ragbox_core::error::Error;
@@ -14,65 +13,19 @@ use ragbox_sources::{probe, sync, Mirror, SourceConfig, SyncEvent, SyncReport};
 
 const PASSWORD: &str = "reader-pw";
 
-/// A running smbd, stopped when dropped.
-struct Server {
-    state: tempfile::TempDir,
-    share: PathBuf,
-    port: u16,
-}
+#[path = "../../../tests/support/servers.rs"]
+#[allow(dead_code)]
+mod servers;
 
-impl Server {
-    /// Starts smbd sharing `share` as `docs`, or `None` (with a message) where Samba is missing.
-    fn start(share: &Path) -> Option<Server> {
-        if !Path::new("/usr/sbin/smbd").exists() {
-            eprintln!("SKIPPED: /usr/sbin/smbd is not installed (scripts/setup/smb-server.sh installs it)");
-            return None;
-        }
-        let server = Server { state: tempfile::tempdir().expect("a temporary folder"), share: share.to_path_buf(), port: free_port() };
-        server.launch();
-        Some(server)
-    }
+use servers::Samba;
 
-    /// (Re)starts smbd on the same port and folder.
-    fn launch(&self) {
-        let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scripts/sources/smb-launch.sh");
-        let out = Command::new("bash").arg(script).arg(self.state.path()).arg(self.port.to_string()).arg(&self.share).output().expect("smb-launch.sh runs");
-        assert!(out.status.success(), "smb-launch.sh failed:\n{}", String::from_utf8_lossy(&out.stderr));
-    }
-
-    /// Stops smbd and samba-dcerpcd, waiting until they are gone.
-    fn stop(&self) {
-        let pid_file = self.state.path().join("smbd.pid");
-        let Ok(pids) = fs::read_to_string(&pid_file) else { return };
-        let pids: Vec<&str> = pids.split_whitespace().collect();
-        for pid in &pids {
-            let _ = Command::new("kill").arg(pid).status();
-        }
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while pids.iter().any(|p| Path::new(&format!("/proc/{p}")).exists()) && Instant::now() < deadline {
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        let _ = fs::remove_file(pid_file);
-    }
-
-    fn source(&self) -> SourceConfig {
-        let text = format!(
-            "name = \"share\"\nkind = \"smb\"\nhost = \"127.0.0.1\"\nport = {}\nuser = \"reader\"\nshare = \"docs\"\ntimeout_ms = 5000\n",
-            self.port
-        );
-        toml::from_str(&text).expect("a source")
-    }
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        self.stop();
-    }
-}
-
-fn free_port() -> u16 {
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("a free port");
-    listener.local_addr().expect("its address").port()
+/// The source that reads `server`'s share.
+fn source(server: &Samba) -> SourceConfig {
+    let text = format!(
+        "name = \"share\"\nkind = \"smb\"\nhost = \"127.0.0.1\"\nport = {}\nuser = \"reader\"\nshare = \"docs\"\ntimeout_ms = 5000\n",
+        server.port
+    );
+    toml::from_str(&text).expect("a source")
 }
 
 fn put(root: &Path, rel: &str, bytes: &[u8], mtime: SystemTime) {
@@ -132,8 +85,8 @@ fn a_share_is_mirrored_incrementally_and_never_pruned_while_down() {
     put(&share, "sub/deep/c.txt", b"sea", at(1_700_000_200));
     put(&share, ".ragbox-access", b"* staff\n", at(1_700_000_300));
     put(&share, ".ragboxignore", b"*.tmp\n", at(1_700_000_400));
-    let Some(server) = Server::start(&share) else { return };
-    let source = server.source();
+    let Some(server) = Samba::start(&share) else { return };
+    let source = source(&server);
     let mirror = Mirror::open(share_dir.path().join("mirror")).unwrap();
     fs::write(mirror.root().join(".ragbox-sync.json"), b"{}").unwrap();
 
@@ -253,8 +206,8 @@ fn an_unchanged_share_of_1000_files_syncs_quickly() {
         for i in 0..1000u64 {
             put(&share, &format!("{}/doc-{i:04}.md", folder(i)), format!("document {i}\n").as_bytes(), at(1_700_000_000 + i));
         }
-        let Some(server) = Server::start(&share) else { return };
-        let source = server.source();
+        let Some(server) = Samba::start(&share) else { return };
+        let source = source(&server);
         let mirror = Mirror::open(share_dir.path().join("mirror")).unwrap();
 
         let t = Instant::now();
