@@ -47,7 +47,8 @@ pub fn run(g: &GlobalArgs, args: SyncArgs) -> anyhow::Result<u8> {
             }
             Err(e) => {
                 results.push(serde_json::json!({ "source": name, "ok": false, "error": e.to_string() }));
-                if !g.json {
+                // One source's error is the command's own, printed once as it exits.
+                if !g.json && names.len() > 1 {
                     eprintln!("source {name}: {e}");
                 }
                 first_error.get_or_insert(e);
