@@ -77,6 +77,17 @@ fn documents(data: &Path, config: &Path) -> Vec<Value> {
     v["documents"].as_array().unwrap().clone()
 }
 
+/// `ragbox sync` of source `name`, whose server is down: an error naming it, the catalog's
+/// documents still `listed`, and `doctor` saying the source is not reached and its sync failed.
+fn unreachable_prunes_nothing(data: &Path, config: &Path, name: &str, listed: &[String]) {
+    let (code, out, err) = run(cmd(data, config).arg("sync"));
+    assert_ne!(code, 0, "{out}");
+    assert!(err.contains(&format!("`{name}`")) && err.contains("cannot be reached") && err.contains("nothing was changed"), "{err}");
+    assert_eq!(paths(&documents(data, config)), listed, "an unreachable source prunes nothing");
+    let (_, out, _) = run(cmd(data, config).arg("doctor"));
+    assert!(out.contains(&format!("source:     {name}")) && out.contains("NOT REACHED") && out.contains("last sync FAILED"), "{out}");
+}
+
 fn paths(docs: &[Value]) -> Vec<String> {
     let mut p: Vec<String> = docs.iter().map(|d| d["path"].as_str().unwrap().to_string()).collect();
     p.sort();
@@ -152,12 +163,7 @@ fn a_mailbox_kept_in_sync_from_the_command_line_and_the_server() {
 
     // The server down: an error naming the source, nothing pruned; doctor says so.
     server.stop();
-    let (code, out, err) = run(cmd(&data, &config).arg("sync"));
-    assert_ne!(code, 0, "{out}");
-    assert!(err.contains("`mail`") && err.contains("cannot be reached") && err.contains("nothing was changed"), "{err}");
-    assert_eq!(paths(&documents(&data, &config)), listed, "an unreachable source prunes nothing");
-    let (_, out, _) = run(cmd(&data, &config).arg("doctor"));
-    assert!(out.contains("source:     mail") && out.contains("NOT REACHED") && out.contains("last sync FAILED"), "{out}");
+    unreachable_prunes_nothing(&data, &config, "mail", &listed);
 
     // Under `ragbox serve`: synced on its schedule, shown to admins, measured; a fault while
     // serving prunes nothing and is retried.
@@ -297,12 +303,7 @@ fn a_share_kept_in_sync_from_the_command_line_and_the_server() {
     // The server down: an error naming the source, nothing pruned though a file went meanwhile.
     samba.stop();
     std::fs::remove_file(share.join("policies/visitor-badges.md")).unwrap();
-    let (code, out, err) = run(cmd(&data, &config).arg("sync"));
-    assert_ne!(code, 0, "{out}");
-    assert!(err.contains("`share`") && err.contains("cannot be reached") && err.contains("nothing was changed"), "{err}");
-    assert_eq!(paths(&documents(&data, &config)), listed, "an unreachable source prunes nothing");
-    let (_, out, _) = run(cmd(&data, &config).arg("doctor"));
-    assert!(out.contains("source:     share") && out.contains("NOT REACHED") && out.contains("last sync FAILED"), "{out}");
+    unreachable_prunes_nothing(&data, &config, "share", &listed);
 
     // Under `ragbox serve`, the server back: the schedule lands the removal; "sync now" a new file.
     samba.launch();

@@ -246,7 +246,7 @@ impl Service {
     /// Syncs the source `name` once (admin only): mirror, then ingest, then its last result
     /// written and an audited `sync` event. An unreachable source is an error and changes
     /// nothing; its failure is counted in its last result.
-    pub fn sync_source(&self, caller: &Caller, name: &str, on_event: &mut dyn FnMut(SourceProgress<'_>)) -> Result<Synced> {
+    pub fn sync_source(&self, caller: &Caller, name: &str, on_event: &mut (dyn FnMut(SourceProgress<'_>) + Send)) -> Result<Synced> {
         caller.require(KeyRole::Admin, "syncing a source")?;
         let source = self.config().sources.iter().find(|s| s.name == name).cloned().ok_or_else(|| {
             let known: Vec<&str> = self.config().sources.iter().map(|s| s.name.as_str()).collect();
@@ -307,25 +307,21 @@ impl Service {
         caller: &Caller,
         source: &SourceConfig,
         mirror: &ragbox_sources::Mirror,
-        on_event: &mut dyn FnMut(SourceProgress<'_>),
+        on_event: &mut (dyn FnMut(SourceProgress<'_>) + Send),
     ) -> Result<Synced> {
         let password = source.password(&|var| std::env::var(var).ok())?;
         let board = &self.sources;
         let name = source.name.as_str();
-        // The connectors' callback must be Send (they run on a runtime of their own): the board
-        // follows live, the caller's sink gets the events when the mirror is done.
-        let mut events = Vec::new();
+        // The board and the caller's sink follow the mirror live (the connectors run on a runtime
+        // of their own, hence the sink is Send).
         let sync = ragbox_sources::sync(source, &password, mirror, &mut |event| {
             match &event {
                 SyncEvent::Listed { to_fetch, .. } => board.set(name, |r| (r.phase, r.total) = ("fetching", *to_fetch)),
                 SyncEvent::Fetched { .. } => board.set(name, |r| r.done += 1),
                 SyncEvent::Removed { .. } => {}
             }
-            events.push(event);
+            on_event(SourceProgress::Sync(&event));
         });
-        for event in &events {
-            on_event(SourceProgress::Sync(event));
-        }
         let sync = sync?;
         board.set(name, |r| (r.phase, r.done, r.total) = ("ingesting", 0, 0));
         let mut opts = self.ingest_options(&source.tenant, None, true, false)?;
