@@ -14,15 +14,10 @@ cd "$(dirname "$0")/.."
 . scripts/setup/build-env.sh
 
 need() { command -v "$1" >/dev/null 2>&1; }
-if ! need unshare || ! need ip || ! need python3 || ! python3 -c 'import ensurepip' 2>/dev/null; then
-  echo "installing util-linux, iproute2, python3, python3-venv" >&2
-  apt-get update -qq && apt-get install -y -qq util-linux iproute2 python3 python3-pip python3-venv >/dev/null
-fi
-# The web page's browser test drives Debian's headless chromium through chromedriver.
-if ! need chromium || ! need chromedriver; then
-  echo "installing chromium and chromium-driver (the web page's browser test)" >&2
-  apt-get update -qq && apt-get install -y -qq chromium chromium-driver >/dev/null
-fi
+# unshare and ip for the network namespace, python3's venv for the test clients and servers, and
+# Debian's headless chromium driven through chromedriver for the web page's browser test.
+scripts/setup/debian-packages.sh util-linux iproute2 python3 python3-pip python3-venv \
+  chromium chromium-driver fonts-liberation
 if ! need cargo; then
   echo "error: cargo is not installed; install a Rust toolchain (rustup) first" >&2
   exit 2
@@ -53,13 +48,26 @@ step "the MCP client (the official Python SDK, in a venv under ~/.cache/ragbox)"
 MCP_PYTHON="$(scripts/setup/mcp-client-venv.sh)"
 export MCP_PYTHON
 
-step "llama.cpp's server (the inference-server tests run against it)"
-LLAMA_SERVER_VENV="$(scripts/setup/llama-server-venv.sh)"
-export LLAMA_SERVER_VENV
+step "llama.cpp's server (the inference-server tests run against it), built beside the cargo build"
+# Compiling llama.cpp takes minutes where it is not cached; at the lowest priority it takes the
+# cycles the cargo build leaves idle (its single-crate stretches and links) instead of its own.
+llama_log="$RAGBOX_CACHE_DIR/llama-server-venv.log"
+mkdir -p "$RAGBOX_CACHE_DIR"
+nice -n 19 scripts/setup/llama-server-venv.sh >"$llama_log.out" 2>"$llama_log" &
+llama_pid=$!
 
 step "build"
 cargo fetch --locked
 time cargo build --locked --offline --workspace --all-targets --features "$FEATURES"
+
+step "llama.cpp's server (waiting for it)"
+if ! wait "$llama_pid"; then
+  cat "$llama_log" >&2
+  echo "error: building llama.cpp's server failed (log above, and in $llama_log)" >&2
+  exit 1
+fi
+LLAMA_SERVER_VENV="$(cat "$llama_log.out")"
+export LLAMA_SERVER_VENV
 
 step "layers"
 scripts/check/layers.sh

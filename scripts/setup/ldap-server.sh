@@ -9,13 +9,8 @@
 #   scripts/setup/ldap-server.sh
 set -euo pipefail
 
-if [ ! -x /usr/sbin/slapd ] || ! command -v ldapsearch >/dev/null 2>&1; then
-  echo "[ldap-server] installing slapd and ldap-utils (Debian)" >&2
-  # No questions, and no directory of the package's own: the tests bring theirs.
-  echo "slapd slapd/no_configuration boolean true" | debconf-set-selections
-  export DEBIAN_FRONTEND=noninteractive
-  apt-get update -qq && apt-get install -y -qq slapd ldap-utils >/dev/null
-fi
+# No directory of the package's own (debian-packages.sh answers its questions): the tests bring theirs.
+"$(dirname "$0")/debian-packages.sh" slapd ldap-utils
 
 # The package may have started its own slapd; stop it and keep it from starting at boot.
 if command -v systemctl >/dev/null 2>&1 && [ -d /run/systemd/system ]; then

@@ -9,7 +9,9 @@
 #
 # CPU-only and portable: GGML_NATIVE=OFF with AVX2/FMA/F16C (the x86-64-v3 baseline ragbox itself
 # needs), no AVX-512 and no AMX, whose -march=native builds crashed on some CPUs (docs/BENCHMARKS.md).
-# Building compiles llama.cpp: about 4 minutes on 2 cores (docs/BENCHMARKS.md, "First run").
+# Text only: the multimodal library (mtmd, llava), which the package imports only for image chat
+# formats, is not built. Building compiles llama.cpp: a few minutes on 2 cores, which
+# scripts/test.sh overlaps with the cargo build (docs/BENCHMARKS.md, "First run").
 set -euo pipefail
 CACHE="${RAGBOX_CACHE_DIR:-$HOME/.cache/ragbox}"
 VENV="${LLAMA_SERVER_VENV:-$CACHE/llama-server-venv}"
@@ -21,7 +23,7 @@ fi
 echo "[llama-server-venv] building $PACKAGE in $VENV (once, a few minutes on 2 cores)" >&2
 mkdir -p "$(dirname "$VENV")"
 python3 -m venv "$VENV"
-CMAKE_ARGS="-DGGML_NATIVE=OFF -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_AVX512=OFF -DGGML_AMX_INT8=OFF -DLLAMA_CURL=OFF" \
+CMAKE_ARGS="-DGGML_NATIVE=OFF -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_AVX512=OFF -DGGML_AMX_INT8=OFF -DLLAMA_CURL=OFF -DLLAVA_BUILD=OFF -DLLAMA_BUILD_MTMD=OFF" \
   CMAKE_BUILD_PARALLEL_LEVEL="$(nproc)" \
   "$VENV/bin/pip" install -q --no-cache-dir "$PACKAGE" >&2
 "$VENV/bin/python" -c 'import llama_cpp.server.app' >&2

@@ -21,19 +21,7 @@ stop_service() {
   fi
 }
 
-if [ ! -x "$DOVECOT" ] || ! command -v doveadm >/dev/null 2>&1 \
-   || [ ! -e /usr/lib/dovecot/imap ]; then
-  echo "[mail-server] installing dovecot-imapd (Debian)" >&2
-  export DEBIAN_FRONTEND=noninteractive
-  # Keep maintainer scripts from starting the package's own server (when no policy is set).
-  policy=""
-  if [ ! -e /usr/sbin/policy-rc.d ]; then
-    printf '#!/bin/sh\nexit 101\n' > /usr/sbin/policy-rc.d && chmod +x /usr/sbin/policy-rc.d
-    policy=/usr/sbin/policy-rc.d
-  fi
-  trap '[ -z "$policy" ] || rm -f "$policy"' EXIT
-  apt-get update -qq && apt-get install -y -qq --no-install-recommends dovecot-imapd >/dev/null
-fi
+"$(dirname "$0")/debian-packages.sh" dovecot-imapd
 
 # The package may have started its own dovecot anyway; stop it and keep it from starting at boot.
 stop_service

@@ -2,27 +2,17 @@
 # The OpenID Connect provider of the OIDC sign-in tests (crates/server/src/sso/oidc.rs):
 # Glewlwyd 2.7 from Debian (an SSO server whose OIDC plugin signs RS256 ID tokens and JWT access
 # tokens, standalone on SQLite), plus sqlite3, openssl and python3, which the launcher needs.
-# Debian's package would set up a database and a service of its own: dbconfig is told to do
-# nothing (dbconfig-no-thanks, which also keeps the MariaDB client out) and the service is
+# Debian's package would set up a database and a service of its own: it is told to configure
+# none (its post-install script fails otherwise, scripts/setup/debian-packages.sh), dbconfig to do
+# nothing (dbconfig-no-thanks, which also keeps the MariaDB client out), and the service is
 # stopped and disabled, because the tests start their own instance on loopback with everything
 # under a folder of theirs (scripts/sso/oidc-launch.sh DIR PORT). Idempotent; run as root.
 #
 #   scripts/setup/oidc-provider.sh
 set -euo pipefail
 
-need=()
-[ -x /usr/bin/glewlwyd ] || need+=(glewlwyd dbconfig-no-thanks)
-command -v sqlite3 >/dev/null 2>&1 || need+=(sqlite3)
-command -v openssl >/dev/null 2>&1 || need+=(openssl)
-command -v python3 >/dev/null 2>&1 || need+=(python3)
-if [ ${#need[@]} -gt 0 ]; then
-  echo "[oidc-provider] installing ${need[*]} (Debian)" >&2
-  # No questions, and no database of the package's own: the tests bring theirs.
-  printf '%s\n' "glewlwyd glewlwyd/dbconfig-install boolean false" \
-    "glewlwyd glewlwyd/database-type select sqlite3" | debconf-set-selections
-  export DEBIAN_FRONTEND=noninteractive
-  apt-get update -qq && apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
-fi
+# No database of the package's own (debian-packages.sh answers its questions): the tests bring theirs.
+"$(dirname "$0")/debian-packages.sh" glewlwyd dbconfig-no-thanks sqlite3 openssl python3
 
 # The package may have started its own server; stop it and keep it from starting at boot.
 if command -v systemctl >/dev/null 2>&1 && [ -d /run/systemd/system ]; then

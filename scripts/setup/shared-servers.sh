@@ -15,10 +15,7 @@ RUNTIME="$CACHE/milvus-runtime"
 WHEEL="milvus==2.3.5"
 WHEEL_SHA256="69515a0630ce29fd10e101fa442afea8ca1387b93a456cd9bd41fdf3deb93d04"
 
-if ! ls /usr/lib/postgresql/*/bin/postgres >/dev/null 2>&1; then
-  echo "[shared-servers] installing postgresql-15 (Debian)" >&2
-  apt-get update -qq && apt-get install -y -qq postgresql-15 >/dev/null
-fi
+"$(dirname "$0")/debian-packages.sh" postgresql-15
 # Debian's package starts a cluster of its own; the tests start their own servers, so stop it.
 if command -v pg_ctlcluster >/dev/null 2>&1; then
   pg_ctlcluster 15 main stop >/dev/null 2>&1 || true

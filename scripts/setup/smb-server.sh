@@ -23,18 +23,7 @@ stop_services() {
   fi
 }
 
-if [ ! -x "$SMBD" ] || ! command -v smbclient >/dev/null 2>&1 || ! command -v smbpasswd >/dev/null 2>&1; then
-  echo "[smb-server] installing samba and smbclient (Debian)" >&2
-  export DEBIAN_FRONTEND=noninteractive
-  # Keep maintainer scripts from starting the package's own servers (when no policy is set).
-  policy=""
-  if [ ! -e /usr/sbin/policy-rc.d ]; then
-    printf '#!/bin/sh\nexit 101\n' > /usr/sbin/policy-rc.d && chmod +x /usr/sbin/policy-rc.d
-    policy=/usr/sbin/policy-rc.d
-  fi
-  trap '[ -z "$policy" ] || rm -f "$policy"' EXIT
-  apt-get update -qq && apt-get install -y -qq --no-install-recommends samba smbclient >/dev/null
-fi
+"$(dirname "$0")/debian-packages.sh" samba smbclient
 
 # The package may have started its own servers anyway; stop them and keep them from starting at boot.
 stop_services
