@@ -4,7 +4,7 @@
 #   2. build every crate of the workspace once (tests, benches, the binary they drive) with the tuned dev profile,
 #      target dir kept outside the clone so repeated runs stay incremental;
 #   3. check the module layering (and build llama.cpp's OpenAI-compatible server once, in a venv
-#      under ~/.cache/ragbox, for the inference-server tests; install PostgreSQL and the pinned
+#      under ~/.cache/ragbox, in the background, for the inference-server tests; install PostgreSQL and the pinned
 #      Milvus wheel for the shared-backend tests, and slapd and Glewlwyd for the sign-in tests);
 #   4. run every test inside a network namespace that has nothing but loopback: proof that nothing
 #      after set-up needs the network.
@@ -24,6 +24,22 @@ if ! need cargo; then
 fi
 
 step() { printf '\n== %s (%s)\n' "$1" "$(date +%T)" >&2; }
+
+# llama.cpp's server, for the inference-server tests: compiling it takes minutes where it is not
+# cached, so it is built in the background at the lowest priority, in the cycles the cargo build
+# and the other tests leave idle; those tests wait for LLAMA_SERVER_READY (ok, or failed: the log).
+LLAMA_SERVER_VENV="$RAGBOX_CACHE_DIR/llama-server-venv"
+LLAMA_SERVER_READY="$RAGBOX_CACHE_DIR/llama-server-venv.ready"
+export LLAMA_SERVER_VENV LLAMA_SERVER_READY
+mkdir -p "$RAGBOX_CACHE_DIR"
+rm -f "$LLAMA_SERVER_READY"
+( if nice -n 19 scripts/setup/llama-server-venv.sh >/dev/null 2>"$LLAMA_SERVER_VENV.log"; then
+    echo ok > "$LLAMA_SERVER_READY.part"
+  else
+    echo "failed: building llama.cpp's server failed; its log is $LLAMA_SERVER_VENV.log" > "$LLAMA_SERVER_READY.part"
+  fi
+  mv "$LLAMA_SERVER_READY.part" "$LLAMA_SERVER_READY" ) &
+llama_pid=$!
 
 step "models"
 scripts/setup/fetch-models.sh
@@ -48,34 +64,20 @@ step "the MCP client (the official Python SDK, in a venv under ~/.cache/ragbox)"
 MCP_PYTHON="$(scripts/setup/mcp-client-venv.sh)"
 export MCP_PYTHON
 
-step "llama.cpp's server (the inference-server tests run against it), built beside the cargo build"
-# Compiling llama.cpp takes minutes where it is not cached; at the lowest priority it takes the
-# cycles the cargo build leaves idle (its single-crate stretches and links) instead of its own.
-llama_log="$RAGBOX_CACHE_DIR/llama-server-venv.log"
-mkdir -p "$RAGBOX_CACHE_DIR"
-nice -n 19 scripts/setup/llama-server-venv.sh >"$llama_log.out" 2>"$llama_log" &
-llama_pid=$!
-
 step "build"
 cargo fetch --locked
 time cargo build --locked --offline --workspace --all-targets --features "$FEATURES"
-
-step "llama.cpp's server (waiting for it)"
-if ! wait "$llama_pid"; then
-  cat "$llama_log" >&2
-  echo "error: building llama.cpp's server failed (log above, and in $llama_log)" >&2
-  exit 1
-fi
-LLAMA_SERVER_VENV="$(cat "$llama_log.out")"
-export LLAMA_SERVER_VENV
 
 step "layers"
 scripts/check/layers.sh
 
 step "tests, network namespace with loopback only"
 run_tests="ip link set lo up && cargo test --locked --offline --workspace --features $FEATURES --all-targets && cargo test --locked --offline --workspace --features $FEATURES --doc"
+status=0
 if [ "$(id -u)" = 0 ]; then
-  unshare --net bash -c "$run_tests"
+  unshare --net bash -c "$run_tests" || status=$?
 else
-  unshare --map-root-user --net bash -c "$run_tests"
+  unshare --map-root-user --net bash -c "$run_tests" || status=$?
 fi
+wait "$llama_pid" || true
+exit "$status"

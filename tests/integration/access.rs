@@ -328,3 +328,129 @@ fn ureq_delete(url: &str, key: &str) -> (u16, String) {
         Err(e) => panic!("DELETE {url}: {e}"),
     }
 }
+
+/// The words of the files outside the ingested folder that planted links point to (none of them
+/// in the question asked about them, which comes back in its echo).
+const VAULT_MARKERS: &[&str] = &["vault-password", "Tr0ub4dor", "escrow code", "vault.md", "escrow.md"];
+
+/// Runs `ragbox ingest --json` (exit 0 or 5: done, with skips) and returns its report.
+fn ingest_with_skips(data: &Path, config: &Path, corpus: &Path) -> serde_json::Value {
+    let (code, out, err) = run(ragbox(data).arg("--config").arg(config).arg("ingest").arg(corpus).arg("--json"));
+    assert!(code == 0 || code == 5, "{code}: {out}\n{err}");
+    serde_json::from_str(out.trim()).unwrap_or_else(|e| panic!("{out}: {e}"))
+}
+
+#[test]
+fn links_do_not_carry_documents_across_readers() {
+    let dir = tempfile::tempdir().unwrap().keep();
+    let corpus = corpus(&dir);
+    let outside = dir.join("outside");
+    std::fs::create_dir_all(outside.join("keys")).unwrap();
+    std::fs::write(
+        outside.join("vault.md"),
+        "# Vault\n\nThe vault-password for the break-glass account is Tr0ub4dor and 3.\n",
+    )
+    .unwrap();
+    std::fs::write(outside.join("keys/escrow.md"), "# Escrow\n\nThe break-glass escrow code is kept in the vault.\n").unwrap();
+    // Whoever writes into hr/ plants links: to legal's document, to legal's folder, to a file and
+    // a folder outside the ingested folder.
+    std::os::unix::fs::symlink("../legal/zephyr-matter.md", corpus.join("hr/zephyr-link.md")).unwrap();
+    std::os::unix::fs::symlink("../legal", corpus.join("hr/legal-folder")).unwrap();
+    std::os::unix::fs::symlink(outside.join("vault.md"), corpus.join("hr/planted.md")).unwrap();
+    std::os::unix::fs::symlink(outside.join("keys"), corpus.join("hr/keys")).unwrap();
+    let config = dir.join("server.toml");
+    std::fs::write(&config, "[access]\nrules = [{ path = \"**/legal/**\", groups = [\"legal\"] }]\n").unwrap();
+    let data = dir.join("data");
+
+    // Each link is reported with its reason, and nothing is read through one.
+    let report = ingest_with_skips(&data, &config, &corpus);
+    let skipped: Vec<(String, String)> = report["skipped"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| (s["path"].as_str().unwrap().rsplit('/').next().unwrap().to_string(), s["reason"].as_str().unwrap().to_string()))
+        .collect();
+    for (name, why) in [("zephyr-link.md", "inside the ingested folder"), ("legal-folder", "inside the ingested folder"), ("planted.md", "out of the ingested folder"), ("keys", "out of the ingested folder")] {
+        assert!(skipped.iter().any(|(n, r)| n == name && r.contains(why)), "{name}: {skipped:?}");
+    }
+    let (code, ls, err) = run(ragbox(&data).arg("--config").arg(&config).arg("ls"));
+    assert_eq!(code, 0, "{err}");
+    assert!(ls.lines().any(|l| l.contains("skipped") && l.contains("hr/planted.md") && l.contains("follow_links")), "{ls}");
+    assert!(ls.lines().any(|l| l.contains("hr/zephyr-link.md") && l.contains("not twice")), "{ls}");
+    assert_eq!(ls.matches("zephyr-matter.md").count(), 1, "legal's document once, under its own path: {ls}");
+    assert!(ls.lines().any(|l| l.contains("legal/zephyr-matter.md") && l.contains("readers: legal")), "{ls}");
+    assert!(!ls.contains("escrow") && !ls.contains("vault.md"), "{ls}");
+
+    let no_leak = |face: &str, body: &str| {
+        no_legal(face, body);
+        for m in VAULT_MARKERS {
+            assert!(!body.contains(m), "{face} gave hr the file outside the folder (`{m}`):\n{body}");
+        }
+    };
+    const VAULT_QUESTION: &str = "What is the vault password for the break-glass account?";
+    for q in [LEGAL_QUESTION, VAULT_QUESTION] {
+        for verb in ["search", "ask"] {
+            let (code, out, err) = run(ragbox(&data).arg("--config").arg(&config).args([verb, "--groups", "hr", "--json", q]));
+            assert_eq!(code, 0, "{out}\n{err}");
+            no_leak(&format!("`ragbox {verb} --groups hr`"), &out);
+        }
+    }
+
+    // Every face of the server, for an hr key.
+    let server = spawn(data.clone(), config.clone());
+    let b = server.base.clone();
+    let hr = create_key(&server, &["--tenant", "default", "--name", "hr-analyst", "--groups", "hr"]);
+    for q in [LEGAL_QUESTION, VAULT_QUESTION] {
+        let (s, j) = post(&format!("{b}/v1/tenants/default/search"), Some(&hr), &serde_json::json!({ "query": q, "k": 8, "explain": true }));
+        assert_eq!(s, 200, "{j}");
+        no_leak("search", &j.to_string());
+        let asked = events(&format!("{b}/v1/tenants/default/ask"), &hr, &serde_json::json!({ "question": q }));
+        no_leak("ask", &serde_json::to_string(&asked).unwrap());
+        let (s, j) = post(&format!("{b}/v1/tenants/default/chat/sessions"), Some(&hr), &serde_json::json!({}));
+        assert_eq!(s, 201, "{j}");
+        let session = j["session"].as_i64().unwrap();
+        let turn = events(&format!("{b}/v1/tenants/default/chat/sessions/{session}/messages"), &hr, &serde_json::json!({ "question": q }));
+        no_leak("chat", &serde_json::to_string(&turn).unwrap());
+        let (s, j) = post(
+            &format!("{b}/v1/chat/completions"),
+            Some(&hr),
+            &serde_json::json!({ "model": "ragbox", "messages": [{ "role": "user", "content": q }] }),
+        );
+        assert_eq!(s, 200, "{j}");
+        no_leak("the OpenAI-compatible route", &j.to_string());
+    }
+    let (s, j) = get(&format!("{b}/v1/tenants/default/documents"), Some(&hr));
+    assert_eq!(s, 200, "{j}");
+    no_leak("the documents list", &j.to_string());
+    let mcp = crate::mcp::client(
+        &serde_json::json!([
+            ["search", { "query": LEGAL_QUESTION, "k": 10 }],
+            ["search", { "query": VAULT_QUESTION, "k": 10 }],
+            ["ask", { "question": LEGAL_QUESTION }],
+            ["list_documents", {}],
+            ["resources/list", {}],
+        ]),
+        &["http", &format!("{b}/mcp"), &hr],
+        &[],
+    );
+    no_leak("MCP", &mcp.to_string());
+    drop(server);
+
+    // Following links out of the folder is a choice: then the outside file is read under the
+    // link's path with the link folder's readers; a link inside is still not read twice.
+    std::fs::write(&config, "[ingest]\nfollow_links = true\n[access]\nrules = [{ path = \"**/legal/**\", groups = [\"legal\"] }]\n").unwrap();
+    let followed = ingest_with_skips(&data, &config, &corpus);
+    let read = followed["added"].as_u64().unwrap() + followed["updated"].as_u64().unwrap();
+    assert_eq!(read, 2, "hr/planted.md (a skipped link until now) and hr/keys/escrow.md: {followed}");
+    let (_, ls, _) = run(ragbox(&data).arg("--config").arg(&config).arg("ls"));
+    assert!(ls.lines().any(|l| l.contains("hr/planted.md") && l.contains("readers: hr") && !l.contains("skipped")), "{ls}");
+    assert!(ls.lines().any(|l| l.contains("hr/keys/escrow.md") && l.contains("readers: hr")), "{ls}");
+    assert_eq!(ls.matches("zephyr-matter.md").count(), 1, "{ls}");
+    // And back: what was read through the links is taken out again on the next run.
+    std::fs::write(&config, "[access]\nrules = [{ path = \"**/legal/**\", groups = [\"legal\"] }]\n").unwrap();
+    ingest_with_skips(&data, &config, &corpus);
+    for verb in ["search", "ask"] {
+        let (_, out, _) = run(ragbox(&data).arg("--config").arg(&config).args([verb, "--groups", "hr", "--json", VAULT_QUESTION]));
+        no_leak(&format!("`ragbox {verb} --groups hr` after follow_links was switched off"), &out);
+    }
+}

@@ -155,7 +155,7 @@ cp -a "$mnt/data" "$out/after-retry"
     assert_eq!(second_code.trim(), "0", "{second_err}");
     let retry = out.join("after-retry");
     let all = indexed(&retry);
-    assert_eq!(all.len(), ragbox_core::source::walk::walk(&corpus).count(), "{all:?}");
+    assert_eq!(all.len(), ragbox_core::source::walk::walk(&corpus, ragbox_core::source::walk::Links::Inside).count(), "{all:?}");
     assert_consistent(&retry, "after the next run");
     eprintln!("disk full: {} documents acknowledged before the disk filled, {} after the retry", acked.len(), all.len());
     eprintln!("disk full: the first run said: {}", first_err.lines().last().unwrap_or_default());
@@ -278,7 +278,7 @@ fn two_ingests_of_one_tenant_at_once_end_consistent_without_duplicates() {
         }
     }
     assert!(finished >= 1, "at least one finishes");
-    let files = ragbox_core::source::walk::walk(&corpus).count();
+    let files = ragbox_core::source::walk::walk(&corpus, ragbox_core::source::walk::Links::Inside).count();
     let docs = indexed(&data);
     assert_eq!(docs.len(), files, "every document once: {docs:?}");
     assert_consistent(&data, "after two concurrent ingests");

@@ -17,8 +17,18 @@ use std::time::{Duration, Instant};
 use crate::common::{ragbox, run};
 use crate::server::{call, cli, create_key, get, start_with, Server};
 
-/// The venv holding llama-cpp-python's server.
+/// The venv holding llama-cpp-python's server. scripts/test.sh builds it in the background and
+/// names a file (`LLAMA_SERVER_READY`) it writes when done: `ok`, or why not; wait for it.
 fn venv() -> PathBuf {
+    if let Some(ready) = std::env::var_os("LLAMA_SERVER_READY").map(PathBuf::from) {
+        let started = std::time::Instant::now();
+        while !ready.exists() {
+            assert!(started.elapsed() < std::time::Duration::from_secs(1800), "llama.cpp's server was not built within 30 minutes ({ready:?})");
+            std::thread::sleep(std::time::Duration::from_secs(2));
+        }
+        let said = std::fs::read_to_string(&ready).unwrap();
+        assert_eq!(said.trim(), "ok", "{said}");
+    }
     let dir = std::env::var_os("LLAMA_SERVER_VENV").map(PathBuf::from).unwrap_or_else(|| {
         let cache = std::env::var_os("RAGBOX_CACHE_DIR").map(PathBuf::from).unwrap_or_else(|| PathBuf::from(std::env::var("HOME").unwrap()).join(".cache/ragbox"));
         cache.join("llama-server-venv")

@@ -61,7 +61,7 @@ fn lexical_paths(data: &Path, tenant: &str, query: &str) -> Vec<PathBuf> {
 }
 
 fn corpus_files(dir: &Path) -> usize {
-    ragbox_core::source::walk::walk(dir)
+    ragbox_core::source::walk::walk(dir, ragbox_core::source::walk::Links::Inside)
         .filter(|e| matches!(e, ragbox_core::source::walk::WalkEntry::File { path, .. } if ragbox_core::source::parser_for(path).is_some()))
         .count()
 }

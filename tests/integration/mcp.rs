@@ -28,7 +28,7 @@ fn python() -> PathBuf {
 }
 
 /// Runs the client with `calls` ([tool, arguments] pairs) and `args` (its mode and target).
-fn client(calls: &Value, args: &[&str], env: &[(&str, &str)]) -> Value {
+pub(crate) fn client(calls: &Value, args: &[&str], env: &[(&str, &str)]) -> Value {
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/mcp/client.py");
     let mut cmd = Command::new(python());
     cmd.arg(script).arg(args[0]).arg(calls.to_string()).args(&args[1..]);

@@ -33,6 +33,9 @@ pub fn run(g: &GlobalArgs) -> anyhow::Result<()> {
     for line in &report.sources {
         println!("source:     {line}");
     }
+    for line in &report.permission_files {
+        println!("warning:    {line} (`[access] files = false` decides readers by the configuration's rules alone)");
+    }
     let sv = &report.server;
     println!(
         "server:     listen {} · queue {} (generating {} at once) · body {} B, question {} chars, upload {} B · timeouts {} ms / answer {} ms / body {} ms · CORS {}",

@@ -131,6 +131,9 @@ pub(crate) fn print_report(g: &GlobalArgs, r: &IngestReport) -> anyhow::Result<u
     for why in &r.repaired {
         println!("repaired: {why}");
     }
+    for w in &r.widened {
+        println!("warning: {w}");
+    }
     println!(
         "tenant {} ({}): {} added, {} updated, {} unchanged, {} removed, {} skipped, {} ignored (unsupported type)",
         r.tenant,

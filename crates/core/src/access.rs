@@ -117,13 +117,44 @@ struct AccessFile {
 /// The rules of a configuration, compiled, with the permissions files read so far.
 pub struct Rules {
     rules: Vec<(Option<String>, globset::GlobMatcher, Vec<String>)>,
+    /// Whether permissions files count (`[access] files`); off: the rules alone decide.
+    files: bool,
     /// Folder → the readers its nearest permissions file sets (`None`: no file at or above it).
     folders: Mutex<HashMap<PathBuf, Option<Vec<String>>>>,
+    /// Permissions files read so far that open their folder wider than the file above them.
+    widenings: Mutex<Vec<Widening>>,
+}
+
+/// A permissions file that lets more people read its folder than the permissions file above it
+/// does (a folder of `hr` opened to everyone, or to `sales` too): whoever can write the folder
+/// decided that, so ingest and `doctor` say so.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Widening {
+    /// The permissions file.
+    pub file: PathBuf,
+    /// The readers above it.
+    pub above: Vec<String>,
+    /// The readers it sets (empty: everyone).
+    pub sets: Vec<String>,
+}
+
+impl std::fmt::Display for Widening {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let sets = if self.sets.is_empty() { "everyone".to_string() } else { self.sets.join(", ") };
+        write!(
+            f,
+            "{} opens its folder to {sets}, wider than the permissions file above it ({}); \
+             set `[access] files = false` to decide readers by the configuration's rules alone",
+            self.file.display(),
+            self.above.join(", ")
+        )
+    }
 }
 
 impl Rules {
-    /// Compiles `rules`; a glob that does not parse is refused, naming it.
-    pub fn new(rules: &[AccessRule]) -> Result<Rules> {
+    /// Compiles `rules`, with permissions files counted when `files` is set; a glob that does not
+    /// parse is refused, naming it.
+    pub fn new(rules: &[AccessRule], files: bool) -> Result<Rules> {
         let mut compiled = Vec::with_capacity(rules.len());
         for r in rules {
             let glob = globset::GlobBuilder::new(&r.path)
@@ -132,7 +163,7 @@ impl Rules {
                 .map_err(|e| Error::Config(format!("access.rules: the path glob `{}` does not parse: {e}", r.path)))?;
             compiled.push((r.tenant.clone(), glob.compile_matcher(), normalise(r.groups.iter().cloned())));
         }
-        Ok(Rules { rules: compiled, folders: Mutex::default() })
+        Ok(Rules { rules: compiled, files, folders: Mutex::default(), widenings: Mutex::default() })
     }
 
     /// The readers of the document at `path` in `tenant`. A permissions file that cannot be read
@@ -144,9 +175,14 @@ impl Rules {
             }
         }
         match path.parent() {
-            Some(folder) => Ok(self.folder_readers(folder)?.unwrap_or_default()),
-            None => Ok(Vec::new()),
+            Some(folder) if self.files => Ok(self.folder_readers(folder)?.unwrap_or_default()),
+            _ => Ok(Vec::new()),
         }
+    }
+
+    /// The permissions files read so far that widen their folder's readers, in the order read.
+    pub fn widenings(&self) -> Vec<Widening> {
+        self.widenings.lock().unwrap_or_else(|e| e.into_inner()).clone()
     }
 
     fn folder_readers(&self, folder: &Path) -> Result<Option<Vec<String>>> {
@@ -159,7 +195,17 @@ impl Rules {
                 let parsed: AccessFile = toml::from_str(&text).map_err(|e| {
                     Error::Invalid(format!("{}: not a permissions file (`groups = [\"hr\"]`): {e}", file.display()))
                 })?;
-                Some(normalise(parsed.groups))
+                let sets = normalise(parsed.groups);
+                let above = match folder.parent() {
+                    Some(up) => self.folder_readers(up)?.unwrap_or_default(),
+                    None => Vec::new(),
+                };
+                let wider = sets.is_empty() || sets.iter().any(|g| !above.contains(g));
+                if !above.is_empty() && wider {
+                    let w = Widening { file: file.clone(), above, sets: sets.clone() };
+                    self.widenings.lock().unwrap_or_else(|e| e.into_inner()).push(w);
+                }
+                Some(sets)
             }
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => match folder.parent() {
                 Some(up) => self.folder_readers(up)?,
@@ -170,6 +216,46 @@ impl Rules {
         self.folders.lock().unwrap_or_else(|e| e.into_inner()).insert(folder.to_path_buf(), found.clone());
         Ok(found)
     }
+}
+
+/// The permissions files at or above `folders` that someone other than this process's user can
+/// change, each with why: another owner, group or world write bits on the file, or on its folder
+/// without the sticky bit (whoever can write the folder can replace the file). What `doctor`
+/// warns about while `[access] files` is on.
+#[cfg(unix)]
+pub fn loose_permission_files<'a>(folders: impl IntoIterator<Item = &'a Path>) -> Vec<String> {
+    use std::os::unix::fs::MetadataExt;
+    let me = unsafe { libc::geteuid() };
+    let mut seen = std::collections::HashSet::new();
+    let mut found = Vec::new();
+    for folder in folders {
+        for dir in folder.ancestors() {
+            if !seen.insert(dir.to_path_buf()) {
+                break;
+            }
+            let file = dir.join(ACCESS_FILE);
+            let Ok(meta) = std::fs::symlink_metadata(&file) else { continue };
+            let mut why = Vec::new();
+            if meta.file_type().is_symlink() {
+                why.push("it is a symbolic link".to_string());
+            }
+            if meta.uid() != me {
+                why.push(format!("it is owned by uid {}, not the service's user (uid {me})", meta.uid()));
+            }
+            if meta.mode() & 0o022 != 0 {
+                why.push(format!("its group or others may write it (mode {:o})", meta.mode() & 0o777));
+            }
+            if let Ok(d) = std::fs::metadata(dir) {
+                if d.uid() != me || (d.mode() & 0o022 != 0 && d.mode() & 0o1000 == 0) {
+                    why.push(format!("its folder can be written by others than the service's user (owner uid {}, mode {:o}), who can replace it", d.uid(), d.mode() & 0o7777));
+                }
+            }
+            if !why.is_empty() {
+                found.push(format!("{}: {}", file.display(), why.join("; ")));
+            }
+        }
+    }
+    found
 }
 
 /// One tenant's readers of every chunk at one catalog generation: what the indexes' filters ask.
@@ -272,7 +358,7 @@ mod tests {
         let rules = Rules::new(&[
             AccessRule { tenant: Some("acme".into()), path: "**/board/**".into(), groups: vec!["board".into(), " board".into()] },
             AccessRule { tenant: None, path: "**/*.secret".into(), groups: vec!["legal".into()] },
-        ])
+        ], true)
         .unwrap();
         assert_eq!(rules.readers("acme", &root.join("board/minutes.md")).unwrap(), vec!["board"]);
         assert_eq!(rules.readers("globex", &root.join("board/minutes.md")).unwrap(), Vec::<String>::new(), "another tenant's rule");
@@ -280,15 +366,53 @@ mod tests {
         assert_eq!(rules.readers("acme", &root.join("hr/open/handbook.md")).unwrap(), Vec::<String>::new(), "a nearer file reopens");
         assert_eq!(rules.readers("acme", &root.join("hr/x.secret")).unwrap(), vec!["legal"], "configuration rules come first");
         assert_eq!(rules.readers("acme", &root.join("policies/travel.md")).unwrap(), Vec::<String>::new());
+        let widened = rules.widenings();
+        assert_eq!(widened.len(), 1, "{widened:?}");
+        assert_eq!((widened[0].file.clone(), widened[0].above.clone()), (root.join("hr/open").join(ACCESS_FILE), vec!["hr".to_string()]));
+        assert!(widened[0].to_string().contains("opens its folder to everyone"), "{}", widened[0]);
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn loose_permission_files_are_named() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let (tight, loose) = (dir.path().join("tight"), dir.path().join("loose"));
+        for d in [&tight, &loose] {
+            std::fs::create_dir_all(d).unwrap();
+            std::fs::set_permissions(d, std::fs::Permissions::from_mode(0o755)).unwrap();
+            std::fs::write(d.join(ACCESS_FILE), "groups = [\"hr\"]\n").unwrap();
+            std::fs::set_permissions(d.join(ACCESS_FILE), std::fs::Permissions::from_mode(0o644)).unwrap();
+        }
+        std::fs::set_permissions(loose.join(ACCESS_FILE), std::fs::Permissions::from_mode(0o666)).unwrap();
+        let found = loose_permission_files([tight.as_path(), loose.as_path()]);
+        assert_eq!(found.len(), 1, "{found:?}");
+        assert!(found[0].contains("loose") && found[0].contains("mode 666"), "{found:?}");
+    }
+
+    #[test]
+    fn without_files_the_rules_alone_decide() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path();
+        std::fs::create_dir_all(root.join("hr/sales")).unwrap();
+        std::fs::write(root.join("hr").join(ACCESS_FILE), "groups = [\"hr\"]\n").unwrap();
+        std::fs::write(root.join("hr/sales").join(ACCESS_FILE), "groups = [\"hr\", \"sales\"]\n").unwrap();
+        let rule = [AccessRule { tenant: None, path: "**/hr/**".into(), groups: vec!["people".into()] }];
+        let files = Rules::new(&[], true).unwrap();
+        assert_eq!(files.readers("t", &root.join("hr/sales/q3.md")).unwrap(), vec!["hr", "sales"]);
+        assert_eq!(files.widenings().len(), 1, "sales was added below hr: {:?}", files.widenings());
+        let rules_only = Rules::new(&rule, false).unwrap();
+        assert_eq!(rules_only.readers("t", &root.join("hr/sales/q3.md")).unwrap(), vec!["people"]);
+        assert_eq!(Rules::new(&[], false).unwrap().readers("t", &root.join("hr/a.md")).unwrap(), Vec::<String>::new());
     }
 
     #[test]
     fn a_broken_permissions_file_is_an_error_not_open() {
         let dir = tempfile::tempdir().unwrap();
         std::fs::write(dir.path().join(ACCESS_FILE), "groups = hr").unwrap();
-        let err = Rules::new(&[]).unwrap().readers("t", &dir.path().join("a.md")).unwrap_err().to_string();
+        let err = Rules::new(&[], true).unwrap().readers("t", &dir.path().join("a.md")).unwrap_err().to_string();
         assert!(err.contains(ACCESS_FILE), "{err}");
-        assert!(Rules::new(&[AccessRule { tenant: None, path: "a/[".into(), groups: vec![] }]).is_err());
+        assert!(Rules::new(&[AccessRule { tenant: None, path: "a/[".into(), groups: vec![] }], true).is_err());
     }
 
     #[test]

@@ -121,6 +121,9 @@ pub struct DoctorReport {
     /// Every `[[sources]]` entry: reached or not, and its last sync (filled by the service,
     /// which syncs them).
     pub sources: Vec<String>,
+    /// Permissions files above the ingested documents that others than the service's user can
+    /// change, with why (while `[access] files` is on).
+    pub permission_files: Vec<String>,
 }
 
 /// One tenant as `doctor` sees it.
@@ -500,6 +503,8 @@ impl App {
             commit_chunks: c.commit_chunks,
             parse: crate::source::ParseContext { ocr: self.ocr()? },
             access_rules: self.config.access.rules.clone(),
+            access_files: self.config.access.files,
+            links: if c.follow_links { crate::source::walk::Links::FollowOut } else { crate::source::walk::Links::Inside },
             ..IngestOptions::default()
         })
     }
@@ -582,10 +587,16 @@ impl App {
             None => "not configured".to_string(),
         };
         let mut tenants = Vec::new();
+        let mut folders = std::collections::BTreeSet::new();
         if crate::store::Layout::new(&self.config.data_dir).catalog().exists() {
             match self.store().and_then(|s| s.catalog().tenants().map(|t| (s, t))) {
                 Ok((store, rows)) => {
                     for t in rows {
+                        if self.config.access.files {
+                            for d in store.catalog().documents(t.id).unwrap_or_default() {
+                                folders.extend(d.path.parent().map(std::path::Path::to_path_buf));
+                            }
+                        }
                         let (consistency, error) = match store.check_consistency(&t) {
                             Ok(c) => (Some(c), None),
                             Err(e) => (None, Some(format!("{e:#}"))),
@@ -600,6 +611,7 @@ impl App {
             tenants,
             server: self.config.server.clone(),
             sources: Vec::new(),
+            permission_files: crate::access::loose_permission_files(folders.iter().map(std::path::PathBuf::as_path)),
             version: env!("CARGO_PKG_VERSION"),
             candle: "0.10.2 (patched: patches/README.md)",
             cpu: crate::model::cpu::baseline(),

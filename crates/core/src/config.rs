@@ -70,6 +70,10 @@ pub struct IngestSection {
     pub parse_timeout_s: u64,
     /// Pending chunks that trigger a commit.
     pub commit_chunks: usize,
+    /// Follow symbolic links out of the folder being ingested (what they point to gets the
+    /// readers of the link's folder). Off: such links are reported and not read.
+    #[serde(default)]
+    pub follow_links: bool,
 }
 
 /// `[store]`.
@@ -362,13 +366,27 @@ pub struct ServerSection {
 }
 
 /// `[access]`: the rules that decide which groups may read a document (docs/ACCESS.md).
-#[derive(Debug, Clone, Default, Deserialize)]
+#[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct AccessSection {
     /// Path globs and their readers, first match wins; a `.ragbox-access` file in the folder
     /// applies where no rule matches.
     #[serde(default)]
     pub rules: Vec<crate::access::AccessRule>,
+    /// Whether `.ragbox-access` files in the folders count. Whoever can write a folder can write
+    /// its permissions file; off, the rules above alone decide (docs/ACCESS.md).
+    #[serde(default = "yes")]
+    pub files: bool,
+}
+
+fn yes() -> bool {
+    true
+}
+
+impl Default for AccessSection {
+    fn default() -> Self {
+        AccessSection { rules: Vec::new(), files: true }
+    }
 }
 
 /// `[sso]`: people signing in with the organisation's identity (docs/ACCESS.md).
@@ -956,7 +974,7 @@ impl Config {
         if sv.request_timeout_ms == 0 || sv.generate_timeout_ms == 0 || sv.body_timeout_ms == 0 {
             return Err(Error::Config("server: timeouts must be above 0 ms".into()));
         }
-        crate::access::Rules::new(&raw.access.rules)?;
+        crate::access::Rules::new(&raw.access.rules, raw.access.files)?;
         for grant in &raw.sso.groups {
             if !["reader", "writer", "admin"].contains(&grant.role.as_str()) || grant.group.trim().is_empty() || grant.tenant.trim().is_empty() {
                 return Err(Error::Config(format!(

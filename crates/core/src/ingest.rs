@@ -27,7 +27,7 @@ use crate::chunk::{
 use crate::embed::Embedder;
 use crate::error::{Error, Result};
 use crate::source::guard::{caught, parse_guarded_in, ParseLimits};
-use crate::source::walk::{walk, WalkEntry};
+use crate::source::walk::{walk, Links, WalkEntry};
 use crate::source::{self, SkipReason};
 use crate::store::{
     text_hash, CommitBatch, AnnotatedChunk, DocumentContent, DocumentRow, DocumentStatus, DocumentWrite, Store,
@@ -65,6 +65,11 @@ pub struct IngestOptions {
     /// the root (with the folders' `.ragbox-access` files), so a change of rules takes effect
     /// without re-embedding.
     pub access_rules: Vec<AccessRule>,
+    /// Whether `.ragbox-access` files count (`[access] files`); off: the rules alone decide.
+    pub access_files: bool,
+    /// Which symbolic links are read (`[ingest] follow_links`): by default none, and a link out
+    /// of the folder is reported, not followed (`source::walk`).
+    pub links: Links,
 }
 
 /// Writes the annotation of a document's child chunks: a sentence or two that place
@@ -114,6 +119,8 @@ impl Default for IngestOptions {
             annotator: None,
             parse: crate::source::ParseContext::default(),
             access_rules: Vec::new(),
+            access_files: true,
+            links: Links::Inside,
         }
     }
 }
@@ -247,6 +254,8 @@ pub struct IngestReport {
     pub commits: usize,
     /// Indexes rebuilt on open, and why.
     pub repaired: Vec<String>,
+    /// Permissions files that open their folder wider than the one above them.
+    pub widened: Vec<crate::access::Widening>,
     /// Time by stage.
     pub stages: StageTimes,
     /// Wall-clock seconds.
@@ -354,7 +363,7 @@ pub fn ingest(
     on_event: &mut dyn FnMut(IngestEvent<'_>),
 ) -> Result<IngestReport> {
     let started = Instant::now();
-    let root = std::fs::canonicalize(root).map_err(|e| {
+    let root = resolve_root(root).map_err(|e| {
         Error::Invalid(format!("cannot ingest {root:?}: {e}; give an existing file or folder"))
     })?;
     let explain = |e| store.explain_write_error(e);
@@ -362,6 +371,20 @@ pub fn ingest(
     let mut report = ingest_into(store, &tenant, embedder, &root, opts, on_event).map_err(explain)?;
     report.wall_s = started.elapsed().as_secs_f64();
     Ok(report)
+}
+
+/// `root` as an absolute path without `.`, `..` or links in its folders. A root that is itself a
+/// symbolic link stays one, so that the walk judges it as it judges any link (a document's
+/// catalog path may be a link that an earlier version read).
+fn resolve_root(root: &Path) -> std::io::Result<PathBuf> {
+    let meta = std::fs::symlink_metadata(root)?;
+    match (meta.file_type().is_symlink(), root.parent(), root.file_name()) {
+        (true, Some(parent), Some(name)) => {
+            let parent = if parent.as_os_str().is_empty() { Path::new(".") } else { parent };
+            Ok(std::fs::canonicalize(parent)?.join(name))
+        }
+        _ => std::fs::canonicalize(root),
+    }
 }
 
 /// The run of [`ingest`] once its folder and tenant are known (`wall_s` is left to it).
@@ -383,7 +406,7 @@ fn ingest_into(
     }
     let known: HashMap<PathBuf, DocumentRow> =
         store.catalog().documents(tenant.id)?.into_iter().map(|d| (d.path.clone(), d)).collect();
-    let rules = Rules::new(&opts.access_rules)?;
+    let rules = Rules::new(&opts.access_rules, opts.access_files)?;
     // Readers decided now for the documents whose content did not change (set after the run's
     // commits, in one catalog transaction).
     let mut readers_changes: Vec<(crate::types::DocId, Vec<String>)> = Vec::new();
@@ -392,7 +415,10 @@ fn ingest_into(
     let t = Instant::now();
     let mut files = Vec::new();
     let mut unreadable_dirs: Vec<PathBuf> = Vec::new();
-    for entry in walk(&root) {
+    // Links not read: recorded as skipped documents (so `ls` says why, and a document an earlier
+    // version read through the link is emptied), keyed by their target.
+    let mut links: Vec<Pending> = Vec::new();
+    for entry in walk(&root, opts.links) {
         match entry {
             WalkEntry::File { path, .. } if path.to_str().is_none() => {
                 let reason = "the file name is not valid UTF-8; rename the file to ingest it".to_string();
@@ -405,6 +431,16 @@ fn ingest_into(
                 } else {
                     files.push((path, size, mtime_ns));
                 }
+            }
+            WalkEntry::Link { path, reason } => {
+                let existing = known.contains_key(&path);
+                // The target, hashed: a change of target is a change of the document, and the
+                // catalog (which readers of the link's folder list) does not name it.
+                let sha256 = match &reason {
+                    SkipReason::Link { target, inside } => sha256_hex(format!("link:{inside}:{target}").as_bytes()),
+                    other => sha256_hex(other.to_string().as_bytes()),
+                };
+                links.push(Pending { path, size: 0, mtime_ns: 0, sha256, skip: Some(reason), existing });
             }
             WalkEntry::Skipped { path, reason } => {
                 let reason = reason.to_string();
@@ -419,7 +455,7 @@ fn ingest_into(
 
     let max_bytes = opts.max_file_bytes;
     let limits = ParseLimits { max_file_bytes: max_bytes, timeout: opts.parse_timeout, ..ParseLimits::default() };
-    let hashed: Vec<Pending> = files
+    let mut hashed: Vec<Pending> = files
         .into_par_iter()
         .map(|(path, size, mtime_ns)| {
             let existing = known.contains_key(&path);
@@ -438,6 +474,7 @@ fn ingest_into(
             }
         })
         .collect();
+    hashed.extend(links);
 
     let mut todo: Vec<Pending> = Vec::new();
     let mut seen: HashSet<PathBuf> = HashSet::new();
@@ -661,6 +698,7 @@ fn ingest_into(
     if !readers_changes.is_empty() {
         report.readers_changed = store.catalog().set_readers(tenant.id, &readers_changes)?;
     }
+    report.widened = rules.widenings();
     Ok(report)
 }
 

@@ -259,7 +259,7 @@ impl Corpus {
     /// Adds every file under `dir` (or `dir` itself when it is a file) that a parser reads.
     pub fn add_path(&mut self, dir: &Path) -> std::io::Result<usize> {
         let mut added = 0;
-        for entry in ragbox_core::source::walk::walk(dir) {
+        for entry in ragbox_core::source::walk::walk(dir, ragbox_core::source::walk::Links::Inside) {
             if let ragbox_core::source::walk::WalkEntry::File { path, .. } = entry {
                 if parser_for(&path).is_some() {
                     self.add_file(&path, std::fs::read(&path)?);

@@ -108,6 +108,13 @@ pub enum SkipReason {
         /// The panic message.
         detail: String,
     },
+    /// A symbolic link, not read ([`walk`] says which links are).
+    Link {
+        /// What it points to, resolved (not shown: see the `Display`).
+        target: String,
+        /// The target lies inside the folder being ingested (and is read under its own path).
+        inside: bool,
+    },
 }
 
 impl fmt::Display for SkipReason {
@@ -147,6 +154,16 @@ impl fmt::Display for SkipReason {
             SkipReason::Crashed { detail } => {
                 write!(f, "the parser failed on this file (a bug in ragbox; please report it): {detail}")
             }
+            // The target is not named: the reason is shown to whoever reads the link's folder,
+            // and the target's name may be what they may not read.
+            SkipReason::Link { inside: true, .. } => f.write_str(
+                "a symbolic link to a file or folder inside the ingested folder: read there, under its own path and with \
+                 its own readers, not twice",
+            ),
+            SkipReason::Link { inside: false, .. } => f.write_str(
+                "a symbolic link out of the ingested folder: not followed, since it would give this folder's readers a \
+                 file they may not read; ingest what it points to itself, or set `[ingest] follow_links = true`",
+            ),
         }
     }
 }
