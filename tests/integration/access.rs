@@ -226,13 +226,7 @@ fn document_permissions_hold_through_every_face() {
     assert!(j["sessions"].as_array().unwrap().iter().all(|x| x["session"].as_i64() != Some(session)), "{j}");
 
     // The OpenAI-compatible route.
-    let (s, j) = post(
-        &format!("{b}/v1/chat/completions"),
-        Some(&hr),
-        &serde_json::json!({ "model": "ragbox", "messages": [{ "role": "user", "content": LEGAL_QUESTION }] }),
-    );
-    assert_eq!(s, 200, "{j}");
-    no_legal("the OpenAI-compatible route", &j.to_string());
+    no_legal("the OpenAI-compatible route", &openai(&b, &hr, LEGAL_QUESTION));
 
     // The audit names the key and its groups, and the groups that granted what it read.
     let rows = audit_of(&data, &config, "hr-analyst");
@@ -315,6 +309,17 @@ fn document_permissions_hold_through_every_face() {
     let docs = |j: &serde_json::Value| j["retrieval"]["hits"].as_array().unwrap().iter().map(|h| h["chunk"]["doc_id"].clone()).collect::<Vec<_>>();
     assert_eq!(docs(&before), docs(&after), "the same documents, with or without the one it may not read");
     assert_eq!(before["refused"], after["refused"]);
+}
+
+/// `question` through the OpenAI-compatible route with `key`: the whole response (a 200).
+fn openai(base: &str, key: &str, question: &str) -> String {
+    let (s, j) = post(
+        &format!("{base}/v1/chat/completions"),
+        Some(key),
+        &serde_json::json!({ "model": "ragbox", "messages": [{ "role": "user", "content": question }] }),
+    );
+    assert_eq!(s, 200, "{j}");
+    j.to_string()
 }
 
 /// A writer key of `hr`: it may remove what it reads, and nothing else.
@@ -411,13 +416,7 @@ fn links_do_not_carry_documents_across_readers() {
         let session = j["session"].as_i64().unwrap();
         let turn = events(&format!("{b}/v1/tenants/default/chat/sessions/{session}/messages"), &hr, &serde_json::json!({ "question": q }));
         no_leak("chat", &serde_json::to_string(&turn).unwrap());
-        let (s, j) = post(
-            &format!("{b}/v1/chat/completions"),
-            Some(&hr),
-            &serde_json::json!({ "model": "ragbox", "messages": [{ "role": "user", "content": q }] }),
-        );
-        assert_eq!(s, 200, "{j}");
-        no_leak("the OpenAI-compatible route", &j.to_string());
+        no_leak("the OpenAI-compatible route", &openai(&b, &hr, q));
     }
     let (s, j) = get(&format!("{b}/v1/tenants/default/documents"), Some(&hr));
     assert_eq!(s, 200, "{j}");
