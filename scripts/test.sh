@@ -73,8 +73,9 @@ scripts/check/layers.sh
 
 step "tests, network namespace with loopback only"
 # Four test threads on two cores: the integration tests spend much of their time waiting on
-# servers, browsers and disks (at four threads the two cores were busy 153% of the time, and the
-# integration tests took 8 min 7 s against 11 min 28 s at two: docs/BENCHMARKS.md, "First run").
+# servers, browsers and disks (at four threads the two cores were busy 153% of the time; from
+# nothing, with llama.cpp compiling beside, this command took 12 min 55 s at four against
+# 15 min 37 s at two: docs/BENCHMARKS.md, "First run").
 export RUST_TEST_THREADS="${RUST_TEST_THREADS:-4}"
 run_tests="ip link set lo up && cargo test --locked --offline --workspace --features $FEATURES --all-targets && cargo test --locked --offline --workspace --features $FEATURES --doc"
 status=0

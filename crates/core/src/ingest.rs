@@ -434,12 +434,10 @@ fn ingest_into(
             }
             WalkEntry::Link { path, reason } => {
                 let existing = known.contains_key(&path);
-                // The target, hashed: a change of target is a change of the document, and the
-                // catalog (which readers of the link's folder list) does not name it.
-                let sha256 = match &reason {
-                    SkipReason::Link { target, inside } => sha256_hex(format!("link:{inside}:{target}").as_bytes()),
-                    other => sha256_hex(other.to_string().as_bytes()),
-                };
+                // The reason with its target, hashed: a change of target is a change of the
+                // document, and the catalog (which readers of the link's folder list) does not
+                // name it.
+                let sha256 = sha256_hex(format!("{reason:?}").as_bytes());
                 links.push(Pending { path, size: 0, mtime_ns: 0, sha256, skip: Some(reason), existing });
             }
             WalkEntry::Skipped { path, reason } => {
