@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """Checks the reader's training questions (scripts/train/questions/*.jsonl):
-  - every line parses, ids are unique, each kind has its fields;
+  - every line parses, ids are unique across the files, each kind has its fields;
+  - a file is named after its collection (`COLLECTION.jsonl`, `COLLECTION.N.jsonl`);
   - every quoted sentence (evidence, lead_in, closest) is verbatim in its page under CORPORA
     (default ../shared/data/corpora next to the checkout);
   - no question repeats or paraphrases a question of an evaluation or tuning set: the same words,
@@ -42,10 +43,9 @@ def main():
     ap.add_argument("extra", nargs="*")
     args = ap.parse_args()
     evals = eval_questions(args.extra)
-    problems, count = [], 0
+    problems, count, ids = [], 0, set()
     for path in sorted(glob.glob(os.path.join(ROOT, "scripts/train/questions/*.jsonl"))):
-        corpus = os.path.basename(path)[: -len(".jsonl")]
-        ids = set()
+        corpus = os.path.basename(path).split(".")[0]
         for n, line in enumerate(open(path, encoding="utf-8"), 1):
             where = f"{os.path.relpath(path, ROOT)}:{n}"
             o = json.loads(line)
