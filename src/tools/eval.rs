@@ -19,7 +19,7 @@ use ragbox_cli::{print_json, GlobalArgs};
 #[derive(Debug, Args)]
 pub struct EvalArgs {
     /// A BEIR folder: corpus.jsonl, queries.jsonl, qrels/<split>.tsv.
-    #[arg(long, value_name = "DIR", required_unless_present_any = ["qa", "conversations", "support"])]
+    #[arg(long, value_name = "DIR", required_unless_present_any = ["qa", "conversations", "support", "reader_features"])]
     pub data: Option<PathBuf>,
     /// Evaluate answers against reference answers instead: JSON lines with `question`, `answer`,
     /// `file`, `evidence`, `answerable` and `split` (tests/data/eval/qa/), over the documents of
@@ -37,6 +37,14 @@ pub struct EvalArgs {
     /// every method against `answer.support_floor`; the LLM method on the first --limit (40).
     #[arg(long, value_name = "FILE", conflicts_with_all = ["data", "answers", "qa", "conversations"])]
     pub support: Option<PathBuf>,
+    /// Write the reader's training material instead: examples (JSON lines: `id`, `question`,
+    /// `context`, `text`, `evidence`; made by scripts/train/reader-data.py) cut into the answer
+    /// step's units, each unit's cross-encoder last-layer states and logit written to --out.
+    #[arg(long, value_name = "FILE", requires = "out", conflicts_with_all = ["data", "answers", "qa", "conversations", "support"])]
+    pub reader_features: Option<PathBuf>,
+    /// With --reader-features: the folder written (units.jsonl, states.f32).
+    #[arg(long, value_name = "DIR")]
+    pub out: Option<PathBuf>,
     /// With --qa: the folder of documents the questions are about (one per --qa, in order).
     #[arg(long, value_name = "DIR")]
     pub corpus: Vec<PathBuf>,
@@ -143,6 +151,16 @@ pub fn run(g: &GlobalArgs, args: EvalArgs) -> anyhow::Result<u8> {
     let app = app(g)?;
     if let Some(file) = &args.support {
         return run_support(g, &app, &args, file);
+    }
+    if let (Some(file), Some(out)) = (&args.reader_features, &args.out) {
+        let reranker = app.reranker()?.ok_or_else(|| anyhow::anyhow!("the cross-encoder `{}` is not in the models folder", app.config.rerank.model))?;
+        let written = ragbox_eval::reader_features::write(reranker.as_ref(), file, out)?;
+        if g.json {
+            print_json(&written)?;
+        } else {
+            eprintln!("{} examples, {} units ({} evidence, width {}); {} examples whose evidence matched no unit left out", written.examples, written.units, written.positives, written.width, written.unmatched);
+        }
+        return Ok(0);
     }
     if let Some(file) = &args.conversations {
         return run_conversations(g, &app, &args, file);

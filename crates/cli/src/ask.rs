@@ -8,7 +8,7 @@ use std::io::{IsTerminal, Write};
 
 use clap::Args;
 
-use ragbox_service::{Answer, AnswerOutcome, AskOptions, Caller, Refusal, Source};
+use ragbox_service::{Answer, AnswerOutcome, AskOptions, Caller, DecidedBy, Refusal, Source};
 
 use super::search::excerpt;
 use super::{print_json, GlobalArgs};
@@ -193,12 +193,17 @@ pub fn run(g: &GlobalArgs, args: AskArgs) -> anyhow::Result<u8> {
 pub(super) fn print_decision(answer: &Answer) {
     let Some(d) = &answer.decision else { return };
     let s = &d.signals;
-    println!("decision: {} (states the answer: {:.3}, floor {:.2}; {:.0} ms)", d.outcome.describe(), d.score, d.floor, d.ms);
-    println!("  best unit's cross-encoder logit {:.2}", s.best_logit);
-    println!("  the question asks for: {:?}; that kind of answer in the evidence: {}", s.asks, if s.kind_present { "yes" } else { "no" });
-    println!("  specific terms {:?}; missing from the evidence and its heading {:?}; from every passage {:?}", s.terms, s.missing, s.missing_everywhere);
+    let by = match d.by {
+        DecidedBy::Reader => "the reader",
+        DecidedBy::Logit => "the cross-encoder's logit (no reader for this model)",
+    };
+    println!("decision: {} (states the answer: {:.3} by {by}, floor {:.2}; {:.0} ms)", d.outcome.describe(), d.score, d.floor, d.ms);
+    println!("  best unit's relevance logit {:.2}; the question asks for: {:?}", s.best_logit, s.asks);
     for e in &d.evidence {
-        println!("  evidence [{}] (logit {:.2}): {}", e.passage, e.score, e.text);
+        println!("  evidence [{}] (states it {:.3}, logit {:.2}): {}", e.passage, e.score, e.logit, e.text);
+    }
+    for e in d.ranked.iter().filter(|r| !d.evidence.iter().any(|e| e.passage == r.passage && e.index == r.index)).take(3) {
+        println!("  next best [{}] (states it {:.3}, logit {:.2}): {}", e.passage, e.score, e.logit, e.text);
     }
 }
 

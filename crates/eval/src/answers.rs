@@ -477,12 +477,12 @@ mod tests {
         assert_eq!(checked_citations(&answer("A [1]. B [2].", &[(1, 1), (2, 1)])), (1, 2));
         assert_eq!(checked_citations(&answer("No markers.", &[])), (0, 0));
         // Quoted evidence's brackets are its passage's words.
-        use ragbox_core::answer::evidence::{AnswerOutcome, Asks, Decision, EvidenceUnit, Signals};
+        use ragbox_core::answer::evidence::{AnswerOutcome, Asks, DecidedBy, Decision, EvidenceUnit, Signals};
         let text = "x += [1, 2, 3] extends x.";
         let mut quoted = answer("x += [1, 2, 3] extends x [1].", &[(1, 1)]);
-        let signals = Signals { best_logit: 5.0, terms: vec![], missing: vec![], missing_everywhere: vec![], asks: Asks::Other, kind_present: true, uncovered: 0.0 };
-        let unit = EvidenceUnit { passage: 1, index: 0, text: text.into(), score: 5.0, unit: Default::default() };
-        quoted.decision = Some(Decision { outcome: AnswerOutcome::Answered, score: 0.9, floor: 0.5, signals, evidence: vec![unit], ranked: Vec::new(), ms: 1.0 });
+        let signals = Signals { best_logit: 5.0, asks: Asks::Other };
+        let unit = EvidenceUnit { passage: 1, index: 0, text: text.into(), score: 0.9, logit: 5.0, unit: Default::default() };
+        quoted.decision = Some(Decision { outcome: AnswerOutcome::Answered, score: 0.9, floor: 0.5, by: DecidedBy::Reader, signals, evidence: vec![unit], ranked: Vec::new(), ms: 1.0 });
         assert_eq!(checked_citations(&quoted), (1, 1));
     }
 

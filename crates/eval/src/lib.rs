@@ -1,6 +1,7 @@
 //! ragbox-eval: how well the pipeline retrieves and answers, measured. Retrieval on BEIR-format
 //! data (metrics, data loading, plots, the runner); the answer evaluations ([`answers`], [`qa`],
-//! [`conversations`]) ask through the whole answer path; [`support`] scores the support check.
+//! [`conversations`]) ask through the whole answer path; [`support`] scores the support check;
+//! [`reader_features`] writes the reader's training material as the answer step reads it.
 //! The measuring tools (`ragbox eval`, `ragbox bench`) drive it; nothing in the product depends
 //! on it.
 
@@ -18,6 +19,7 @@ pub mod conversations;
 pub mod metrics;
 pub mod plot;
 pub mod qa;
+pub mod reader_features;
 pub mod run;
 pub mod support;
 

