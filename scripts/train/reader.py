@@ -164,7 +164,8 @@ def main():
     if args.write:
         os.makedirs(os.path.dirname(os.path.abspath(args.write)), exist_ok=True)
         tensors = fold(model, mean, std)
-        save_file(tensors, args.write, metadata={"seed": str(SEED), "hidden": str(args.hidden), "alpha": str(args.alpha), "epochs": str(model.n_iter_)})
+        # No metadata: its order in the header is not fixed, and the same run must give the same bytes.
+        save_file(tensors, args.write)
         # The folded network gives the same probabilities as the fitted one.
         h = np.maximum(x[held] @ tensors["hidden.weight"].T + tensors["hidden.bias"], 0)
         q = 1 / (1 + np.exp(-(h @ tensors["out.weight"].T + tensors["out.bias"]).ravel()))
