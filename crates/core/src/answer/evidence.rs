@@ -29,6 +29,7 @@ use super::focus::{answer_to, FocusScorer};
 use super::quote::readable;
 use super::segment::{units, Unit};
 use crate::error::Result;
+use crate::rerank::Reading;
 
 /// What the decision found.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -271,11 +272,11 @@ pub fn decide(scorer: &FocusScorer, question: &str, passages: &[Passage<'_>]) ->
         Some(readings) => (DecidedBy::Reader, readings),
         None => {
             let logits = scorer.scores(question, &refs)?;
-            (DecidedBy::Logit, logits.into_iter().map(|logit| crate::rerank::Reading { probability: sigmoid(logit), logit }).collect())
+            (DecidedBy::Logit, logits.into_iter().map(|logit| Reading { probability: sigmoid(logit), logit }).collect())
         }
     };
     let at: Vec<(usize, usize)> = per.iter().enumerate().flat_map(|(p, us)| (0..us.len()).map(move |u| (p, u))).collect();
-    let mut scored: Vec<(crate::rerank::Reading, usize, usize)> = at.iter().zip(&readings).map(|(&(p, u), r)| (*r, p, u)).collect();
+    let mut scored: Vec<(Reading, usize, usize)> = at.iter().zip(&readings).map(|(&(p, u), r)| (*r, p, u)).collect();
     scored.sort_by(|a, b| b.0.probability.total_cmp(&a.0.probability).then(a.1.cmp(&b.1)).then(a.2.cmp(&b.2)));
     let reading_of = |p: usize, u: usize| scored.iter().find(|s| (s.1, s.2) == (p, u)).map(|s| s.0);
     // A passage's own question gives way to the unit after it.
@@ -285,7 +286,7 @@ pub fn decide(scorer: &FocusScorer, question: &str, passages: &[Passage<'_>]) ->
     let outcome = if score >= ANSWERED_FLOOR { AnswerOutcome::Answered } else { AnswerOutcome::DoesNotSay };
     let asked = asks(question);
     let mut picked: Vec<(usize, usize)> = around(&per[p], u, asked).into_iter().map(|i| (p, i)).collect();
-    // A second unit the reader also says states the answer joins it: an answer that spans two.
+    // A second unit the reader rates at least JOIN_FLOOR joins it: an answer that spans two.
     if outcome == AnswerOutcome::Answered {
         if let Some(&(r, q, i)) = scored.iter().find(|&&(_, q, i)| !picked.contains(&(q, i)) && !per[q][i].is_question()) {
             if r.probability >= JOIN_FLOOR {
@@ -295,7 +296,7 @@ pub fn decide(scorer: &FocusScorer, question: &str, passages: &[Passage<'_>]) ->
     }
     // In passage order, the best unit's passage first.
     picked.sort_by_key(|&(q, i)| (q != p, q, i));
-    let unit_of = |q: usize, i: usize, r: Option<crate::rerank::Reading>| EvidenceUnit {
+    let unit_of = |q: usize, i: usize, r: Option<Reading>| EvidenceUnit {
         passage: passages[q].id,
         index: i,
         text: readable(&per[q][i]),

@@ -169,22 +169,18 @@ impl CrossEncoder {
         Ok(self.tokenizer.encode_pairs(&[(query, passage)])?.remove(0))
     }
 
-    /// What the reader reads of one batch (`[n, 2 × hidden]`: the last layer's [CLS] state, then
-    /// its token states' mean over the mask) and the logits (`[n, 1]`).
-    fn forward_batch(&self, tokens: &[Tokens], indices: &[usize]) -> Result<(Tensor, Tensor)> {
+    /// One batch through the model: its last layer's token states (`[n, tokens, hidden]`), their
+    /// mask and the logits (`[n, 1]`).
+    fn forward_batch(&self, tokens: &[Tokens], indices: &[usize]) -> Result<Batch> {
         let _span = tracing::trace_span!("rerank_batch", n = indices.len()).entered();
         let b = batch_tensors(tokens, indices, self.pad_id, &self.device)?;
         let states = self.body.forward(&b.ids, &b.type_ids, &b.mask)?;
         let logits = self.classifier.forward(&self.pooler.forward(&states)?)?.reshape((indices.len(), 1))?.to_dtype(DType::F32)?;
-        let states = states.to_dtype(DType::F32)?;
-        let cls = states.narrow(1, 0, 1)?.squeeze(1)?;
-        let mask = b.mask.to_dtype(DType::F32)?.unsqueeze(2)?;
-        let mean = states.broadcast_mul(&mask)?.sum(1)?.broadcast_div(&mask.sum(1)?)?;
-        Ok((Tensor::cat(&[&cls, &mean], 1)?, logits))
+        Ok(Batch { states, mask: b.mask, logits })
     }
 
     /// Runs every (query, passage) pair in batches and gives `per_batch`'s rows back in input order.
-    fn each_pair<T: Send>(&self, query: &str, passages: &[&str], per_batch: impl Fn(&Tensor, &Tensor) -> Result<Vec<T>> + Sync) -> Result<Vec<T>> {
+    fn each_pair<T: Send>(&self, query: &str, passages: &[&str], per_batch: impl Fn(&Batch) -> Result<Vec<T>> + Sync) -> Result<Vec<T>> {
         if query.trim().is_empty() {
             return Err(Error::Invalid("the query is empty; there is nothing to rerank against".into()));
         }
@@ -192,10 +188,7 @@ impl CrossEncoder {
         let tokens = self.tokenizer.encode_pairs(&pairs)?;
         let lengths: Vec<usize> = tokens.iter().map(|t| t.ids.len()).collect();
         let plan = plan_batches(&lengths, self.limits);
-        let run = |b: &Vec<usize>| -> Result<Vec<T>> {
-            let (states, logits) = self.forward_batch(&tokens, b)?;
-            per_batch(&states, &logits)
-        };
+        let run = |b: &Vec<usize>| -> Result<Vec<T>> { per_batch(&self.forward_batch(&tokens, b)?) };
         let rows: Vec<Vec<T>> = if self.device.is_cpu() { plan.par_iter().map(run).collect::<Result<_>>()? } else { plan.iter().map(run).collect::<Result<_>>()? };
         let mut out: Vec<Option<T>> = (0..passages.len()).map(|_| None).collect();
         for (batch, r) in plan.iter().zip(rows) {
@@ -204,6 +197,25 @@ impl CrossEncoder {
             }
         }
         out.into_iter().map(|v| v.ok_or_else(|| Error::Bug("a pair the batch plan left out".into()))).collect()
+    }
+}
+
+/// One batch's outputs.
+struct Batch {
+    states: Tensor,
+    mask: Tensor,
+    logits: Tensor,
+}
+
+impl Batch {
+    /// What the reader reads (`[n, 2 × hidden]`): the [CLS] state, then the token states' mean over
+    /// the mask. Computed only when a reader asks: relevance scoring needs the logits alone.
+    fn reader_input(&self) -> Result<Tensor> {
+        let states = self.states.to_dtype(DType::F32)?;
+        let cls = states.narrow(1, 0, 1)?.squeeze(1)?;
+        let mask = self.mask.to_dtype(DType::F32)?.unsqueeze(2)?;
+        let mean = states.broadcast_mul(&mask)?.sum(1)?.broadcast_div(&mask.sum(1)?)?;
+        Ok(Tensor::cat(&[&cls, &mean], 1)?)
     }
 }
 
@@ -239,13 +251,13 @@ impl Reranker for CrossEncoder {
 
     #[tracing::instrument(skip_all, fields(model = %self.model_id, n = passages.len()))]
     fn score(&self, query: &str, passages: &[&str]) -> Result<Vec<f32>> {
-        self.each_pair(query, passages, |_, logits| Ok(logits.flatten_all()?.to_vec1::<f32>()?))
+        self.each_pair(query, passages, |b| Ok(b.logits.flatten_all()?.to_vec1::<f32>()?))
     }
 
     fn represent(&self, query: &str, passages: &[&str]) -> Result<Option<Vec<Represented>>> {
-        let rows = self.each_pair(query, passages, |states, logits| {
-            let logits = logits.flatten_all()?.to_vec1::<f32>()?;
-            Ok(states.to_vec2::<f32>()?.into_iter().zip(logits).map(|(state, logit)| Represented { state, logit }).collect())
+        let rows = self.each_pair(query, passages, |b| {
+            let logits = b.logits.flatten_all()?.to_vec1::<f32>()?;
+            Ok(b.reader_input()?.to_vec2::<f32>()?.into_iter().zip(logits).map(|(state, logit)| Represented { state, logit }).collect())
         })?;
         Ok(Some(rows))
     }
@@ -253,9 +265,9 @@ impl Reranker for CrossEncoder {
     #[tracing::instrument(skip_all, fields(model = %self.model_id, n = passages.len()))]
     fn read(&self, query: &str, passages: &[&str]) -> Result<Option<Vec<Reading>>> {
         let Some(reader) = &self.reader else { return Ok(None) };
-        let rows = self.each_pair(query, passages, |states, logits| {
-            let probabilities = reader.probabilities(states, logits)?;
-            let logits = logits.flatten_all()?.to_vec1::<f32>()?;
+        let rows = self.each_pair(query, passages, |b| {
+            let probabilities = reader.probabilities(&b.reader_input()?, &b.logits)?;
+            let logits = b.logits.flatten_all()?.to_vec1::<f32>()?;
             Ok(probabilities.into_iter().zip(logits).map(|(probability, logit)| Reading { probability, logit }).collect())
         })?;
         Ok(Some(rows))

@@ -1,12 +1,12 @@
 //! The reader: a small network trained on a cross-encoder's last-layer states to tell whether a unit
 //! of a passage (a sentence, a list item with its lead-in, a table row with its header, under its
-//! section's name) states the answer to a question. Its output is a probability, calibrated on
-//! held-out questions, that the answer step compares with one floor (`answer::evidence`).
+//! section's name) states the answer to a question. Its output is a probability that the answer
+//! step compares with one floor, chosen on held-out questions (`answer::evidence`).
 //!
 //! Imports `error` and candle. The weights are trained by `scripts/train/reader.py` from the
 //! training sets `../shared/DATA.md` describes and the questions under `scripts/train/questions`;
-//! they ship in the repository (`models/models--ragbox--reader`), pinned in the manifest as a
-//! file of the cross-encoder they were trained on.
+//! they ship in the repository (`models/models--ragbox--reader-ms-marco-minilm-l12-v2-int8`),
+//! pinned in the manifest as a file of the cross-encoder they were trained on.
 //!
 //! The network: `[[CLS] state ‖ mean token state ‖ logit]` → dense → ReLU → dense → sigmoid. The
 //! inputs' standardisation is folded into the first layer by the training script.
@@ -57,7 +57,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_head_reads_pooled_states_and_logits() {
+    fn a_head_reads_states_and_logits() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join(READER_FILE);
         let device = Device::Cpu;
@@ -70,9 +70,9 @@ mod tests {
         ];
         candle_core::safetensors::save(&tensors.into_iter().map(|(k, v)| (k.to_string(), v)).collect(), &path).unwrap();
         let head = ReaderHead::load(&path, "test", &device).unwrap();
-        let pooled = Tensor::new(&[[2f32], [-3.0]], &device).unwrap();
+        let states = Tensor::new(&[[2f32], [-3.0]], &device).unwrap();
         let logits = Tensor::new(&[[1f32], [-1.0]], &device).unwrap();
-        let p = head.probabilities(&pooled, &logits).unwrap();
+        let p = head.probabilities(&states, &logits).unwrap();
         let sigmoid = |z: f32| 1.0 / (1.0 + (-z).exp());
         assert!((p[0] - sigmoid(3.0)).abs() < 1e-6 && (p[1] - sigmoid(0.0)).abs() < 1e-6, "{p:?}");
     }
