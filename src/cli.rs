@@ -3,7 +3,7 @@
 
 use clap::{Parser, Subcommand};
 
-use ragbox_cli::{ask, audit, backup, chat, doctor, documents, feedback, ingest, keys, mcp, migrate, search, serve, sync, GlobalArgs};
+use ragbox_cli::{ask, audit, backup, chat, doctor, documents, export, feedback, ingest, keys, mcp, migrate, retention, search, serve, sync, GlobalArgs};
 
 use crate::tools;
 
@@ -69,6 +69,11 @@ pub enum Command {
     Keys(keys::KeysCmd),
     /// The hash-chained audit log: list rows, or `audit verify` the chain (exit code 6: broken).
     Audit(audit::AuditArgs),
+    /// How long conversations are kept: status, run (delete what is past its period), legal holds.
+    #[command(subcommand)]
+    Retention(retention::RetentionCmd),
+    /// A tenant's or a person's conversations, answers, sources and feedback, as JSON lines.
+    Export(export::ExportArgs),
 }
 
 /// Runs the parsed command line; returns the exit code of a completed run.
@@ -98,6 +103,8 @@ pub fn run(cli: Cli) -> anyhow::Result<u8> {
         Command::Serve(args) => serve::run(g, args),
         Command::Keys(cmd) => keys::run(g, cmd),
         Command::Audit(args) => audit::run(g, args),
+        Command::Retention(cmd) => retention::run(g, cmd),
+        Command::Export(args) => export::run(g, args),
     }
 }
 

@@ -24,5 +24,6 @@ mod shared;
 mod shared_servers;
 mod nodes;
 mod sources;
+mod retention;
 #[path = "../support/servers.rs"]
 mod servers;

@@ -221,6 +221,32 @@ fn the_catalog_contract_holds_on_postgres() {
 }
 
 #[test]
+fn the_retention_contract_holds_on_postgres_and_nothing_deleted_stays_in_its_table_files() {
+    let server = &shared().pg;
+    let url = server.database("contract_retention");
+    let cat = Catalog::on_postgres(Arc::new(Postgres::connect(&url).unwrap())).unwrap();
+    // Every table file under base/, after a checkpoint has written what the buffers held (the
+    // write-ahead log in pg_wal is not searched: PostgreSQL recycles its segments).
+    let raw = || {
+        let admin = Postgres::connect(&server.url("postgres")).unwrap();
+        admin.with("checkpoint", |c| c.simple_query("CHECKPOINT").map(|_| ())).unwrap();
+        fn read_all(dir: &std::path::Path, bytes: &mut Vec<u8>) {
+            for entry in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+                match entry.file_type() {
+                    Ok(t) if t.is_dir() => read_all(&entry.path(), bytes),
+                    Ok(t) if t.is_file() => bytes.extend(std::fs::read(entry.path()).unwrap_or_default()),
+                    _ => {}
+                }
+            }
+        }
+        let mut bytes = Vec::new();
+        read_all(&server.data_dir().join("base"), &mut bytes);
+        bytes
+    };
+    contract::retention(&cat, &raw);
+}
+
+#[test]
 fn row_level_security_keeps_a_tenant_to_its_own_rows_even_without_a_filter() {
     use ragbox_core::store::sql::{Scope, Value};
     let url = shared().pg.database("walls");

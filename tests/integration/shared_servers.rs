@@ -160,6 +160,11 @@ impl PgServer {
 
     /// A new, empty database owned by a role of its own that is no superuser (so row-level
     /// security applies to it, as it does to a deployment's role); the URL that signs in as it.
+    /// The server's data folder (its table files are under `base/`).
+    pub fn data_dir(&self) -> PathBuf {
+        self.dir.join("data")
+    }
+
     pub fn database(&self, name: &str) -> String {
         let admin = Postgres::connect(&self.url("postgres")).unwrap();
         let role = format!("{name}_node");

@@ -271,6 +271,19 @@ fn web_page_in_a_real_browser() {
         until(&c, 15, "the session listed", "return document.querySelectorAll('#sessions .session').length").await;
         tab(&c, "ask").await;
 
+        // "Export my conversations": the signed-in person's questions, answers and feedback as
+        // JSON lines, fetched as the link downloads them.
+        assert!(displayed(&c, "#export-mine").await);
+        let href = find(&c, "#export-mine").await.attr("href").await.unwrap().unwrap_or_default();
+        assert_eq!(href, "/v1/tenants/default/export");
+        let exported = c
+            .execute_async("const [path, done] = arguments; fetch(path).then((r) => r.text()).then(done, () => done(''));", vec![href.into()])
+            .await
+            .unwrap();
+        let exported = exported.as_str().unwrap_or_default();
+        assert!(exported.lines().any(|l| l.contains("\"type\":\"answer\"") && l.contains(QUESTION) && l.contains("clear and cited")), "{exported}");
+        assert!(exported.lines().any(|l| l.contains("\"type\":\"session\"")), "{exported}");
+
         // Readable at 360 px: nothing scrolls sideways.
         c.set_window_size(360, 800).await.unwrap();
         let overflow = c.execute("return document.documentElement.scrollWidth - window.innerWidth", vec![]).await.unwrap();

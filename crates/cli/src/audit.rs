@@ -54,7 +54,7 @@ fn days_from_civil(y: i64, m: i64, d: i64) -> i64 {
 }
 
 /// `--since` in ms since the epoch.
-fn parse_since(s: &str) -> anyhow::Result<i64> {
+pub(crate) fn parse_since(s: &str) -> anyhow::Result<i64> {
     let s = s.trim();
     if let Ok(secs) = s.parse::<i64>() {
         return Ok(secs * 1000);
@@ -84,7 +84,7 @@ fn parse_since(s: &str) -> anyhow::Result<i64> {
 }
 
 /// A time in ms since the epoch as `YYYY-MM-DDTHH:MM:SSZ`.
-fn utc(ms: i64) -> String {
+pub(crate) fn utc(ms: i64) -> String {
     let secs = ms.div_euclid(1000);
     let (days, rem) = (secs.div_euclid(86400), secs.rem_euclid(86400));
     let z = days + 719468;
@@ -110,7 +110,8 @@ pub fn run(g: &GlobalArgs, args: AuditArgs) -> anyhow::Result<u8> {
         } else if let Some(b) = &report.broken {
             println!("audit chain BROKEN at row {}: {} ({} rows checked)", b.id, b.reason, report.rows);
         } else {
-            println!("audit chain intact: {} rows, head {}", report.rows, report.head);
+            let blanked = if report.redacted > 0 { format!(" ({} blanked by retention runs)", report.redacted) } else { String::new() };
+            println!("audit chain intact: {} rows{blanked}, head {}", report.rows, report.head);
         }
         return Ok(if report.broken.is_some() { EXIT_BROKEN_CHAIN } else { 0 });
     }
@@ -133,7 +134,11 @@ pub fn run(g: &GlobalArgs, args: AuditArgs) -> anyhow::Result<u8> {
             Some(g) if !g.is_empty() => format!(" via {}", g.iter().filter_map(|v| v.as_str()).collect::<Vec<_>>().join(",")),
             _ => String::new(),
         };
-        let what = if r.question.is_empty() { String::new() } else { format!(" {:?}", r.question) };
+        let what = match (r.redacted_ms, r.question.is_empty()) {
+            (Some(ms), _) => format!(" (blanked by the retention run of {})", utc(ms)),
+            (None, true) => String::new(),
+            (None, false) => format!(" {:?}", r.question),
+        };
         let chunks = if r.chunk_ids.is_empty() { String::new() } else { format!(" chunks {}", r.chunk_ids.iter().map(|c| c.0.to_string()).collect::<Vec<_>>().join(",")) };
         let model = if r.model.is_empty() { String::new() } else { format!(" model {}", r.model) };
         println!("{:>6} {} {:<16} {:<12} {:<14} {}{what}{chunks}{model}{groups}", r.id, utc(r.time_ms), who, if r.tenant.is_empty() { "-" } else { &r.tenant }, r.action, r.outcome);

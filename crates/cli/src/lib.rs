@@ -1,6 +1,6 @@
 //! ragbox-cli: the command line's faces, one module per command that changes or reveals data
 //! (ingest, sync, ls/rm/reembed, backup/restore, migrate, search, ask, chat, feedback, doctor, serve, keys,
-//! audit), and the global options every command honours. Each goes through `ragbox-service`,
+//! audit, retention, export), and the global options every command honours. Each goes through `ragbox-service`,
 //! the only part of the pipeline this crate depends on; results go to stdout (`--json` for
 //! machines), logs and progress to stderr. The `ragbox` binary parses the command line and
 //! dispatches here or to its measuring tools.
@@ -13,11 +13,13 @@ pub mod backup;
 pub mod chat;
 pub mod doctor;
 pub mod documents;
+pub mod export;
 pub mod feedback;
 pub mod ingest;
 pub mod keys;
 pub mod mcp;
 pub mod migrate;
+pub mod retention;
 pub mod search;
 pub mod serve;
 pub mod sync;

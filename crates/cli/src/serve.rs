@@ -55,6 +55,9 @@ pub fn run(g: &GlobalArgs, args: ServeArgs) -> anyhow::Result<u8> {
         let names: Vec<String> = service.config().sources.iter().map(|s| format!("{} every {}", s.name, s.interval)).collect();
         eprintln!("ragbox serve: syncing sources one at a time: {}", names.join(", "));
     }
+    if service.start_retention_schedule()?.is_some() {
+        eprintln!("ragbox serve: deleting conversations past their retention period now and daily ([retention])");
+    }
     if server_config.preload_generator {
         let model = service.warm_up_generator()?;
         eprintln!("ragbox serve: {model} loaded");

@@ -389,6 +389,33 @@ impl Default for AccessSection {
     }
 }
 
+/// `[retention]`: how long conversations are kept (docs/SECURITY.md, "What ragbox keeps"):
+/// questions, answers, chat turns, sessions and feedback older than the tenant's days are
+/// deleted by `ragbox retention run` (and by `serve`, daily), unless a legal hold keeps them.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RetentionSection {
+    /// Days every tenant keeps its conversations (0: none are kept past the next run; absent:
+    /// kept until deleted by hand).
+    #[serde(default)]
+    pub days: Option<u32>,
+    /// Days for named tenants, over `days`.
+    #[serde(default)]
+    pub tenants: std::collections::BTreeMap<String, u32>,
+}
+
+impl RetentionSection {
+    /// The days `tenant` keeps its conversations; `None`: forever.
+    pub fn days_for(&self, tenant: &str) -> Option<u32> {
+        self.tenants.get(tenant).copied().or(self.days)
+    }
+
+    /// Whether any tenant has a retention period.
+    pub fn any(&self) -> bool {
+        self.days.is_some() || !self.tenants.is_empty()
+    }
+}
+
 /// `[sso]`: people signing in with the organisation's identity (docs/ACCESS.md).
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -785,6 +812,9 @@ pub struct Config<P = PathBuf> {
     /// Limits per group.
     #[serde(default)]
     pub quotas: Vec<QuotaRule>,
+    /// How long conversations are kept.
+    #[serde(default)]
+    pub retention: RetentionSection,
     /// Mailboxes and file shares kept in sync.
     #[serde(default)]
     pub sources: Vec<SourceConfig>,
@@ -991,6 +1021,9 @@ impl Config {
             let allow = crate::allowlist::HostAllowlist::parse(&ldap.allow_hosts)?;
             allow.check_for(&ldap.url, "sso.ldap.allow_hosts", "people's passwords are sent to it")?;
         }
+        for tenant in raw.retention.tenants.keys() {
+            crate::store::check_tenant_name(tenant).map_err(|e| Error::Config(format!("retention.tenants: {e}")))?;
+        }
         let mut names = std::collections::HashSet::new();
         for source in &raw.sources {
             source.validate()?;
@@ -1028,6 +1061,7 @@ impl Config {
             access: raw.access,
             sso: raw.sso,
             quotas: raw.quotas,
+            retention: raw.retention,
             sources: raw.sources,
             config_file: o.config_file.clone(),
         })

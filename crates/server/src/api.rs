@@ -597,6 +597,68 @@ pub async fn audit(
     Ok(Json(serde_json::json!({ "events": rows })))
 }
 
+/// The query of the export routes.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ExportQuery {
+    /// The tenant (the admin route's; the person's route names it in its path).
+    tenant: Option<String>,
+    /// One person's (the admin route's): subject, identity, or key.
+    person: Option<String>,
+    /// Only rows from this time on, ms since the epoch.
+    since_ms: Option<i64>,
+}
+
+/// JSON lines of an export, as a download.
+async fn export_response(state: &State, caller: Caller, request: ragbox_service::ExportRequest) -> Result<Response, ApiError> {
+    let file = format!("ragbox-export-{}.jsonl", request.tenant);
+    let body = state
+        .blocking(move |s| {
+            let mut lines = Vec::new();
+            s.export(&caller, &request, &mut |record| {
+                lines.extend(serde_json::to_vec(record).map_err(|e| ragbox_service::Error::Bug(format!("export line: {e}")))?);
+                lines.push(b'\n');
+                Ok(())
+            })?;
+            Ok(lines)
+        })
+        .await?;
+    let headers = [
+        (axum::http::header::CONTENT_TYPE, "application/x-ndjson".to_string()),
+        (axum::http::header::CONTENT_DISPOSITION, format!("attachment; filename=\"{file}\"")),
+    ];
+    Ok((headers, body).into_response())
+}
+
+/// `GET /v1/admin/export?tenant=T[&person=P][&since_ms=N]`: a tenant's conversations, or one
+/// person's, as JSON lines (admin keys only).
+pub async fn admin_export(
+    Extract(state): Extract<State>,
+    Authed(caller): Authed,
+    query: Result<Query<ExportQuery>, axum::extract::rejection::QueryRejection>,
+) -> Result<Response, ApiError> {
+    let Query(q) = query.map_err(|r| rejection(r.status(), r.body_text(), 0))?;
+    caller.require(KeyRole::Admin, "exporting conversations from the admin route").map_err(ApiError::from)?;
+    let tenant = q.tenant.ok_or_else(|| ApiError::invalid("name the tenant: ?tenant=NAME"))?;
+    let whose = q.person.map_or(ragbox_service::Whose::Everyone, ragbox_service::Whose::Person);
+    export_response(&state, caller, ragbox_service::ExportRequest { tenant, whose, since_ms: q.since_ms }).await
+}
+
+/// `GET /v1/tenants/{tenant}/export[?since_ms=N]`: the caller's own conversations in the tenant
+/// (a person's, or a key's), as JSON lines.
+pub async fn my_export(
+    Extract(state): Extract<State>,
+    Authed(caller): Authed,
+    ApiPath(tenant): ApiPath<String>,
+    query: Result<Query<ExportQuery>, axum::extract::rejection::QueryRejection>,
+) -> Result<Response, ApiError> {
+    let Query(q) = query.map_err(|r| rejection(r.status(), r.body_text(), 0))?;
+    if q.tenant.is_some() || q.person.is_some() {
+        return Err(ApiError::invalid("this route exports your own conversations; an admin exports others' from /v1/admin/export"));
+    }
+    export_response(&state, caller, ragbox_service::ExportRequest { tenant, whose: ragbox_service::Whose::Mine, since_ms: q.since_ms }).await
+}
+
 /// `GET /v1/admin/audit/verify`.
 pub async fn audit_verify(Extract(state): Extract<State>, Authed(caller): Authed) -> Result<Json<serde_json::Value>, ApiError> {
     let report = state.blocking(move |s| s.verify_audit(&caller)).await?;

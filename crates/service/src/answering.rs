@@ -201,6 +201,7 @@ impl Service {
             answer: &answer.answer,
             evidence: &evidence,
             timings: &timings,
+            asker: &caller.identity().unwrap_or_default(),
         })?;
         answer.answer_id = Some(id);
         let outcome = if cancelled {

@@ -33,6 +33,7 @@
 mod answering;
 mod documents;
 mod embeddings;
+mod retention;
 mod sources;
 
 use std::collections::HashMap;
@@ -58,6 +59,8 @@ pub use ragbox_core::store::{
     DEFAULT_TENANT,
 };
 pub use answering::{AskOptions, Asked, ChatTurn, SearchOptions, SearchResult};
+pub use retention::{ExportRequest, RetentionRun, RetentionStatus, Whose};
+pub use ragbox_core::store::{ExportCounts, Hold, Reclaimed, RetentionReport};
 pub use ragbox_core::app::DoctorReport;
 pub use documents::{check_upload_name, DocumentText, Job, JobKind, JobState};
 pub use embeddings::{EmbedWith, Embedded, MAX_EMBED_INPUTS};

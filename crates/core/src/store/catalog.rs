@@ -375,6 +375,7 @@ impl Catalog {
             conn.execute_batch(tables)?;
         }
         super::schema::answer_columns(&conn)?;
+        super::schema::event_columns(&mut conn)?;
         let catalog = Catalog { db: Database::Sqlite(std::sync::Mutex::new(conn)), path: path.to_path_buf() };
         catalog.stamp_version()?;
         Ok(catalog)
@@ -462,6 +463,11 @@ impl Catalog {
     /// The hash-chained audit events.
     pub fn audit(&self) -> Audit<'_> {
         Audit::new(&self.db)
+    }
+
+    /// Its retention runs and legal holds.
+    pub fn retention(&self) -> super::Retention<'_> {
+        super::Retention::new(&self.db)
     }
 
     /// The annotation cache.

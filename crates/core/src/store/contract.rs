@@ -320,6 +320,7 @@ pub fn catalog(cat: &crate::store::Catalog) {
         answer: "Line managers [1].",
         evidence: &serde_json::Value::Null,
         timings: &timings,
+        asker: "",
     };
     let answer = cat.answers().record(&record(a.id, Some(session))).unwrap();
     assert!(cat.answers().record(&record(b.id, Some(session))).is_err(), "a session of another tenant is refused");
@@ -362,4 +363,155 @@ pub fn catalog(cat: &crate::store::Catalog) {
     });
     assert_eq!(cat.counts(a.id).unwrap().0, 15);
     assert_eq!(cat.counts(b.id).unwrap().0, 15);
+}
+
+/// The retention contract over whichever database `cat` is in (a new, empty one): a run deletes
+/// a tenant's answers, turns, feedback and emptied sessions older than the cutoff and blanks
+/// their audit rows, keeping the chain verifiable; a person's hold keeps their rows and a
+/// tenant's hold keeps all; a dry run changes nothing; another tenant's rows are untouched;
+/// exports select by person and time. After each run, `raw()` (the database files' bytes, read
+/// after [`crate::store::Retention::reclaim`]) holds no text of the deleted rows.
+pub fn retention(cat: &crate::store::Catalog, raw: &dyn Fn() -> Vec<u8>) {
+    use crate::store::export::{export, ExportFilter};
+    use crate::store::retention::now_ms;
+    use crate::store::{AnswerRecord, EventRecord, KeyRole, Rating};
+
+    let t = cat.create_tenant("keep-a", "fake", 8).unwrap();
+    let other = cat.create_tenant("keep-b", "fake", 8).unwrap();
+    let commit = cat.commit(&t, &batch(&[("/policies/travel.txt", &["Travel is approved by line managers."])])).unwrap();
+    let cited = [commit.added[0].id];
+    let (bob_key, _) = cat.keys().create("bob-bot", Some("keep-a"), KeyRole::Reader).unwrap();
+    let alice = "person:https://idp.example|alice";
+    let bob = format!("key:{}", bob_key.id);
+    let timings = serde_json::json!({ "total_ms": 1.0 });
+    let contains = |bytes: &[u8], text: &str| bytes.windows(text.len()).any(|w| w == text.as_bytes());
+    let mut answers = Vec::new();
+    for (who, question) in [(alice, "ALICE-KEPT zander settlement?"), (bob.as_str(), "BOB-GONE salary bands?")] {
+        let session = cat.sessions().create(t.id).unwrap();
+        cat.set_session_owner(t.id, session, who).unwrap();
+        let answer = cat
+            .answers()
+            .record(&AnswerRecord {
+                tenant: t.id,
+                session: Some(session),
+                question,
+                standalone: question,
+                chunk_ids: &cited,
+                model: "",
+                refused: false,
+                outcome: "answered",
+                answer: "Line managers approve it [1].",
+                evidence: &serde_json::Value::Null,
+                timings: &timings,
+                asker: who,
+            })
+            .unwrap();
+        cat.sessions().add_turn(session, question, question, "Line managers approve it [1].", Some(answer)).unwrap();
+        let comment = format!("{question} feedback");
+        cat.answers().add_feedback(answer, Rating::Down, Some(&comment)).unwrap();
+        let detail = match who.strip_prefix("key:") {
+            Some(_) => serde_json::json!({ "who": { "key": "bob-bot" } }),
+            None => serde_json::json!({ "who": { "person": "Alice", "subject": "alice", "issuer": "https://idp.example" } }),
+        };
+        let key_id = who.strip_prefix("key:").map(|id| id.parse().unwrap());
+        let key_name = if key_id.is_some() { "bob-bot" } else { "Alice" };
+        cat.audit().append(&EventRecord { key_id, key_name, tenant: "keep-a", action: "chat", question, chunk_ids: &cited, detail: &detail, ..EventRecord::default() }).unwrap();
+        answers.push((session, answer));
+    }
+    let kept_elsewhere = cat
+        .answers()
+        .record(&AnswerRecord { tenant: other.id, session: None, question: "OTHER-TENANT stays", standalone: "OTHER-TENANT stays", chunk_ids: &[], model: "", refused: true, outcome: "no_good_source", answer: "-", evidence: &serde_json::Value::Null, timings: &timings, asker: "" })
+        .unwrap();
+    cat.audit().append(&EventRecord { tenant: "keep-b", action: "ask", question: "OTHER-TENANT stays", ..EventRecord::default() }).unwrap();
+    cat.audit().append(&EventRecord { tenant: "keep-a", action: "upload", question: "", ..EventRecord::default() }).unwrap();
+
+    // Exports: everyone's, one person's (by subject, or a key by its name), none since later.
+    let lines = |filter: ExportFilter| {
+        let mut out = Vec::new();
+        let counts = export(cat, &t, &filter, &mut |v| {
+            out.push(v.clone());
+            Ok(())
+        })
+        .unwrap();
+        (counts, out)
+    };
+    let (all, records) = lines(ExportFilter::default());
+    assert_eq!((all.sessions, all.turns, all.answers, all.feedback), (2, 2, 2, 2));
+    assert_eq!(records[0]["type"], "export");
+    let (mine, records) = lines(ExportFilter { person: vec!["alice".into()], since_ms: None });
+    assert_eq!((mine.sessions, mine.answers), (1, 1));
+    let answer = records.iter().find(|r| r["type"] == "answer").unwrap();
+    assert_eq!(answer["question"], "ALICE-KEPT zander settlement?");
+    assert_eq!(answer["sources"][0]["path"], "/policies/travel.txt");
+    assert_eq!(answer["feedback"][0]["comment"], "ALICE-KEPT zander settlement? feedback");
+    let (bobs, _) = lines(ExportFilter { person: cat.retention().person_names("bob-bot").unwrap(), since_ms: None });
+    assert_eq!((bobs.sessions, bobs.answers), (1, 1), "a key is named by its name");
+    let (later, _) = lines(ExportFilter { since_ms: Some(now_ms() + 60_000), ..ExportFilter::default() });
+    assert_eq!((later.sessions, later.answers), (0, 0));
+
+    // A hold on alice; a month on, a dry run says what goes and changes nothing.
+    let hold = cat.retention().place_hold("keep-a", Some("alice"), "the Zander matter").unwrap();
+    assert!(cat.retention().place_hold("nowhere", None, "x").is_err(), "an unknown tenant is refused");
+    assert!(cat.retention().place_hold("keep-a", None, " ").is_err(), "a hold needs a reason");
+    let month_on = now_ms() + 31 * 24 * 3600 * 1000;
+    let by = (None, "cli");
+    let dry = cat.retention().run(crate::store::retention::Tenant { id: t.id, name: &t.name }, 30, month_on, true, by).unwrap();
+    assert_eq!((dry.answers, dry.turns, dry.feedback, dry.sessions, dry.events_blanked), (1, 1, 1, 1, 1), "{dry:?}");
+    assert_eq!((dry.kept_for_holds, dry.held_people.as_slice(), dry.event_id), (3, &["alice".to_string()][..], None));
+    assert_eq!(cat.answers().list(t.id, 10).unwrap().len(), 2, "a dry run deletes nothing");
+    assert_eq!(cat.retention().run(crate::store::retention::Tenant { id: t.id, name: &t.name }, 30, now_ms(), false, by).unwrap().rows(), 0, "nothing is older than 30 days today");
+
+    let run = cat.retention().run(crate::store::retention::Tenant { id: t.id, name: &t.name }, 30, month_on, false, by).unwrap();
+    assert_eq!((run.answers, run.turns, run.feedback, run.sessions, run.events_blanked), (dry.answers, dry.turns, dry.feedback, dry.sessions, dry.events_blanked));
+    assert!(run.event_id.is_some());
+    let (bob_session, bob_answer) = answers[1];
+    assert!(cat.answers().get(bob_answer).unwrap().is_none());
+    assert_eq!(cat.sessions().tenant_of(bob_session).unwrap(), None, "the emptied session is gone");
+    assert!(cat.answers().get(answers[0].1).unwrap().is_some_and(|a| a.feedback.len() == 1), "the held person's answer and feedback stay");
+    assert_eq!(cat.sessions().recent_turns(answers[0].0, 5).unwrap().len(), 1);
+    assert!(cat.answers().get(kept_elsewhere).unwrap().is_some(), "another tenant's rows stay");
+    let chain = cat.audit().verify().unwrap();
+    assert!(chain.broken.is_none() && chain.redacted == 1, "{chain:?}");
+    let events = cat.audit().list(&crate::store::EventFilter::default()).unwrap();
+    let blanked: Vec<_> = events.iter().filter(|e| e.redacted_ms.is_some()).collect();
+    assert_eq!(blanked.len(), 1);
+    assert!(blanked[0].question.is_empty() && blanked[0].detail == serde_json::json!({}) && blanked[0].chunk_ids.is_empty());
+    let record = events.last().unwrap();
+    assert_eq!((record.action.as_str(), record.tenant.as_str()), ("retention", "keep-a"));
+    assert_eq!(record.detail["redacted"], serde_json::json!([[blanked[0].id, blanked[0].id]]));
+    assert!(cat.retention().reclaim_pending().unwrap(), "until the space is reclaimed, the next run is told to");
+    cat.retention().reclaim().unwrap();
+    assert!(!cat.retention().reclaim_pending().unwrap());
+    let bytes = raw();
+    assert!(!contains(&bytes, "BOB-GONE"), "the deleted rows' text is in no database file");
+    assert!(contains(&bytes, "ALICE-KEPT") && contains(&bytes, "OTHER-TENANT"), "the kept rows are read where the files were searched");
+
+    // The chain's triggers allow the blanking only: any other change is refused.
+    use crate::store::sql::Scope;
+    let id = blanked[0].id;
+    let edit = |q: &str| cat.database().write(Scope::All, |sql| sql.execute(q, &[]));
+    assert!(edit(&format!("UPDATE events SET hash = 'x' WHERE id = {id}")).is_err());
+    assert!(edit(&format!("UPDATE events SET question = 'back' WHERE id = {id}")).is_err());
+    assert!(edit("UPDATE events SET question = 'x' WHERE redacted_ms IS NULL").is_err());
+    // A row blanked by hand (the triggers allow the shape) is named: no retention run lists it.
+    let upload = events.iter().find(|e| e.action == "upload").unwrap().id;
+    edit(&format!("UPDATE events SET question = '', chunk_ids = '[]', detail = '{{}}', redacted_ms = 1 WHERE id = {upload}")).unwrap();
+    let bad = cat.audit().verify().unwrap();
+    assert_eq!(bad.broken.as_ref().map(|b| b.id), Some(upload), "{bad:?}");
+
+    // A tenant's hold keeps everything; released, the next run deletes what the holds kept.
+    let whole = cat.retention().place_hold("keep-a", None, "litigation").unwrap();
+    let held = cat.retention().run(crate::store::retention::Tenant { id: t.id, name: &t.name }, 30, month_on, false, by).unwrap();
+    assert!(held.tenant_held && held.rows() == 0, "{held:?}");
+    assert!(cat.retention().release_hold(whole.id).unwrap().released_ms.is_some());
+    assert!(cat.retention().release_hold(whole.id).is_err(), "a hold is released once");
+    cat.retention().release_hold(hold.id).unwrap();
+    assert_eq!(cat.retention().holds(Some("keep-a")).unwrap().iter().filter(|h| h.active()).count(), 0);
+    let last = cat.retention().run(crate::store::retention::Tenant { id: t.id, name: &t.name }, 30, month_on, false, by).unwrap();
+    assert_eq!((last.answers, last.turns, last.feedback, last.sessions, last.events_blanked), (1, 1, 1, 1, 1), "{last:?}");
+    assert!(cat.answers().list(t.id, 10).unwrap().is_empty());
+    cat.retention().reclaim().unwrap();
+    let bytes = raw();
+    assert!(!contains(&bytes, "ALICE-KEPT") && !contains(&bytes, "BOB-GONE"));
+    assert!(contains(&bytes, "OTHER-TENANT"));
 }

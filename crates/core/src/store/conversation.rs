@@ -25,6 +25,7 @@
 //!     answer: "I could not find this in the documents.",
 //!     evidence: &serde_json::Value::Null,
 //!     timings: &timings,
+//!     asker: "",
 //! })?;
 //! catalog.sessions().add_turn(session, "Who approves travel?", "Who approves travel?", "I could not find this.", Some(answer))?;
 //! catalog.answers().add_feedback(answer, "down".parse::<Rating>()?, Some("it is in the handbook"))?;
@@ -63,6 +64,9 @@ pub struct AnswerRecord<'a> {
     pub evidence: &'a serde_json::Value,
     /// Stage timings (a JSON object).
     pub timings: &'a serde_json::Value,
+    /// Who asked, as the service names callers (`person:ISSUER|SUBJECT`, `key:ID`); empty for
+    /// the command line.
+    pub asker: &'a str,
 }
 
 /// A thumbs up or down on an answer.
@@ -326,8 +330,8 @@ impl<'c> Answers<'c> {
                 }
             }
             sql.query_one(
-                "INSERT INTO answers (tenant_id, session_id, question, standalone, chunk_ids, model, refused, answer, timings, created_ms, outcome, evidence)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12) RETURNING id",
+                "INSERT INTO answers (tenant_id, session_id, question, standalone, chunk_ids, model, refused, answer, timings, created_ms, outcome, evidence, asker)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13) RETURNING id",
                 params![
                     record.tenant,
                     record.session,
@@ -340,7 +344,8 @@ impl<'c> Answers<'c> {
                     &timings,
                     now_ms(),
                     record.outcome,
-                    &evidence
+                    &evidence,
+                    record.asker
                 ],
             )?
             .int(0)
@@ -423,6 +428,7 @@ mod tests {
             answer: "Contractors are covered up to £2,000 [1].",
             evidence: &serde_json::Value::Null,
             timings,
+            asker: "",
         }
     }
 

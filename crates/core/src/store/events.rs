@@ -9,6 +9,13 @@
 //! transaction; PostgreSQL: an advisory lock for the transaction), so two processes or two
 //! nodes cannot fork the chain. Owns the DDL of the `events` table. May import `types` and `error` only.
 //!
+//! **Retention.** A retention run (`store::retention`) may blank what a person asked or read in
+//! a row ([`REDACTABLE`] actions): the question, the chunks and the detail become empty and
+//! `redacted_ms` is stamped, while the row's id, time, action, outcome and both hashes stay. In
+//! the same transaction it appends a `retention` row naming the rows it blanked. [`Audit::verify`]
+//! checks a blanked row by its place in the chain (the next row names its hash) instead of its
+//! fields, and names any blanked row that no later `retention` row accounts for.
+//!
 //! ```
 //! use ragbox_core::store::{Catalog, EventRecord};
 //! let dir = tempfile::tempdir()?;
@@ -23,9 +30,18 @@
 
 use serde::Serialize;
 
-use super::sql::{params, Database, Dialect, Row, Scope};
+use super::sql::{params, Database, Dialect, Row, Scope, Sql};
 use crate::error::{Error, Result};
 use crate::types::ChunkId;
+
+/// The actions whose rows say what a person asked or read, which a retention run blanks.
+pub const REDACTABLE: [&str; 10] = [
+    "search", "ask", "chat", "chat_completion", "feedback", "session_create", "read_passage", "read_document", "quota_exceeded", "export",
+];
+
+/// The action of the row a retention run appends; its detail's `redacted` lists the blanked rows'
+/// ids as inclusive `[first, last]` runs.
+pub const RETENTION_ACTION: &str = "retention";
 
 /// The hash the first row chains from.
 pub const GENESIS_HASH: &str = "0000000000000000000000000000000000000000000000000000000000000000";
@@ -101,6 +117,8 @@ pub struct EventRow {
     pub prev_hash: String,
     /// This row's hash.
     pub hash: String,
+    /// When a retention run blanked its question, chunks and detail (`None`: never).
+    pub redacted_ms: Option<i64>,
 }
 
 /// Which rows to list.
@@ -131,6 +149,8 @@ pub struct ChainReport {
     pub rows: usize,
     /// The hash of the last row (what an officer writes down to detect truncation later).
     pub head: String,
+    /// Rows a retention run blanked (checked by their place in the chain, not their fields).
+    pub redacted: usize,
     /// The first row that does not fit the chain, and why.
     pub broken: Option<BrokenLink>,
 }
@@ -198,6 +218,7 @@ fn event_from_row(r: &Row) -> Result<RawEvent> {
             detail: serde_json::Value::Null,
             prev_hash: r.text(11)?,
             hash: r.text(12)?,
+            redacted_ms: r.opt_int(13)?,
         },
         r.text(7)?,
         r.text(10)?,
@@ -205,10 +226,73 @@ fn event_from_row(r: &Row) -> Result<RawEvent> {
 }
 
 const EVENT_COLUMNS: &str =
-    "id, time_ms, key_id, key_name, tenant, action, question, chunk_ids, model, outcome, detail, prev_hash, hash";
+    "id, time_ms, key_id, key_name, tenant, action, question, chunk_ids, model, outcome, detail, prev_hash, hash, redacted_ms";
 
 /// The advisory lock key appends take on PostgreSQL, so two nodes never chain from one head.
 const CHAIN_LOCK: i64 = 0x7261_6762_6f78_0002;
+
+/// Appends one row to the chain inside the write transaction `sql` (which must be one over
+/// every tenant); returns its id.
+pub(super) fn append_in(sql: &mut dyn Sql, e: &EventRecord) -> Result<i64> {
+    let chunk_ids = serde_json::to_string(e.chunk_ids).map_err(|x| Error::Bug(format!("chunk ids to JSON: {x}")))?;
+    let detail = if e.detail.is_null() { "{}".to_string() } else { e.detail.to_string() };
+    // The next id is never one handed out before, even when the last row was deleted:
+    // SQLite's AUTOINCREMENT counter, PostgreSQL's sequence (taken under the chain's lock,
+    // so ids rise in chain order).
+    let id = match sql.dialect() {
+        Dialect::Sqlite => {
+            let last = sql.query_opt("SELECT MAX(id) FROM events", &[])?.map(|r| r.opt_int(0)).transpose()?.flatten();
+            let seq = sql.query_opt("SELECT seq FROM sqlite_sequence WHERE name = 'events'", &[])?.map(|r| r.int(0)).transpose()?;
+            seq.unwrap_or(0).max(last.unwrap_or(0)) + 1
+        }
+        Dialect::Postgres => {
+            sql.query("SELECT pg_advisory_xact_lock(?1)", params![CHAIN_LOCK])?;
+            sql.query_one("SELECT nextval(pg_get_serial_sequence('events', 'id'))", &[])?.int(0)?
+        }
+    };
+    let prev = match sql.query_opt("SELECT hash FROM events ORDER BY id DESC LIMIT 1", &[])? {
+        Some(r) => r.text(0)?,
+        None => GENESIS_HASH.to_string(),
+    };
+    let time_ms = now_ms();
+    let hash = row_hash(&prev, id, time_ms, e.key_id, e.key_name, e.tenant, e.action, e.question, &chunk_ids, e.model, e.outcome, &detail);
+    sql.execute(
+        "INSERT INTO events (id, time_ms, key_id, key_name, tenant, action, question, chunk_ids, model, outcome, detail, prev_hash, hash)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13)",
+        params![id, time_ms, e.key_id, e.key_name, e.tenant, e.action, e.question, &chunk_ids, e.model, e.outcome, &detail, prev, hash],
+    )?;
+    Ok(id)
+}
+
+/// Blanks the question, chunks and detail of rows `ids` inside the write transaction `sql`
+/// (stamping `redacted_ms`; the triggers allow this change and no other); returns how many
+/// rows it blanked (rows already blanked are left as they are).
+pub(super) fn redact_in(sql: &mut dyn Sql, ids: &[i64], now_ms: i64) -> Result<usize> {
+    let mut done = 0u64;
+    for batch in ids.chunks(500) {
+        let list = batch.iter().map(i64::to_string).collect::<Vec<_>>().join(", ");
+        done += sql.execute(
+            &format!(
+                "UPDATE events SET question = '', chunk_ids = '[]', detail = '{{}}', redacted_ms = ?1
+                 WHERE id IN ({list}) AND redacted_ms IS NULL"
+            ),
+            params![now_ms],
+        )?;
+    }
+    Ok(usize::try_from(done).unwrap_or(usize::MAX))
+}
+
+/// `ids` (sorted) as inclusive `[first, last]` runs of consecutive ids.
+pub(super) fn id_runs(ids: &[i64]) -> Vec<[i64; 2]> {
+    let mut runs: Vec<[i64; 2]> = Vec::new();
+    for &id in ids {
+        match runs.last_mut() {
+            Some(run) if run[1] + 1 == id => run[1] = id,
+            _ => runs.push([id, id]),
+        }
+    }
+    runs
+}
 
 /// The audit events of a catalog: a hash chain, appended to and never changed
 /// ([`super::Catalog::audit`]).
@@ -223,35 +307,7 @@ impl<'c> Audit<'c> {
 
     /// Appends one row to the chain; returns its id.
     pub fn append(&self, e: &EventRecord) -> Result<i64> {
-        let chunk_ids = serde_json::to_string(e.chunk_ids).map_err(|x| Error::Bug(format!("chunk ids to JSON: {x}")))?;
-        let detail = if e.detail.is_null() { "{}".to_string() } else { e.detail.to_string() };
-        self.db.write(Scope::All, |sql| {
-            // The next id is never one handed out before, even when the last row was deleted:
-            // SQLite's AUTOINCREMENT counter, PostgreSQL's sequence (taken under the chain's lock,
-            // so ids rise in chain order).
-            let id = match sql.dialect() {
-                Dialect::Sqlite => {
-                    let last = sql.query_opt("SELECT MAX(id) FROM events", &[])?.map(|r| r.opt_int(0)).transpose()?.flatten();
-                    let seq = sql.query_opt("SELECT seq FROM sqlite_sequence WHERE name = 'events'", &[])?.map(|r| r.int(0)).transpose()?;
-                    seq.unwrap_or(0).max(last.unwrap_or(0)) + 1
-                }
-                Dialect::Postgres => {
-                    sql.query("SELECT pg_advisory_xact_lock(?1)", params![CHAIN_LOCK])?;
-                    sql.query_one("SELECT nextval(pg_get_serial_sequence('events', 'id'))", &[])?.int(0)?
-                }
-            };
-            let prev = match sql.query_opt("SELECT hash FROM events ORDER BY id DESC LIMIT 1", &[])? {
-                Some(r) => r.text(0)?,
-                None => GENESIS_HASH.to_string(),
-            };
-            let time_ms = now_ms();
-            let hash = row_hash(&prev, id, time_ms, e.key_id, e.key_name, e.tenant, e.action, e.question, &chunk_ids, e.model, e.outcome, &detail);
-            sql.execute(
-                &format!("INSERT INTO events ({EVENT_COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13)"),
-                params![id, time_ms, e.key_id, e.key_name, e.tenant, e.action, e.question, &chunk_ids, e.model, e.outcome, &detail, prev, hash],
-            )?;
-            Ok(id)
-        })
+        self.db.write(Scope::All, |sql| append_in(sql, e))
     }
 
     /// Rows matching `filter`, oldest first.
@@ -284,21 +340,32 @@ impl<'c> Audit<'c> {
     }
 
     /// Walks the whole chain from the first row: each row must name the previous row's hash and
-    /// hash to what it stores.
+    /// hash to what it stores. A row a retention run blanked cannot be hashed again; it must name
+    /// the previous row's hash, the next row must name its own, and a later `retention` row must
+    /// list it.
     pub fn verify(&self) -> Result<ChainReport> {
         let rows = self.db.read(Scope::All, |sql| sql.query(&format!("SELECT {EVENT_COLUMNS} FROM events ORDER BY id"), &[]))?;
         let mut prev = GENESIS_HASH.to_string();
         let mut count = 0;
+        // Blanked rows not yet accounted for by a retention row.
+        let mut unaccounted = std::collections::BTreeSet::new();
+        let mut redacted = 0;
         for r in &rows {
             let (row, ids, detail) = event_from_row(r)?;
             count += 1;
-            let broken = |reason: String| ChainReport { rows: count, head: prev.clone(), broken: Some(BrokenLink { id: row.id, reason }) };
+            let broken = |reason: String| ChainReport { rows: count, head: prev.clone(), redacted, broken: Some(BrokenLink { id: row.id, reason }) };
             if row.prev_hash != prev {
                 return Ok(broken(format!(
                     "names previous hash {} but the row before it hashes to {} (a row was removed, inserted or changed before it)",
                     short(&row.prev_hash),
                     short(&prev)
                 )));
+            }
+            if row.redacted_ms.is_some() {
+                redacted += 1;
+                unaccounted.insert(row.id);
+                prev = row.hash;
+                continue;
             }
             let want = row_hash(
                 &row.prev_hash, row.id, row.time_ms, row.key_id, &row.key_name, &row.tenant, &row.action, &row.question, &ids,
@@ -307,9 +374,29 @@ impl<'c> Audit<'c> {
             if want != row.hash {
                 return Ok(broken(format!("its fields hash to {} but it stores {} (the row was changed)", short(&want), short(&row.hash))));
             }
+            if row.action == RETENTION_ACTION {
+                let named: Vec<[i64; 2]> = serde_json::from_str::<serde_json::Value>(&detail)
+                    .ok()
+                    .and_then(|d| serde_json::from_value(d["redacted"].clone()).ok())
+                    .unwrap_or_default();
+                for [first, last] in named {
+                    let covered: Vec<i64> = unaccounted.range(first..=last).copied().collect();
+                    for id in covered {
+                        unaccounted.remove(&id);
+                    }
+                }
+            }
             prev = row.hash;
         }
-        Ok(ChainReport { rows: count, head: prev, broken: None })
+        if let Some(&id) = unaccounted.first() {
+            return Ok(ChainReport {
+                rows: count,
+                head: prev,
+                redacted,
+                broken: Some(BrokenLink { id, reason: "was blanked, but no retention run after it names it (blanked by hand)".into() }),
+            });
+        }
+        Ok(ChainReport { rows: count, head: prev, redacted, broken: None })
     }
 }
 

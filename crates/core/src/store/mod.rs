@@ -29,11 +29,13 @@ pub mod catalog;
 pub mod contract;
 pub mod conversation;
 pub mod events;
+pub mod export;
 pub mod keys;
 pub mod layout;
 pub mod lexical;
 pub mod local;
 pub mod migrate;
+pub mod retention;
 mod schema;
 pub mod shared;
 pub mod sql;
@@ -57,9 +59,11 @@ pub use catalog::{
 pub use conversation::{AnswerRecord, AnswerRow, Answers, FeedbackRow, Rating, Sessions, TurnRow};
 pub use crate::types::{text_hash, TextHash};
 pub use events::{Audit, BrokenLink, ChainReport, EventFilter, EventRecord, EventRow};
+pub use export::{ExportCounts, ExportFilter};
 pub use keys::{KeyRole, KeyRow, Keys, KEY_PREFIX};
 pub use layout::{check_tenant_name, Layout, DEFAULT_TENANT, SOURCES_DIR, TENANTS_DIR};
 pub use local::{LocalLexical, LocalVectors};
+pub use retention::{Hold, Reclaimed, Retention, RetentionReport};
 pub use lexical::{LexicalHit, LexicalIndex, LexicalSearch, LexicalSearcher};
 #[cfg(any(test, feature = "testing"))]
 pub use vector::MemoryVectors;

@@ -82,7 +82,8 @@ CREATE TABLE IF NOT EXISTS answers (
     timings TEXT NOT NULL,
     created_ms INTEGER NOT NULL,
     outcome TEXT NOT NULL DEFAULT '',
-    evidence TEXT NOT NULL DEFAULT 'null'
+    evidence TEXT NOT NULL DEFAULT 'null',
+    asker TEXT NOT NULL DEFAULT ''
 );
 CREATE INDEX IF NOT EXISTS answers_by_tenant ON answers(tenant_id, id);
 CREATE TABLE IF NOT EXISTS turns (
@@ -137,7 +138,7 @@ pub(super) fn v1_to_v2(conn: &rusqlite::Connection) -> rusqlite::Result<()> {
 /// Columns the answer log gained after its table was first made (`ADD COLUMN` has no `IF NOT
 /// EXISTS`): each is added where it is missing, old rows taking its default. Run after [`ALL`].
 pub(super) fn answer_columns(conn: &rusqlite::Connection) -> rusqlite::Result<()> {
-    for (name, decl) in [("outcome", "TEXT NOT NULL DEFAULT ''"), ("evidence", "TEXT NOT NULL DEFAULT 'null'")] {
+    for (name, decl) in [("outcome", "TEXT NOT NULL DEFAULT ''"), ("evidence", "TEXT NOT NULL DEFAULT 'null'"), ("asker", "TEXT NOT NULL DEFAULT ''")] {
         let there: bool =
             conn.query_row("SELECT EXISTS (SELECT 1 FROM pragma_table_info('answers') WHERE name = ?1)", [name], |r| r.get(0))?;
         if !there {
@@ -169,7 +170,9 @@ CREATE TABLE IF NOT EXISTS api_keys (
 );
 ";
 
-/// The events table and the triggers that keep it append-only.
+/// The events table and the triggers that keep it append-only: no row is ever deleted, and the
+/// one change allowed is a retention run's redaction (`events::Audit`), which blanks a row's
+/// question, chunks and detail, stamps `redacted_ms` and leaves every hash as it was.
 pub(super) const EVENTS: &str = "
 CREATE TABLE IF NOT EXISTS events (
     id INTEGER PRIMARY KEY AUTOINCREMENT,
@@ -184,10 +187,16 @@ CREATE TABLE IF NOT EXISTS events (
     outcome TEXT NOT NULL,
     detail TEXT NOT NULL,
     prev_hash TEXT NOT NULL,
-    hash TEXT NOT NULL
+    hash TEXT NOT NULL,
+    redacted_ms INTEGER
 );
 CREATE INDEX IF NOT EXISTS events_by_tenant ON events(tenant, id);
 CREATE TRIGGER IF NOT EXISTS events_no_update BEFORE UPDATE ON events
+WHEN NOT (OLD.redacted_ms IS NULL AND NEW.redacted_ms IS NOT NULL
+    AND NEW.question = '' AND NEW.chunk_ids = '[]' AND NEW.detail = '{}'
+    AND NEW.id = OLD.id AND NEW.time_ms = OLD.time_ms AND NEW.key_id IS OLD.key_id AND NEW.key_name = OLD.key_name
+    AND NEW.tenant = OLD.tenant AND NEW.action = OLD.action AND NEW.model = OLD.model AND NEW.outcome = OLD.outcome
+    AND NEW.prev_hash = OLD.prev_hash AND NEW.hash = OLD.hash)
 BEGIN SELECT RAISE(ABORT, 'the audit log is append-only'); END;
 CREATE TRIGGER IF NOT EXISTS events_no_delete BEFORE DELETE ON events
 BEGIN SELECT RAISE(ABORT, 'the audit log is append-only'); END;
@@ -214,8 +223,40 @@ CREATE TABLE IF NOT EXISTS key_groups (
 );
 ";
 
+/// Legal holds (`store::retention`): while one is in place, the retention runs delete nothing of
+/// its tenant, or of its person in that tenant. Released holds stay, with when they were lifted.
+pub(super) const RETENTION: &str = "
+CREATE TABLE IF NOT EXISTS legal_holds (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    tenant TEXT NOT NULL,
+    person TEXT NOT NULL DEFAULT '',
+    reason TEXT NOT NULL,
+    placed_ms INTEGER NOT NULL,
+    released_ms INTEGER
+);
+";
+
 /// Every table, in the order they are created.
-pub(super) const ALL: [&str; 6] = [CATALOG, CONVERSATIONS, ANNOTATIONS, KEYS, EVENTS, ACCESS];
+pub(super) const ALL: [&str; 7] = [CATALOG, CONVERSATIONS, ANNOTATIONS, KEYS, EVENTS, ACCESS, RETENTION];
+
+/// The events table before retention: no `redacted_ms` column, and an update trigger that refused
+/// every change. The column is added and the trigger replaced (by the one in [`EVENTS`]), in one
+/// IMMEDIATE transaction so that two processes opening the catalog at once do it once. Run
+/// after [`ALL`].
+pub(super) fn event_columns(conn: &mut rusqlite::Connection) -> rusqlite::Result<()> {
+    let current = |conn: &rusqlite::Connection| -> rusqlite::Result<bool> {
+        conn.query_row("SELECT EXISTS (SELECT 1 FROM pragma_table_info('events') WHERE name = 'redacted_ms')", [], |r| r.get(0))
+    };
+    if current(conn)? {
+        return Ok(());
+    }
+    let tx = conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
+    if !current(&tx)? {
+        tx.execute_batch("ALTER TABLE events ADD COLUMN redacted_ms INTEGER; DROP TRIGGER IF EXISTS events_no_update;")?;
+        tx.execute_batch(EVENTS)?;
+    }
+    tx.commit()
+}
 
 /// The catalog on the shared PostgreSQL server: the same tables and columns as the SQLite file's
 /// (so one set of queries serves both, and `ragbox migrate` copies rows as they are), with
@@ -293,8 +334,10 @@ CREATE TABLE IF NOT EXISTS answers (
     timings TEXT NOT NULL,
     created_ms BIGINT NOT NULL,
     outcome TEXT NOT NULL DEFAULT '',
-    evidence TEXT NOT NULL DEFAULT 'null'
+    evidence TEXT NOT NULL DEFAULT 'null',
+    asker TEXT NOT NULL DEFAULT ''
 );
+ALTER TABLE answers ADD COLUMN IF NOT EXISTS asker TEXT NOT NULL DEFAULT '';
 CREATE INDEX IF NOT EXISTS answers_by_tenant ON answers(tenant_id, id);
 CREATE TABLE IF NOT EXISTS turns (
     id BIGSERIAL PRIMARY KEY,
@@ -341,9 +384,19 @@ CREATE TABLE IF NOT EXISTS events (
     outcome TEXT NOT NULL,
     detail TEXT NOT NULL,
     prev_hash TEXT NOT NULL,
-    hash TEXT NOT NULL
+    hash TEXT NOT NULL,
+    redacted_ms BIGINT
 );
+ALTER TABLE events ADD COLUMN IF NOT EXISTS redacted_ms BIGINT;
 CREATE INDEX IF NOT EXISTS events_by_tenant ON events(tenant, id);
+CREATE TABLE IF NOT EXISTS legal_holds (
+    id BIGSERIAL PRIMARY KEY,
+    tenant TEXT NOT NULL,
+    person TEXT NOT NULL DEFAULT '',
+    reason TEXT NOT NULL,
+    placed_ms BIGINT NOT NULL,
+    released_ms BIGINT
+);
 CREATE TABLE IF NOT EXISTS document_readers (
     doc_id BIGINT PRIMARY KEY REFERENCES documents(id) ON DELETE CASCADE,
     tenant_id BIGINT NOT NULL,
@@ -359,7 +412,16 @@ CREATE TABLE IF NOT EXISTS key_groups (
     groups TEXT NOT NULL
 );
 CREATE OR REPLACE FUNCTION ragbox_append_only() RETURNS trigger LANGUAGE plpgsql AS
-$$ BEGIN RAISE EXCEPTION 'the audit log is append-only'; END $$;
+$$ BEGIN
+    IF TG_OP = 'UPDATE' AND OLD.redacted_ms IS NULL AND NEW.redacted_ms IS NOT NULL
+        AND NEW.question = '' AND NEW.chunk_ids = '[]' AND NEW.detail = '{}'
+        AND NEW.id = OLD.id AND NEW.time_ms = OLD.time_ms AND NEW.key_id IS NOT DISTINCT FROM OLD.key_id
+        AND NEW.key_name = OLD.key_name AND NEW.tenant = OLD.tenant AND NEW.action = OLD.action
+        AND NEW.model = OLD.model AND NEW.outcome = OLD.outcome AND NEW.prev_hash = OLD.prev_hash AND NEW.hash = OLD.hash THEN
+        RETURN NEW;
+    END IF;
+    RAISE EXCEPTION 'the audit log is append-only';
+END $$;
 CREATE OR REPLACE TRIGGER events_no_change BEFORE UPDATE OR DELETE ON events
     FOR EACH ROW EXECUTE FUNCTION ragbox_append_only();
 DO $$
@@ -379,7 +441,7 @@ END $$;
 
 /// The tables `ragbox migrate` copies between the two catalogs, parents before children, each
 /// with the columns it copies (both catalogs have them all, in this order).
-pub(super) const TABLES: [&str; 15] = [
+pub(super) const TABLES: [&str; 16] = [
     "meta",
     "tenants",
     "documents",
@@ -395,6 +457,7 @@ pub(super) const TABLES: [&str; 15] = [
     "document_readers",
     "session_owners",
     "key_groups",
+    "legal_holds",
 ];
 
 #[cfg(test)]
@@ -456,6 +519,11 @@ pub(super) mod tests {
             .unwrap()
     }
 
+    /// The SQL of schema object `name`.
+    fn after_objects_sql(conn: &Connection, name: &str) -> String {
+        conn.query_row("SELECT sql FROM sqlite_master WHERE name = ?1", [name], |r| r.get(0)).unwrap()
+    }
+
     fn columns(conn: &Connection, table: &str) -> Vec<String> {
         conn.prepare("SELECT name FROM pragma_table_info(?1)")
             .unwrap()
@@ -492,7 +560,7 @@ pub(super) mod tests {
             let after = rows(&conn);
             assert!(!after.contains_key("audit"), "the old table is gone");
             // Each row as it was, and the columns added since (`answer_columns`) at their defaults.
-            let gained: Vec<String> = rows_before["audit"].iter().map(|r| format!("{}, Text(\"\"), Text(\"null\")]", r.trim_end_matches(']'))).collect();
+            let gained: Vec<String> = rows_before["audit"].iter().map(|r| format!("{}, Text(\"\"), Text(\"null\"), Text(\"\")]", r.trim_end_matches(']'))).collect();
             assert_eq!(after["answers"], gained);
             assert_eq!(after["turns"], rows_before["turns"]);
             assert_eq!(after["feedback"], rows_before["feedback"]);
@@ -526,9 +594,17 @@ pub(super) mod tests {
             // Nothing else changed: every other table's rows (but the version, checked above) and
             // every other object's SQL.
             // The access tables are added on open, empty.
-            const ADDED: [&str; 3] = ["document_readers", "session_owners", "key_groups"];
+            const ADDED: [&str; 4] = ["document_readers", "session_owners", "key_groups", "legal_holds"];
             assert!(ADDED.iter().all(|t| after.get(*t).is_some_and(Vec::is_empty)), "{after:?}");
-            let untouched = |name: &str| !RENAMED.contains(&name) && !["sqlite_sequence", "meta"].contains(&name) && !ADDED.contains(&name);
+            // The audit log gains `redacted_ms` (each row's is null) and the update trigger that
+            // lets a retention run blank a row; its rows and the delete trigger are as they were.
+            let gained: Vec<String> = rows_before["events"].iter().map(|r| format!("{}, Null]", r.trim_end_matches(']'))).collect();
+            assert_eq!(after["events"], gained);
+            assert!(after_objects_sql(&conn, "events_no_update").contains("redacted_ms"));
+            const UPGRADED: [&str; 2] = ["events", "events_no_update"];
+            let untouched = |name: &str| {
+                !RENAMED.contains(&name) && !["sqlite_sequence", "meta"].contains(&name) && !ADDED.contains(&name) && !UPGRADED.contains(&name)
+            };
             let others = |rows: &BTreeMap<String, Vec<String>>| {
                 rows.iter().filter(|(k, _)| untouched(k)).map(|(k, v)| (k.clone(), v.clone())).collect::<BTreeMap<_, _>>()
             };
@@ -576,6 +652,7 @@ pub(super) mod tests {
                 answer: "a",
                 evidence: &serde_json::Value::Null,
                 timings: &v,
+                asker: "",
             })
             .unwrap();
         assert_eq!(next, V1_ANSWER + 1, "answer ids are not reused");

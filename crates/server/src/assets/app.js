@@ -123,6 +123,7 @@ function enterApp() {
   state.tenant = me.tenants.includes(saved) ? saved : me.tenants[0] || null;
   if (state.tenant) select.value = state.tenant;
   select.disabled = me.tenants.length < 2;
+  exportLink();
   if (!state.tenant) notice('This key reaches no tenant yet. An admin can ingest documents, or a writer key can upload some.', 'info');
   show(state.view);
 }
@@ -157,9 +158,17 @@ $('#sign-out').addEventListener('click', async () => {
   showSignIn('You are signed out.');
 });
 
+// What the appliance keeps of the signed-in person's conversations in this tenant, as a download.
+function exportLink() {
+  const link = $('#export-mine');
+  link.hidden = !state.tenant;
+  if (state.tenant) link.href = tenantPath(state.tenant, '/export');
+}
+
 $('#tenant').addEventListener('change', (ev) => {
   state.tenant = ev.target.value;
   localStorage.setItem('ragbox.tenant', state.tenant);
+  exportLink();
   state.session = null;
   $('#answer').replaceChildren();
   $('#sources').replaceChildren();
