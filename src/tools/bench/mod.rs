@@ -5,6 +5,7 @@
 //! generator for synthetic data, percentiles and resident memory.
 
 mod access;
+mod answer;
 mod backends;
 mod embed;
 mod llm;
@@ -26,6 +27,9 @@ pub enum BenchCmd {
     Vectors(vectors::VectorsArgs),
     /// Cross-encoder rerank latency at the ms-marco-MiniLM-L-6-v2 shape (random weights).
     Rerank(rerank::RerankArgs),
+    /// An answer from question to end, the evidence-first reader beside the generating one:
+    /// answer p50/p90, the decision step, the first text.
+    Answer(answer::AnswerArgs),
     /// The local LLM: prompt processing and generation tokens/s (llama-bench's two figures).
         Llm(llm::LlmArgs),
     /// The HTTP server under loopback load: search p50/p99 and req/s at N clients, during an
@@ -47,6 +51,7 @@ pub fn run(g: &GlobalArgs, cmd: BenchCmd) -> anyhow::Result<()> {
         BenchCmd::Embed(args) => embed::run(g, args),
         BenchCmd::Vectors(args) => vectors::run(g, args),
         BenchCmd::Rerank(args) => rerank::run(g, args),
+        BenchCmd::Answer(args) => answer::run(g, args),
                 BenchCmd::Llm(args) => llm::run(g, args),
         BenchCmd::Serve(args) => serve::run(g, args),
         BenchCmd::Access(args) => access::run(g, args),
