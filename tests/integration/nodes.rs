@@ -167,3 +167,28 @@ fn a_node_killed_mid_ingest_loses_nothing_acknowledged_and_another_node_finishes
     assert!(rows[0].text.contains("1007"), "{rows:?}");
     assert!(started.elapsed() < Duration::from_secs(600));
 }
+
+#[test]
+fn two_nodes_give_a_key_its_quota_once() {
+    let _gate = shared().gate.read().unwrap_or_else(|p| p.into_inner());
+    let tmp = tempfile::tempdir().unwrap();
+    let (config, _) = shared_config(tmp.path(), "nodes_quota", "[[quotas]]\ngroup = \"*\"\nquestions_per_minute = 3\n");
+    let a = spawn(tmp.path().join("node-a"), config.clone());
+    let b = spawn(tmp.path().join("node-b"), config.clone());
+    let key = create_key(&a, &["--tenant", "initech", "--name", "counted"]);
+    let search = |node: &crate::server::Server| {
+        let (s, j, retry) = call("POST", &format!("{}/v1/tenants/initech/search", node.base), Some(&key), Some(br#"{"query": "badge"}"#), "application/json");
+        (s, j, retry)
+    };
+    // Three questions a minute in all: two on A, one on B, and the fourth, on either, is refused.
+    for node in [&a, &b, &a] {
+        let (s, j, _) = search(node);
+        assert_ne!(s, 429, "within the quota: {j}");
+    }
+    for node in [&b, &a] {
+        let (s, j, retry) = search(node);
+        assert_eq!(s, 429, "the quota is counted across both nodes: {j}");
+        assert!(retry.is_some_and(|r| r.parse::<u64>().is_ok_and(|s| (1..=60).contains(&s))), "Retry-After in seconds");
+        assert_eq!(j["error"]["code"], "quota_exceeded", "{j}");
+    }
+}

@@ -71,8 +71,15 @@ pub type State = Arc<AppState>;
 impl AppState {
     /// Counts one `what` against `caller`'s quota; over it, the audited 429 with Retry-After.
     pub async fn charge(self: &Arc<Self>, caller: &ragbox_service::Caller, tenant: &str, what: quota::Counted) -> Result<(), ApiError> {
-        let Err(wait) = self.quotas.take(caller, what) else { return Ok(()) };
-        let limit = self.quotas.limit(caller, what).unwrap_or_default();
+        let Some((limit, who_id)) = self.quotas.applies(caller, what) else { return Ok(()) };
+        let service = self.service.clone();
+        let taken = tokio::task::spawn_blocking(move || service.take_quota(&who_id, what.name(), limit, what.window())).await;
+        let wait = match taken {
+            Ok(Ok(Ok(()))) => return Ok(()),
+            Ok(Ok(Err(wait))) => wait,
+            Ok(Err(e)) => return Err(ApiError::from(e)),
+            Err(join) => return Err(ApiError::internal(format!("counting the request failed: {join}"))),
+        };
         let (service, who, tenant_name) = (self.service.clone(), caller.clone(), tenant.to_string());
         let recorded = tokio::task::spawn_blocking(move || service.record_quota_exceeded(&who, &tenant_name, what.per(), limit)).await;
         if let Ok(Err(e)) | Err(e) = recorded.map_err(|e| ragbox_service::Error::Bug(e.to_string())) {

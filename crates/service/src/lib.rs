@@ -395,6 +395,14 @@ impl Service {
         })
     }
 
+    /// Counts one request of kind `what` by `who` (a caller's identity) against `limit` per
+    /// `window`, in the catalog, so that every process and node sharing it counts the request
+    /// once: `Ok(())` within the limit, else the seconds until one is free again.
+    pub fn take_quota(&self, who: &str, what: &str, limit: u32, window: std::time::Duration) -> Result<std::result::Result<(), u64>> {
+        let window_ms = i64::try_from(window.as_millis()).unwrap_or(i64::MAX);
+        self.store.catalog().quotas().take(who, what, limit, window_ms, ragbox_core::store::now_ms())
+    }
+
     /// Records a request refused because `caller` is over its limit (`what`: which one).
     pub fn record_quota_exceeded(&self, caller: &Caller, tenant: &str, what: &str, limit: u32) -> Result<i64> {
         let detail = serde_json::json!({ "limit": what, "allowed": limit });

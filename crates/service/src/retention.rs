@@ -11,7 +11,8 @@ use serde::Serialize;
 use super::{Caller, Service};
 use ragbox_core::error::{Error, Result};
 use ragbox_core::store::export::{export, ExportCounts, ExportFilter};
-use ragbox_core::store::retention::{now_ms, Tenant};
+use ragbox_core::store::now_ms;
+use ragbox_core::store::retention::Tenant;
 use ragbox_core::store::{Hold, KeyRole, Reclaimed, RetentionReport};
 
 /// One tenant's retention, as `ragbox retention status` shows it.

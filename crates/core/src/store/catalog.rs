@@ -465,6 +465,11 @@ impl Catalog {
         Audit::new(&self.db)
     }
 
+    /// Its quota counters.
+    pub fn quotas(&self) -> super::quota::Quotas<'_> {
+        super::quota::Quotas::new(&self.db)
+    }
+
     /// Its retention runs and legal holds.
     pub fn retention(&self) -> super::Retention<'_> {
         super::Retention::new(&self.db)

@@ -373,7 +373,7 @@ pub fn catalog(cat: &crate::store::Catalog) {
 /// after [`crate::store::Retention::reclaim`]) holds no text of the deleted rows.
 pub fn retention(cat: &crate::store::Catalog, raw: &dyn Fn() -> Vec<u8>) {
     use crate::store::export::{export, ExportFilter};
-    use crate::store::retention::now_ms;
+    use crate::store::now_ms;
     use crate::store::{AnswerRecord, EventRecord, KeyRole, Rating};
 
     let t = cat.create_tenant("keep-a", "fake", 8).unwrap();

@@ -35,6 +35,7 @@
 
 use serde::Serialize;
 
+use super::now_ms;
 use super::sql::{params, Database, Row, Scope, Sql};
 use crate::error::{Error, Result};
 use crate::types::ChunkId;
@@ -174,14 +175,6 @@ pub struct TurnRow {
     pub answer_id: Option<i64>,
     /// When, in ms since the epoch.
     pub created_ms: i64,
-}
-
-/// Milliseconds since the epoch (0 if the clock is before it).
-fn now_ms() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
-        .unwrap_or(0)
 }
 
 /// A row limit for SQL (`LIMIT` takes an i64).

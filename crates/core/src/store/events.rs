@@ -30,6 +30,7 @@
 
 use serde::Serialize;
 
+use super::now_ms;
 use super::sql::{params, Database, Dialect, Row, Scope, Sql};
 use crate::error::{Error, Result};
 use crate::types::ChunkId;
@@ -162,13 +163,6 @@ pub struct BrokenLink {
     pub id: i64,
     /// What does not match.
     pub reason: String,
-}
-
-fn now_ms() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
-        .unwrap_or(0)
 }
 
 /// The row's hash: sha256 over the previous hash and every field, each length-prefixed so no

@@ -70,7 +70,7 @@ pub fn export(catalog: &Catalog, tenant: &TenantRow, filter: &ExportFilter, out:
         "tenant": tenant.name,
         "person": filter.person.first(),
         "since_ms": filter.since_ms,
-        "generated_ms": super::retention::now_ms(),
+        "generated_ms": super::now_ms(),
         "ragbox": env!("CARGO_PKG_VERSION"),
     }))?;
     let mut counts = ExportCounts::default();

@@ -19,6 +19,7 @@
 use serde::Serialize;
 use subtle::ConstantTimeEq;
 
+use super::now_ms;
 use super::sql::{params, Database, Row, Scope};
 use crate::error::{Error, Result};
 
@@ -85,13 +86,6 @@ pub struct KeyRow {
     /// The groups whose documents it reads besides the open ones; empty: every document of
     /// its tenant (a key made without groups).
     pub groups: Vec<String>,
-}
-
-fn now_ms() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
-        .unwrap_or(0)
 }
 
 /// Hex sha256 of a key's text.

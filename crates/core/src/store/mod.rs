@@ -35,6 +35,7 @@ pub mod layout;
 pub mod lexical;
 pub mod local;
 pub mod migrate;
+pub mod quota;
 pub mod retention;
 mod schema;
 pub mod shared;
@@ -72,6 +73,15 @@ pub use vector::{Quantization, VectorHit, VectorIndex, VectorMeta, VectorOptions
 use crate::error::{Error, Result};
 use crate::types::ChunkId;
 use sql::Database;
+
+/// Milliseconds since the epoch (0 if the clock is before it): the time every catalog row is
+/// stamped with.
+pub fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+        .unwrap_or(0)
+}
 
 /// How long a writer waits for a tenant's lock before giving up.
 const WRITER_WAIT: std::time::Duration = std::time::Duration::from_secs(10);

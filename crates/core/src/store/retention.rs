@@ -23,7 +23,7 @@
 //! let tenant = catalog.create_tenant("acme", "fake", 16)?;
 //! let hold = catalog.retention().place_hold("acme", Some("alice"), "the Zander matter")?;
 //! let acme = ragbox_core::store::retention::Tenant { id: tenant.id, name: &tenant.name };
-//! let report = catalog.retention().run(acme, 30, ragbox_core::store::retention::now_ms(), false, (None, "cli"))?;
+//! let report = catalog.retention().run(acme, 30, ragbox_core::store::now_ms(), false, (None, "cli"))?;
 //! assert_eq!(report.held_people, ["alice"]);
 //! assert_eq!(catalog.retention().release_hold(hold.id)?.id, hold.id);
 //! # Ok::<(), ragbox_core::Error>(())
@@ -33,6 +33,7 @@ use std::collections::HashSet;
 
 use serde::Serialize;
 
+use super::now_ms;
 use super::events::{append_in, id_runs, redact_in, EventRecord, REDACTABLE, RETENTION_ACTION};
 use super::sql::{params, Database, Row, Scope, Sql};
 use crate::error::{Error, Result};
@@ -42,14 +43,6 @@ const DAY_MS: i64 = 24 * 60 * 60 * 1000;
 /// The `meta` key set by a run that deleted rows and cleared by [`Retention::reclaim`] once the
 /// files no longer hold them.
 const RECLAIM_PENDING: &str = "retention_reclaim_pending";
-
-/// Milliseconds since the epoch (0 if the clock is before it).
-pub fn now_ms() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
-        .unwrap_or(0)
-}
 
 /// A legal hold.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]

@@ -236,8 +236,18 @@ CREATE TABLE IF NOT EXISTS legal_holds (
 );
 ";
 
+/// Quota counters (`store::quota`): one row per counted request within the longest window.
+pub(super) const QUOTAS: &str = "
+CREATE TABLE IF NOT EXISTS quota_uses (
+    who TEXT NOT NULL,
+    what TEXT NOT NULL,
+    at_ms INTEGER NOT NULL
+);
+CREATE INDEX IF NOT EXISTS quota_uses_by_who ON quota_uses(who, what, at_ms);
+";
+
 /// Every table, in the order they are created.
-pub(super) const ALL: [&str; 7] = [CATALOG, CONVERSATIONS, ANNOTATIONS, KEYS, EVENTS, ACCESS, RETENTION];
+pub(super) const ALL: [&str; 8] = [CATALOG, CONVERSATIONS, ANNOTATIONS, KEYS, EVENTS, ACCESS, RETENTION, QUOTAS];
 
 /// The events table before retention: no `redacted_ms` column, and an update trigger that refused
 /// every change. The column is added and the trigger replaced (by the one in [`EVENTS`]), in one
@@ -397,6 +407,12 @@ CREATE TABLE IF NOT EXISTS legal_holds (
     placed_ms BIGINT NOT NULL,
     released_ms BIGINT
 );
+CREATE TABLE IF NOT EXISTS quota_uses (
+    who TEXT NOT NULL,
+    what TEXT NOT NULL,
+    at_ms BIGINT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS quota_uses_by_who ON quota_uses(who, what, at_ms);
 CREATE TABLE IF NOT EXISTS document_readers (
     doc_id BIGINT PRIMARY KEY REFERENCES documents(id) ON DELETE CASCADE,
     tenant_id BIGINT NOT NULL,
@@ -594,8 +610,8 @@ pub(super) mod tests {
             // Nothing else changed: every other table's rows (but the version, checked above) and
             // every other object's SQL.
             // The access tables are added on open, empty.
-            const ADDED: [&str; 4] = ["document_readers", "session_owners", "key_groups", "legal_holds"];
-            assert!(ADDED.iter().all(|t| after.get(*t).is_some_and(Vec::is_empty)), "{after:?}");
+            const ADDED: [&str; 6] = ["document_readers", "session_owners", "key_groups", "legal_holds", "quota_uses", "quota_uses_by_who"];
+            assert!(ADDED.iter().filter(|t| !t.ends_with("_by_who")).all(|t| after.get(*t).is_some_and(Vec::is_empty)), "{after:?}");
             // The audit log gains `redacted_ms` (each row's is null) and the update trigger that
             // lets a retention run blank a row; its rows and the delete trigger are as they were.
             let gained: Vec<String> = rows_before["events"].iter().map(|r| format!("{}, Null]", r.trim_end_matches(']'))).collect();
