@@ -129,7 +129,8 @@ pub struct EventFilter {
     pub tenant: Option<String>,
     /// Only rows at or after this time (ms since the epoch).
     pub since_ms: Option<i64>,
-    /// Only rows of this person or key: their name, or a person's subject (`detail.who`).
+    /// Only rows of this person or key: their name, a person's subject or identity
+    /// (`person:ISSUER|SUBJECT`, from `detail.who`), or a key as `key:ID`.
     pub person: Option<String>,
     /// At most this many (the newest), 0 for all.
     pub limit: usize,
@@ -137,10 +138,29 @@ pub struct EventFilter {
 
 impl EventFilter {
     fn keeps(&self, row: &EventRow) -> bool {
-        let Some(p) = &self.person else { return true };
-        let who = &row.detail["who"];
-        row.key_name == *p || who["subject"].as_str() == Some(p.as_str()) || who["person"].as_str() == Some(p.as_str())
+        self.person.as_ref().is_none_or(|p| acted(row.key_id, &row.key_name, &row.detail, p))
     }
+}
+
+/// Whether the identity a row was written under (`person:ISSUER|SUBJECT` or `key:ID`, as the
+/// service names callers) is `person`'s: the same identity, or a person's whose subject is
+/// `person`.
+pub fn is_person(identity: &str, person: &str) -> bool {
+    !person.is_empty()
+        && (identity == person
+            || identity.strip_prefix("person:").and_then(|rest| rest.split_once('|')).is_some_and(|(_, subject)| subject == person))
+}
+
+/// Whether an audit row was written by `person`: its caller's identity (rebuilt from `who` and
+/// the key id), its key's name, or the person's display name.
+pub(super) fn acted(key_id: Option<i64>, key_name: &str, detail: &serde_json::Value, person: &str) -> bool {
+    let who = &detail["who"];
+    let identity = match (who["subject"].as_str(), who["issuer"].as_str(), key_id) {
+        (Some(subject), Some(issuer), _) => format!("person:{issuer}|{subject}"),
+        (_, _, Some(id)) => format!("key:{id}"),
+        _ => String::new(),
+    };
+    is_person(&identity, person) || key_name == person || who["person"].as_str() == Some(person)
 }
 
 /// What [`Audit::verify`] found.
@@ -402,6 +422,20 @@ fn short(hash: &str) -> &str {
 mod tests {
     use super::*;
     use crate::store::Catalog;
+
+    #[test]
+    fn a_person_is_named_by_identity_or_subject() {
+        assert!(is_person("person:https://idp.example|alice", "alice"));
+        assert!(is_person("person:https://idp.example|alice", "person:https://idp.example|alice"));
+        assert!(is_person("key:7", "key:7"));
+        assert!(!is_person("person:https://idp.example|alice", "bob"));
+        assert!(!is_person("person:https://idp.example|alice", "https://idp.example"));
+        assert!(!is_person("", ""), "no identity is no one");
+        let who = serde_json::json!({ "who": { "person": "Alice A.", "subject": "alice", "issuer": "https://idp.example" } });
+        assert!(acted(None, "Alice A.", &who, "alice") && acted(None, "Alice A.", &who, "Alice A."));
+        assert!(acted(Some(3), "ci-bot", &serde_json::json!({ "who": { "key": "ci-bot" } }), "key:3"));
+        assert!(!acted(Some(3), "ci-bot", &serde_json::json!({}), "alice"));
+    }
 
     #[test]
     fn the_chain_verifies_and_tampering_is_named() {

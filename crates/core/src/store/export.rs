@@ -5,7 +5,7 @@
 //! each `session` with its turns, then each `answer` with the passages it cited (document path,
 //! title, section, lines, page; `gone` when the document has since changed) and the feedback on
 //! it. Sessions and answers are matched to a person by their owner and asker (see
-//! [`super::retention::is_person`]); `since` keeps rows written at or after it.
+//! [`super::events::is_person`]); `since` keeps rows written at or after it.
 //!
 //! Reads `sessions`, `session_owners`, `turns`, `answers`, `feedback` and, for the sources,
 //! `chunks` and `documents`. May import `types` and `error` only.
@@ -15,7 +15,7 @@ use std::collections::BTreeMap;
 use serde::Serialize;
 
 use super::catalog::{Catalog, TenantRow};
-use super::retention::is_person;
+use super::events::is_person;
 use super::sql::{params, Scope};
 use crate::error::{Error, Result};
 use crate::types::ChunkId;

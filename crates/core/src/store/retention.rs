@@ -11,7 +11,7 @@
 //! table file afterwards.
 //!
 //! A person is named as the service names a caller (`person:ISSUER|SUBJECT`, `key:ID`) or by the
-//! subject alone; audit rows are matched by their `who` (see [`is_person`]).
+//! subject alone; audit rows are matched by their `who` (see [`super::events::is_person`]).
 //!
 //! Reads and writes `answers`, `turns`, `feedback`, `sessions`, `session_owners`, `events` and
 //! `legal_holds` (their DDL is in `store::schema`). May import `types` and `error` only.
@@ -34,7 +34,7 @@ use std::collections::HashSet;
 use serde::Serialize;
 
 use super::now_ms;
-use super::events::{append_in, id_runs, redact_in, EventRecord, REDACTABLE, RETENTION_ACTION};
+use super::events::{acted, append_in, id_runs, is_person, redact_in, EventRecord, REDACTABLE, RETENTION_ACTION};
 use super::sql::{params, Database, Row, Scope, Sql};
 use crate::error::{Error, Result};
 
@@ -133,27 +133,6 @@ pub struct Reclaimed {
     /// SQLite's write-ahead log could not be emptied (another process was reading); the deleted
     /// text may stay in it until the next checkpoint.
     pub wal_kept: bool,
-}
-
-/// Whether the identity a row was written under (`person:ISSUER|SUBJECT` or `key:ID`, as the
-/// service names callers) is `person`'s: the same identity, or a person's whose subject is
-/// `person`.
-pub fn is_person(identity: &str, person: &str) -> bool {
-    !person.is_empty()
-        && (identity == person
-            || identity.strip_prefix("person:").and_then(|rest| rest.split_once('|')).is_some_and(|(_, subject)| subject == person))
-}
-
-/// Whether an audit row was written by `person`: its caller's identity (rebuilt from `who` and
-/// the key id), its key's name, or the person's display name.
-fn acted(key_id: Option<i64>, key_name: &str, detail: &serde_json::Value, person: &str) -> bool {
-    let who = &detail["who"];
-    let identity = match (who["subject"].as_str(), who["issuer"].as_str(), key_id) {
-        (Some(subject), Some(issuer), _) => format!("person:{issuer}|{subject}"),
-        (_, _, Some(id)) => format!("key:{id}"),
-        _ => String::new(),
-    };
-    is_person(&identity, person) || key_name == person || who["person"].as_str() == Some(person)
 }
 
 /// The id list of a `WHERE id IN (...)`.
@@ -431,19 +410,5 @@ mod tests {
             bytes
         };
         crate::store::contract::retention(&cat, &raw);
-    }
-
-    #[test]
-    fn a_person_is_named_by_identity_or_subject() {
-        assert!(is_person("person:https://idp.example|alice", "alice"));
-        assert!(is_person("person:https://idp.example|alice", "person:https://idp.example|alice"));
-        assert!(is_person("key:7", "key:7"));
-        assert!(!is_person("person:https://idp.example|alice", "bob"));
-        assert!(!is_person("person:https://idp.example|alice", "https://idp.example"));
-        assert!(!is_person("", ""), "no identity is no one");
-        let who = serde_json::json!({ "who": { "person": "Alice A.", "subject": "alice", "issuer": "https://idp.example" } });
-        assert!(acted(None, "Alice A.", &who, "alice") && acted(None, "Alice A.", &who, "Alice A."));
-        assert!(acted(Some(3), "ci-bot", &serde_json::json!({ "who": { "key": "ci-bot" } }), "key:3"));
-        assert!(!acted(Some(3), "ci-bot", &serde_json::json!({}), "alice"));
     }
 }
