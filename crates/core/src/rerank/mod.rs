@@ -24,9 +24,14 @@ pub trait Reranker: Send + Sync {
     fn scores_sentences_cheaply(&self) -> bool {
         false
     }
-    /// Each pair's state (the last layer's [CLS] state and its tokens' mean) and logit: what the
-    /// reader is trained on (`ragbox eval --reader-features`). `None` from a model without them.
-    fn represent(&self, _query: &str, _passages: &[&str]) -> Result<Option<Vec<Represented>>> {
+    /// How many layers the model's body has (0 for a model that is not a layered encoder).
+    fn depth(&self) -> usize {
+        0
+    }
+    /// Each pair's state (the last layer's [CLS] state and its tokens' mean), logit and, with
+    /// `tap`, its token states entering that layer: what the reader is trained on
+    /// (`ragbox eval --reader-features`). `None` from a model without them.
+    fn represent(&self, _query: &str, _passages: &[&str], _tap: Option<usize>) -> Result<Option<Vec<Represented>>> {
         Ok(None)
     }
     /// The trained reader's probability that each passage (a unit in its context) states the
@@ -52,6 +57,12 @@ pub struct Represented {
     pub state: Vec<f32>,
     /// The relevance logit.
     pub logit: f32,
+    /// The token states entering the tapped layer, padding left out (`[tokens, hidden]`
+    /// row-major); empty when no layer was tapped.
+    pub tapped: Vec<f32>,
+    /// The shipped reader's probability, where it reads from the tapped layer (or, without a tap,
+    /// from the last states): how a trained file is checked against its training script.
+    pub probability: Option<f32>,
 }
 
 /// Loads the reranker a manifest entry describes, verifying its files first.

@@ -395,8 +395,6 @@ impl<'c> Retention<'c> {
 
 #[cfg(test)]
 mod tests {
-    use super::*;
-
     #[test]
     fn the_retention_contract_holds_on_sqlite_and_nothing_deleted_stays_in_its_files() {
         let dir = tempfile::tempdir().unwrap();
