@@ -207,8 +207,8 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--shared", default=os.path.join(ROOT, "..", "shared"))
     ap.add_argument("--squad-max", type=int, default=2500, help="SQuAD questions kept (all unanswerable ones among them)")
-    ap.add_argument("--rounds", type=int, default=2, help="the rounds of training questions taken (the shipped reader's: 2; "
-                    "the third trained only the reader with layers of its own, docs/EVAL.md)")
+    ap.add_argument("--rounds", type=int, default=3, help="the rounds of training questions taken (`C.jsonl` is the first, "
+                    "`C.N.jsonl` the Nth; the shipped reader's: all three)")
     ap.add_argument("out")
     args = ap.parse_args()
     for rel, want in PINNED.items():
