@@ -282,7 +282,6 @@ def main():
     total = sum(len(p) for p in plan)
     zeros = jax.tree_util.tree_map(jnp.zeros_like, params)
     state = {"m": zeros, "v": zeros, "t": 0}
-    lr_of = lambda name: args.head_lr if name == "head" else args.lr
 
     @jax.jit
     def step(params, m, v, t, x, mask, logit, yb, wb, scale):
